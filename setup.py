@@ -1,0 +1,42 @@
+"""slicex: a GENI AM API v3 aggregate manager and federation broker built on the ORCA actor model."""
+
+from setuptools import setup
+
+PACKAGES = [
+    "slicex",
+    "slicex.store",
+    "am",
+    "am.substrate",
+    "broker",
+    "clearinghouse",
+    "rspec",
+    "stitching",
+    "federation",
+    "fpga_aggregate",
+]
+
+setup(
+    name="slicex",
+    version="0.1.0",
+    description=__doc__,
+    python_requires=">=3.11",
+    packages=PACKAGES,
+    package_dir={"fpga_aggregate": "fpga-aggregate"},
+    package_data={"rspec": ["schemas/*.xsd", "schemas/*/*.xsd"], "am": ["substrate/*.yaml"]},
+    include_package_data=True,
+    install_requires=[
+        # lxml and xmlsec must carry the same libxml2 (both 2.14.6 in these wheels): pin the pair.
+        "lxml==6.1.3",
+        "xmlsec==1.3.17",
+        "cryptography>=42",
+        "rdflib>=7.0",
+        "redis>=5.0",
+        "PyYAML>=6.0",
+        "tqdm>=4.60",
+        "matplotlib>=3.8",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.5"],
+    },
+    entry_points={"console_scripts": ["slicex = slicex.cli:main"]},
+)

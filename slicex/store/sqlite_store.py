@@ -1,0 +1,100 @@
+"""SQLite store: the embedded default. One file, safe across threads of one process and across processes
+(SQLite's own locking; claims use INSERT so two owners can never both succeed)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from typing import Any
+
+from slicex.errors import DbError
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS docs (tbl TEXT NOT NULL, key TEXT NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (tbl, key));
+CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS claims_owner ON claims (owner);
+"""
+
+
+class SqliteStore:
+    def __init__(self, path: str):
+        self.path = path
+        self._lock = threading.RLock()
+        try:
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+            self._db.execute("PRAGMA journal_mode=WAL" if path != ":memory:" else "PRAGMA journal_mode=MEMORY")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise DbError(f"cannot open SQLite store {path}: {exc}") from None
+
+    def _run(self, fn):
+        with self._lock:
+            try:
+                return fn(self._db)
+            except sqlite3.Error as exc:
+                raise DbError(f"SQLite store {self.path}: {exc}") from None
+
+    def get(self, table: str, key: str) -> dict[str, Any] | None:
+        row = self._run(lambda db: db.execute("SELECT doc FROM docs WHERE tbl=? AND key=?", (table, key)).fetchone())
+        return json.loads(row[0]) if row else None
+
+    def put(self, table: str, key: str, doc: dict[str, Any]) -> None:
+        text = json.dumps(doc, sort_keys=True)
+        self._run(lambda db: db.execute("INSERT OR REPLACE INTO docs (tbl, key, doc) VALUES (?, ?, ?)",
+                                        (table, key, text)))
+
+    def delete(self, table: str, key: str) -> bool:
+        cur = self._run(lambda db: db.execute("DELETE FROM docs WHERE tbl=? AND key=?", (table, key)))
+        return cur.rowcount > 0
+
+    def scan(self, table: str) -> list[dict[str, Any]]:
+        rows = self._run(lambda db: db.execute("SELECT doc FROM docs WHERE tbl=? ORDER BY key", (table,)).fetchall())
+        return [json.loads(r[0]) for r in rows]
+
+    def claim(self, key: str, owner: str) -> bool:
+        return self.claim_all([key], owner)
+
+    def claim_all(self, keys: list[str], owner: str) -> bool:
+        def txn(db: sqlite3.Connection) -> bool:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for key in keys:
+                    row = db.execute("SELECT owner FROM claims WHERE key=?", (key,)).fetchone()
+                    if row is not None and row[0] != owner:
+                        db.execute("ROLLBACK")
+                        return False
+                    db.execute("INSERT OR IGNORE INTO claims (key, owner) VALUES (?, ?)", (key, owner))
+                db.execute("COMMIT")
+                return True
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+        return self._run(txn)
+
+    def release(self, key: str, owner: str) -> bool:
+        cur = self._run(lambda db: db.execute("DELETE FROM claims WHERE key=? AND owner=?", (key, owner)))
+        return cur.rowcount > 0
+
+    def release_owner(self, owner: str) -> int:
+        cur = self._run(lambda db: db.execute("DELETE FROM claims WHERE owner=?", (owner,)))
+        return cur.rowcount
+
+    def owner_of(self, key: str) -> str | None:
+        row = self._run(lambda db: db.execute("SELECT owner FROM claims WHERE key=?", (key,)).fetchone())
+        return row[0] if row else None
+
+    def claims_of(self, owner: str) -> list[str]:
+        rows = self._run(lambda db: db.execute("SELECT key FROM claims WHERE owner=? ORDER BY key", (owner,)).fetchall())
+        return [r[0] for r in rows]
+
+    def all_claims(self, prefix: str = "") -> dict[str, str]:
+        rows = self._run(lambda db: db.execute("SELECT key, owner FROM claims WHERE key LIKE ?",
+                                               (prefix.replace("%", r"\%") + "%",)).fetchall())
+        return {k: o for k, o in rows}
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
