@@ -1,0 +1,208 @@
+"""Embedding: choose where each requested node and link goes, as plain data (pure; no store, no clock).
+
+Resources are named by claim keys so the store can take them atomically:
+  core:<host>:<i>  one CPU core of a shared host          mem:<host>:<i>  one MEM_CHUNK_MB of its memory
+  node:<host>      a whole exclusive (bare-metal) node    vlan:<switch>:<tag>  one VLAN tag on a switch
+  bw:<iface>:<i>   BW_CHUNK_KBPS of a host interface
+The caller reads what is claimed, plans, then claims the plan's keys all-or-nothing."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
+from typing import Any
+
+from rspec.request import Request, RequestNode
+from rspec.substrate import Host, Substrate, VmSize
+from slicex.errors import BadArgs, InsufficientBandwidth, InsufficientNodes, VlanUnavailable
+
+MEM_CHUNK_MB = 512
+BW_CHUNK_KBPS = 100_000
+BARE_METAL_TYPES = {"raw-pc", "raw", "bare-metal", "baremetal"}
+VM_ALIASES = {"emulab-xen", "emulab-openvz", "xen-vm", "default-vm", "XOSmall", "vm", "docker-container"}
+
+
+@dataclass(frozen=True)
+class Placement:
+    client_id: str
+    kind: str  # node | link
+    component_id: str
+    keys: tuple[str, ...]
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+def host_keys(host: Host, size: VmSize, used: Set[str]) -> tuple[str, ...] | None:
+    """Free core and memory keys for one VM of `size` on `host`, or None if it does not fit."""
+    cores = [f"core:{host.component_id}:{i}" for i in range(host.cores) if f"core:{host.component_id}:{i}" not in used]
+    chunks = -(-size.memory_mb // MEM_CHUNK_MB)
+    mem = [f"mem:{host.component_id}:{i}" for i in range(host.memory_mb // MEM_CHUNK_MB)
+           if f"mem:{host.component_id}:{i}" not in used]
+    if len(cores) < size.cores or len(mem) < chunks:
+        return None
+    return tuple(cores[: size.cores] + mem[:chunks])
+
+
+def vm_size_for(substrate: Substrate, node: RequestNode) -> VmSize:
+    if node.sliver_type is None or node.sliver_type in VM_ALIASES:
+        return substrate.default_vm_size
+    size = substrate.vm_size(node.sliver_type)
+    if size is None:
+        offered = ", ".join([s.name for s in substrate.vm_sizes] + sorted(BARE_METAL_TYPES)[:1])
+        raise BadArgs(f"node {node.client_id}: sliver type {node.sliver_type!r} is not offered here "
+                      f"(offered: {offered})")
+    return size
+
+
+def mac_for(sliver_urn: str, iface: str) -> str:
+    digest = hashlib.sha256(f"{sliver_urn}/{iface}".encode()).digest()
+    return "02:" + ":".join(f"{b:02x}" for b in digest[:5])
+
+
+def plan(substrate: Substrate, request: Request, used: Set[str], image_policy: str = "reject") -> list[Placement]:
+    """Place every node and link of `request` given the keys already claimed; raise a GeniError naming what
+    was short."""
+    taken: set[str] = set(used)
+    placements: list[Placement] = []
+    node_host: dict[str, Host] = {}
+    iface_owner: dict[str, tuple[str, str]] = {}  # request iface client_id -> (node client_id, host iface cid)
+    for node in request.nodes:
+        p = _place_node(substrate, node, taken, image_policy)
+        taken.update(p.keys)
+        host = substrate.host(p.component_id)
+        assert host is not None
+        node_host[node.client_id] = host
+        ifaces = {}
+        for n, ri in enumerate(node.interfaces):
+            if not host.interfaces:
+                raise BadArgs(f"node {node.client_id}: host {host.name} has no interfaces for {ri.client_id}")
+            hi = host.interfaces[n % len(host.interfaces)]
+            if ri.component_id and ri.component_id.lower() not in {i.component_id.lower() for i in host.interfaces}:
+                raise BadArgs(f"interface {ri.client_id}: component_id {ri.component_id} is not an interface of "
+                              f"{host.component_id}")
+            if ri.component_id:
+                hi = next(i for i in host.interfaces if i.component_id.lower() == ri.component_id.lower())
+            iface_owner[ri.client_id] = (node.client_id, hi.component_id)
+            ifaces[ri.client_id] = {"component_id": hi.component_id, "ip": ri.ip or "", "netmask": ri.netmask or ""}
+        placements.append(Placement(p.client_id, "node", p.component_id, p.keys, {**p.details, "interfaces": ifaces}))
+    for index, link in enumerate(request.links):
+        p = _place_link(substrate, link, index, iface_owner, taken)
+        taken.update(p.keys)
+        placements.append(p)
+    return placements
+
+
+def _place_node(substrate: Substrate, node: RequestNode, taken: set[str], image_policy: str) -> Placement:
+    image = None
+    if node.disk_image:
+        img = substrate.image(node.disk_image)
+        if img is None and image_policy == "reject":
+            offered = ", ".join(i.urn for i in substrate.images)
+            raise BadArgs(f"node {node.client_id}: disk image {node.disk_image} is not offered here "
+                          f"(offered: {offered})")
+        image = img.urn if img else node.disk_image
+    bare = (node.sliver_type in BARE_METAL_TYPES) or (node.exclusive is True and node.sliver_type is None)
+    if node.component_id:
+        host = substrate.host(node.component_id)
+        if host is None:
+            raise InsufficientNodes(f"node {node.client_id}: component {node.component_id} does not exist at "
+                                    f"{substrate.component_manager_id}")
+        candidates = [host]
+        bare = bare or host.exclusive
+        if bare and not host.exclusive:
+            raise BadArgs(f"node {node.client_id}: {host.name} is a shared VM host; bare metal needs one of "
+                          f"{', '.join(h.name for h in substrate.hosts if h.exclusive) or 'none offered'}")
+        if not bare and host.exclusive and node.sliver_type not in (None, *VM_ALIASES):
+            bare = True
+    else:
+        candidates = [h for h in substrate.hosts if h.exclusive == bare]
+    if bare:
+        for h in candidates:
+            if h.exclusive and f"node:{h.component_id}" not in taken:
+                return Placement(node.client_id, "node", h.component_id, (f"node:{h.component_id}",),
+                                 {"exclusive": True, "sliver_type": "raw-pc", "disk_image": image or "",
+                                  "host": h.name, "cores": h.cores, "memory_mb": h.memory_mb})
+        total = sum(1 for h in substrate.hosts if h.exclusive)
+        what = candidates[0].name if node.component_id else f"any of {total} bare-metal nodes"
+        raise InsufficientNodes(f"node {node.client_id}: asked for bare metal on {what}; none free "
+                                f"({sum(1 for h in substrate.hosts if h.exclusive and f'node:{h.component_id}' in taken)}"
+                                f" of {total} held by slivers)")
+    size = vm_size_for(substrate, node)
+    for h in candidates:
+        keys = host_keys(h, size, taken)
+        if keys is not None:
+            return Placement(node.client_id, "node", h.component_id, keys,
+                             {"exclusive": False, "sliver_type": node.sliver_type or size.name, "vm_size": size.name,
+                              "disk_image": image or (substrate.images[0].urn if substrate.images else ""),
+                              "host": h.name, "cores": size.cores, "memory_mb": size.memory_mb})
+    free = ", ".join(
+        f"{h.name}: {sum(1 for i in range(h.cores) if f'core:{h.component_id}:{i}' not in taken)} cores free"
+        for h in candidates)
+    raise InsufficientNodes(f"node {node.client_id}: asked for a {size.name} VM ({size.cores} cores, "
+                            f"{size.memory_mb} MB) on {'host ' + node.component_id if node.component_id else 'any host'}; "
+                            f"nothing fits ({free or 'no VM hosts'})")
+
+
+def _place_link(substrate: Substrate, link, index: int, iface_owner: Mapping[str, tuple[str, str]],
+                taken: set[str]) -> Placement:
+    endpoints = [iface_owner[r] for r in link.interface_refs if r in iface_owner]
+    keys: list[str] = []
+    if link.capacity_kbps:
+        chunks = -(-link.capacity_kbps // BW_CHUNK_KBPS)
+        for _node, hi in endpoints:
+            iface = next(i for h in substrate.hosts for i in h.interfaces if i.component_id == hi)
+            free = [f"bw:{hi}:{i}" for i in range(iface.bandwidth_kbps // BW_CHUNK_KBPS)
+                    if f"bw:{hi}:{i}" not in taken and f"bw:{hi}:{i}" not in keys]
+            if len(free) < chunks:
+                raise InsufficientBandwidth(
+                    f"link {link.client_id}: asked for {link.capacity_kbps} kbps on {hi}; "
+                    f"{len(free) * BW_CHUNK_KBPS} kbps free of {iface.bandwidth_kbps}")
+            keys.extend(free[:chunks])
+    tag = None
+    switch = substrate.switches[0] if substrate.switches else None
+    if len(endpoints) > 1 or link.vlan_tag is not None:
+        if switch is None:
+            raise VlanUnavailable(f"link {link.client_id}: this aggregate has no switch to carry it")
+        tags = [t for lo, hi in switch.vlan_range for t in range(lo, hi + 1)]
+        if link.vlan_tag is not None:
+            if link.vlan_tag not in tags:
+                raise VlanUnavailable(f"link {link.client_id}: VLAN {link.vlan_tag} is outside {switch.name}'s range "
+                                      f"{_ranges(switch.vlan_range)}")
+            tags = [link.vlan_tag]
+        free_tags = [t for t in tags if f"vlan:{switch.component_id}:{t}" not in taken]
+        if not free_tags:
+            raise VlanUnavailable(f"link {link.client_id}: asked for "
+                                  f"{'VLAN ' + str(link.vlan_tag) if link.vlan_tag else 'a VLAN'} on {switch.name}; "
+                                  f"none free in {_ranges(switch.vlan_range)}")
+        tag = free_tags[0]
+        keys.append(f"vlan:{switch.component_id}:{tag}")
+    subnet = f"10.{10 + (index // 250)}.{index % 250}"
+    return Placement(link.client_id, "link", switch.component_id if (switch and tag) else "", tuple(keys),
+                     {"vlan_tag": tag, "capacity_kbps": link.capacity_kbps or 0, "subnet": subnet,
+                      "endpoints": [n for n, _ in endpoints], "interface_refs": list(link.interface_refs)})
+
+
+def _ranges(ranges) -> str:
+    return ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in ranges)
+
+
+def usage_counts(keys: Set[str]) -> tuple[dict[str, int], dict[str, int], frozenset[str], dict[str, frozenset[int]]]:
+    """(cores per host, MB per host, exclusive nodes taken, VLAN tags per switch) from claimed keys."""
+    cores: dict[str, int] = {}
+    mem: dict[str, int] = {}
+    taken: set[str] = set()
+    vlans: dict[str, set[int]] = {}
+    for key in keys:
+        kind, _, rest = key.partition(":")
+        if kind == "core":
+            host = rest.rsplit(":", 1)[0]
+            cores[host] = cores.get(host, 0) + 1
+        elif kind == "mem":
+            host = rest.rsplit(":", 1)[0]
+            mem[host] = mem.get(host, 0) + MEM_CHUNK_MB
+        elif kind == "node":
+            taken.add(rest)
+        elif kind == "vlan":
+            switch, _, tag = rest.rpartition(":")
+            vlans.setdefault(switch, set()).add(int(tag))
+    return cores, mem, frozenset(taken), {k: frozenset(v) for k, v in vlans.items()}

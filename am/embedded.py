@@ -1,0 +1,263 @@
+"""The embedded slice manager: slivers as records in the store, resources as atomic claims.
+
+Allocation plans with `am.embed.plan` against what is claimed now and then claims the plan's keys
+all-or-nothing; a lost race re-plans. Everything a sliver holds is released on delete and on expiry, by
+whoever notices first (a call or the reaper)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from am import slice_manager as sm
+from am.embed import plan
+from am.slice_manager import Sliver
+from am.substrate.emulated import ALLOWED_ACTIONS, EmulatedDriver
+from rspec.manifest import SliverView
+from rspec.request import Request
+from rspec.substrate import Substrate
+from slicex.clock import parse_time, rfc3339
+from slicex.errors import Busy, SearchFailed, Unsupported
+from slicex.store import Store
+
+SLIVERS = "slivers"
+REQUESTS = "requests"
+SLICES = "slices"
+PLAN_RETRIES = 5
+
+
+def _to_doc(s: Sliver) -> dict[str, Any]:
+    return {"urn": s.urn, "slice_urn": s.slice_urn, "client_id": s.client_id, "kind": s.kind,
+            "allocation_state": s.allocation_state, "operational_state": s.operational_state,
+            "expires": rfc3339(s.expires), "error": s.error, "component_id": s.component_id,
+            "owner_urn": s.owner_urn, "details": s.details}
+
+
+def _from_doc(d: dict[str, Any]) -> Sliver:
+    return Sliver(d["urn"], d["slice_urn"], d["client_id"], d["kind"], d["allocation_state"],
+                  d["operational_state"], parse_time(d["expires"]), d.get("error", ""), d.get("component_id", ""),
+                  d.get("owner_urn", ""), d.get("details", {}))
+
+
+class EmbeddedSliceManager:
+    def __init__(self, store: Store, substrate: Substrate, driver: EmulatedDriver, image_policy: str = "reject"):
+        self.store = store
+        self.substrate = substrate
+        self.driver = driver
+        self.image_policy = image_policy
+        self._lock = threading.RLock()
+
+    # ---- helpers -------------------------------------------------------------------------------------------
+    def _sliver_urn(self) -> str:
+        return f"urn:publicid:IDN+{self.substrate.authority}+sliver+{uuid.uuid4().hex[:16]}"
+
+    def _save(self, s: Sliver) -> None:
+        self.store.put(SLIVERS, s.urn, _to_doc(s))
+
+    def _refresh(self, s: Sliver, now: datetime) -> Sliver:
+        """Apply timed operational transitions and expiry as of `now`."""
+        if s.allocation_state == sm.PROVISIONED and "op" in s.details:
+            state, error = self.driver.current(s.details["op"], now)
+            if state != s.operational_state or (error and error != s.error):
+                s.operational_state = state
+                s.error = error or s.error
+                self._save(s)
+        return s
+
+    def _load(self, urn: str) -> Sliver | None:
+        doc = self.store.get(SLIVERS, urn)
+        return _from_doc(doc) if doc else None
+
+    def _release(self, s: Sliver) -> None:
+        owner = s.details.get("claim_owner", s.urn)
+        for key in s.details.get("keys", []):
+            self.store.release(key, owner)
+        self.store.delete(SLIVERS, s.urn)
+
+    # ---- SliceManager --------------------------------------------------------------------------------------
+    def allocate(self, slice_urn: str, owner_urn: str, request: Request, end: datetime,
+                 now: datetime) -> list[Sliver]:
+        with self._lock:
+            self.reap(now)
+            group = f"alloc:{uuid.uuid4().hex}"
+            for _attempt in range(PLAN_RETRIES):
+                used = set(self.store.all_claims().keys())
+                placements = plan(self.substrate, request, used, self.image_policy)
+                keys = [k for p in placements for k in p.keys]
+                if self.store.claim_all(keys, group):
+                    break
+            else:
+                raise Busy("resources changed under this request five times in a row; try again")
+            key = f"{slice_urn}#{rfc3339(now)}-{uuid.uuid4().hex[:8]}"
+            self.store.put(REQUESTS, key, {"key": key, "slice_urn": slice_urn, "xml": request.xml,
+                                           "client_ids": [p.client_id for p in placements]})
+            slivers = []
+            for p in placements:
+                s = Sliver(self._sliver_urn(), slice_urn, p.client_id, p.kind, sm.ALLOCATED,
+                           sm.PENDING_ALLOCATION, end, "", p.component_id, owner_urn,
+                           {**p.details, "keys": list(p.keys), "claim_owner": group, "allocated_at": rfc3339(now)})
+                self._save(s)
+                slivers.append(s)
+            return slivers
+
+    def provision(self, sliver_urns: list[str], end: datetime, users: list[dict[str, Any]],
+                  now: datetime) -> list[Sliver]:
+        with self._lock:
+            out = []
+            for urn in sliver_urns:
+                s = self._require(urn, now)
+                if s.allocation_state == sm.ALLOCATED:
+                    s.allocation_state = sm.PROVISIONED
+                    s.details["op"] = self.driver.provisioned(s.kind, now)
+                    s.operational_state = s.details["op"]["state"]
+                    s.details["provisioned_at"] = rfc3339(now)
+                s.expires = end
+                if s.kind == "node":
+                    self._set_users(s, users)
+                    self._add_interface_details(s)
+                self._save(s)
+                out.append(s)
+            return out
+
+    def _set_users(self, s: Sliver, users: list[dict[str, Any]]) -> None:
+        host = f"{s.client_id}.{s.slice_urn.split('+')[-1]}.{self.substrate.authority}".lower()
+        logins = []
+        for n, u in enumerate(users):
+            name = str(u.get("urn", "")).split("+")[-1] or f"user{n}"
+            logins.append({"username": name, "hostname": host, "port": 22, "keys": list(u.get("keys", []))})
+        s.details["logins"] = logins
+        s.details["hostname"] = host
+
+    def _add_interface_details(self, s: Sliver) -> None:
+        from am.embed import mac_for
+
+        links = [_from_doc(d) for d in self.store.scan(SLIVERS) if d["slice_urn"] == s.slice_urn and d["kind"] == "link"]
+        for cid, info in s.details.get("interfaces", {}).items():
+            info["sliver_id"] = f"{s.urn}:{cid}"
+            info["mac_address"] = mac_for(s.urn, cid)
+            if not info.get("ip"):
+                for lk in links:
+                    refs = lk.details.get("interface_refs", [])
+                    if cid in refs:
+                        info["ip"] = f"{lk.details['subnet']}.{refs.index(cid) + 1}"
+                        info["netmask"] = "255.255.255.0"
+
+    def renew(self, sliver_urns: list[str], end: datetime, now: datetime, best_effort: bool) -> list[Sliver]:
+        with self._lock:
+            out = []
+            for urn in sliver_urns:
+                s = self._require(urn, now)
+                s.expires = end
+                s.error = ""
+                self._save(s)
+                out.append(s)
+            return out
+
+    def perform(self, sliver_urns: list[str], action: str, now: datetime, best_effort: bool,
+                users: list[dict[str, Any]]) -> list[Sliver]:
+        if action not in sm.ACTIONS:
+            raise Unsupported(f"operational action {action!r} is not supported here; supported: "
+                              f"{', '.join(sm.ACTIONS)}")
+        with self._lock:
+            slivers = [self._refresh(self._require(u, now), now) for u in sliver_urns]
+            problems = []
+            for s in slivers:
+                if s.allocation_state != sm.PROVISIONED:
+                    problems.append(f"{s.client_id} ({s.urn}) is {s.allocation_state}; provision it first")
+                elif s.operational_state not in ALLOWED_ACTIONS[action]:
+                    problems.append(f"{s.client_id} is {s.operational_state}; {action} needs one of "
+                                    f"{', '.join(sorted(ALLOWED_ACTIONS[action]))}")
+            if problems and not best_effort:
+                from slicex.errors import BadArgs
+
+                raise BadArgs(f"cannot {action}: " + "; ".join(problems))
+            for s in slivers:
+                if s.allocation_state != sm.PROVISIONED or s.operational_state not in ALLOWED_ACTIONS[action]:
+                    s.error = (f"cannot {action} while {s.operational_state}"
+                               if s.allocation_state == sm.PROVISIONED else f"cannot {action}: not provisioned")
+                    continue
+                s.details["op"] = self.driver.act(s.details.get("op", {}), s.kind, s.client_id, action, now)
+                s.operational_state = s.details["op"]["state"]
+                s.error = ""
+                if action == "geni_update_users" and s.kind == "node":
+                    self._set_users(s, users)
+                self._save(s)
+            return slivers
+
+    def delete(self, sliver_urns: list[str], now: datetime) -> list[Sliver]:
+        with self._lock:
+            out = []
+            for urn in sliver_urns:
+                s = self._require(urn, now)
+                self._release(s)
+                s.allocation_state = sm.UNALLOCATED
+                s.operational_state = sm.PENDING_ALLOCATION
+                out.append(s)
+            self._forget_requests()
+            return out
+
+    def _forget_requests(self) -> None:
+        live = {(d["slice_urn"], d["client_id"]) for d in self.store.scan(SLIVERS)}
+        for doc in self.store.scan(REQUESTS):
+            if not any((doc["slice_urn"], c) in live for c in doc["client_ids"]):
+                self.store.delete(REQUESTS, doc["key"])
+
+    def slivers(self, slice_urn: str, now: datetime) -> list[Sliver]:
+        with self._lock:
+            self.reap(now)
+            out = [self._refresh(_from_doc(d), now) for d in self.store.scan(SLIVERS) if d["slice_urn"] == slice_urn]
+            return sorted(out, key=lambda s: s.client_id)
+
+    def sliver(self, sliver_urn: str, now: datetime) -> Sliver | None:
+        with self._lock:
+            self.reap(now)
+            s = self._load(sliver_urn)
+            return self._refresh(s, now) if s else None
+
+    def _require(self, urn: str, now: datetime) -> Sliver:
+        s = self.sliver(urn, now)
+        if s is None:
+            raise SearchFailed(f"no sliver {urn} here (deleted, expired or never allocated)")
+        return s
+
+    def shutdown(self, slice_urn: str, now: datetime) -> None:
+        with self._lock:
+            self.store.put(SLICES, slice_urn, {"slice_urn": slice_urn, "shutdown": True, "at": rfc3339(now)})
+            for s in self.slivers(slice_urn, now):
+                if s.allocation_state == sm.PROVISIONED:
+                    s.details["op"] = {"state": "geni_notready", "since": rfc3339(now), "until": None, "then": None}
+                    s.operational_state = "geni_notready"
+                    s.error = "slice shut down by operator"
+                    self._save(s)
+
+    def is_shut_down(self, slice_urn: str) -> bool:
+        doc = self.store.get(SLICES, slice_urn)
+        return bool(doc and doc.get("shutdown"))
+
+    def request_of(self, slice_urn: str) -> list[Request]:
+        docs = [d for d in self.store.scan(REQUESTS) if d["slice_urn"] == slice_urn]
+        return [Request((), (), d["xml"]) for d in docs]
+
+    def views(self, slivers: list[Sliver]) -> list[SliverView]:
+        return [SliverView(s.client_id, s.urn, s.kind, s.component_id, s.details) for s in slivers]
+
+    def reap(self, now: datetime) -> list[str]:
+        """Release every sliver whose expiry has passed; return their URNs."""
+        with self._lock:
+            gone = []
+            for d in self.store.scan(SLIVERS):
+                if parse_time(d["expires"]) <= now:
+                    self._release(_from_doc(d))
+                    gone.append(d["urn"])
+            if gone:
+                self._forget_requests()
+            return gone
+
+    def usage_keys(self) -> set[str]:
+        return set(self.store.all_claims().keys())
+
+
+def default_allocation_lifetime() -> timedelta:
+    return timedelta(minutes=10)

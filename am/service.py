@@ -1,0 +1,124 @@
+"""Assemble and run one embedded deployment: the AM API endpoint and the slice authority in one process,
+state in the store named by the config (SQLite by default), the reaper on the actor clock."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from am.api import AggregateManager, AmIdentity, AmPolicy, error_result
+from am.embed import usage_counts
+from am.embedded import EmbeddedSliceManager
+from am.substrate.emulated import EmulatedDriver, FailurePlan
+from clearinghouse.slice_authority import SaPolicy, SliceAuthority
+from rspec.advertisement import AdvertisementCache, Usage
+from rspec.substrate import Substrate, default_substrate, load_substrate
+from slicex import pki
+from slicex.clock import Clock, SystemClock
+from slicex.credentials import CredentialVerifier
+from slicex.devpki import roots_bundle
+from slicex.errors import BadArgs, TooBig
+from slicex.home import Home
+from slicex.store import Store, open_store
+from slicex.tls_xmlrpc import TlsXmlRpcServer, server_context
+
+log = logging.getLogger("slicex.service")
+
+
+@dataclass
+class Endpoints:
+    sa_url: str
+    am_url: str
+
+
+class EmbeddedDeployment:
+    """Everything `slicex up` runs, built from $SLICEX_HOME."""
+
+    def __init__(self, home: Home, clock: Clock | None = None, sa_port: int | None = None,
+                 am_port: int | None = None, failures: FailurePlan | None = None, store: Store | None = None,
+                 substrate: Substrate | None = None):
+        self.home = home
+        self.cfg = home.config()
+        self.clock = clock or SystemClock()
+        self.authority = self.cfg["authority"]
+        host = self.cfg["host"]
+        self.store = store or open_store(self.cfg["store"])
+        self.substrate = substrate or (load_substrate(self.cfg["substrate"]) if self.cfg["substrate"]
+                                       else default_substrate(self.authority))
+        self.driver = EmulatedDriver(self.substrate, failures)
+        self.sm = EmbeddedSliceManager(self.store, self.substrate, self.driver, self.cfg["image_policy"])
+        trust = pki.TrustStore([home.trusted_roots])
+        self.verifier = CredentialVerifier(trust)
+        am_policy = AmPolicy(allocation_lifetime=timedelta(minutes=self.cfg["am"]["allocation_lifetime_minutes"]),
+                             default_lease=timedelta(hours=self.cfg["am"]["default_lease_hours"]),
+                             max_lease=timedelta(days=self.cfg["am"]["max_lease_days"]))
+        ca_file = str(roots_bundle(home))
+        self._sa_server = TlsXmlRpcServer((host, self.cfg["sa_port"] if sa_port is None else sa_port),
+                                          server_context(str(home.sa_cert), str(home.sa_key), ca_file),
+                                          self._sa_dispatch, self._sa_reject)
+        self._am_server = TlsXmlRpcServer((host, self.cfg["am_port"] if am_port is None else am_port),
+                                          server_context(str(home.am_cert), str(home.am_key), ca_file),
+                                          self._am_dispatch, self._am_reject)
+        self.endpoints = Endpoints(f"https://{host}:{self._sa_server.port}/",
+                                   f"https://{host}:{self._am_server.port}/")
+        self.am_urn = f"urn:publicid:IDN+{self.authority}+authority+am"
+        self._ads = AdvertisementCache()
+        self.am = AggregateManager(AmIdentity(self.am_urn, self.endpoints.am_url, host, self.driver.description),
+                                   self.sm, self.verifier, self.clock, self._advertise, am_policy)
+        self.sa = SliceAuthority(self.authority, home.sa_cert.read_bytes(), home.sa_key.read_bytes(),
+                                 home.ca_cert.read_bytes(), home.ca_key.read_bytes(), self.store, self.clock,
+                                 {self.am_urn: self.endpoints.am_url}, self.endpoints.sa_url,
+                                 SaPolicy(slice_lifetime=timedelta(days=self.cfg["sa"]["slice_lifetime_days"]),
+                                          max_slice_lifetime=timedelta(days=self.cfg["sa"]["max_slice_lifetime_days"])))
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # ---- edges -------------------------------------------------------------------------------------------------
+    def _am_dispatch(self, method: str, params: tuple, cert) -> Any:
+        return self.am.dispatch(method, params, cert)
+
+    @staticmethod
+    def _am_reject(message: str, too_big: bool = False) -> Any:
+        return error_result(TooBig(message) if too_big else BadArgs(message))
+
+    def _sa_dispatch(self, method: str, params: tuple, cert) -> Any:
+        return self.sa.dispatch(method, params, cert)
+
+    def _sa_reject(self, message: str, too_big: bool = False) -> Any:
+        return self.sa.reject(message, too_big)
+
+    def _advertise(self, available_only: bool, now: datetime) -> str:
+        cores, mem, taken, vlans = usage_counts(self.sm.usage_keys())
+        usage = Usage(cores=cores, memory_mb=mem, taken=taken, vlans=vlans)
+        return self._ads.get(self.substrate, usage, now, available_only)
+
+    # ---- lifecycle -------------------------------------------------------------------------------------------
+    def start(self) -> Endpoints:
+        self._threads = [self._sa_server.start_background(), self._am_server.start_background()]
+        reaper = threading.Thread(target=self._reap_loop, name="reaper", daemon=True)
+        reaper.start()
+        self._threads.append(reaper)
+        log.info("slice authority at %s, aggregate at %s", self.endpoints.sa_url, self.endpoints.am_url)
+        return self.endpoints
+
+    def _reap_loop(self) -> None:
+        tick = float(self.cfg.get("tick_seconds", 1.0))
+        while not self._stop.wait(tick):
+            try:
+                gone = self.sm.reap(self.clock.now())
+                if gone:
+                    log.info("reaped %d expired slivers", len(gone))
+            except Exception:  # noqa: BLE001 - the reaper must keep running
+                log.exception("reaper failed; will retry next tick")
+
+    def stop(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        for server in (self._sa_server, self._am_server):
+            server.shutdown()
+            server.server_close()
+        self.store.close()

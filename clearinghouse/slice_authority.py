@@ -1,0 +1,172 @@
+"""The embedded slice authority, speaking what omni's `gcf` framework calls (DESIGN §4): create slices,
+issue user and slice credentials signed with xmlsec, renew, delete and list slices.
+
+A new user needs no external portal: `slicex user add NAME` issues a certificate from the dev CA, and omni
+gets credentials here. Errors are XML-RPC faults on this interface (the gcf clearinghouse protocol has no
+result codes); messages say what to do."""
+
+from __future__ import annotations
+
+import logging
+import xmlrpc.client
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from cryptography import x509
+
+from slicex import pki
+from slicex.clock import Clock, parse_time, rfc3339
+from slicex.credentials import create_credential
+from slicex.errors import BadArgs, GeniError
+from slicex.store import Store
+from slicex.urn import parse_urn
+
+log = logging.getLogger("slicex.sa")
+SLICES = "sa_slices"
+
+
+@dataclass
+class SaPolicy:
+    slice_lifetime: timedelta = timedelta(days=7)
+    max_slice_lifetime: timedelta = timedelta(days=60)
+    user_credential_lifetime: timedelta = timedelta(days=30)
+
+
+class SliceAuthority:
+    def __init__(self, authority: str, sa_cert_pem: bytes, sa_key_pem: bytes, ca_cert_pem: bytes,
+                 ca_key_pem: bytes, store: Store, clock: Clock, aggregates: dict[str, str],
+                 url: str = "", policy: SaPolicy | None = None):
+        self.authority = authority
+        self.sa_cert_pem = sa_cert_pem
+        self.sa_key_pem = sa_key_pem
+        self.ca_cert_pem = ca_cert_pem
+        self.ca_key_pem = ca_key_pem
+        self.store = store
+        self.clock = clock
+        self.aggregates = aggregates
+        self.url = url
+        self.policy = policy or SaPolicy()
+        self.urn = f"urn:publicid:IDN+{authority}+authority+sa"
+
+    # ---- edge: XML-RPC dispatch -------------------------------------------------------------------------------
+    METHODS = ("GetVersion", "CreateUserCredential", "CreateSlice", "RenewSlice", "DeleteSlice",
+               "ListAggregates", "ListMySlices", "GetCredential", "ResolveSlice")
+
+    def dispatch(self, method: str, params: tuple, caller: x509.Certificate | None) -> Any:
+        if method not in self.METHODS:
+            return xmlrpc.client.Fault(1, f"unknown method {method!r}; this slice authority offers "
+                                          f"{', '.join(self.METHODS)}")
+        if caller is None:
+            return xmlrpc.client.Fault(3, "no client certificate: use mutual TLS with your user certificate")
+        try:
+            return getattr(self, method)(caller, *params)
+        except TypeError as exc:
+            return xmlrpc.client.Fault(1, f"{method}: wrong arguments ({exc})")
+        except GeniError as exc:
+            return xmlrpc.client.Fault(exc.code, exc.message)
+        except Exception as exc:  # noqa: BLE001 - the boundary
+            log.exception("%s failed", method)
+            return xmlrpc.client.Fault(5, f"{method} failed: {type(exc).__name__}: {exc}")
+
+    def reject(self, message: str, too_big: bool = False) -> Any:
+        return xmlrpc.client.Fault(6 if too_big else 1, message)
+
+    # ---- methods ---------------------------------------------------------------------------------------------
+    def GetVersion(self, caller: x509.Certificate) -> dict[str, Any]:
+        return {"urn": self.urn, "hostname": self.url, "gcf-ch_api": 2, "slicex_sa": True,
+                "authority": self.authority}
+
+    def _caller_urn(self, caller: x509.Certificate) -> str:
+        urn = pki.cert_urn(caller)
+        if not urn:
+            raise BadArgs("your certificate carries no GENI URN in subjectAltName")
+        return urn
+
+    def _chain(self) -> list[bytes]:
+        return [self.sa_cert_pem, self.ca_cert_pem]
+
+    def CreateUserCredential(self, caller: x509.Certificate, user_cert_pem: str = "") -> str:
+        """A user credential for the caller (the certificate passed must be the caller's own)."""
+        user_urn = self._caller_urn(caller)
+        if user_cert_pem:
+            certs = pki.load_certs(user_cert_pem.encode() if isinstance(user_cert_pem, str) else user_cert_pem)
+            if not certs or certs[0].public_key().public_numbers() != caller.public_key().public_numbers():
+                raise BadArgs("the certificate passed is not the one you connected with")
+        caller_pem = caller.public_bytes(pki.serialization.Encoding.PEM)
+        now = self.clock.now()
+        return create_credential(owner_cert=caller_pem, target_cert=caller_pem,
+                                 privileges={"refresh": True, "resolve": True, "info": True},
+                                 expires=min(now + self.policy.user_credential_lifetime, caller.not_valid_after_utc),
+                                 signer_cert_chain=self._chain(), signer_key_pem=self.sa_key_pem)
+
+    def CreateSlice(self, caller: x509.Certificate, slice_urn: str) -> str:
+        """Create the slice if new (the caller owns it) and return a slice credential."""
+        owner = self._caller_urn(caller)
+        urn = parse_urn(slice_urn, "slice")
+        if urn.top_authority != self.authority.lower():
+            raise BadArgs(f"{slice_urn} belongs to authority {urn.authority}; this slice authority issues slices "
+                          f"under {self.authority}")
+        now = self.clock.now()
+        record = self.store.get(SLICES, str(urn).lower())
+        if record and parse_time(record["expires"]) <= now:
+            self.store.delete(SLICES, str(urn).lower())
+            record = None
+        if record is None:
+            cert_pem, _key = pki.issue_certificate(self.ca_cert_pem, self.ca_key_pem, str(urn), urn.name,
+                                                   days=self.policy.max_slice_lifetime.days + 1)
+            record = {"urn": str(urn), "owner": owner, "created": rfc3339(now),
+                      "expires": rfc3339(now + self.policy.slice_lifetime), "cert": cert_pem.decode()}
+            self.store.put(SLICES, str(urn).lower(), record)
+        elif record["owner"].lower() != owner.lower():
+            raise BadArgs(f"slice {slice_urn} exists and belongs to {record['owner']}")
+        return self._slice_credential(caller, record)
+
+    def _slice_credential(self, caller: x509.Certificate, record: dict[str, Any]) -> str:
+        return create_credential(owner_cert=caller.public_bytes(pki.serialization.Encoding.PEM),
+                                 target_cert=record["cert"].encode(), privileges={"*": True},
+                                 expires=parse_time(record["expires"]), signer_cert_chain=self._chain(),
+                                 signer_key_pem=self.sa_key_pem)
+
+    GetCredential = CreateSlice
+
+    def ResolveSlice(self, caller: x509.Certificate, slice_urn: str) -> dict[str, Any]:
+        record = self._owned(caller, slice_urn)
+        return {"urn": record["urn"], "owner": record["owner"], "expires": record["expires"]}
+
+    def _owned(self, caller: x509.Certificate, slice_urn: str) -> dict[str, Any]:
+        owner = self._caller_urn(caller)
+        urn = parse_urn(slice_urn, "slice")
+        record = self.store.get(SLICES, str(urn).lower())
+        if record is None or parse_time(record["expires"]) <= self.clock.now():
+            raise BadArgs(f"no slice {slice_urn} at this slice authority (or it expired)")
+        if record["owner"].lower() != owner.lower():
+            raise BadArgs(f"slice {slice_urn} belongs to {record['owner']}")
+        return record
+
+    def RenewSlice(self, caller: x509.Certificate, slice_urn: str, expiration: Any) -> bool:
+        record = self._owned(caller, slice_urn)
+        now = self.clock.now()
+        when = parse_time(expiration if isinstance(expiration, str) else str(expiration))
+        if when <= now or when > now + self.policy.max_slice_lifetime:
+            return False
+        record["expires"] = rfc3339(when)
+        self.store.put(SLICES, record["urn"].lower(), record)
+        return True
+
+    def DeleteSlice(self, caller: x509.Certificate, slice_urn: str) -> bool:
+        record = self._owned(caller, slice_urn)
+        return self.store.delete(SLICES, record["urn"].lower())
+
+    def ListAggregates(self, caller: x509.Certificate) -> dict[str, str]:
+        return dict(self.aggregates)
+
+    def ListMySlices(self, caller: x509.Certificate, user_urn: str = "") -> list[str]:
+        owner = self._caller_urn(caller)
+        now = self.clock.now()
+        return sorted(r["urn"] for r in self.store.scan(SLICES)
+                      if r["owner"].lower() == owner.lower() and parse_time(r["expires"]) > now)
+
+    def slice_expiry(self, slice_urn: str) -> datetime | None:
+        record = self.store.get(SLICES, slice_urn.lower())
+        return parse_time(record["expires"]) if record else None

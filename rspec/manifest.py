@@ -1,0 +1,126 @@
+"""Manifest RSpecs: the client's own request, annotated with what was given.
+
+Every node and link keeps its client_id; slicex adds sliver ids, component ids, interface MACs and IPs,
+VLAN tags and login services; unknown extension elements pass through unchanged."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from lxml import etree
+
+from rspec.namespaces import MANIFEST_XSD, RSPEC3, XSI, q
+from slicex.clock import rfc3339
+from slicex.xmlsafe import parse_xml
+
+
+@dataclass(frozen=True)
+class SliverView:
+    """What the manifest shows of one sliver (filled by the slice manager from its records)."""
+
+    client_id: str
+    sliver_urn: str
+    kind: str  # "node" | "link"
+    component_id: str = ""
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+def empty_manifest(now: datetime | None = None) -> str:
+    root = etree.Element(q(RSPEC3, "rspec"), nsmap={None: RSPEC3, "xsi": XSI})
+    root.set("type", "manifest")
+    root.set(q(XSI, "schemaLocation"), f"{RSPEC3} {MANIFEST_XSD}")
+    if now is not None:
+        root.set("generated", rfc3339(now))
+    return etree.tostring(root, encoding="unicode", pretty_print=True)
+
+
+def build_manifest(requests: Iterable[str], slivers: Iterable[SliverView], component_manager_id: str,
+                   now: datetime | None = None) -> str:
+    """Merge the requests the slice's slivers came from into one manifest showing exactly `slivers`."""
+    by_client = {s.client_id: s for s in slivers}
+    root: etree._Element | None = None
+    seen: set[str] = set()
+    for text in requests:
+        req = parse_xml(text, "stored request")
+        if root is None:
+            root = etree.Element(q(RSPEC3, "rspec"), nsmap=dict(req.nsmap))
+            for k, v in req.attrib.items():
+                root.set(k, v)
+            root.set("type", "manifest")
+            root.set(q(XSI, "schemaLocation"), f"{RSPEC3} {MANIFEST_XSD}")
+            if now is not None:
+                root.set("generated", rfc3339(now))
+            for child in req:
+                if isinstance(child.tag, str) and child.tag not in (q(RSPEC3, "node"), q(RSPEC3, "link")):
+                    root.append(copy.deepcopy(child))
+        for el in req:
+            if el.tag not in (q(RSPEC3, "node"), q(RSPEC3, "link")):
+                continue
+            cid = el.get("client_id")
+            view = by_client.get(cid)
+            if view is None or cid in seen:
+                continue
+            seen.add(cid)
+            out = copy.deepcopy(el)
+            (_annotate_node if el.tag == q(RSPEC3, "node") else _annotate_link)(out, view, component_manager_id)
+            root.append(out)
+    if root is None:
+        return empty_manifest(now)
+    return etree.tostring(root, encoding="unicode", pretty_print=True)
+
+
+def _annotate_node(el: etree._Element, v: SliverView, cm: str) -> None:
+    d = v.details
+    el.set("sliver_id", v.sliver_urn)
+    if v.component_id:
+        el.set("component_id", v.component_id)
+    el.set("component_manager_id", cm)
+    if "exclusive" in d:
+        el.set("exclusive", "true" if d["exclusive"] else "false")
+    st = el.find(q(RSPEC3, "sliver_type"))
+    if st is None and d.get("sliver_type"):
+        st = etree.SubElement(el, q(RSPEC3, "sliver_type"))
+    if st is not None and d.get("sliver_type"):
+        st.set("name", d["sliver_type"])
+        if d.get("disk_image") and st.find(q(RSPEC3, "disk_image")) is None:
+            etree.SubElement(st, q(RSPEC3, "disk_image")).set("name", d["disk_image"])
+    ifaces: Mapping[str, Mapping[str, str]] = d.get("interfaces", {})
+    for i in el.findall(q(RSPEC3, "interface")):
+        info = ifaces.get(i.get("client_id", ""), {})
+        for attr in ("sliver_id", "component_id", "mac_address"):
+            if info.get(attr):
+                i.set(attr, info[attr])
+        if info.get("ip") and i.find(q(RSPEC3, "ip")) is None:
+            ip = etree.SubElement(i, q(RSPEC3, "ip"))
+            ip.set("address", info["ip"])
+            ip.set("netmask", info.get("netmask", "255.255.255.0"))
+            ip.set("type", "ipv4")
+    logins = d.get("logins", [])
+    if logins or d.get("hostname"):
+        services = el.find(q(RSPEC3, "services"))
+        if services is None:
+            services = etree.SubElement(el, q(RSPEC3, "services"))
+        for lg in logins:
+            login = etree.SubElement(services, q(RSPEC3, "login"))
+            login.set("authentication", "ssh-keys")
+            login.set("hostname", lg["hostname"])
+            login.set("port", str(lg.get("port", 22)))
+            login.set("username", lg["username"])
+    if d.get("hostname"):
+        host = el.find(q(RSPEC3, "host"))
+        if host is None:
+            host = etree.SubElement(el, q(RSPEC3, "host"))
+        host.set("name", d["hostname"])
+
+
+def _annotate_link(el: etree._Element, v: SliverView, cm: str) -> None:
+    d = v.details
+    el.set("sliver_id", v.sliver_urn)
+    if d.get("vlan_tag") is not None:
+        el.set("vlantag", str(d["vlan_tag"]))
+    if el.find(q(RSPEC3, "component_manager")) is None:
+        etree.SubElement(el, q(RSPEC3, "component_manager")).set("name", cm)

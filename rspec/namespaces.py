@@ -1,0 +1,21 @@
+"""XML namespaces slicex reads and writes (DESIGN §5)."""
+
+RSPEC3 = "http://www.geni.net/resources/rspec/3"
+PGV2 = "http://www.protogeni.net/resources/rspec/2"
+XSI = "http://www.w3.org/2001/XMLSchema-instance"
+STITCH2 = "http://www.geni.net/resources/rspec/ext/stitch/2/"
+SHARED_VLAN = "http://www.protogeni.net/resources/rspec/ext/shared-vlan/1"
+SHARED_VLAN_GENI = "http://www.geni.net/resources/rspec/ext/shared-vlan/1"
+OPSTATE = "http://www.geni.net/resources/rspec/ext/opstate/1"
+EMULAB = "http://www.protogeni.net/resources/rspec/ext/emulab/1"
+QINQ = "http://slicex.dev/rspec/ext/qinq/1"
+
+REQUEST_XSD = "http://www.geni.net/resources/rspec/3/request.xsd"
+AD_XSD = "http://www.geni.net/resources/rspec/3/ad.xsd"
+MANIFEST_XSD = "http://www.geni.net/resources/rspec/3/manifest.xsd"
+OPSTATE_XSD = "http://www.geni.net/resources/rspec/ext/opstate/1/ad.xsd"
+
+
+def q(ns: str, tag: str) -> str:
+    """Clark notation `{ns}tag` for lxml."""
+    return f"{{{ns}}}{tag}"

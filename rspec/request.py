@@ -1,0 +1,175 @@
+"""Request RSpecs (GENI v3): parse untrusted XML into plain data the slice manager embeds.
+
+The original document is kept (`Request.xml`) because the manifest is the request annotated: unknown
+extension elements pass through unchanged."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lxml import etree
+
+from rspec.namespaces import PGV2, RSPEC3, SHARED_VLAN, SHARED_VLAN_GENI, q
+from slicex.errors import BadArgs, BadVersion
+from slicex.xmlsafe import parse_xml
+
+MAX_REQUEST_BYTES = 2 * 1024 * 1024
+MAX_ELEMENTS = 5000
+
+
+@dataclass(frozen=True)
+class RequestInterface:
+    client_id: str
+    component_id: str | None = None
+    ip: str | None = None
+    netmask: str | None = None
+
+
+@dataclass(frozen=True)
+class RequestNode:
+    client_id: str
+    component_id: str | None = None
+    component_manager_id: str | None = None
+    exclusive: bool | None = None
+    sliver_type: str | None = None
+    disk_image: str | None = None
+    hardware_type: str | None = None
+    interfaces: tuple[RequestInterface, ...] = ()
+    extensions: tuple[str, ...] = ()  # tags of foreign-namespace children, e.g. '{ns}fpga'
+
+
+@dataclass(frozen=True)
+class RequestLink:
+    client_id: str
+    interface_refs: tuple[str, ...] = ()
+    component_managers: tuple[str, ...] = ()
+    capacity_kbps: int | None = None
+    latency_ms: int | None = None
+    packet_loss: float | None = None
+    link_type: str | None = None
+    shared_vlan: str | None = None
+    vlan_tag: int | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    nodes: tuple[RequestNode, ...]
+    links: tuple[RequestLink, ...]
+    xml: str = field(repr=False, default="")
+
+    def node(self, client_id: str) -> RequestNode | None:
+        return next((n for n in self.nodes if n.client_id == client_id), None)
+
+    def for_aggregate(self, component_manager_id: str) -> Request:
+        """The part of a multi-aggregate request this aggregate must satisfy."""
+        cm = component_manager_id.lower()
+        nodes = tuple(n for n in self.nodes if not n.component_manager_id or n.component_manager_id.lower() == cm)
+        ours = {i.client_id for n in nodes for i in n.interfaces}
+        links = tuple(lk for lk in self.links
+                      if (not lk.component_managers or cm in {c.lower() for c in lk.component_managers})
+                      and (not lk.interface_refs or any(r in ours for r in lk.interface_refs)))
+        return Request(nodes, links, self.xml)
+
+
+def _bool(text: str | None) -> bool | None:
+    if text is None:
+        return None
+    if text.lower() in ("true", "1"):
+        return True
+    if text.lower() in ("false", "0"):
+        return False
+    raise BadArgs(f"{text!r} is not a boolean (true/false)")
+
+
+def _int(text: str | None, what: str) -> int | None:
+    if text is None or text == "":
+        return None
+    try:
+        return int(float(text))
+    except ValueError:
+        raise BadArgs(f"{what} {text!r} is not a number") from None
+
+
+def parse_request(text: str | bytes, max_bytes: int = MAX_REQUEST_BYTES) -> Request:
+    """Parse a GENI v3 request RSpec or raise BadArgs/BadVersion/TooBig saying what is wrong."""
+    root = parse_xml(text, "request RSpec", max_bytes)
+    if etree.QName(root).localname != "rspec":
+        raise BadArgs(f"request RSpec root element is <{etree.QName(root).localname}>, expected <rspec>")
+    ns = etree.QName(root).namespace
+    if ns == PGV2:
+        raise BadVersion(f"request is a ProtoGENI v2 RSpec ({PGV2}); this aggregate takes GENI v3 ({RSPEC3})")
+    if ns != RSPEC3:
+        raise BadVersion(f"request namespace {ns!r} is not GENI RSpec v3 ({RSPEC3})")
+    kind = root.get("type")
+    if kind != "request":
+        raise BadArgs(f"RSpec type is {kind!r}; Allocate needs type=\"request\" (an advertisement or manifest "
+                      f"is not a request)")
+    if sum(1 for _ in root.iter()) > MAX_ELEMENTS:
+        raise BadArgs(f"request has more than {MAX_ELEMENTS} elements")
+    nodes: list[RequestNode] = []
+    seen: set[str] = set()
+    for el in root.findall(q(RSPEC3, "node")):
+        nodes.append(_node(el, seen))
+    links = [_link(el, seen) for el in root.findall(q(RSPEC3, "link"))]
+    iface_ids = {i.client_id for n in nodes for i in n.interfaces}
+    for lk in links:
+        for ref in lk.interface_refs:
+            if ref not in iface_ids:
+                raise BadArgs(f"link {lk.client_id!r} refers to interface {ref!r}, which no node declares")
+    text_out = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+    return Request(tuple(nodes), tuple(links), text_out)
+
+
+def _client_id(el: etree._Element, what: str, seen: set[str]) -> str:
+    cid = el.get("client_id")
+    if not cid:
+        raise BadArgs(f"a <{what}> has no client_id")
+    if len(cid) > 128:
+        raise BadArgs(f"client_id {cid[:40]!r}… is longer than 128 characters")
+    if cid in seen:
+        raise BadArgs(f"client_id {cid!r} is used twice; client_ids must be unique in a request")
+    seen.add(cid)
+    return cid
+
+
+def _node(el: etree._Element, seen: set[str]) -> RequestNode:
+    cid = _client_id(el, "node", seen)
+    st = el.find(q(RSPEC3, "sliver_type"))
+    image = st.find(q(RSPEC3, "disk_image")) if st is not None else None
+    hw = el.find(q(RSPEC3, "hardware_type"))
+    ifaces = []
+    for i in el.findall(q(RSPEC3, "interface")):
+        icid = _client_id(i, "interface", seen)
+        ip = i.find(q(RSPEC3, "ip"))
+        ifaces.append(RequestInterface(icid, i.get("component_id"), ip.get("address") if ip is not None else None,
+                                       ip.get("netmask") if ip is not None else None))
+    ext = tuple(str(c.tag) for c in el if isinstance(c.tag, str) and etree.QName(c).namespace != RSPEC3)
+    return RequestNode(cid, el.get("component_id"), el.get("component_manager_id"), _bool(el.get("exclusive")),
+                       st.get("name") if st is not None else None, image.get("name") if image is not None else None,
+                       hw.get("name") if hw is not None else None, tuple(ifaces), ext)
+
+
+def _link(el: etree._Element, seen: set[str]) -> RequestLink:
+    cid = _client_id(el, "link", seen)
+    refs = tuple(r.get("client_id", "") for r in el.findall(q(RSPEC3, "interface_ref")))
+    cms = tuple(c.get("name", "") for c in el.findall(q(RSPEC3, "component_manager")))
+    cap = lat = None
+    loss = None
+    for p in el.findall(q(RSPEC3, "property")):
+        cap = max(cap or 0, _int(p.get("capacity"), f"link {cid} capacity") or 0) or cap
+        lat = _int(p.get("latency"), f"link {cid} latency") if p.get("latency") else lat
+        if p.get("packet_loss"):
+            try:
+                loss = float(p.get("packet_loss"))
+            except ValueError:
+                raise BadArgs(f"link {cid} packet_loss {p.get('packet_loss')!r} is not a number") from None
+    lt = el.find(q(RSPEC3, "link_type"))
+    shared = None
+    for ns in (SHARED_VLAN, SHARED_VLAN_GENI):
+        sv = el.find(q(ns, "link_shared_vlan"))
+        if sv is not None:
+            shared = sv.get("name")
+    tag = _int(el.get("vlantag"), f"link {cid} vlantag")
+    if tag is not None and not 1 <= tag <= 4094:
+        raise BadArgs(f"link {cid} asks for VLAN tag {tag}; tags are 1–4094")
+    return RequestLink(cid, refs, cms, cap, lat, loss, lt.get("name") if lt is not None else None, shared, tag)

@@ -1,0 +1,251 @@
+"""The `slicex` command: set up a deployment's PKI and users, run it, and inspect it."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from slicex.home import Home
+
+
+def _home(args: argparse.Namespace) -> Home:
+    return Home(Path(args.home)) if args.home else Home()
+
+
+def cmd_ca_init(args: argparse.Namespace) -> int:
+    from slicex.devpki import init_ca
+
+    home = _home(args)
+    home.write_default_config(**({"authority": args.authority} if args.authority else {}))
+    written = init_ca(home, home.config()["authority"], force=args.force)
+    if not written:
+        print(f"CA already exists at {home.ca_cert} (use --force to replace it)")
+    for p in written:
+        print(f"wrote {p}")
+    return 0
+
+
+def cmd_user_add(args: argparse.Namespace) -> int:
+    from slicex.devpki import add_user
+
+    home = _home(args)
+    if not home.ca_cert.exists():
+        print(f"no CA in {home.root}: run `slicex ca init` first", file=sys.stderr)
+        return 2
+    if home.user_cert(args.name).exists() and not args.force:
+        print(f"user {args.name} exists ({home.user_cert(args.name)}); use --force to reissue")
+        return 0
+    for p in add_user(home, home.config()["authority"], args.name, args.email):
+        print(f"wrote {p}")
+    return 0
+
+
+def _urls(home: Home) -> tuple[str, str]:
+    cfg = home.config()
+    return f"https://{cfg['host']}:{cfg['sa_port']}/", f"https://{cfg['host']}:{cfg['am_port']}/"
+
+
+def _write_omni_config(home: Home, user: str | None) -> Path | None:
+    from slicex import omniconfig
+
+    users = home.users()
+    if not users:
+        return None
+    user = user or ("alice" if "alice" in users else users[0])
+    sa_url, am_url = _urls(home)
+    return omniconfig.write(home, user, home.config()["authority"], sa_url, am_url)
+
+
+def cmd_omni_config(args: argparse.Namespace) -> int:
+    home = _home(args)
+    path = _write_omni_config(home, args.user)
+    if path is None:
+        print("no users yet: run `slicex user add NAME` first", file=sys.stderr)
+        return 2
+    print(path.read_text() if args.show else path)
+    return 0
+
+
+def _answering(home: Home, timeout: float = 1.0) -> bool:
+    from slicex.tls_xmlrpc import client
+
+    users = home.users()
+    if not users:
+        return False
+    _sa, am_url = _urls(home)
+    try:
+        reply = client(am_url, str(home.user_cert(users[0])), str(home.user_key(users[0])), timeout=timeout).GetVersion()
+        return reply.get("geni_api") == 3
+    except Exception:  # noqa: BLE001 - not answering yet
+        return False
+
+
+def _pid(home: Home) -> int | None:
+    try:
+        pid = int(home.pid_file.read_text().strip())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    home = _home(args)
+    if not home.ca_cert.exists():
+        print(f"no CA in {home.root}: run `slicex ca init` and `slicex user add NAME` first", file=sys.stderr)
+        return 2
+    if _pid(home):
+        print(f"slicex is already running (pid {_pid(home)}); `slicex down` stops it", file=sys.stderr)
+        return 1
+    if args.detach:
+        home.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(home.log_file, "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "slicex.cli", "--home", str(home.root), "up"],
+                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                print(f"slicex exited with {proc.returncode}; see {home.log_file}", file=sys.stderr)
+                return 1
+            if _answering(home):
+                path = _write_omni_config(home, None)
+                print(f"slicex is up (pid {proc.pid}); omni config: {path}")
+                return 0
+            time.sleep(0.2)
+        print(f"slicex did not answer within 30 s; see {home.log_file}", file=sys.stderr)
+        return 1
+    return _run_foreground(home, print_config=args.print_config)
+
+
+def _run_foreground(home: Home, print_config: bool = False) -> int:
+    from am.service import EmbeddedDeployment
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    deployment = EmbeddedDeployment(home)
+    endpoints = deployment.start()
+    home.pid_file.parent.mkdir(parents=True, exist_ok=True)
+    home.pid_file.write_text(str(os.getpid()))
+    path = _write_omni_config(home, None)
+    print(f"slice authority: {endpoints.sa_url}\naggregate:       {endpoints.am_url}", flush=True)
+    print(f"substrate:       {deployment.driver.description}", flush=True)
+    if path:
+        print(f"omni config:     {path}", flush=True)
+        if print_config:
+            print("\n" + path.read_text(), flush=True)
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    try:
+        while not stopping:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    deployment.stop()
+    home.pid_file.unlink(missing_ok=True)
+    print("slicex stopped", flush=True)
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    home = _home(args)
+    pid = _pid(home)
+    if pid is None:
+        print("slicex is not running")
+        return 0
+    os.kill(pid, signal.SIGTERM)
+    for _ in range(100):
+        if _pid(home) is None:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+    home.pid_file.unlink(missing_ok=True)
+    print(f"slicex stopped (pid {pid})")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    home = _home(args)
+    pid = _pid(home)
+    sa_url, am_url = _urls(home)
+    print(f"home:       {home.root}")
+    print(f"process:    {'running, pid ' + str(pid) if pid else 'not running'}")
+    print(f"aggregate:  {am_url} ({'answering' if _answering(home) else 'not answering'})")
+    print(f"slice auth: {sa_url}")
+    print(f"users:      {', '.join(home.users()) or 'none'}")
+    return 0 if pid else 3
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Everything a first-time user needs: CA, a user `alice`, then the deployment in the foreground."""
+    from slicex.devpki import add_user, init_ca
+
+    home = _home(args)
+    home.write_default_config()
+    init_ca(home, home.config()["authority"])
+    if not home.user_cert("alice").exists():
+        add_user(home, home.config()["authority"], "alice")
+    return _run_foreground(home, print_config=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="slicex", description="slicex: a GENI AM API v3 aggregate manager, slice "
+                                "authority and broker. All state lives under $SLICEX_HOME (default ~/.slicex).")
+    p.add_argument("--home", help="use this directory instead of $SLICEX_HOME")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    ca = sub.add_parser("ca", help="development certificate authority")
+    ca_sub = ca.add_subparsers(dest="ca_command", required=True)
+    init = ca_sub.add_parser("init", help="create the root CA and the aggregate's and slice authority's certificates")
+    init.add_argument("--authority", help="GENI authority name (default slicex.local)")
+    init.add_argument("--force", action="store_true", help="replace an existing CA")
+    init.set_defaults(func=cmd_ca_init)
+
+    user = sub.add_parser("user", help="experimenter accounts")
+    user_sub = user.add_subparsers(dest="user_command", required=True)
+    add = user_sub.add_parser("add", help="issue a user certificate (URN in subjectAltName) and an ssh key")
+    add.add_argument("name")
+    add.add_argument("--email")
+    add.add_argument("--force", action="store_true", help="reissue an existing user's certificate")
+    add.set_defaults(func=cmd_user_add)
+
+    oc = sub.add_parser("omni-config", help="write $SLICEX_HOME/omni_config for a user and print its path")
+    oc.add_argument("--user", help="which user (default alice, else the first)")
+    oc.add_argument("--show", action="store_true", help="print the config instead of its path")
+    oc.set_defaults(func=cmd_omni_config)
+
+    up = sub.add_parser("up", help="run the aggregate and slice authority (foreground unless --detach)")
+    up.add_argument("--detach", action="store_true", help="start in the background; return once they answer")
+    up.add_argument("--print-config", action="store_true", help="also print the omni config")
+    up.set_defaults(func=cmd_up)
+
+    down = sub.add_parser("down", help="stop a deployment started with `up --detach`")
+    down.set_defaults(func=cmd_down)
+
+    st = sub.add_parser("status", help="is it running and answering?")
+    st.set_defaults(func=cmd_status)
+
+    demo = sub.add_parser("demo", help="create a CA and user alice if needed, then run in the foreground")
+    demo.set_defaults(func=cmd_demo)
+
+    try:
+        from rspec.cli import add_substrate_commands
+    except ImportError:
+        pass
+    else:
+        add_substrate_commands(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
