@@ -88,7 +88,7 @@ class SliceAuthority:
 
     def CreateUserCredential(self, caller: x509.Certificate, user_cert_pem: str = "") -> str:
         """A user credential for the caller (the certificate passed must be the caller's own)."""
-        user_urn = self._caller_urn(caller)
+        self._caller_urn(caller)  # refuse certificates without a GENI URN
         if user_cert_pem:
             certs = pki.load_certs(user_cert_pem.encode() if isinstance(user_cert_pem, str) else user_cert_pem)
             if not certs or certs[0].public_key().public_numbers() != caller.public_key().public_numbers():
