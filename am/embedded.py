@@ -179,7 +179,7 @@ class EmbeddedSliceManager:
                                if s.allocation_state == sm.PROVISIONED else f"cannot {action}: not provisioned")
                     continue
                 s.details["op"] = self.driver.act(s.details.get("op", {}), s.kind, s.client_id, action, now)
-                s.operational_state = s.details["op"]["state"]
+                s.operational_state = self.driver.current(s.details["op"], now)[0]
                 s.error = ""
                 if action == "geni_update_users" and s.kind == "node":
                     self._set_users(s, users)

@@ -126,13 +126,37 @@ def test_unknown_operational_action_is_unsupported(world):
     assert code(reply) == 13 and "geni_start" in reply["output"]
 
 
+def _sa_signed(running, alice, creds, expires) -> str:
+    """A slice credential signed by the deployment's own slice authority, with a chosen expiry."""
+    from slicex.credentials import parse_credential
+
+    home = running.home
+    target = parse_credential(creds[0]["geni_value"]).target_gid[0].public_bytes(pki.serialization.Encoding.PEM)
+    return create_credential(owner_cert=alice.cert.read_bytes(), target_cert=target, privileges={"*": True},
+                             expires=expires, signer_cert_chain=[home.sa_cert.read_bytes(), home.ca_cert.read_bytes()],
+                             signer_key_pem=home.sa_key.read_bytes())
+
+
 def test_expired_credential(world):
     running, alice, urn, creds = world
-    running.clock.advance(timedelta(days=8))  # past the slice credential (7 days)
-    try:
-        assert code(alice.am.Status([urn], creds, {})) == 21
-    finally:
-        running.clock.advance(timedelta(days=-8))
+    expired = _sa_signed(running, alice, creds, running.clock.now() - timedelta(minutes=1))
+    reply = alice.am.Status([urn], sfa(expired), {})
+    assert code(reply) == 21 and "expired" in reply["output"]
+
+
+def test_credential_without_the_privilege_is_forbidden(world):
+    running, alice, urn, creds = world
+    from slicex.credentials import parse_credential
+
+    home = running.home
+    target = parse_credential(creds[0]["geni_value"]).target_gid[0].public_bytes(pki.serialization.Encoding.PEM)
+    info_only = create_credential(owner_cert=alice.cert.read_bytes(), target_cert=target, privileges={"info": False},
+                                  expires=running.clock.now() + timedelta(days=1),
+                                  signer_cert_chain=[home.sa_cert.read_bytes(), home.ca_cert.read_bytes()],
+                                  signer_key_pem=home.sa_key.read_bytes())
+    assert code(alice.am.Status([urn], sfa(info_only), {})) == 0
+    reply = alice.am.Delete([urn], sfa(info_only), {})
+    assert code(reply) == 3 and "deleteslice" in reply["output"]
 
 
 def test_altered_credential_is_invalid(world):

@@ -1,0 +1,450 @@
+"""SFA/GENI credentials: signed XML (XML-DSig through xmlsec) granting an owner privileges on a target.
+
+Layout (what omni and other GENI tools exchange):
+  <signed-credential><credential xml:id="ref…">type, serial, owner_gid, owner_urn, target_gid, target_urn,
+  uuid, expires, privileges, [parent: the delegating credential]</credential>
+  <signatures><Signature xml:id="Sig_ref…"> one per credential in the chain </Signature></signatures>
+  </signed-credential>
+Each signature references its credential by xml:id and carries the signer's certificate chain in KeyInfo.
+We sign with rsa-sha256; we verify rsa-sha1 too, since delegated credentials in the wild use it."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import xmlsec
+from cryptography import x509
+from lxml import etree
+
+from slicex import pki
+from slicex.clock import parse_time, rfc3339
+from slicex.errors import (
+    BadArgs,
+    CredentialExpired,
+    CredentialInvalid,
+    CredentialMismatch,
+    CredentialSignerUntrusted,
+    Forbidden,
+    GeniError,
+    TooBig,
+)
+from slicex.urn import parse_urn
+from slicex.xmlsafe import parse_xml
+
+DS = "http://www.w3.org/2000/09/xmldsig#"
+XSI = "http://www.w3.org/2001/XMLSchema-instance"
+XML_ID = "{http://www.w3.org/XML/1998/namespace}id"
+MAX_CREDENTIAL_BYTES = 1024 * 1024
+MAX_CHAIN = 8
+
+C14N = "http://www.w3.org/TR/2001/REC-xml-c14n-20010315"
+ENVELOPED = "http://www.w3.org/2000/09/xmldsig#enveloped-signature"
+ALLOWED_SIGNATURE_METHODS = {"http://www.w3.org/2000/09/xmldsig#rsa-sha1",
+                             "http://www.w3.org/2001/04/xmldsig-more#rsa-sha256"}
+ALLOWED_TRANSFORMS = {ENVELOPED, C14N, "http://www.w3.org/TR/2001/REC-xml-c14n-20010315#WithComments",
+                      "http://www.w3.org/2001/10/xml-exc-c14n#"}
+
+METHOD_PRIVILEGES = {"Allocate": "createsliver", "Provision": "createsliver", "PerformOperationalAction": "createsliver",
+                     "Delete": "deleteslice", "Status": "getsliceresources", "Describe": "getsliceresources",
+                     "Renew": "renewsliver", "Shutdown": "shutdown", "ListResources": "listresources"}
+"""AM API method → the operation a credential must allow (DESIGN §4)."""
+
+_SLICE_OPS = {"createsliver", "deleteslice", "getsliceresources", "renewsliver", "listresources"}
+OPERATIONS_BY_PRIVILEGE: dict[str, set[str]] = {
+    "*": _SLICE_OPS | {"shutdown"},
+    "sa": _SLICE_OPS,
+    "pi": _SLICE_OPS,
+    "embed": _SLICE_OPS,
+    "control": _SLICE_OPS,
+    "instantiate": {"createsliver", "getsliceresources"},
+    "bind": {"createsliver"},
+    "refresh": {"renewsliver", "getsliceresources"},
+    "info": {"getsliceresources", "listresources"},
+    "resolve": {"listresources"},
+    "operator": {"shutdown", "getsliceresources", "listresources"},
+}
+"""Privilege names other slice authorities put in credentials → the operations they allow, so credentials
+from federation peers mean the same here as at home."""
+
+
+@dataclass(frozen=True)
+class Credential:
+    xml_id: str
+    type: str
+    serial: str
+    owner_urn: str
+    owner_gid: tuple[x509.Certificate, ...]
+    target_urn: str
+    target_gid: tuple[x509.Certificate, ...]
+    expires: datetime
+    privileges: dict[str, bool]
+    parent: Credential | None
+    uuid: str = ""
+    abac: etree._Element | None = None
+
+    def allows(self, operation: str) -> bool:
+        return any(operation in OPERATIONS_BY_PRIVILEGE.get(p, {p}) for p in self.privileges)
+
+    def chain(self) -> list[Credential]:
+        out, c = [], self
+        while c is not None:
+            out.append(c)
+            c = c.parent
+        return out
+
+
+@dataclass(frozen=True)
+class VerifiedCredential:
+    credential: Credential
+    effective_caller_urn: str
+    expires: datetime
+
+
+# ---- creating ------------------------------------------------------------------------------------------------
+def _pem_body(certs: list[bytes]) -> str:
+    return "".join(c.decode() if isinstance(c, bytes) else c for c in certs)
+
+
+def _signature_template(parent: etree._Element, ref: str, chain: list[x509.Certificate]) -> etree._Element:
+    sig = etree.SubElement(parent, f"{{{DS}}}Signature", nsmap={None: DS})
+    sig.set(XML_ID, f"Sig_{ref}")
+    si = etree.SubElement(sig, f"{{{DS}}}SignedInfo")
+    etree.SubElement(si, f"{{{DS}}}CanonicalizationMethod", Algorithm=C14N)
+    etree.SubElement(si, f"{{{DS}}}SignatureMethod", Algorithm="http://www.w3.org/2001/04/xmldsig-more#rsa-sha256")
+    reference = etree.SubElement(si, f"{{{DS}}}Reference", URI=f"#{ref}")
+    transforms = etree.SubElement(reference, f"{{{DS}}}Transforms")
+    etree.SubElement(transforms, f"{{{DS}}}Transform", Algorithm=ENVELOPED)
+    etree.SubElement(reference, f"{{{DS}}}DigestMethod", Algorithm="http://www.w3.org/2001/04/xmlenc#sha256")
+    etree.SubElement(reference, f"{{{DS}}}DigestValue")
+    etree.SubElement(sig, f"{{{DS}}}SignatureValue")
+    key_info = etree.SubElement(sig, f"{{{DS}}}KeyInfo")
+    data = etree.SubElement(key_info, f"{{{DS}}}X509Data")
+    for cert in chain:
+        der = cert.public_bytes(pki.serialization.Encoding.DER)
+        import base64
+
+        etree.SubElement(data, f"{{{DS}}}X509Certificate").text = base64.b64encode(der).decode()
+    return sig
+
+
+def _sign(sig: etree._Element, key_pem: bytes) -> None:
+    ctx = xmlsec.SignatureContext()
+    ctx.key = xmlsec.Key.from_memory(key_pem, xmlsec.KeyFormat.PEM)
+    ctx.sign(sig)
+
+
+def _sub(parent: etree._Element, tag: str, text: str = "") -> etree._Element:
+    el = etree.SubElement(parent, tag)
+    el.text = text
+    return el
+
+
+def _new_document() -> etree._Element:
+    root = etree.Element("signed-credential", nsmap={"xsi": XSI})
+    root.set(f"{{{XSI}}}noNamespaceSchemaLocation", "http://www.geni.net/resources/credential/2/credential.xsd")
+    root.set(f"{{{XSI}}}schemaLocation", "http://www.protogeni.net/resources/credential/ext/policy/1 "
+                                         "http://www.protogeni.net/resources/credential/ext/policy/1/policy.xsd")
+    return root
+
+
+def create_credential(*, owner_cert: bytes, target_cert: bytes, privileges: dict[str, bool], expires: datetime,
+                      signer_cert_chain: list[bytes], signer_key_pem: bytes, parent: str | None = None,
+                      serial: str = "1") -> str:
+    """A signed privilege credential; with `parent` (a credential's XML) it is a delegation of it."""
+    owner = pki.load_certs(owner_cert)
+    target = pki.load_certs(target_cert)
+    if not owner or not target:
+        raise BadArgs("owner and target must be PEM certificates")
+    root = _new_document()
+    ref = "ref" + secrets.token_hex(8)
+    cred = etree.SubElement(root, "credential")
+    cred.set(XML_ID, ref)
+    _sub(cred, "type", "privilege")
+    _sub(cred, "serial", serial)
+    _sub(cred, "owner_gid", _pem_body([owner_cert]))
+    _sub(cred, "owner_urn", pki.cert_urn(owner[0]))
+    _sub(cred, "target_gid", _pem_body([target_cert]))
+    _sub(cred, "target_urn", pki.cert_urn(target[0]))
+    _sub(cred, "uuid", "")
+    _sub(cred, "expires", rfc3339(expires))
+    privs = etree.SubElement(cred, "privileges")
+    for name, can_delegate in privileges.items():
+        p = etree.SubElement(privs, "privilege")
+        _sub(p, "name", name)
+        _sub(p, "can_delegate", "true" if can_delegate else "false")
+    signatures = etree.SubElement(root, "signatures")
+    if parent is not None:
+        parent_root = parse_xml(parent, "parent credential", MAX_CREDENTIAL_BYTES)
+        parent_el = etree.SubElement(cred, "parent")
+        parent_el.append(parent_root.find("credential"))
+        for old in parent_root.find("signatures") if parent_root.find("signatures") is not None else []:
+            signatures.append(old)
+    chain = [c for pem in signer_cert_chain for c in pki.load_certs(pem)]
+    sig = _signature_template(signatures, ref, chain)
+    if parent is not None:
+        signatures.remove(sig)
+        signatures.insert(0, sig)
+    _sign(sig, signer_key_pem)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + etree.tostring(root, encoding="unicode")
+
+
+def create_abac(*, head_keyid: str, head_mnemonic: str, role: str, tail_keyid: str, tail_mnemonic: str,
+                expires: datetime, signer_cert_chain: list[bytes], signer_key_pem: bytes) -> str:
+    """An ABAC RT0 credential `head.role <- tail` (speaks-for uses role speaks_for_<head keyid>)."""
+    root = _new_document()
+    ref = "ref" + secrets.token_hex(8)
+    cred = etree.SubElement(root, "credential")
+    cred.set(XML_ID, ref)
+    _sub(cred, "type", "abac")
+    for tag in ("serial", "owner_gid", "owner_urn", "target_gid", "target_urn", "uuid"):
+        _sub(cred, tag)
+    _sub(cred, "expires", rfc3339(expires))
+    rt0 = etree.SubElement(etree.SubElement(cred, "abac"), "rt0")
+    _sub(rt0, "version", "1.1")
+    head = etree.SubElement(rt0, "head")
+    principal = etree.SubElement(head, "ABACprincipal")
+    _sub(principal, "keyid", head_keyid)
+    _sub(principal, "mnemonic", head_mnemonic)
+    _sub(head, "role", role)
+    tail = etree.SubElement(rt0, "tail")
+    principal = etree.SubElement(tail, "ABACprincipal")
+    _sub(principal, "keyid", tail_keyid)
+    _sub(principal, "mnemonic", tail_mnemonic)
+    signatures = etree.SubElement(root, "signatures")
+    chain = [c for pem in signer_cert_chain for c in pki.load_certs(pem)]
+    _sign(_signature_template(signatures, ref, chain), signer_key_pem)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + etree.tostring(root, encoding="unicode")
+
+
+# ---- parsing -------------------------------------------------------------------------------------------------
+def _text(el: etree._Element, tag: str) -> str:
+    child = el.find(tag)
+    return (child.text or "").strip() if child is not None else ""
+
+
+def _parse_credential_element(el: etree._Element, depth: int = 0) -> Credential:
+    if depth > MAX_CHAIN:
+        raise CredentialInvalid(f"delegation chain is deeper than {MAX_CHAIN}")
+    xml_id = el.get(XML_ID) or el.get("id") or ""
+    if not xml_id:
+        raise CredentialInvalid("credential has no xml:id, so no signature can refer to it")
+    kind = _text(el, "type")
+    expires_text = _text(el, "expires")
+    try:
+        expires = parse_time(expires_text)
+    except BadArgs:
+        raise CredentialInvalid(f"credential expiry {expires_text!r} is not a time") from None
+    privileges: dict[str, bool] = {}
+    privs = el.find("privileges")
+    for p in privs.findall("privilege") if privs is not None else []:
+        privileges[_text(p, "name")] = _text(p, "can_delegate").lower() in ("true", "1")
+    parent_el = el.find("parent")
+    parent = None
+    if parent_el is not None:
+        inner = parent_el.find("credential")
+        if inner is None:
+            raise CredentialInvalid("<parent> holds no <credential>")
+        parent = _parse_credential_element(inner, depth + 1)
+    owner_gid = tuple(pki.load_certs(_text(el, "owner_gid")))
+    target_gid = tuple(pki.load_certs(_text(el, "target_gid")))
+    if kind == "privilege" and (not owner_gid or not target_gid):
+        raise CredentialInvalid("credential lacks an owner or target certificate (owner_gid/target_gid)")
+    return Credential(xml_id, kind, _text(el, "serial"), _text(el, "owner_urn"), owner_gid, _text(el, "target_urn"),
+                      target_gid, expires, privileges, parent, _text(el, "uuid"), el.find("abac"))
+
+
+def _document(text: Any) -> etree._Element:
+    if not isinstance(text, (str, bytes)):
+        raise CredentialInvalid(f"credential must be an XML string, got {type(text).__name__}")
+    try:
+        root = parse_xml(text, "credential", MAX_CREDENTIAL_BYTES)
+    except TooBig:
+        raise
+    except BadArgs as exc:
+        raise CredentialInvalid(f"credential is not usable XML: {exc.message}") from None
+    if root.tag != "signed-credential" or root.find("credential") is None:
+        raise CredentialInvalid(f"expected <signed-credential><credential>…, got <{root.tag}>")
+    return root
+
+
+def parse_credential(text: str) -> Credential:
+    """Parse (without verifying) a credential."""
+    return _parse_credential_element(_document(text).find("credential"))
+
+
+# ---- verifying -----------------------------------------------------------------------------------------------
+def _signer_chain(sig: etree._Element) -> list[x509.Certificate]:
+    import base64
+
+    certs = []
+    for c in sig.iter(f"{{{DS}}}X509Certificate"):
+        try:
+            certs.append(x509.load_der_x509_certificate(base64.b64decode("".join((c.text or "").split()))))
+        except ValueError:
+            raise CredentialInvalid("a signature's X509Certificate is not a certificate") from None
+    if not certs:
+        raise CredentialInvalid("a signature carries no signer certificate in KeyInfo")
+    return certs
+
+
+def _check_signatures(root: etree._Element, cred: Credential, trust: pki.TrustStore,
+                      now: datetime) -> dict[str, list[x509.Certificate]]:
+    """Verify one signature per credential in the chain; return xml:id → signer chain (leaf first)."""
+    ids: dict[str, etree._Element] = {}
+    for el in root.iter("credential"):
+        xml_id = el.get(XML_ID) or ""
+        if xml_id in ids:
+            raise CredentialInvalid(f"two credentials share xml:id {xml_id!r}")
+        ids[xml_id] = el
+    signatures = root.find("signatures")
+    by_ref: dict[str, etree._Element] = {}
+    for sig in signatures.findall(f"{{{DS}}}Signature") if signatures is not None else []:
+        refs = sig.findall(f"{{{DS}}}SignedInfo/{{{DS}}}Reference")
+        if len(refs) != 1:
+            raise CredentialInvalid("each credential signature must carry exactly one Reference")
+        method = sig.find(f"{{{DS}}}SignedInfo/{{{DS}}}SignatureMethod")
+        if method is None or method.get("Algorithm") not in ALLOWED_SIGNATURE_METHODS:
+            raise CredentialInvalid("signature method is not rsa-sha1 or rsa-sha256")
+        for t in refs[0].iter(f"{{{DS}}}Transform"):
+            if t.get("Algorithm") not in ALLOWED_TRANSFORMS:
+                raise CredentialInvalid(f"signature uses transform {t.get('Algorithm')}, which is not allowed")
+        uri = refs[0].get("URI") or ""
+        if not uri.startswith("#"):
+            raise CredentialInvalid(f"signature reference {uri!r} does not name a credential")
+        by_ref[uri[1:]] = sig
+    signers: dict[str, list[x509.Certificate]] = {}
+    for c in cred.chain():
+        sig = by_ref.get(c.xml_id)
+        if sig is None:
+            raise CredentialInvalid(f"credential {c.xml_id} (owner {c.owner_urn or '?'}) is not signed")
+        chain = _signer_chain(sig)
+        ctx = xmlsec.SignatureContext()
+        try:
+            ctx.key = xmlsec.Key.from_memory(chain[0].public_bytes(pki.serialization.Encoding.PEM),
+                                             xmlsec.KeyFormat.CERT_PEM)
+            ctx.verify(sig)
+        except xmlsec.Error:
+            raise CredentialInvalid(f"signature over credential {c.xml_id} does not verify: the credential was "
+                                    f"altered or signed with another key") from None
+        trust.verify_chain(chain[0], chain[1:], now)
+        signers[c.xml_id] = chain
+    return signers
+
+
+def _same_key(a: x509.Certificate, b: x509.Certificate) -> bool:
+    return a.public_key().public_bytes(pki.serialization.Encoding.DER,
+                                       pki.serialization.PublicFormat.SubjectPublicKeyInfo) == \
+        b.public_key().public_bytes(pki.serialization.Encoding.DER, pki.serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def _authority_of(urn: str) -> str:
+    try:
+        return parse_urn(urn).authority.lower()
+    except BadArgs:
+        return ""
+
+
+def _check_delegation(cred: Credential, signers: dict[str, list[x509.Certificate]]) -> None:
+    child = cred
+    while child.parent is not None:
+        parent = child.parent
+        for name in child.privileges:
+            if name not in parent.privileges and "*" not in parent.privileges:
+                raise CredentialInvalid(f"delegated credential grants {name!r}, which its parent does not")
+            granted = parent.privileges.get(name, parent.privileges.get("*"))
+            if not granted:
+                raise CredentialInvalid(f"privilege {name!r} was delegated but the parent marks it can_delegate=false")
+        if child.target_urn.lower() != parent.target_urn.lower():
+            raise CredentialInvalid(f"delegation changes the target from {parent.target_urn} to {child.target_urn}")
+        if child.expires > parent.expires:
+            raise CredentialInvalid(f"delegated credential expires {rfc3339(child.expires)}, after its parent "
+                                    f"({rfc3339(parent.expires)})")
+        if not parent.owner_gid or not _same_key(signers[child.xml_id][0], parent.owner_gid[0]):
+            raise CredentialInvalid("delegated credential is not signed by the owner of its parent")
+        child = parent
+    root_signer = signers[child.xml_id][0]
+    signer_urn = pki.cert_urn(root_signer)
+    try:
+        signer = parse_urn(signer_urn, "authority")
+    except BadArgs:
+        raise CredentialInvalid(f"credential signer {signer_urn or root_signer.subject.rfc4514_string()} is not "
+                                f"an authority") from None
+    target_auth = _authority_of(child.target_urn)
+    if not (target_auth == signer.authority.lower() or target_auth.startswith(signer.authority.lower() + ":")):
+        raise CredentialSignerUntrusted(f"{signer_urn} may not issue credentials for {child.target_urn} (outside "
+                                        f"its namespace {signer.authority})")
+
+
+# error ranks: a credential that got further explains the refusal better
+_RANK = {CredentialInvalid: 1, CredentialSignerUntrusted: 2, CredentialExpired: 3, CredentialMismatch: 4, Forbidden: 5}
+
+
+class CredentialVerifier:
+    def __init__(self, trust: pki.TrustStore):
+        self.trust = trust
+
+    def verify(self, credentials: list, caller_cert: x509.Certificate, target_urn: str | None, privilege: str,
+               now: datetime, speaking_for: str | None = None) -> VerifiedCredential:
+        """Find a credential in `credentials` that lets the caller do `privilege` on `target_urn` (None: any
+        credential the caller owns); raise the most informative refusal otherwise."""
+        if not isinstance(credentials, list):
+            raise BadArgs(f"credentials must be a list, got {type(credentials).__name__}")
+        sfa: list[Any] = []
+        abac: list[Any] = []
+        errors: list[GeniError] = []
+        for entry in credentials:
+            if isinstance(entry, str):
+                sfa.append(entry)
+            elif isinstance(entry, dict):
+                kind, version = entry.get("geni_type"), str(entry.get("geni_version", ""))
+                if kind == "geni_sfa" and version in ("2", "3"):
+                    sfa.append(entry.get("geni_value"))
+                elif kind == "geni_abac" and version == "1":
+                    abac.append(entry.get("geni_value"))
+                else:
+                    errors.append(CredentialInvalid(f"unknown credential type {kind} {version}; this aggregate "
+                                                    f"accepts geni_sfa 2/3 and geni_abac 1"))
+            else:
+                errors.append(CredentialInvalid(f"a credential must be a struct or a string, got "
+                                                f"{type(entry).__name__}"))
+        caller = caller_cert
+        caller_urn = pki.cert_urn(caller_cert)
+        if speaking_for is not None:
+            from slicex.speaksfor import verify_speaks_for
+
+            caller = verify_speaks_for(abac, caller_cert, speaking_for, self.trust, now)
+            caller_urn = pki.cert_urn(caller)
+        for text in sfa:
+            try:
+                return self._verify_one(text, caller, caller_urn, target_urn, privilege, now)
+            except (CredentialInvalid, CredentialSignerUntrusted, CredentialExpired, CredentialMismatch,
+                    Forbidden) as exc:
+                errors.append(exc)
+            except TooBig as exc:
+                errors.append(CredentialInvalid(exc.message))
+        if not errors:
+            raise CredentialInvalid("no usable credential was passed; send your slice or user credential")
+        raise max(errors, key=lambda e: _RANK.get(type(e), 0))
+
+    def _verify_one(self, text: Any, caller: x509.Certificate, caller_urn: str, target_urn: str | None,
+                    privilege: str, now: datetime) -> VerifiedCredential:
+        root = _document(text)
+        cred = _parse_credential_element(root.find("credential"))
+        if cred.type != "privilege":
+            raise CredentialInvalid(f"a {cred.type!r} credential cannot grant privileges here")
+        signers = _check_signatures(root, cred, self.trust, now)
+        _check_delegation(cred, signers)
+        earliest = min(c.expires for c in cred.chain())
+        if earliest <= now:
+            raise CredentialExpired(f"credential for {cred.target_urn} expired at {rfc3339(earliest)}")
+        if not _same_key(cred.owner_gid[0], caller):
+            raise CredentialMismatch(f"credential belongs to {cred.owner_urn}, not to you ({caller_urn})")
+        if target_urn is not None and cred.target_urn.lower() != target_urn.lower():
+            raise CredentialMismatch(f"credential is for {cred.target_urn}, not {target_urn}")
+        if target_urn is not None and not cred.allows(privilege):
+            raise Forbidden(f"credential for {cred.target_urn} grants {', '.join(sorted(cred.privileges)) or 'nothing'}"
+                            f"; {privilege} is needed")
+        return VerifiedCredential(cred, caller_urn, earliest)
