@@ -60,7 +60,7 @@ class EmulatedDriver:
 
 ALLOWED_ACTIONS = {
     "geni_start": {"geni_notready", "geni_failed"},
-    "geni_restart": {"geni_ready", "geni_failed"},
+    "geni_restart": {"geni_ready", "geni_failed", "geni_configuring"},
     "geni_stop": {"geni_ready", "geni_configuring"},
     "geni_update_users": {"geni_ready"},
 }

@@ -70,3 +70,15 @@ def test_boot_progression_follows_the_clock(sm):
     assert s.operational_state == "geni_configuring"
     assert sm.sliver(s.urn, now + timedelta(seconds=1)).operational_state == "geni_configuring"
     assert sm.sliver(s.urn, now + timedelta(seconds=2)).operational_state == "geni_ready"
+
+
+def test_restart_while_configuring_is_accepted(sm):
+    """omni's acceptance suite starts, then at once restarts: a booting node may be restarted."""
+    now = ManualClock().now()
+    (s,) = sm.allocate(SLICE, "o", parse_request(request_rspec([vm("a")])), now + timedelta(hours=1), now)
+    sm.provision([s.urn], now + timedelta(hours=1), [], now)
+    sm.perform([s.urn], "geni_start", now, False, [])
+    (s,) = sm.perform([s.urn], "geni_restart", now, False, [])
+    assert s.operational_state == "geni_configuring"
+    (s,) = sm.perform([s.urn], "geni_stop", now, False, [])
+    assert s.operational_state == "geni_stopping"
