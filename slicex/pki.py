@@ -215,8 +215,9 @@ class TrustStore:
             issuer = next((c for c in pool if c.subject == current.issuer and _signed_by(current, c)), None)
             if issuer is None:
                 if any(c.subject == current.issuer for c in pool + self.roots):
-                    raise CredentialInvalid(f"certificate {current.subject.rfc4514_string()} has a signature its "
-                                            f"issuer's key does not verify")
+                    raise CredentialSignerUntrusted(
+                        f"certificate {current.subject.rfc4514_string()} names issuer "
+                        f"{current.issuer.rfc4514_string()}, but no trusted certificate of that name signed it")
                 raise CredentialSignerUntrusted(
                     f"certificate {cert_urn(leaf) or leaf.subject.rfc4514_string()} does not chain to a root this "
                     f"aggregate trusts (issuer {current.issuer.rfc4514_string()} is unknown)")
