@@ -308,3 +308,19 @@ def test_restart_keeps_slivers_and_enforces_expiry(running, pki_home):
     finally:
         again.deployment.stop()
         running.deployment = again.deployment  # fixture teardown stops a stopped server harmlessly
+
+
+def test_speaks_for_lets_a_tool_act_for_a_user(running):
+    from slicex.speaksfor import create_speaks_for
+
+    alice, tool = running.user("alice"), running.user("bob")
+    urn, creds = alice.slice_credential("spoken")
+    statement = create_speaks_for(alice.cert.read_bytes(), alice.key.read_bytes(), tool.cert.read_bytes(),
+                                  running.clock.now() + timedelta(hours=1))
+    abac = [{"geni_type": "geni_abac", "geni_version": "1", "geni_value": statement}]
+    options = {"geni_speaking_for": alice.urn}
+    value = ok(tool.am.Allocate(urn, creds + abac, request_rspec([vm("a")]), options))
+    assert len(value["geni_slivers"]) == 1
+    assert code(tool.am.Status([urn], creds, {})) == 22  # without speaks-for the tool is not alice
+    assert code(tool.am.Status([urn], creds, options)) == 20  # speaks-for named but no statement sent
+    ok(tool.am.Delete([urn], creds + abac, options))
