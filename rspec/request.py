@@ -106,6 +106,11 @@ def parse_request(text: str | bytes, max_bytes: int = MAX_REQUEST_BYTES) -> Requ
                       f"is not a request)")
     if sum(1 for _ in root.iter()) > MAX_ELEMENTS:
         raise BadArgs(f"request has more than {MAX_ELEMENTS} elements")
+    from rspec.validate import validate_rspec
+
+    problems = validate_rspec(root, "request")
+    if problems:
+        raise BadArgs("request RSpec is not valid GENI v3: " + "; ".join(problems[:5]))
     nodes: list[RequestNode] = []
     seen: set[str] = set()
     for el in root.findall(q(RSPEC3, "node")):

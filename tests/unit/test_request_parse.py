@@ -50,3 +50,10 @@ def test_for_aggregate_keeps_only_our_nodes():
                                        {"client_id": "b", "component_manager_id": "urn:publicid:IDN+there+authority+am"},
                                        {"client_id": "c"}]))
     assert [n.client_id for n in req.for_aggregate(ours).nodes] == ["a", "c"]
+
+
+def test_schema_invalid_request_names_the_line_and_problem():
+    doc = ('<rspec xmlns="http://www.geni.net/resources/rspec/3" type="request">\n'
+           '<node client_id="a"><sliver_type/></node></rspec>')
+    with pytest.raises(BadArgs, match="line 2.*name"):
+        parse_request(doc)
