@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from lxml import etree
 
-from rspec.namespaces import AD_XSD, OPSTATE, OPSTATE_XSD, RSPEC3, STITCH2, XSI, q
+from rspec.namespaces import AD_XSD, CAPACITY, OPSTATE, OPSTATE_XSD, RSPEC3, STITCH2, XSI, q
 from rspec.substrate import Host, Substrate
 from slicex.clock import rfc3339
 
@@ -70,7 +70,7 @@ OPSTATE_MACHINE = [
 
 
 def build_advertisement(substrate: Substrate, usage: Usage, now: datetime, available_only: bool = False) -> str:
-    root = etree.Element(q(RSPEC3, "rspec"), nsmap={None: RSPEC3, "xsi": XSI, "opstate": OPSTATE})
+    root = etree.Element(q(RSPEC3, "rspec"), nsmap={None: RSPEC3, "xsi": XSI, "opstate": OPSTATE, "cap": CAPACITY})
     root.set("type", "advertisement")
     root.set("generated", rfc3339(now))
     root.set("expires", rfc3339(now + timedelta(hours=1)))
@@ -84,10 +84,15 @@ def build_advertisement(substrate: Substrate, usage: Usage, now: datetime, avail
         node = etree.SubElement(root, q(RSPEC3, "node"), component_id=h.component_id, component_manager_id=cm,
                                 component_name=h.name, exclusive="true" if h.exclusive else "false")
         etree.SubElement(node, q(RSPEC3, "hardware_type"), name=h.hardware_type)
-        types = ["raw-pc"] if h.exclusive else [s.name for s in substrate.vm_sizes]
-        for t in types:
+        etree.SubElement(node, q(CAPACITY, "compute"), cores=str(h.cores), memory_mb=str(h.memory_mb))
+        sizes = [None] if h.exclusive else list(substrate.vm_sizes)
+        for size in sizes:
+            t = size.name if size else "raw-pc"
             sliver_types.add(t)
             st = etree.SubElement(node, q(RSPEC3, "sliver_type"), name=t)
+            if size is not None:
+                etree.SubElement(st, q(CAPACITY, "compute"), cores=str(size.cores), memory_mb=str(size.memory_mb),
+                                 disk_gb=str(size.disk_gb))
             for n, img in enumerate(substrate.images):
                 etree.SubElement(st, q(RSPEC3, "disk_image"), name=img.urn, os=img.os, version=img.version,
                                  description=img.description, default="true" if n == 0 else "false")
@@ -98,6 +103,7 @@ def build_advertisement(substrate: Substrate, usage: Usage, now: datetime, avail
         node = etree.SubElement(root, q(RSPEC3, "node"), component_id=sw.component_id, component_manager_id=cm,
                                 component_name=sw.name, exclusive="false")
         etree.SubElement(node, q(RSPEC3, "hardware_type"), name="switch")
+        etree.SubElement(node, q(CAPACITY, "vlans"), ranges=_ranges(sw.vlan_range, frozenset()))
         etree.SubElement(node, q(RSPEC3, "available"), now="true")
         for p in sw.ports:
             etree.SubElement(node, q(RSPEC3, "interface"), component_id=p.component_id, role="experimental")
@@ -164,6 +170,8 @@ def _stitching(root: etree._Element, substrate: Substrate, usage: Usage, now: da
             ext.vlan_range, usage.vlans.get(ext.component_id, frozenset()))
         etree.SubElement(info, q(STITCH2, "suggestedVLANRange")).text = _ranges(ext.vlan_range, frozenset())
         etree.SubElement(info, q(STITCH2, "vlanTranslation")).text = "true" if ext.vlan_translation else "false"
+        if ext.qinq:
+            etree.SubElement(info, q(CAPACITY, "tunneling"), type="802.1ad")
 
 
 class AdvertisementCache:

@@ -9,6 +9,7 @@ SHARED_VLAN_GENI = "http://www.geni.net/resources/rspec/ext/shared-vlan/1"
 OPSTATE = "http://www.geni.net/resources/rspec/ext/opstate/1"
 EMULAB = "http://www.protogeni.net/resources/rspec/ext/emulab/1"
 QINQ = "http://slicex.dev/rspec/ext/qinq/1"
+CAPACITY = "http://slicex.dev/rspec/ext/capacity/1"
 
 REQUEST_XSD = "http://www.geni.net/resources/rspec/3/request.xsd"
 AD_XSD = "http://www.geni.net/resources/rspec/3/ad.xsd"
