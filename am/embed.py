@@ -159,27 +159,35 @@ def _place_link(substrate: Substrate, link, index: int, iface_owner: Mapping[str
                     f"{len(free) * BW_CHUNK_KBPS} kbps free of {iface.bandwidth_kbps}")
             keys.extend(free[:chunks])
     tag = None
-    switch = substrate.switches[0] if substrate.switches else None
+    switches = _switches_of(substrate, [hi for _n, hi in endpoints])
     if len(endpoints) > 1 or link.vlan_tag is not None:
-        if switch is None:
-            raise VlanUnavailable(f"link {link.client_id}: this aggregate has no switch to carry it")
-        tags = [t for lo, hi in switch.vlan_range for t in range(lo, hi + 1)]
+        if not switches:
+            raise VlanUnavailable(f"link {link.client_id}: its endpoints are not cabled to any switch here")
+        common = set.intersection(*({t for lo, hi in sw.vlan_range for t in range(lo, hi + 1)} for sw in switches))
+        where = " and ".join(f"{sw.name} ({_ranges(sw.vlan_range)})" for sw in switches)
         if link.vlan_tag is not None:
-            if link.vlan_tag not in tags:
-                raise VlanUnavailable(f"link {link.client_id}: VLAN {link.vlan_tag} is outside {switch.name}'s range "
-                                      f"{_ranges(switch.vlan_range)}")
-            tags = [link.vlan_tag]
-        free_tags = [t for t in tags if f"vlan:{switch.component_id}:{t}" not in taken]
-        if not free_tags:
-            raise VlanUnavailable(f"link {link.client_id}: asked for "
-                                  f"{'VLAN ' + str(link.vlan_tag) if link.vlan_tag else 'a VLAN'} on {switch.name}; "
-                                  f"none free in {_ranges(switch.vlan_range)}")
-        tag = free_tags[0]
-        keys.append(f"vlan:{switch.component_id}:{tag}")
+            if link.vlan_tag not in common:
+                raise VlanUnavailable(f"link {link.client_id}: VLAN {link.vlan_tag} is not in the range of {where}")
+            common = {link.vlan_tag}
+        free = sorted(t for t in common if all(f"vlan:{sw.component_id}:{t}" not in taken for sw in switches))
+        if not free:
+            asked = f"VLAN {link.vlan_tag}" if link.vlan_tag is not None else "a VLAN"
+            reason = "no tag is in every range" if not common else "none free"
+            raise VlanUnavailable(f"link {link.client_id}: asked for {asked} across {where}; {reason}")
+        tag = free[0]
+        keys.extend(f"vlan:{sw.component_id}:{tag}" for sw in switches)
     subnet = f"10.{10 + (index // 250)}.{index % 250}"
-    return Placement(link.client_id, "link", switch.component_id if (switch and tag) else "", tuple(keys),
+    return Placement(link.client_id, "link", switches[0].component_id if (switches and tag) else "", tuple(keys),
                      {"vlan_tag": tag, "capacity_kbps": link.capacity_kbps or 0, "subnet": subnet,
                       "endpoints": [n for n, _ in endpoints], "interface_refs": list(link.interface_refs)})
+
+
+def _switches_of(substrate: Substrate, host_ifaces: list[str]) -> list:
+    """The switches a set of host interfaces are cabled to, in substrate order (the first if none is cabled)."""
+    ports = {i.component_id: i.switch_port for h in substrate.hosts for i in h.interfaces}
+    used = {ports.get(hi) for hi in host_ifaces}
+    found = [sw for sw in substrate.switches if any(p.component_id in used for p in sw.ports)]
+    return found or list(substrate.switches[:1])
 
 
 def _ranges(ranges) -> str:
