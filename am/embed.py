@@ -59,14 +59,20 @@ def mac_for(sliver_urn: str, iface: str) -> str:
     return "02:" + ":".join(f"{b:02x}" for b in digest[:5])
 
 
-def plan(substrate: Substrate, request: Request, used: Set[str], image_policy: str = "reject") -> list[Placement]:
+def plan(substrate: Substrate, request: Request, used: Set[str], image_policy: str = "reject",
+         bitstream_parts: Mapping[str, str] | None = None) -> list[Placement]:
     """Place every node and link of `request` given the keys already claimed; raise a GeniError naming what
-    was short."""
+    was short. `bitstream_parts` maps the requester's bitstream refs to the FPGA part they were built for."""
     taken: set[str] = set(used)
     placements: list[Placement] = []
     node_host: dict[str, Host] = {}
     iface_owner: dict[str, tuple[str, str]] = {}  # request iface client_id -> (node client_id, host iface cid)
     for node in request.nodes:
+        if node.fpga is not None:
+            p = place_fpga(substrate, node, taken, bitstream_parts or {})
+            taken.update(p.keys)
+            placements.append(p)
+            continue
         p = _place_node(substrate, node, taken, image_policy)
         taken.update(p.keys)
         host = substrate.host(p.component_id)
@@ -90,6 +96,64 @@ def plan(substrate: Substrate, request: Request, used: Set[str], image_policy: s
         taken.update(p.keys)
         placements.append(p)
     return placements
+
+
+SOFTWARE_PLANES_PER_BOARD = 16
+
+
+def place_fpga(substrate: Substrate, node: RequestNode, taken: set[str], parts: Mapping[str, str]) -> Placement:
+    """A whole FPGA for a user bitstream, or a virtual router: a hardware plane on a shared FPGA when it needs
+    more than a software plane delivers, else a software plane (first fit)."""
+    from fpga_aggregate.boards import boards_from_config
+    from fpga_aggregate.placement import Capacity
+    from fpga_aggregate.programming import programming_seconds
+
+    req = node.fpga
+    boards = [b for b in boards_from_config(substrate.fpga_boards) if not req.board or b.name == req.board]
+    if not boards:
+        raise InsufficientNodes(f"node {node.client_id}: no FPGA board{' ' + req.board if req.board else ''} here")
+    urn = f"urn:publicid:IDN+{substrate.authority}+node+"
+    if req.kind == "fpga-bitstream":
+        part = parts.get(req.bitstream)
+        if part is None:
+            raise BadArgs(f"node {node.client_id}: bitstream {req.bitstream} is not in your catalogue; upload it "
+                          f"first (slicex fpga upload)")
+        norm = part.lower().removeprefix("xc")
+        for b in boards:
+            for f in b.fpgas:
+                busy = any(k.startswith(f"vplane:{f.id}:") for k in taken) or f"fpga:{f.id}" in taken
+                if f.model.device == norm and not busy:
+                    return Placement(node.client_id, "node", urn + b.name, (f"fpga:{f.id}",),
+                                     {"fpga": f.id, "board_model": f.model.name, "bitstream": req.bitstream,
+                                      "sliver_type": "fpga-bitstream", "exclusive": True,
+                                      "boot_seconds": programming_seconds(1)})
+        models = sorted({f.model.device for b in boards for f in b.fpgas})
+        raise InsufficientNodes(f"node {node.client_id}: no free FPGA of part {part} (boards here have "
+                                f"{', '.join(models)}; matching ones are all in use)")
+    sw_rate = Capacity((), 0).software_mbps_per_plane
+    if req.bandwidth_mbps > sw_rate:
+        for b in boards:
+            for f in b.fpgas:
+                if f"fpga:{f.id}" in taken:
+                    continue
+                for k in range(f.hardware_planes):
+                    key = f"vplane:{f.id}:{k}"
+                    if key not in taken:
+                        return Placement(node.client_id, "node", urn + b.name, (key,),
+                                         {"fpga": f.id, "board_model": f.model.name, "placement": "hardware",
+                                          "bandwidth_mbps": min(req.bandwidth_mbps, f.line_rate_mbps),
+                                          "sliver_type": "virtual-router", "exclusive": False,
+                                          "boot_seconds": 5.0})
+    for b in boards:
+        for k in range(SOFTWARE_PLANES_PER_BOARD):
+            key = f"swplane:{b.name}:{k}"
+            if key not in taken:
+                return Placement(node.client_id, "node", urn + b.name, (key,),
+                                 {"fpga": f"{b.name}/software", "board_model": b.model.name, "placement": "software",
+                                  "bandwidth_mbps": min(req.bandwidth_mbps, sw_rate), "sliver_type": "virtual-router",
+                                  "exclusive": False, "boot_seconds": 1.0})
+    raise InsufficientNodes(f"node {node.client_id}: asked for a virtual router of {req.bandwidth_mbps} Mbps; no "
+                            f"hardware plane or software plane is free on {', '.join(b.name for b in boards)}")
 
 
 def _place_node(substrate: Substrate, node: RequestNode, taken: set[str], image_policy: str) -> Placement:

@@ -42,7 +42,9 @@ def _from_doc(d: dict[str, Any]) -> Sliver:
 
 
 class EmbeddedSliceManager:
-    def __init__(self, store: Store, substrate: Substrate, driver: EmulatedDriver, image_policy: str = "reject"):
+    def __init__(self, store: Store, substrate: Substrate, driver: EmulatedDriver, image_policy: str = "reject",
+                 bitstreams: Any = None):
+        self.bitstreams = bitstreams  # fpga_aggregate.bitstreams.BitstreamCatalogue, if FPGA boards are offered
         self.store = store
         self.substrate = substrate
         self.driver = driver
@@ -84,7 +86,7 @@ class EmbeddedSliceManager:
             group = f"alloc:{uuid.uuid4().hex}"
             for _attempt in range(PLAN_RETRIES):
                 used = set(self.store.all_claims().keys())
-                placements = plan(self.substrate, request, used, self.image_policy)
+                placements = plan(self.substrate, request, used, self.image_policy, self._bitstream_parts(owner_urn))
                 keys = [k for p in placements for k in p.keys]
                 if self.store.claim_all(keys, group):
                     break
@@ -101,6 +103,11 @@ class EmbeddedSliceManager:
                 self._save(s)
                 slivers.append(s)
             return slivers
+
+    def _bitstream_parts(self, owner_urn: str) -> dict[str, str]:
+        if self.bitstreams is None:
+            return {}
+        return {b.ref: b.part for b in self.bitstreams.list(owner_urn)}
 
     def provision(self, sliver_urns: list[str], end: datetime, users: list[dict[str, Any]],
                   now: datetime) -> list[Sliver]:
@@ -178,7 +185,8 @@ class EmbeddedSliceManager:
                     s.error = (f"cannot {action} while {s.operational_state}"
                                if s.allocation_state == sm.PROVISIONED else f"cannot {action}: not provisioned")
                     continue
-                s.details["op"] = self.driver.act(s.details.get("op", {}), s.kind, s.client_id, action, now)
+                s.details["op"] = self.driver.act(s.details.get("op", {}), s.kind, s.client_id, action, now,
+                                                  s.details.get("boot_seconds"))
                 s.operational_state = self.driver.current(s.details["op"], now)[0]
                 s.error = ""
                 if action == "geni_update_users" and s.kind == "node":

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from lxml import etree
 
+from fpga_aggregate.rspec_ext import FpgaRequest, parse_fpga_request
 from rspec.namespaces import PGV2, RSPEC3, SHARED_VLAN, SHARED_VLAN_GENI, q
 from slicex.errors import BadArgs, BadVersion
 from slicex.xmlsafe import parse_xml
@@ -36,6 +37,7 @@ class RequestNode:
     hardware_type: str | None = None
     interfaces: tuple[RequestInterface, ...] = ()
     extensions: tuple[str, ...] = ()  # tags of foreign-namespace children, e.g. '{ns}fpga'
+    fpga: FpgaRequest | None = None
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,7 @@ def _node(el: etree._Element, seen: set[str]) -> RequestNode:
     ext = tuple(str(c.tag) for c in el if isinstance(c.tag, str) and etree.QName(c).namespace != RSPEC3)
     return RequestNode(cid, el.get("component_id"), el.get("component_manager_id"), _bool(el.get("exclusive")),
                        st.get("name") if st is not None else None, image.get("name") if image is not None else None,
-                       hw.get("name") if hw is not None else None, tuple(ifaces), ext)
+                       hw.get("name") if hw is not None else None, tuple(ifaces), ext, parse_fpga_request(el, cid))
 
 
 def _link(el: etree._Element, seen: set[str]) -> RequestLink:

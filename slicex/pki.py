@@ -104,7 +104,7 @@ def load_certs(pem: bytes | str) -> list[x509.Certificate]:
     data = pem.encode() if isinstance(pem, str) else pem
     try:
         return x509.load_pem_x509_certificates(data)
-    except ValueError:
+    except Exception:  # noqa: BLE001 - any malformed certificate (ValueError, InvalidVersion, ...) is "none"
         return []
 
 

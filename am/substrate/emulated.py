@@ -35,9 +35,11 @@ class EmulatedDriver:
     def provisioned(self, kind: str, now: datetime) -> dict[str, Any]:
         return {"state": "geni_notready", "since": rfc3339(now), "until": None, "then": None}
 
-    def act(self, op: dict[str, Any], kind: str, client_id: str, action: str, now: datetime) -> dict[str, Any]:
-        """New operational record after `action`; the caller checked the action is allowed."""
-        delay = self.boot_delay(kind)
+    def act(self, op: dict[str, Any], kind: str, client_id: str, action: str, now: datetime,
+            boot_seconds: float | None = None) -> dict[str, Any]:
+        """New operational record after `action`; the caller checked the action is allowed. `boot_seconds`
+        overrides the substrate's delay (FPGA programming time)."""
+        delay = timedelta(seconds=boot_seconds) if boot_seconds is not None else self.boot_delay(kind)
         if action in ("geni_start", "geni_restart"):
             failure = self.failures.fail_on_start.get(client_id)
             return {"state": "geni_configuring", "since": rfc3339(now), "until": rfc3339(now + delay),
