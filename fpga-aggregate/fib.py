@@ -64,6 +64,7 @@ class SharedFib:
         self.l2_next = 0
         self.l2_free: list[int] = []
         self.cam: dict[tuple[int, int], int] = {}
+        self.cam_by_slot: dict[int, tuple[int, int]] = {}  # indirect slot → (vid, home location)
         self.cam_mirror = np.full((routers, L1_SIZE), -1, dtype=np.int32)  # software mirror for vector lookups
         # per router: the best prefix of length <= 19 at each location, and the long prefixes per location
         self.short_len = np.full((routers, L1_SIZE), -1, dtype=np.int8)
@@ -371,6 +372,7 @@ class SharedFib:
             raise TableFull(f"Conflict CAM full ({self.cam_capacity} entries)")
         slot = self._free_slot()
         self.cam[(vid, loc)] = slot
+        self.cam_by_slot[slot] = (vid, loc)
         self.cam_mirror[vid, loc] = slot
         return slot
 
@@ -380,12 +382,13 @@ class SharedFib:
         self.l1_flag[slot] = False
         del self.slot_of[vid][loc]
         if self.cam.pop((vid, loc), None) is not None:
+            self.cam_by_slot.pop(slot, None)
             self.cam_mirror[vid, loc] = -1
         self._free_cursor = min(self._free_cursor, slot)
 
     def _evict_indirect(self, loc: int) -> None:
         """Location `loc` is now needed directly: move the relocated entry living there elsewhere."""
-        (vid, home) = next(k for k, s in self.cam.items() if s == loc)
+        (vid, home) = self.cam_by_slot.pop(loc)
         new = self._free_slot_excluding(loc)
         self.owner[new] = INDIRECT
         self.l1_flag[new] = self.l1_flag[loc]
@@ -394,6 +397,7 @@ class SharedFib:
         if loc in self.l2_of_slot:
             self.l2_of_slot[new] = self.l2_of_slot.pop(loc)
         self.cam[(vid, home)] = new
+        self.cam_by_slot[new] = (vid, home)
         self.cam_mirror[vid, home] = new
         self.slot_of[vid][home] = new
         self.owner[loc] = FREE

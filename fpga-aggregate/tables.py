@@ -28,13 +28,19 @@ def bgp_like(n: int, seed: int, regions: int | None = None, shared: list[tuple[i
             p, length = shared[k]
             out[(p, length)] = (int(rng.integers(0, 4)), int(rng.integers(1, 2**32 - 1)))
     while len(out) < n:
-        length = int(rng.choice(lengths, p=probs))
-        if length > 19:
-            addr = int(bases[rng.integers(0, regions)]) | int(rng.integers(0, 1 << 13))
-        else:
-            addr = int(rng.integers(1 << 24, 1 << 32))
-        p = addr >> (32 - length) << (32 - length)
-        out.setdefault((p, length), (int(rng.integers(0, 4)), int(rng.integers(1, 2**32 - 1))))
+        batch = n - len(out) + 64
+        lens = rng.choice(lengths, size=batch, p=probs)
+        region = bases[rng.integers(0, regions, size=batch)] | rng.integers(0, 1 << 13, size=batch)
+        anywhere = rng.integers(1 << 24, 1 << 32, size=batch, dtype=np.int64)
+        addrs = np.where(lens > 19, region, anywhere)
+        shift = 32 - lens
+        prefixes = (addrs >> shift) << shift
+        ports = rng.integers(0, 4, size=batch)
+        nhs = rng.integers(1, 2**32 - 1, size=batch)
+        for p, length, port, nh in zip(prefixes.tolist(), lens.tolist(), ports.tolist(), nhs.tolist(), strict=True):
+            if len(out) >= n:
+                break
+            out.setdefault((p, length), (port, nh))
     return [(p, length, port, nh) for (p, length), (port, nh) in out.items()]
 
 

@@ -107,6 +107,15 @@ def build_advertisement(substrate: Substrate, usage: Usage, now: datetime, avail
         etree.SubElement(node, q(RSPEC3, "available"), now="true")
         for p in sw.ports:
             etree.SubElement(node, q(RSPEC3, "interface"), component_id=p.component_id, role="experimental")
+    for board in substrate.fpga_boards:
+        name = str(board.get("name"))
+        node = etree.SubElement(root, q(RSPEC3, "node"), component_id=f"urn:publicid:IDN+{substrate.authority}+node+{name}",
+                                component_manager_id=cm, component_name=name, exclusive="false")
+        etree.SubElement(node, q(RSPEC3, "hardware_type"), name=str(board.get("model")))
+        for t in ("fpga-bitstream", "virtual-router"):
+            sliver_types.add(t)
+            etree.SubElement(node, q(RSPEC3, "sliver_type"), name=t)
+        etree.SubElement(node, q(RSPEC3, "available"), now="true")
     for h in substrate.hosts:
         for i in h.interfaces:
             if not i.switch_port:

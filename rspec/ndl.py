@@ -134,6 +134,9 @@ def substrate_graph(sub: Substrate) -> Graph:
         for p in sw.ports:
             b.interface(d, p.component_id, None)
         b.vlan_set(d, list(sw.vlan_range))
+    for board in sub.fpga_boards:
+        b.device(f"urn:publicid:IDN+{sub.authority}+node+{board.get('name')}", str(board.get("name")),
+                 str(board.get("model")), False)
     offers_vms = any(not h.exclusive for h in sub.hosts)  # sizes mean nothing without a VM host
     for s in sub.vm_sizes if offers_vms else ():
         b.vm_size(sub.authority, s.name, s.cores, s.memory_mb, s.disk_gb)

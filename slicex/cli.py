@@ -181,6 +181,36 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0 if pid else 3
 
 
+def cmd_fpga_upload(args: argparse.Namespace) -> int:
+    from fpga_aggregate.bitstreams import BitstreamCatalogue
+    from slicex.errors import GeniError
+    from slicex.store import open_store
+
+    home = _home(args)
+    cfg = home.config()
+    user = f"urn:publicid:IDN+{cfg['authority']}+user+{args.user}"
+    catalogue = BitstreamCatalogue(open_store(cfg["store"]), home.root / "bitstreams")
+    try:
+        b = catalogue.upload(user, Path(args.file).name, Path(args.file).read_bytes())
+    except (GeniError, OSError) as exc:
+        print(f"error: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 1
+    print(f"{b.ref}  {b.name}  part {b.part}  {b.size} bytes  (use bitstream=\"{b.ref}\" in your request)")
+    return 0
+
+
+def cmd_fpga_list(args: argparse.Namespace) -> int:
+    from fpga_aggregate.bitstreams import BitstreamCatalogue
+    from slicex.store import open_store
+
+    home = _home(args)
+    cfg = home.config()
+    user = f"urn:publicid:IDN+{cfg['authority']}+user+{args.user}"
+    for b in BitstreamCatalogue(open_store(cfg["store"]), home.root / "bitstreams").list(user):
+        print(f"{b.ref}  {b.name}  part {b.part}  {b.size} bytes")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Everything a first-time user needs: CA, a user `alice`, then the deployment in the foreground."""
     from slicex.devpki import add_user, init_ca
@@ -229,6 +259,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("status", help="is it running and answering?")
     st.set_defaults(func=cmd_status)
+
+    fpga = sub.add_parser("fpga", help="bitstream catalogue of the FPGA aggregate")
+    fpga_sub = fpga.add_subparsers(dest="fpga_command", required=True)
+    up_bit = fpga_sub.add_parser("upload", help="add a Xilinx .bit file to a user's catalogue")
+    up_bit.add_argument("file")
+    up_bit.add_argument("--user", default="alice")
+    up_bit.set_defaults(func=cmd_fpga_upload)
+    ls_bit = fpga_sub.add_parser("list", help="list a user's bitstreams")
+    ls_bit.add_argument("--user", default="alice")
+    ls_bit.set_defaults(func=cmd_fpga_list)
 
     demo = sub.add_parser("demo", help="create a CA and user alice if needed, then run in the foreground")
     demo.set_defaults(func=cmd_demo)

@@ -1,0 +1,71 @@
+"""FPGA slivers through the AM API: a whole FPGA with the user's bitstream and a virtual router."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+import yaml
+
+from fpga_aggregate.bitstreams import build_bitfile
+from tests.integration.conftest import start
+from tests.integration.test_am_api import code, ok
+
+FPGA_NS = "http://slicex.dev/rspec/ext/fpga/1"
+
+
+def fpga_request(sliver: str) -> str:
+    return (f'<rspec xmlns="http://www.geni.net/resources/rspec/3" xmlns:fpga="{FPGA_NS}" type="request">'
+            f'<node client_id="f1">{sliver}</node></rspec>')
+
+
+@pytest.fixture
+def fpga_running(pki_home, tmp_path):
+    substrate = tmp_path / "site.yaml"
+    substrate.write_text(yaml.safe_dump({
+        "authority": "slicex.test", "hosts": [{"name": "pc1", "cores": 4, "memory_mb": 8192}],
+        "fpga_boards": [{"name": "nf1", "model": "NetFPGA"}, {"name": "bee1", "model": "BEE2"}]}))
+    cfg = yaml.safe_load((pki_home.root / "slicex.yaml").read_text())
+    cfg.update({"store": f"sqlite:///{tmp_path / 'state.db'}", "substrate": str(substrate)})
+    (pki_home.root / "slicex.yaml").write_text(yaml.safe_dump(cfg))
+    r = start(pki_home)
+    yield r
+    r.deployment.stop()
+    cfg.pop("substrate")
+    (pki_home.root / "slicex.yaml").write_text(yaml.safe_dump(cfg))
+
+
+def test_whole_fpga_with_user_bitstream(fpga_running):
+    r = fpga_running
+    alice = r.user("alice")
+    bit = r.deployment.bitstreams.upload(alice.urn, "design.bit", build_bitfile("design", "xc2vp70ff1704", b"\1" * 4096))
+    urn, creds = alice.slice_credential("fpga1")
+    value = ok(alice.am.Allocate(urn, creds, fpga_request(f'<fpga:sliver type="fpga-bitstream" bitstream="{bit.ref}"/>'),
+                                 {}))
+    assert "bee1" in value["geni_rspec"]
+    ok(alice.am.Provision([urn], creds, {}))
+    ok(alice.am.PerformOperationalAction([urn], creds, "geni_start", {}))
+    r.clock.advance(timedelta(seconds=10))
+    assert ok(alice.am.Status([urn], creds, {}))["geni_slivers"][0]["geni_operational_status"] == "geni_configuring"
+    r.clock.advance(timedelta(seconds=2))  # 11 s to program one FPGA
+    assert ok(alice.am.Status([urn], creds, {}))["geni_slivers"][0]["geni_operational_status"] == "geni_ready"
+    ok(alice.am.Delete([urn], creds, {}))
+    assert r.deployment.sm.usage_keys() == set()
+
+
+def test_unknown_bitstream_and_virtual_routers(fpga_running):
+    r = fpga_running
+    alice = r.user("alice")
+    urn, creds = alice.slice_credential("fpga2")
+    reply = alice.am.Allocate(urn, creds, fpga_request('<fpga:sliver type="fpga-bitstream" bitstream="sha256:00"/>'), {})
+    assert code(reply) == 1 and "catalogue" in reply["output"]
+    fast = ok(alice.am.Allocate(urn, creds, fpga_request(
+        '<fpga:sliver type="virtual-router" bandwidth_mbps="300" table_size="5000"/>'), {}))
+    assert "vplane" not in fast["geni_rspec"]
+    keys = r.deployment.sm.usage_keys()
+    assert any(k.startswith("vplane:") for k in keys)
+    urn2, creds2 = alice.slice_credential("fpga3")
+    ok(alice.am.Allocate(urn2, creds2, fpga_request('<fpga:sliver type="virtual-router" bandwidth_mbps="2"/>'), {}))
+    assert any(k.startswith("swplane:") for k in r.deployment.sm.usage_keys())
+    ad = ok(alice.am.ListResources(alice.user_credential(), {"geni_rspec_version": {"type": "GENI", "version": "3"}}))
+    assert 'hardware_type name="NetFPGA"' in ad and "virtual-router" in ad
