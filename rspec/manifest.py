@@ -110,6 +110,10 @@ def _annotate_node(el: etree._Element, v: SliverView, cm: str) -> None:
             login.set("hostname", lg["hostname"])
             login.set("port", str(lg.get("port", 22)))
             login.set("username", lg["username"])
+    fpga = el.find("{http://slicex.dev/rspec/ext/fpga/1}sliver")
+    if fpga is not None and d.get("fpga"):
+        fpga.set("fpga", d["fpga"])
+        fpga.set("placement", d.get("placement", "hardware"))
     if d.get("hostname"):
         host = el.find(q(RSPEC3, "host"))
         if host is None:

@@ -42,7 +42,7 @@ def test_whole_fpga_with_user_bitstream(fpga_running):
     urn, creds = alice.slice_credential("fpga1")
     value = ok(alice.am.Allocate(urn, creds, fpga_request(f'<fpga:sliver type="fpga-bitstream" bitstream="{bit.ref}"/>'),
                                  {}))
-    assert "bee1" in value["geni_rspec"]
+    assert "bee1" in value["geni_rspec"] and 'fpga="bee1/fpga0"' in value["geni_rspec"]
     ok(alice.am.Provision([urn], creds, {}))
     ok(alice.am.PerformOperationalAction([urn], creds, "geni_start", {}))
     r.clock.advance(timedelta(seconds=10))
