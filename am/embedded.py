@@ -43,8 +43,9 @@ def _from_doc(d: dict[str, Any]) -> Sliver:
 
 class EmbeddedSliceManager:
     def __init__(self, store: Store, substrate: Substrate, driver: EmulatedDriver, image_policy: str = "reject",
-                 bitstreams: Any = None):
+                 bitstreams: Any = None, fpga_backend: Any = None):
         self.bitstreams = bitstreams  # fpga_aggregate.bitstreams.BitstreamCatalogue, if FPGA boards are offered
+        self.fpga_backend = fpga_backend  # fpga_aggregate.backend.FpgaBackend
         self.store = store
         self.substrate = substrate
         self.driver = driver
@@ -73,6 +74,13 @@ class EmbeddedSliceManager:
         return _from_doc(doc) if doc else None
 
     def _release(self, s: Sliver) -> None:
+        if self.fpga_backend is not None and s.details.get("sliver_type") == "fpga-bitstream" and \
+                s.allocation_state == sm.PROVISIONED:
+            from fpga_aggregate.boards import boards_from_config
+
+            fpgas = {f.id: f for b in boards_from_config(self.substrate.fpga_boards) for f in b.fpgas}
+            if s.details.get("fpga") in fpgas:
+                self.fpga_backend.release(fpgas[s.details["fpga"]])
         owner = s.details.get("claim_owner", s.urn)
         for key in s.details.get("keys", []):
             self.store.release(key, owner)
@@ -113,8 +121,9 @@ class EmbeddedSliceManager:
                   now: datetime) -> list[Sliver]:
         with self._lock:
             out = []
-            for urn in sliver_urns:
-                s = self._require(urn, now)
+            slivers = [self._require(urn, now) for urn in sliver_urns]
+            self._program_fpgas([s for s in slivers if s.allocation_state == sm.ALLOCATED])
+            for s in slivers:
                 if s.allocation_state == sm.ALLOCATED:
                     s.allocation_state = sm.PROVISIONED
                     s.details["op"] = self.driver.provisioned(s.kind, now)
@@ -127,6 +136,20 @@ class EmbeddedSliceManager:
                 self._save(s)
                 out.append(s)
             return out
+
+    def _program_fpgas(self, slivers: list[Sliver]) -> None:
+        """Program the FPGAs of newly provisioned bitstream slivers together; their boot takes that long."""
+        wanted = [s for s in slivers if s.details.get("sliver_type") == "fpga-bitstream"]
+        if not wanted or self.fpga_backend is None or self.bitstreams is None:
+            return
+        from fpga_aggregate.boards import boards_from_config
+
+        fpgas = {f.id: f for b in boards_from_config(self.substrate.fpga_boards) for f in b.fpgas}
+        jobs = [(fpgas[s.details["fpga"]], self.bitstreams.get(s.owner_urn, s.details["bitstream"]).path)
+                for s in wanted]
+        seconds = self.fpga_backend.program(jobs)
+        for s in wanted:
+            s.details["boot_seconds"] = seconds
 
     def _set_users(self, s: Sliver, users: list[dict[str, Any]]) -> None:
         host = f"{s.client_id}.{s.slice_urn.split('+')[-1]}.{self.substrate.authority}".lower()

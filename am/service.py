@@ -49,11 +49,13 @@ class EmbeddedDeployment:
         self.substrate = substrate or (load_substrate(self.cfg["substrate"]) if self.cfg["substrate"]
                                        else default_substrate(self.authority))
         self.driver = EmulatedDriver(self.substrate, failures)
+        from fpga_aggregate.backend import EmulatedFpgaBackend
         from fpga_aggregate.bitstreams import BitstreamCatalogue
 
         self.bitstreams = BitstreamCatalogue(self.store, home.root / "bitstreams")
+        self.fpga_backend = EmulatedFpgaBackend()
         self.sm = EmbeddedSliceManager(self.store, self.substrate, self.driver, self.cfg["image_policy"],
-                                       self.bitstreams)
+                                       self.bitstreams, self.fpga_backend)
         trust = pki.TrustStore([home.trusted_roots])
         self.verifier = CredentialVerifier(trust)
         am_policy = AmPolicy(allocation_lifetime=timedelta(minutes=self.cfg["am"]["allocation_lifetime_minutes"]),

@@ -44,6 +44,7 @@ def test_whole_fpga_with_user_bitstream(fpga_running):
                                  {}))
     assert "bee1" in value["geni_rspec"] and 'fpga="bee1/fpga0"' in value["geni_rspec"]
     ok(alice.am.Provision([urn], creds, {}))
+    assert r.deployment.fpga_backend.loaded["bee1/fpga0"] == bit.path  # programmed through the backend
     ok(alice.am.PerformOperationalAction([urn], creds, "geni_start", {}))
     r.clock.advance(timedelta(seconds=10))
     assert ok(alice.am.Status([urn], creds, {}))["geni_slivers"][0]["geni_operational_status"] == "geni_configuring"
@@ -51,6 +52,7 @@ def test_whole_fpga_with_user_bitstream(fpga_running):
     assert ok(alice.am.Status([urn], creds, {}))["geni_slivers"][0]["geni_operational_status"] == "geni_ready"
     ok(alice.am.Delete([urn], creds, {}))
     assert r.deployment.sm.usage_keys() == set()
+    assert "bee1/fpga0" not in r.deployment.fpga_backend.loaded
 
 
 def test_unknown_bitstream_and_virtual_routers(fpga_running):

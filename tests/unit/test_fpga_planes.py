@@ -111,3 +111,22 @@ def test_bitstream_catalogue(tmp_path):
     with pytest.raises(BadArgs, match="not a Xilinx"):
         cat.upload("alice", "junk.bit", b"hello")
     assert BEE2.device == "2vp70ff1704"
+
+
+def test_emulated_backend_checks_parts_and_times_concurrent_programming(tmp_path):
+    from fpga_aggregate.backend import EmulatedFpgaBackend
+
+    bee = boards_from_config([{"name": "b1", "model": "BEE2"}])[0].fpgas
+    good = tmp_path / "good.bit"
+    good.write_bytes(build_bitfile("d", "xc2vp70ff1704", b"\0" * 64))
+    wrong = tmp_path / "wrong.bit"
+    wrong.write_bytes(build_bitfile("d", "xc2vp50ff1152", b"\0" * 64))
+    backend = EmulatedFpgaBackend()
+    assert backend.program([(bee[0], str(good)), (bee[1], str(good))]) == 17
+    with pytest.raises(BadArgs, match="bitstream is for"):
+        backend.program([(bee[2], str(wrong))])
+    fib = SharedFib(routers=1, l2_sets=2)
+    fib.insert(0, 0x0A000000, 8, 1, 1)
+    fib.export(tmp_path / "fib")
+    backend.load_table(bee[3], str(tmp_path / "fib"))
+    assert set(backend.loaded) == {"b1/fpga0", "b1/fpga1", "b1/fpga3"}
