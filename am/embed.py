@@ -60,7 +60,7 @@ def mac_for(sliver_urn: str, iface: str) -> str:
 
 
 def plan(substrate: Substrate, request: Request, used: Set[str], image_policy: str = "reject",
-         bitstream_parts: Mapping[str, str] | None = None) -> list[Placement]:
+         bitstream_parts: Mapping[str, str] | None = None, policy: Any = None) -> list[Placement]:
     """Place every node and link of `request` given the keys already claimed; raise a GeniError naming what
     was short. `bitstream_parts` maps the requester's bitstream refs to the FPGA part they were built for."""
     taken: set[str] = set(used)
@@ -73,7 +73,7 @@ def plan(substrate: Substrate, request: Request, used: Set[str], image_policy: s
             taken.update(p.keys)
             placements.append(p)
             continue
-        p = _place_node(substrate, node, taken, image_policy)
+        p = _place_node(substrate, node, taken, image_policy, policy)
         taken.update(p.keys)
         host = substrate.host(p.component_id)
         assert host is not None
@@ -156,7 +156,8 @@ def place_fpga(substrate: Substrate, node: RequestNode, taken: set[str], parts: 
                             f"hardware plane or software plane is free on {', '.join(b.name for b in boards)}")
 
 
-def _place_node(substrate: Substrate, node: RequestNode, taken: set[str], image_policy: str) -> Placement:
+def _place_node(substrate: Substrate, node: RequestNode, taken: set[str], image_policy: str,
+                policy: Any = None) -> Placement:
     image = None
     if node.disk_image:
         img = substrate.image(node.disk_image)
@@ -192,6 +193,8 @@ def _place_node(substrate: Substrate, node: RequestNode, taken: set[str], image_
                                 f"({sum(1 for h in substrate.hosts if h.exclusive and f'node:{h.component_id}' in taken)}"
                                 f" of {total} held by slivers)")
     size = vm_size_for(substrate, node)
+    if policy is not None:
+        candidates = policy.order(candidates, taken)
     for h in candidates:
         keys = host_keys(h, size, taken)
         if keys is not None:
