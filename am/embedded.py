@@ -1,8 +1,11 @@
-"""The embedded slice manager: slivers as records in the store, resources as atomic claims.
+"""The slice manager actor (ORCA SM), embedded: turns AM API calls into ticket → redeem → extend → close.
 
-Allocation plans with `am.embed.plan` against what is claimed now and then claims the plan's keys
-all-or-nothing; a lost race re-plans. Everything a sliver holds is released on delete and on expiry, by
-whoever notices first (a call or the reaper)."""
+Each sliver is a reservation (am.reservation) persisted in the store before every actor call, so a crash at
+any message boundary leaves a record the reaper drives to a final state: pending operations time out, and
+a failed or closed reservation gives back everything it held. Allocate asks the broker for signed tickets
+(units claimed atomically, all or nothing, under a policy); Provision redeems them at the authority for
+leases; Renew extends ticket then lease; Delete closes. Everything a sliver holds is released on delete and
+on expiry, by whoever notices first (a call or the reaper)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,9 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
+from am import reservation as rs
 from am import slice_manager as sm
+from am.authority import Authority
 from am.embed import plan
 from am.slice_manager import Sliver
 from am.substrate.emulated import ALLOWED_ACTIONS, EmulatedDriver
@@ -21,11 +26,28 @@ from rspec.substrate import Substrate
 from slicex.clock import parse_time, rfc3339
 from slicex.errors import Busy, SearchFailed, Unsupported
 from slicex.store import Store
+from slicex.ticket import Ticket
 
 SLIVERS = "slivers"
 REQUESTS = "requests"
 SLICES = "slices"
 PLAN_RETRIES = 5
+
+
+class Crash(BaseException):
+    """Raised by a fault-injection hook to stop an actor dead at a message boundary (tests only)."""
+
+
+def _res(s: Sliver) -> rs.Reservation:
+    d = s.details.get("reservation") or {}
+    since = d.get("pending_since")
+    return rs.Reservation(s.urn, d.get("state", rs.NASCENT), d.get("pending", rs.NONE),
+                          parse_time(since) if since else None, int(d.get("sequence", 0)), d.get("reason", ""))
+
+
+def _put_res(s: Sliver, r: rs.Reservation) -> None:
+    s.details["reservation"] = {"state": r.state, "pending": r.pending, "sequence": r.sequence, "reason": r.reason,
+                                "pending_since": rfc3339(r.pending_since) if r.pending_since else None}
 
 
 def _to_doc(s: Sliver) -> dict[str, Any]:
@@ -43,7 +65,14 @@ def _from_doc(d: dict[str, Any]) -> Sliver:
 
 class EmbeddedSliceManager:
     def __init__(self, store: Store, substrate: Substrate, driver: EmulatedDriver, image_policy: str = "reject",
-                 bitstreams: Any = None, fpga_backend: Any = None):
+                 bitstreams: Any = None, fpga_backend: Any = None, broker: Any = None, authority: Any = None,
+                 policy: Any = None, fault: Any = None):
+        if broker is None:
+            broker, authority = _default_actors(store, driver)
+        self.broker = broker
+        self.authority = authority
+        self.policy = policy
+        self.fault = fault or (lambda boundary: None)  # fault injection: called at every message boundary
         self.bitstreams = bitstreams  # fpga_aggregate.bitstreams.BitstreamCatalogue, if FPGA boards are offered
         self.fpga_backend = fpga_backend  # fpga_aggregate.backend.FpgaBackend
         self.store = store
@@ -81,35 +110,56 @@ class EmbeddedSliceManager:
             fpgas = {f.id: f for b in boards_from_config(self.substrate.fpga_boards) for f in b.fpgas}
             if s.details.get("fpga") in fpgas:
                 self.fpga_backend.release(fpgas[s.details["fpga"]])
+        self._relinquish(s)
+        self.store.delete(SLIVERS, s.urn)
+
+    def _relinquish(self, s: Sliver) -> None:
+        """Give back everything the reservation's ticket group holds (idempotent)."""
         owner = s.details.get("claim_owner", s.urn)
         for key in s.details.get("keys", []):
             self.store.release(key, owner)
-        self.store.delete(SLIVERS, s.urn)
 
     # ---- SliceManager --------------------------------------------------------------------------------------
     def allocate(self, slice_urn: str, owner_urn: str, request: Request, end: datetime,
                  now: datetime) -> list[Sliver]:
         with self._lock:
             self.reap(now)
-            group = f"alloc:{uuid.uuid4().hex}"
             for _attempt in range(PLAN_RETRIES):
+                group = f"ticket:{uuid.uuid4().hex}"
                 used = set(self.store.all_claims().keys())
-                placements = plan(self.substrate, request, used, self.image_policy, self._bitstream_parts(owner_urn))
-                keys = [k for p in placements for k in p.keys]
-                if self.store.claim_all(keys, group):
-                    break
+                placements = plan(self.substrate, request, used, self.image_policy, self._bitstream_parts(owner_urn),
+                                  self.policy)
+                slivers = []
+                for p in placements:  # the reservations exist, pending Ticketing, before the broker is asked
+                    s = Sliver(self._sliver_urn(), slice_urn, p.client_id, p.kind, sm.ALLOCATED,
+                               sm.PENDING_ALLOCATION, end, "", p.component_id, owner_urn,
+                               {**p.details, "keys": list(p.keys), "claim_owner": group,
+                                "allocated_at": rfc3339(now)})
+                    r, _ = rs.demand(rs.Reservation(s.urn), now)
+                    _put_res(s, r)
+                    self._save(s)
+                    slivers.append(s)
+                self.fault("ticket:pending")
+                try:
+                    tickets = self.broker.ticket(slice_urn, {s.urn: s.details["keys"] for s in slivers}, now, end,
+                                                 group=group)
+                except Busy:
+                    for s in slivers:
+                        self.store.delete(SLIVERS, s.urn)
+                    continue
+                self.fault("ticket:granted")
+                break
             else:
                 raise Busy("resources changed under this request five times in a row; try again")
             key = f"{slice_urn}#{rfc3339(now)}-{uuid.uuid4().hex[:8]}"
             self.store.put(REQUESTS, key, {"key": key, "slice_urn": slice_urn, "xml": request.xml,
                                            "client_ids": [p.client_id for p in placements]})
-            slivers = []
-            for p in placements:
-                s = Sliver(self._sliver_urn(), slice_urn, p.client_id, p.kind, sm.ALLOCATED,
-                           sm.PENDING_ALLOCATION, end, "", p.component_id, owner_urn,
-                           {**p.details, "keys": list(p.keys), "claim_owner": group, "allocated_at": rfc3339(now)})
+            for s in slivers:
+                t = tickets[s.urn]
+                r, _ = rs.on_update(_res(s), "ticket", True, t.sequence, now)
+                _put_res(s, r)
+                s.details["ticket"] = t.to_doc()
                 self._save(s)
-                slivers.append(s)
             return slivers
 
     def _bitstream_parts(self, owner_urn: str) -> dict[str, str]:
@@ -125,9 +175,17 @@ class EmbeddedSliceManager:
             self._program_fpgas([s for s in slivers if s.allocation_state == sm.ALLOCATED])
             for s in slivers:
                 if s.allocation_state == sm.ALLOCATED:
+                    r, _ = rs.redeem(_res(s), now)
+                    _put_res(s, r)
+                    self._save(s)
+                    self.fault("redeem:pending")
+                    lease, op = self.authority.redeem(Ticket.from_doc(s.details["ticket"]), s.kind, now)
+                    self.fault("redeem:granted")
+                    r, _ = rs.on_update(r, "lease", True, lease.sequence, now)
+                    _put_res(s, r)
                     s.allocation_state = sm.PROVISIONED
-                    s.details["op"] = self.driver.provisioned(s.kind, now)
-                    s.operational_state = s.details["op"]["state"]
+                    s.details["op"] = op
+                    s.operational_state = op["state"]
                     s.details["provisioned_at"] = rfc3339(now)
                 s.expires = end
                 if s.kind == "node":
@@ -179,6 +237,24 @@ class EmbeddedSliceManager:
             out = []
             for urn in sliver_urns:
                 s = self._require(urn, now)
+                if _res(s).terminal or _res(s).state not in (rs.TICKETED, rs.ACTIVE):
+                    s.error = f"cannot renew: reservation is {_res(s).state}"
+                    out.append(s)
+                    continue
+                r, _ = rs.extend(_res(s), now)
+                _put_res(s, r)
+                self._save(s)
+                self.fault("extend:pending")
+                ticket = self.broker.extend_ticket(Ticket.from_doc(s.details["ticket"]), end)
+                r, msgs = rs.on_update(r, "ticket", True, ticket.sequence, now)
+                s.details["ticket"] = ticket.to_doc()
+                if any(m.kind == "extendLease" for m in msgs):
+                    _put_res(s, r)
+                    self._save(s)
+                    self.fault("extend:ticketed")
+                    lease = self.authority.extend_lease(None, ticket)
+                    r, _ = rs.on_update(r, "lease", True, lease.sequence, now)
+                _put_res(s, r)
                 s.expires = end
                 s.error = ""
                 self._save(s)
@@ -222,6 +298,10 @@ class EmbeddedSliceManager:
             out = []
             for urn in sliver_urns:
                 s = self._require(urn, now)
+                r, _ = rs.close(_res(s), now)
+                _put_res(s, r)
+                self._save(s)
+                self.fault("close:pending")
                 self._release(s)
                 s.allocation_state = sm.UNALLOCATED
                 s.operational_state = sm.PENDING_ALLOCATION
@@ -275,16 +355,32 @@ class EmbeddedSliceManager:
         return [SliverView(s.client_id, s.urn, s.kind, s.component_id, s.details) for s in slivers]
 
     def reap(self, now: datetime) -> list[str]:
-        """Release every sliver whose expiry has passed; return their URNs."""
+        """Release every sliver whose expiry has passed, finish interrupted closes, and fail reservations
+        stuck pending past their deadline (releasing what they hold); return the URNs released."""
         with self._lock:
             gone = []
             for d in self.store.scan(SLIVERS):
-                if parse_time(d["expires"]) <= now:
-                    self._release(_from_doc(d))
+                s = _from_doc(d)
+                r = _res(s)
+                if parse_time(d["expires"]) <= now or r.pending == rs.CLOSING:
+                    self._release(s)
                     gone.append(d["urn"])
+                    continue
+                after, msgs = rs.on_tick(r, now)
+                if after != r:
+                    _put_res(s, after)
+                    if after.state == rs.FAILED:
+                        self._relinquish(s)
+                        s.details["keys"] = []
+                        s.operational_state = sm.FAILED
+                        s.error = after.reason
+                    self._save(s)
             if gone:
                 self._forget_requests()
             return gone
+
+    def reservations(self) -> list[rs.Reservation]:
+        return [_res(_from_doc(d)) for d in self.store.scan(SLIVERS)]
 
     def usage_keys(self) -> set[str]:
         return set(self.store.all_claims().keys())
@@ -292,3 +388,16 @@ class EmbeddedSliceManager:
 
 def default_allocation_lifetime() -> timedelta:
     return timedelta(minutes=10)
+
+
+def _default_actors(store: Store, driver: Any) -> tuple[Any, Any]:
+    """An in-process broker and authority with a fresh signing key (embedded deployment)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from broker.broker import Broker
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    broker = Broker("broker", store, pem)
+    return broker, Authority("authority", driver, {"broker": key.public_key()})

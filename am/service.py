@@ -54,8 +54,18 @@ class EmbeddedDeployment:
 
         self.bitstreams = BitstreamCatalogue(self.store, home.root / "bitstreams")
         self.fpga_backend = EmulatedFpgaBackend()
+        from am.authority import Authority
+        from broker.broker import Broker
+        from broker.policy import policy_named
+
+        # embedded deployment: broker and authority are in-process actors; the broker signs tickets with the
+        # aggregate's key (it persists across restarts, so tickets issued before a restart still redeem)
+        am_cert = pki.load_cert(home.am_cert.read_bytes())
+        self.broker = Broker("broker", self.store, home.am_key.read_bytes(), am_cert)
+        self.authority_actor = Authority(self.authority_name(), self.driver, {"broker": am_cert.public_key()})
         self.sm = EmbeddedSliceManager(self.store, self.substrate, self.driver, self.cfg["image_policy"],
-                                       self.bitstreams, self.fpga_backend)
+                                       self.bitstreams, self.fpga_backend, self.broker, self.authority_actor,
+                                       policy_named(self.cfg.get("broker_policy", "first-fit")))
         trust = pki.TrustStore([home.trusted_roots])
         self.verifier = CredentialVerifier(trust)
         am_policy = AmPolicy(allocation_lifetime=timedelta(minutes=self.cfg["am"]["allocation_lifetime_minutes"]),
@@ -81,6 +91,9 @@ class EmbeddedDeployment:
                                           max_slice_lifetime=timedelta(days=self.cfg["sa"]["max_slice_lifetime_days"])))
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+
+    def authority_name(self) -> str:
+        return f"urn:publicid:IDN+{self.authority}+authority+am"
 
     # ---- edges -------------------------------------------------------------------------------------------------
     def _am_dispatch(self, method: str, params: tuple, cert) -> Any:

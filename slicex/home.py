@@ -30,6 +30,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "am": {"allocation_lifetime_minutes": 10, "default_lease_hours": 24, "max_lease_days": 30},
     "sa": {"slice_lifetime_days": 7, "max_slice_lifetime_days": 60},
     "tick_seconds": 1.0,
+    "broker_policy": "first-fit",  # first-fit | best-fit | worst-fit
 }
 
 

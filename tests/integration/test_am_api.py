@@ -291,6 +291,8 @@ def test_restart_keeps_slivers_and_enforces_expiry(running, pki_home):
     alice = running.user("alice")
     urn, creds = alice.slice_credential("persist")
     ok(alice.am.Allocate(urn, creds, three_node_lan(), {}))
+    urn2, creds2 = alice.slice_credential("persist2")
+    ok(alice.am.Allocate(urn2, creds2, request_rspec([vm("later")]), {}))
     ok(alice.am.Provision([urn], creds, {}))
     before = ok(alice.am.Status([urn], creds, {}))["geni_slivers"]
     keys = running.deployment.sm.usage_keys()
@@ -302,6 +304,8 @@ def test_restart_keeps_slivers_and_enforces_expiry(running, pki_home):
         after = ok(alice2.am.Status([urn], creds, {}))["geni_slivers"]
         assert sorted(before, key=str) == sorted(after, key=str)
         assert again.deployment.sm.usage_keys() == keys
+        # a ticket issued before the restart still redeems: the broker's signing key persisted
+        ok(alice2.am.Provision([urn2], creds2, {}))
         clock.advance(timedelta(days=2))
         assert code(alice2.am.Status([urn], creds, {})) == 12
         assert again.deployment.sm.usage_keys() == set()
