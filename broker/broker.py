@@ -15,7 +15,7 @@ from cryptography import x509
 
 from slicex.errors import Busy, OutOfRange
 from slicex.store import Store
-from slicex.ticket import Ticket, sign_ticket
+from slicex.ticket import Ticket, load_signing_key, sign_ticket
 
 DELEGATIONS = "delegations"
 
@@ -24,7 +24,7 @@ class Broker:
     def __init__(self, name: str, store: Store, key_pem: bytes, cert: x509.Certificate | None = None):
         self.name = name
         self.store = store
-        self.key_pem = key_pem
+        self.key = load_signing_key(key_pem)
         self.cert = cert
 
     # ---- delegation ---------------------------------------------------------------------------------------
@@ -57,7 +57,7 @@ class Broker:
             raise Busy(f"broker {self.name}: {len(taken)} of {len(keys)} units were promised to someone else "
                        f"meanwhile (e.g. {taken[0] if taken else '?'}); ask again")
         return {rid: sign_ticket(Ticket(f"{group}/{rid}", self.name, holder, rid, tuple(units), start, end, 1),
-                                 self.key_pem)
+                                 self.key)
                 for rid, units in units_by_reservation.items()}
 
     def extend_ticket(self, ticket: Ticket, end: datetime, limit: datetime | None = None) -> Ticket:
@@ -65,7 +65,7 @@ class Broker:
             pass  # shortening is allowed: a renew may ask for less than is held
         if limit is not None and end > limit:
             raise OutOfRange(f"broker {self.name}: cannot extend ticket {ticket.id} past {limit:%Y-%m-%dT%H:%M:%SZ}")
-        return sign_ticket(replace(ticket, end=end, sequence=ticket.sequence + 1, signature=""), self.key_pem)
+        return sign_ticket(replace(ticket, end=end, sequence=ticket.sequence + 1, signature=""), self.key)
 
     def relinquish(self, ticket: Ticket) -> int:
         """Give a ticket's units back (always, on close or failure); idempotent."""

@@ -46,8 +46,15 @@ class Ticket:
                       parse_time(d["end"]), int(d["sequence"]), d.get("signature", ""))
 
 
-def sign_ticket(ticket: Ticket, key_pem: bytes) -> Ticket:
-    key = serialization.load_pem_private_key(key_pem, None)
+def load_signing_key(key_pem: bytes):
+    """Load a broker key once (loading validates the key, which costs far more than a signature)."""
+    return serialization.load_pem_private_key(key_pem, None)
+
+
+def sign_ticket(ticket: Ticket, key) -> Ticket:
+    """Sign with a loaded private key (or PEM bytes, loaded here)."""
+    if isinstance(key, bytes):
+        key = load_signing_key(key)
     sig = key.sign(ticket.payload(), padding.PSS(padding.MGF1(hashes.SHA256()), padding.PSS.MAX_LENGTH),
                    hashes.SHA256())
     return replace(ticket, signature=base64.b64encode(sig).decode())
