@@ -44,3 +44,38 @@ class Authority:
 
     def expired(self, lease_end: datetime, now: datetime) -> bool:
         return now >= lease_end
+
+
+def authority_handlers(authority: Authority) -> dict[str, Any]:
+    """The authority's methods as a network actor (see slicex.actor_rpc)."""
+    from slicex.clock import parse_time
+
+    def redeem(doc, kind, now):
+        lease, op = authority.redeem(Ticket.from_doc(doc), kind, parse_time(now))
+        return {"ticket": lease.ticket.to_doc(), "end": lease.ticket.to_doc()["end"], "sequence": lease.sequence,
+                "op": op}
+
+    def extend_lease(doc):
+        lease = authority.extend_lease(None, Ticket.from_doc(doc))
+        return {"ticket": lease.ticket.to_doc(), "sequence": lease.sequence}
+
+    return {"redeem": redeem, "extend_lease": extend_lease}
+
+
+class RemoteAuthority:
+    """Proxy with the same methods as Authority, for slice managers in other processes."""
+
+    def __init__(self, client: Any):
+        self.client = client
+
+    def redeem(self, ticket: Ticket, kind: str, now: datetime) -> tuple[Lease, dict[str, Any]]:
+        from slicex.clock import rfc3339
+
+        out = self.client.call("redeem", ticket.to_doc(), kind, rfc3339(now))
+        t = Ticket.from_doc(out["ticket"])
+        return Lease(t, t.end, out["sequence"]), out["op"]
+
+    def extend_lease(self, lease: Any, ticket: Ticket) -> Lease:
+        out = self.client.call("extend_lease", ticket.to_doc())
+        t = Ticket.from_doc(out["ticket"])
+        return Lease(t, t.end, out["sequence"])

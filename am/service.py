@@ -10,9 +10,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from am.api import AggregateManager, AmIdentity, AmPolicy, error_result
+from am.authority import Authority
 from am.embed import usage_counts
 from am.embedded import EmbeddedSliceManager
 from am.substrate.emulated import EmulatedDriver, FailurePlan
+from broker.broker import Broker
 from clearinghouse.slice_authority import SaPolicy, SliceAuthority
 from rspec.advertisement import AdvertisementCache, Usage
 from rspec.substrate import Substrate, default_substrate, load_substrate
@@ -39,7 +41,8 @@ class EmbeddedDeployment:
 
     def __init__(self, home: Home, clock: Clock | None = None, sa_port: int | None = None,
                  am_port: int | None = None, failures: FailurePlan | None = None, store: Store | None = None,
-                 substrate: Substrate | None = None):
+                 substrate: Substrate | None = None, broker_url: str | None = None,
+                 authority_url: str | None = None):
         self.home = home
         self.cfg = home.config()
         self.clock = clock or SystemClock()
@@ -54,15 +57,22 @@ class EmbeddedDeployment:
 
         self.bitstreams = BitstreamCatalogue(self.store, home.root / "bitstreams")
         self.fpga_backend = EmulatedFpgaBackend()
-        from am.authority import Authority
-        from broker.broker import Broker
         from broker.policy import policy_named
 
         # embedded deployment: broker and authority are in-process actors; the broker signs tickets with the
         # aggregate's key (it persists across restarts, so tickets issued before a restart still redeem)
         am_cert = pki.load_cert(home.am_cert.read_bytes())
-        self.broker = Broker("broker", self.store, home.am_key.read_bytes(), am_cert)
-        self.authority_actor = Authority(self.authority_name(), self.driver, {"broker": am_cert.public_key()})
+        if broker_url:  # scaled out: broker and authority are processes of their own, called over mutual TLS
+            from am.authority import RemoteAuthority
+            from broker.remote import RemoteBroker
+            from slicex.actor_rpc import ActorClient
+
+            creds = (str(home.am_cert), str(home.am_key))
+            self.broker = RemoteBroker(ActorClient("broker", broker_url, *creds))
+            self.authority_actor = RemoteAuthority(ActorClient("authority", authority_url, *creds))
+        else:
+            self.broker = Broker("broker", self.store, home.am_key.read_bytes(), am_cert)
+            self.authority_actor = Authority(self.authority_name(), self.driver, {"broker": am_cert.public_key()})
         self.sm = EmbeddedSliceManager(self.store, self.substrate, self.driver, self.cfg["image_policy"],
                                        self.bitstreams, self.fpga_backend, self.broker, self.authority_actor,
                                        policy_named(self.cfg.get("broker_policy", "first-fit")))
@@ -141,3 +151,39 @@ class EmbeddedDeployment:
             server.shutdown()
             server.server_close()
         self.store.close()
+
+
+class ActorProcess:
+    """One actor (broker or authority) served over mutual TLS, for the scaled-out deployment."""
+
+    def __init__(self, home: Home, role: str, port: int | None = None, store: Store | None = None):
+        from am.authority import authority_handlers
+        from broker.remote import broker_handlers
+        from slicex.actor_rpc import ActorServer
+
+        cfg = home.config()
+        authority = cfg["authority"]
+        am_urn = f"urn:publicid:IDN+{authority}+authority+am"
+        am_cert = pki.load_cert(home.am_cert.read_bytes())
+        self.store = store or open_store(cfg["store"])
+        if role == "broker":
+            handlers = broker_handlers(Broker("broker", self.store, home.am_key.read_bytes(), am_cert))
+        elif role == "authority":
+            substrate = load_substrate(cfg["substrate"]) if cfg["substrate"] else default_substrate(authority)
+            handlers = authority_handlers(Authority(am_urn, EmulatedDriver(substrate), {"broker": am_cert.public_key()}))
+        else:
+            raise ValueError(f"unknown actor {role!r}: broker or authority")
+        default_port = cfg.get(f"{role}_port", 8002 if role == "broker" else 8003)
+        self.server = ActorServer(role, handlers, {am_urn}, (cfg["host"], default_port if port is None else port),
+                                  str(home.am_cert), str(home.am_key), str(roots_bundle(home)))
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def start(self) -> str:
+        self.server.start()
+        return self.url
+
+    def stop(self) -> None:
+        self.server.stop()

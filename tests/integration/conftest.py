@@ -4,6 +4,7 @@ XML-RPC clients holding user certificates, exactly as omni does."""
 from __future__ import annotations
 
 import xmlrpc.client
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -46,6 +47,7 @@ class Running:
     deployment: EmbeddedDeployment
     clock: ManualClock
     failures: FailurePlan
+    actors: tuple = ()
 
     def user(self, name: str) -> User:
         ep = self.deployment.endpoints
@@ -71,21 +73,49 @@ def pki_home(tmp_path_factory) -> Home:
     return make_home(tmp_path_factory.mktemp("slicex-home"))
 
 
-def start(home: Home, clock: ManualClock | None = None, failures: FailurePlan | None = None) -> Running:
+def start(home: Home, clock: ManualClock | None = None, failures: FailurePlan | None = None,
+          distributed: bool = False) -> Running:
+    """Start a deployment. distributed=True: broker and authority are separate actor servers reached over
+    mutual TLS, and all state is in the store the config names (Redis in these tests)."""
     clock = clock or ManualClock(datetime.now(UTC).replace(microsecond=0))
     failures = failures or FailurePlan()
-    d = EmbeddedDeployment(home, clock=clock, failures=failures)
+    actors: tuple = ()
+    urls: dict[str, str] = {}
+    if distributed:
+        from am.service import ActorProcess
+
+        actors = (ActorProcess(home, "broker", port=0), ActorProcess(home, "authority", port=0))
+        urls = {"broker_url": actors[0].start(), "authority_url": actors[1].start()}
+    d = EmbeddedDeployment(home, clock=clock, failures=failures, **urls)
     d.start()
-    return Running(home, d, clock, failures)
+    return Running(home, d, clock, failures, actors)
 
 
-@pytest.fixture
-def running(pki_home: Home, tmp_path: Path) -> Iterator[Running]:
-    """A fresh deployment (own database) sharing the session's PKI."""
-    cfg = pki_home.config()
-    (pki_home.root / "slicex.yaml").write_text(yaml.safe_dump(
-        {"authority": AUTHORITY, "sa_port": 0, "am_port": 0, "tick_seconds": 0.05,
-         "store": f"sqlite:///{tmp_path / 'state.db'}", "am": cfg["am"]}))
-    r = start(pki_home)
-    yield r
+def stop(r: Running) -> None:
     r.deployment.stop()
+    for a in r.actors:
+        a.stop()
+
+
+REDIS_URL = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/12")
+
+
+@pytest.fixture(params=["embedded", "distributed"])
+def running(request, pki_home: Home, tmp_path: Path) -> Iterator[Running]:
+    """A fresh deployment sharing the session's PKI: embedded (SQLite, in-process actors) or distributed
+    (Redis, broker and authority as actor servers over mutual TLS). The same tests run against both."""
+    cfg = pki_home.config()
+    distributed = request.param == "distributed"
+    store = REDIS_URL if distributed else f"sqlite:///{tmp_path / 'state.db'}"
+    if distributed:
+        from slicex.store.redis_store import RedisStore
+
+        RedisStore(REDIS_URL).flush()
+    (pki_home.root / "slicex.yaml").write_text(yaml.safe_dump(
+        {"authority": AUTHORITY, "sa_port": 0, "am_port": 0, "tick_seconds": 0.05, "store": store,
+         "am": cfg["am"]}))
+    r = start(pki_home, distributed=distributed)
+    yield r
+    stop(r)
+    if distributed:
+        RedisStore(REDIS_URL).flush()

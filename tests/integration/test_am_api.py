@@ -286,7 +286,7 @@ def test_unknown_request_extensions_are_copied_into_the_manifest(running):
 
 
 def test_restart_keeps_slivers_and_enforces_expiry(running, pki_home):
-    from tests.integration.conftest import start
+    from tests.integration.conftest import start, stop
 
     alice = running.user("alice")
     urn, creds = alice.slice_credential("persist")
@@ -297,8 +297,9 @@ def test_restart_keeps_slivers_and_enforces_expiry(running, pki_home):
     before = ok(alice.am.Status([urn], creds, {}))["geni_slivers"]
     keys = running.deployment.sm.usage_keys()
     clock = running.clock
-    running.deployment.stop()
-    again = start(pki_home, clock=clock)
+    distributed = bool(running.actors)
+    stop(running)
+    again = start(pki_home, clock=clock, distributed=distributed)
     try:
         alice2 = again.user("alice")
         after = ok(alice2.am.Status([urn], creds, {}))["geni_slivers"]
@@ -310,8 +311,8 @@ def test_restart_keeps_slivers_and_enforces_expiry(running, pki_home):
         assert code(alice2.am.Status([urn], creds, {})) == 12
         assert again.deployment.sm.usage_keys() == set()
     finally:
-        again.deployment.stop()
-        running.deployment = again.deployment  # fixture teardown stops a stopped server harmlessly
+        stop(again)
+        running.deployment, running.actors = again.deployment, again.actors  # teardown stops them harmlessly
 
 
 def test_speaks_for_lets_a_tool_act_for_a_user(running):

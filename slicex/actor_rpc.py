@@ -1,0 +1,82 @@
+"""Actor calls over HTTPS with mutual TLS (the scaled-out deployment): a server that exposes one actor's
+methods to trusted peers, and a client proxy that turns faults back into GENI errors.
+
+Only peers whose certificate names an allowed URN (by default: this deployment's aggregate) may call."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import xmlrpc.client
+from collections.abc import Callable
+from typing import Any
+
+from cryptography import x509
+
+from slicex import pki
+from slicex.errors import GeniError, RpcError, TimedOut, Unavailable
+from slicex.tls_xmlrpc import TlsXmlRpcServer, client, server_context
+
+log = logging.getLogger("slicex.actor")
+_ERRORS = {cls.code: cls for cls in GeniError.__subclasses__()}
+
+
+class ActorServer:
+    def __init__(self, name: str, handlers: dict[str, Callable[..., Any]], allowed_urns: set[str],
+                 address: tuple[str, int], cert_file: str, key_file: str, ca_file: str):
+        self.name = name
+        self.handlers = handlers
+        self.allowed = {u.lower() for u in allowed_urns}
+        self.server = TlsXmlRpcServer(address, server_context(cert_file, key_file, ca_file), self._dispatch,
+                                      lambda message, too_big=False: xmlrpc.client.Fault(6 if too_big else 1, message))
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"https://{host}:{port}/"
+
+    def _dispatch(self, method: str, params: tuple, cert: x509.Certificate | None) -> Any:
+        caller = pki.cert_urn(cert) if cert is not None else ""
+        if caller.lower() not in self.allowed:
+            return xmlrpc.client.Fault(3, f"{self.name}: {caller or 'an unnamed peer'} may not call actor methods")
+        handler = self.handlers.get(method)
+        if handler is None:
+            return xmlrpc.client.Fault(13, f"{self.name} has no method {method!r}")
+        try:
+            return handler(*params)
+        except GeniError as exc:
+            return xmlrpc.client.Fault(exc.code, exc.message)
+        except Exception as exc:  # noqa: BLE001 - the boundary
+            log.exception("%s.%s failed", self.name, method)
+            return xmlrpc.client.Fault(5, f"{self.name}.{method} failed: {type(exc).__name__}: {exc}")
+
+    def start(self) -> None:
+        self.server.start_background()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class ActorClient:
+    """Calls a remote actor; faults come back as the GENI error they carry, outages as UNAVAILABLE/TIMEDOUT."""
+
+    def __init__(self, name: str, url: str, cert_file: str, key_file: str, timeout: float = 30):
+        self.name = name
+        self.url = url
+        self._args = (url, cert_file, key_file)
+        self._timeout = timeout
+
+    def call(self, method: str, *args: Any) -> Any:
+        proxy = client(*self._args, timeout=self._timeout)  # one connection per call: proxies are not thread-safe
+        try:
+            return getattr(proxy, method)(*args)
+        except xmlrpc.client.Fault as fault:
+            cls = _ERRORS.get(fault.faultCode, RpcError)
+            raise cls(fault.faultString) from None
+        except TimeoutError as exc:
+            raise TimedOut(f"{self.name} at {self.url} did not answer {method} in {self._timeout:.0f} s ({exc})") from None
+        except (ConnectionError, OSError, ssl.SSLError) as exc:
+            raise Unavailable(f"{self.name} at {self.url} is not reachable for {method}: {exc}") from None
+        except xmlrpc.client.ProtocolError as exc:
+            raise RpcError(f"{self.name} at {self.url} answered {method} with HTTP {exc.errcode}") from None
