@@ -103,10 +103,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     if _pid(home):
         print(f"slicex is already running (pid {_pid(home)}); `slicex down` stops it", file=sys.stderr)
         return 1
+    if args.distributed:
+        os.environ["SLICEX_STORE"] = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/0")
     if args.detach:
         home.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(home.log_file, "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "slicex.cli", "--home", str(home.root), "up"],
+            proc = subprocess.Popen([sys.executable, "-m", "slicex.cli", "--home", str(home.root), "up"]
+                                    + (["--distributed"] if args.distributed else []),
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -120,20 +123,59 @@ def cmd_up(args: argparse.Namespace) -> int:
             time.sleep(0.2)
         print(f"slicex did not answer within 30 s; see {home.log_file}", file=sys.stderr)
         return 1
-    return _run_foreground(home, print_config=args.print_config)
+    return _run_foreground(home, print_config=args.print_config, distributed=args.distributed)
 
 
-def _run_foreground(home: Home, print_config: bool = False) -> int:
+def _wait_for_port(host: str, port: int, proc: subprocess.Popen, what: str, timeout: float = 30) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{what} exited with {proc.returncode}; see its log")
+        try:
+            socket.create_connection((host, port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"{what} did not listen on {host}:{port} within {timeout:.0f} s")
+
+
+def _start_actors(home: Home) -> tuple[list[subprocess.Popen], dict[str, str]]:
+    """Start the broker and the authority as processes of their own; return them and their URLs."""
+    cfg = home.config()
+    procs, urls = [], {}
+    home.log_file.parent.mkdir(parents=True, exist_ok=True)
+    for role in ("broker", "authority"):
+        port = cfg[f"{role}_port"]
+        with open(home.log_file.with_name(f"{role}.log"), "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "slicex.cli", "--home", str(home.root), "actor", role],
+                                    stdout=log, stderr=subprocess.STDOUT)
+        procs.append(proc)
+        _wait_for_port(cfg["host"], port, proc, f"the {role} actor")
+        urls[f"{role}_url"] = f"https://{cfg['host']}:{port}/"
+    return procs, urls
+
+
+def _run_foreground(home: Home, print_config: bool = False, distributed: bool = False) -> int:
     from am.service import EmbeddedDeployment
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    deployment = EmbeddedDeployment(home)
+    actors: list[subprocess.Popen] = []
+    urls: dict[str, str] = {}
+    if distributed:
+        actors, urls = _start_actors(home)
+    deployment = EmbeddedDeployment(home, **urls)
     endpoints = deployment.start()
     home.pid_file.parent.mkdir(parents=True, exist_ok=True)
     home.pid_file.write_text(str(os.getpid()))
     path = _write_omni_config(home, None)
     print(f"slice authority: {endpoints.sa_url}\naggregate:       {endpoints.am_url}", flush=True)
     print(f"substrate:       {deployment.driver.description}", flush=True)
+    if distributed:
+        print(f"store:           {home.config()['store']}", flush=True)
+        print(f"broker actor:    {urls['broker_url']} (pid {actors[0].pid})", flush=True)
+        print(f"authority actor: {urls['authority_url']} (pid {actors[1].pid})", flush=True)
     if path:
         print(f"omni config:     {path}", flush=True)
         if print_config:
@@ -146,8 +188,33 @@ def _run_foreground(home: Home, print_config: bool = False) -> int:
     except KeyboardInterrupt:
         pass
     deployment.stop()
+    for proc in actors:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
     home.pid_file.unlink(missing_ok=True)
     print("slicex stopped", flush=True)
+    return 0
+
+
+def cmd_actor(args: argparse.Namespace) -> int:
+    """Run one actor (broker or authority) over mutual TLS until stopped (used by `up --distributed`)."""
+    from am.service import ActorProcess
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    home = _home(args)
+    actor = ActorProcess(home, args.role)
+    print(f"{args.role} actor at {actor.start()} (store {home.config()['store']})", flush=True)
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    try:
+        while not stopping:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    actor.stop()
     return 0
 
 
@@ -252,10 +319,18 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="run the aggregate and slice authority (foreground unless --detach)")
     up.add_argument("--detach", action="store_true", help="start in the background; return once they answer")
     up.add_argument("--print-config", action="store_true", help="also print the omni config")
+    up.add_argument("--distributed", action="store_true",
+                    help="run the broker and the authority as processes of their own (actor calls over mutual "
+                         "TLS) with all state in the Redis named by SLICEX_REDIS_URL (default "
+                         "redis://127.0.0.1:6379/0)")
     up.set_defaults(func=cmd_up)
 
     down = sub.add_parser("down", help="stop a deployment started with `up --detach`")
     down.set_defaults(func=cmd_down)
+
+    actor = sub.add_parser("actor", help="run one actor over mutual TLS (started by `up --distributed`)")
+    actor.add_argument("role", choices=["broker", "authority"])
+    actor.set_defaults(func=cmd_actor)
 
     st = sub.add_parser("status", help="is it running and answering?")
     st.set_defaults(func=cmd_status)

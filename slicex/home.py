@@ -24,6 +24,8 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "host": "127.0.0.1",
     "sa_port": 8000,
     "am_port": 8001,
+    "broker_port": 8002,  # distributed deployment: broker actor
+    "authority_port": 8003,  # distributed deployment: authority actor
     "store": None,  # default sqlite:///$SLICEX_HOME/state.db
     "substrate": None,  # default: the built-in emulated rack
     "image_policy": "reject",  # reject | default: what to do with disk images this aggregate lacks
@@ -58,6 +60,8 @@ class Home:
                     cfg[k].update(v)
                 else:
                     cfg[k] = v
+        if os.environ.get("SLICEX_STORE"):
+            cfg["store"] = os.environ["SLICEX_STORE"]  # set by `slicex up --distributed` for its processes
         if not cfg["store"]:
             cfg["store"] = f"sqlite:///{self.root / 'state.db'}"
         return cfg

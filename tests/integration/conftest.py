@@ -3,8 +3,8 @@ XML-RPC clients holding user certificates, exactly as omni does."""
 
 from __future__ import annotations
 
-import xmlrpc.client
 import os
+import xmlrpc.client
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
