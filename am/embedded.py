@@ -24,7 +24,7 @@ from rspec.manifest import SliverView
 from rspec.request import Request
 from rspec.substrate import Substrate
 from slicex.clock import parse_time, rfc3339
-from slicex.errors import Busy, SearchFailed, Unsupported
+from slicex.errors import Busy, GeniError, SearchFailed, Unsupported
 from slicex.store import Store
 from slicex.ticket import Ticket
 
@@ -143,10 +143,15 @@ class EmbeddedSliceManager:
                 try:
                     tickets = self.broker.ticket(slice_urn, {s.urn: s.details["keys"] for s in slivers}, now, end,
                                                  group=group)
-                except Busy:
+                except GeniError as exc:
+                    # failedRPC: give back whatever the group may hold (the answer may have been lost) and
+                    # forget the reservations; a lost race re-plans, anything else reaches the user
                     for s in slivers:
+                        self._relinquish(s)
                         self.store.delete(SLIVERS, s.urn)
-                    continue
+                    if isinstance(exc, Busy):
+                        continue
+                    raise
                 self.fault("ticket:granted")
                 break
             else:

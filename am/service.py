@@ -148,8 +148,7 @@ class EmbeddedDeployment:
             return
         self._stop.set()
         for server in (self._sa_server, self._am_server):
-            server.shutdown()
-            server.server_close()
+            server.close()
         self.store.close()
 
 

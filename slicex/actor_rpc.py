@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+import threading
 import xmlrpc.client
 from collections.abc import Callable
 from typing import Any
@@ -54,8 +55,7 @@ class ActorServer:
         self.server.start_background()
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 class ActorClient:
@@ -66,11 +66,11 @@ class ActorClient:
         self.url = url
         self._args = (url, cert_file, key_file)
         self._timeout = timeout
+        self._local = threading.local()  # one kept-alive connection per thread: proxies are not thread-safe
 
     def call(self, method: str, *args: Any) -> Any:
-        proxy = client(*self._args, timeout=self._timeout)  # one connection per call: proxies are not thread-safe
         try:
-            return getattr(proxy, method)(*args)
+            return self._call(method, *args)
         except xmlrpc.client.Fault as fault:
             cls = _ERRORS.get(fault.faultCode, RpcError)
             raise cls(fault.faultString) from None
@@ -80,3 +80,15 @@ class ActorClient:
             raise Unavailable(f"{self.name} at {self.url} is not reachable for {method}: {exc}") from None
         except xmlrpc.client.ProtocolError as exc:
             raise RpcError(f"{self.name} at {self.url} answered {method} with HTTP {exc.errcode}") from None
+
+    def _call(self, method: str, *args: Any) -> Any:
+        proxy = getattr(self._local, "proxy", None)
+        if proxy is None:
+            proxy = self._local.proxy = client(*self._args, timeout=self._timeout)
+        try:
+            return getattr(proxy, method)(*args)
+        except xmlrpc.client.Fault:
+            raise  # the connection is fine: the actor answered
+        except BaseException:
+            self._local.proxy = None  # a broken connection is not reused
+            raise

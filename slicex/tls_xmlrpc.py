@@ -117,11 +117,14 @@ class TlsXmlRpcServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
         self.dispatch = dispatch
         self.reject = reject
         self.max_body = max_body
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
         super().__init__(address, _Handler, bind_and_activate=True)
 
     def get_request(self) -> tuple[socket.socket, Any]:
         sock, addr = self.socket.accept()
         sock.settimeout(60)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle/delayed-ACK stall between replies
         return sock, addr
 
     def process_request_thread(self, request: socket.socket, client_address: Any) -> None:
@@ -131,7 +134,24 @@ class TlsXmlRpcServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
             log.info("TLS handshake with %s failed: %s", client_address, exc)
             self.shutdown_request(request)
             return
-        super().process_request_thread(tls, client_address)
+        with self._open_lock:
+            self._open.add(tls)
+        try:
+            super().process_request_thread(tls, client_address)
+        finally:
+            with self._open_lock:
+                self._open.discard(tls)
+
+    def close(self) -> None:
+        """Stop serving: no new connections, and kept-alive ones are cut (as a stopped process's would be)."""
+        self.shutdown()
+        with self._open_lock:
+            for conn in list(self._open):
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        self.server_close()
 
     @property
     def port(self) -> int:
