@@ -126,7 +126,7 @@ class EmbeddedSliceManager:
             self.reap(now)
             for _attempt in range(PLAN_RETRIES):
                 group = f"ticket:{uuid.uuid4().hex}"
-                used = set(self.store.all_claims().keys())
+                used = set(self.store.all_claims().keys()) | self._out_of_inventory()
                 placements = plan(self.substrate, request, used, self.image_policy, self._bitstream_parts(owner_urn),
                                   self.policy)
                 slivers = []
@@ -166,6 +166,15 @@ class EmbeddedSliceManager:
                 s.details["ticket"] = t.to_doc()
                 self._save(s)
             return slivers
+
+    def _out_of_inventory(self) -> set[str]:
+        """Units the authority reclaimed from the broker (maintenance): never planned onto."""
+        reclaimed = getattr(self.broker, "reclaimed", None)
+        if reclaimed is None:
+            return set()
+        from am.embed import keys_under
+
+        return keys_under(self.substrate, set(reclaimed(getattr(self.authority, "name", ""))))
 
     def _bitstream_parts(self, owner_urn: str) -> dict[str, str]:
         if self.bitstreams is None:

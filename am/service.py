@@ -11,7 +11,7 @@ from typing import Any
 
 from am.api import AggregateManager, AmIdentity, AmPolicy, error_result
 from am.authority import Authority
-from am.embed import usage_counts
+from am.embed import inventory_prefixes, usage_counts
 from am.embedded import EmbeddedSliceManager
 from am.substrate.emulated import EmulatedDriver, FailurePlan
 from broker.broker import Broker
@@ -73,6 +73,11 @@ class EmbeddedDeployment:
         else:
             self.broker = Broker("broker", self.store, home.am_key.read_bytes(), am_cert)
             self.authority_actor = Authority(self.authority_name(), self.driver, {"broker": am_cert.public_key()})
+            # the authority exports its inventory to the broker (ORCA delegation); what it reclaimed (say, a
+            # host in maintenance) stays out across restarts, and new substrate parts are delegated at start
+            out = set(self.broker.reclaimed(self.authority_name()))
+            self.broker.claim_delegation(self.authority_name(),
+                                         [p for p in inventory_prefixes(self.substrate) if p not in out])
         self.sm = EmbeddedSliceManager(self.store, self.substrate, self.driver, self.cfg["image_policy"],
                                        self.bitstreams, self.fpga_backend, self.broker, self.authority_actor,
                                        policy_named(self.cfg.get("broker_policy", "first-fit")))

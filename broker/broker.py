@@ -13,7 +13,7 @@ from datetime import datetime
 
 from cryptography import x509
 
-from slicex.errors import Busy, OutOfRange
+from slicex.errors import Busy, OutOfRange, Refused
 from slicex.store import Store
 from slicex.ticket import Ticket, load_signing_key, sign_ticket
 
@@ -28,22 +28,42 @@ class Broker:
         self.cert = cert
 
     # ---- delegation ---------------------------------------------------------------------------------------
-    def claim_delegation(self, authority: str, units: Sequence[str]) -> None:
-        """Accept inventory an authority exports (ORCA claim): record which unit prefixes it covers."""
-        self.store.put(DELEGATIONS, f"{self.name}|{authority}", {"broker": self.name, "authority": authority,
-                                                                  "units": sorted(units)})
+    def claim_delegation(self, authority: str, prefixes: Sequence[str]) -> None:
+        """Accept inventory an authority exports (ORCA claim), as unit prefixes: `core:<host>`, `vlan:<switch>`..."""
+        key = f"{self.name}|{authority}"
+        doc = self.store.get(DELEGATIONS, key) or {"broker": self.name, "authority": authority, "prefixes": []}
+        doc["prefixes"] = sorted(set(doc["prefixes"]) | set(prefixes))
+        doc["reclaimed"] = [p for p in doc.get("reclaimed", []) if p not in prefixes]
+        self.store.put(DELEGATIONS, key, doc)
 
     def delegated(self) -> list[str]:
-        return [u for d in self.store.scan(DELEGATIONS) if d["broker"] == self.name for u in d["units"]]
+        return sorted(p for d in self.store.scan(DELEGATIONS) if d["broker"] == self.name for p in d["prefixes"])
 
-    def reclaim(self, authority: str, units: Sequence[str]) -> list[str]:
-        """The authority takes back delegated units that are not promised in any ticket."""
+    def reclaim(self, authority: str, prefixes: Sequence[str]) -> tuple[list[str], list[str]]:
+        """The authority takes back delegated inventory that no ticket promises (e.g. a host going into
+        maintenance); returns (reclaimed, still promised)."""
         key = f"{self.name}|{authority}"
-        doc = self.store.get(DELEGATIONS, key) or {"broker": self.name, "authority": authority, "units": []}
-        free = [u for u in units if not any(self.store.owner_of(k) for k in self.store.all_claims(u))]
-        doc["units"] = [u for u in doc["units"] if u not in free]
+        doc = self.store.get(DELEGATIONS, key) or {"broker": self.name, "authority": authority, "prefixes": []}
+        claims = self.store.all_claims()
+        busy = [p for p in prefixes if any(k == p or k.startswith(p + ":") for k in claims)]
+        free = [p for p in prefixes if p not in busy]
+        doc["prefixes"] = [p for p in doc["prefixes"] if p not in free]
+        doc["reclaimed"] = sorted(set(doc.get("reclaimed", [])) | set(free))
         self.store.put(DELEGATIONS, key, doc)
-        return free
+        return free, busy
+
+    def reclaimed(self, authority: str) -> list[str]:
+        doc = self.store.get(DELEGATIONS, f"{self.name}|{authority}") or {}
+        return list(doc.get("reclaimed", []))
+
+    def _check_delegated(self, keys: Sequence[str]) -> None:
+        prefixes = self.delegated()
+        if not prefixes:
+            return  # a broker nobody delegated to yet refuses nothing: the embedded default before start-up
+        for k in keys:
+            if not any(k == p or k.startswith(p + ":") for p in prefixes):
+                raise Refused(f"broker {self.name}: unit {k} is not in the inventory delegated to it (reclaimed "
+                              f"by its authority, e.g. for maintenance)")
 
     # ---- tickets ------------------------------------------------------------------------------------------
     def ticket(self, holder: str, units_by_reservation: Mapping[str, Sequence[str]], start: datetime,
@@ -52,6 +72,7 @@ class Broker:
         claim owner, so a caller that recorded it first can always relinquish (even after a crash)."""
         group = group or f"ticket:{uuid.uuid4().hex}"
         keys = [k for units in units_by_reservation.values() for k in units]
+        self._check_delegated(keys)
         if not self.store.claim_all(keys, group):
             taken = [k for k in keys if self.store.owner_of(k) not in (None, group)]
             raise Busy(f"broker {self.name}: {len(taken)} of {len(keys)} units were promised to someone else "

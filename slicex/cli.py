@@ -278,6 +278,37 @@ def cmd_fpga_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_maintenance(args: argparse.Namespace) -> int:
+    """Take a host out of (or back into) the broker's inventory; slivers already on it keep running."""
+    from am.embed import inventory_prefixes
+    from broker.broker import Broker
+    from rspec.substrate import default_substrate, load_substrate
+    from slicex.store import open_store
+
+    home = _home(args)
+    cfg = home.config()
+    substrate = load_substrate(cfg["substrate"]) if cfg["substrate"] else default_substrate(cfg["authority"])
+    host = substrate.host(args.host)
+    if host is None:
+        print(f"no host {args.host} in the substrate ({', '.join(h.name for h in substrate.hosts)})", file=sys.stderr)
+        return 2
+    prefixes = [p for p in inventory_prefixes(substrate) if p.split(":", 1)[1].startswith(host.component_id)]
+    broker = Broker("broker", open_store(cfg["store"]), home.am_key.read_bytes())
+    authority = f"urn:publicid:IDN+{cfg['authority']}+authority+am"
+    if args.end:
+        broker.claim_delegation(authority, prefixes)
+        print(f"{host.name} is back in the broker's inventory")
+        return 0
+    free, busy = broker.reclaim(authority, prefixes)
+    if busy:
+        print(f"{host.name}: {len(busy)} of its resources are promised to slivers; they stay until those end. "
+              f"Run this again after they expire or are deleted.")
+        return 1
+    print(f"{host.name} is out of the broker's inventory (maintenance); `slicex maintenance {host.name} --end` "
+          f"returns it")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Everything a first-time user needs: CA, a user `alice`, then the deployment in the foreground."""
     from slicex.devpki import add_user, init_ca
@@ -344,6 +375,11 @@ def build_parser() -> argparse.ArgumentParser:
     ls_bit = fpga_sub.add_parser("list", help="list a user's bitstreams")
     ls_bit.add_argument("--user", default="alice")
     ls_bit.set_defaults(func=cmd_fpga_list)
+
+    mnt = sub.add_parser("maintenance", help="take a host out of the broker's inventory (or --end to return it)")
+    mnt.add_argument("host", help="host name or component id")
+    mnt.add_argument("--end", action="store_true", help="return the host to the inventory")
+    mnt.set_defaults(func=cmd_maintenance)
 
     demo = sub.add_parser("demo", help="create a CA and user alice if needed, then run in the foreground")
     demo.set_defaults(func=cmd_demo)

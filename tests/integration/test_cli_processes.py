@@ -67,3 +67,31 @@ def test_up_distributed_detach_runs_actor_processes_and_down_stops_them(tmp_path
     for port in (am, broker, authority):
         with socket.socket() as s:
             assert s.connect_ex(("127.0.0.1", port)) != 0  # nothing listens any more
+
+
+def test_maintenance_takes_a_host_out_of_the_running_aggregates_inventory(tmp_path):
+    home = tmp_path / "home"
+    sa, am = free_ports(2)
+    assert slicex(home, "ca", "init", "--authority", "mnt.test").returncode == 0
+    cfg = yaml.safe_load((home / "slicex.yaml").read_text())
+    cfg.update({"sa_port": sa, "am_port": am})
+    (home / "slicex.yaml").write_text(yaml.safe_dump(cfg))
+    assert slicex(home, "user", "add", "alice").returncode == 0
+    assert slicex(home, "up", "--detach").returncode == 0
+    try:
+        out = slicex(home, "maintenance", "bm1")
+        assert out.returncode == 0, out.stdout + out.stderr
+        h = Home(home)
+        am_proxy = client(f"https://127.0.0.1:{am}/", str(h.user_cert("alice")), str(h.user_key("alice")))
+        sa_proxy = client(f"https://127.0.0.1:{sa}/", str(h.user_cert("alice")), str(h.user_key("alice")))
+        urn = "urn:publicid:IDN+mnt.test+slice+m1"
+        creds = [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": sa_proxy.CreateSlice(urn)}]
+        bm1 = {"client_id": "b", "component_id": "urn:publicid:IDN+mnt.test+node+bm1", "sliver_type": "raw-pc"}
+        reply = am_proxy.Allocate(urn, creds, request_rspec([bm1]), {})
+        assert reply["code"]["geni_code"] == 26 and "bm1" in reply["output"]  # bound to a host in maintenance
+        unbound = am_proxy.Allocate(urn, creds, request_rspec([{"client_id": "u", "sliver_type": "raw-pc"}]), {})
+        assert unbound["code"]["geni_code"] == 0 and "bm2" in unbound["value"]["geni_rspec"]  # planned around it
+        assert slicex(home, "maintenance", "bm1", "--end").returncode == 0
+        assert am_proxy.Allocate(urn, creds, request_rspec([bm1]), {})["code"]["geni_code"] == 0
+    finally:
+        slicex(home, "down")

@@ -1,0 +1,129 @@
+"""The broker: signed tickets, all-or-nothing grants, delegation and reclaim, never a unit twice."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from am.authority import Authority
+from am.embed import inventory_prefixes, plan
+from am.substrate.emulated import EmulatedDriver
+from broker.broker import Broker
+from broker.policy import BestFit, FifoQueue, FirstFit, WorstFit, free_cores
+from rspec.request import parse_request
+from rspec.substrate import default_substrate
+from slicex.errors import Busy, CredentialInvalid, Expired, Refused
+from slicex.store.sqlite_store import SqliteStore
+from tests.factories import request_rspec, vm
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+PEM = KEY.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+SUB = default_substrate("t.org")
+
+
+def test_ticket_verifies_at_the_authority_and_forgery_does_not():
+    store = SqliteStore(":memory:")
+    broker = Broker("b", store, PEM)
+    authority = Authority("a", EmulatedDriver(SUB), {"b": KEY.public_key()})
+    (t,) = broker.ticket("sm", {"r1": ["vlan:x:1"]}, NOW, NOW + timedelta(hours=1)).values()
+    lease, op = authority.redeem(t, "link", NOW)
+    assert lease.end == t.end and op["state"] == "geni_notready"
+    with pytest.raises(CredentialInvalid):
+        authority.redeem(replace(t, units=("vlan:x:2",)), "link", NOW)  # altered after signing
+    with pytest.raises(Expired):
+        authority.redeem(t, "link", NOW + timedelta(hours=2))
+    longer = broker.extend_ticket(t, NOW + timedelta(hours=5))
+    assert longer.sequence == t.sequence + 1 and authority.extend_lease(lease, longer).end == longer.end
+    assert broker.relinquish(t) == 1 and store.all_claims() == {}
+
+
+def test_grants_are_all_or_nothing():
+    store = SqliteStore(":memory:")
+    broker = Broker("b", store, PEM)
+    broker.ticket("sm", {"r1": ["u1"]}, NOW, NOW + timedelta(hours=1))
+    with pytest.raises(Busy, match="promised to someone else"):
+        broker.ticket("sm", {"r2": ["u2"], "r3": ["u1"]}, NOW, NOW + timedelta(hours=1))
+    assert store.owner_of("u2") is None
+
+
+def test_delegation_and_reclaim_for_maintenance():
+    store = SqliteStore(":memory:")
+    broker = Broker("b", store, PEM)
+    broker.claim_delegation("auth", inventory_prefixes(SUB))
+    pc1, pc2 = SUB.hosts[0].component_id, SUB.hosts[1].component_id
+    broker.ticket("sm", {"r": [f"core:{pc2}:0"]}, NOW, NOW + timedelta(hours=1))
+    free, busy = broker.reclaim("auth", [f"core:{pc1}", f"core:{pc2}"])
+    assert free == [f"core:{pc1}"] and busy == [f"core:{pc2}"]
+    with pytest.raises(Refused, match="not in the inventory delegated"):
+        broker.ticket("sm", {"r2": [f"core:{pc1}:0"]}, NOW, NOW + timedelta(hours=1))
+
+
+def test_policies_order_hosts():
+    used = {f"core:{SUB.hosts[1].component_id}:{i}" for i in range(10)}
+    vm_hosts = [h for h in SUB.hosts if not h.exclusive]
+    assert FirstFit().order(vm_hosts, used)[0] is vm_hosts[0]
+    assert BestFit().order(vm_hosts, used)[0] is vm_hosts[1]  # the fullest host that still has room
+    assert WorstFit().order(vm_hosts, used)[-1] is vm_hosts[1]
+    placed = plan(SUB, parse_request(request_rspec([vm("a")])), used, policy=BestFit())
+    assert placed[0].component_id == vm_hosts[1].component_id
+    assert free_cores(vm_hosts[1], used) == 6
+
+
+def test_fifo_queue_serves_in_order_and_never_lets_small_requests_overtake():
+    q = FifoQueue()
+    for item in (5, 1, 1):
+        q.push(item)
+    capacity = [3]
+
+    def grant(n):
+        if n <= capacity[0]:
+            capacity[0] -= n
+            return True
+        return False
+
+    assert q.serve(grant) == [] and len(q.waiting) == 3  # the 5 waits; the 1s do not jump the queue
+    capacity[0] = 7
+    assert q.serve(grant) == [5, 1, 1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["b1", "b2"]), st.lists(st.integers(0, 9), min_size=1, max_size=3),
+                          st.booleans()), max_size=25))
+def test_two_brokers_on_one_store_never_promise_a_unit_twice(ops):
+    store = SqliteStore(":memory:")
+    brokers = {"b1": Broker("b1", store, PEM), "b2": Broker("b2", store, PEM)}
+    live: dict[str, object] = {}
+    held: dict[str, str] = {}
+    for n, (name, units, release) in enumerate(ops):
+        keys = [f"u{u}" for u in units]
+        try:
+            (t,) = brokers[name].ticket("sm", {f"r{n}": keys}, NOW, NOW + timedelta(hours=1)).values()
+        except Busy:
+            assert any(k in held for k in keys)
+            continue
+        for k in keys:
+            assert held.get(k) in (None, t.id.rsplit("/", 1)[0])
+            held[k] = t.id.rsplit("/", 1)[0]
+        live[t.id] = t
+        if release:
+            brokers[name].relinquish(t)
+            for k in keys:
+                held.pop(k, None)
+    assert store.all_claims() == held
+
+
+def test_reclaimed_inventory_stays_out_until_delegated_again():
+    store = SqliteStore(":memory:")
+    broker = Broker("b", store, PEM)
+    broker.claim_delegation("auth", ["core:h1", "core:h2"])
+    broker.reclaim("auth", ["core:h1"])
+    assert broker.reclaimed("auth") == ["core:h1"] and broker.delegated() == ["core:h2"]
+    broker.claim_delegation("auth", ["core:h1"])
+    assert broker.reclaimed("auth") == [] and broker.delegated() == ["core:h1", "core:h2"]
