@@ -248,15 +248,21 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0 if pid else 3
 
 
-def cmd_fpga_upload(args: argparse.Namespace) -> int:
+def _catalogue(args: argparse.Namespace):
+    """(bitstream catalogue of this deployment, the user's URN)."""
     from fpga_aggregate.bitstreams import BitstreamCatalogue
-    from slicex.errors import GeniError
     from slicex.store import open_store
 
     home = _home(args)
     cfg = home.config()
-    user = f"urn:publicid:IDN+{cfg['authority']}+user+{args.user}"
-    catalogue = BitstreamCatalogue(open_store(cfg["store"]), home.root / "bitstreams")
+    return (BitstreamCatalogue(open_store(cfg["store"]), home.root / "bitstreams"),
+            f"urn:publicid:IDN+{cfg['authority']}+user+{args.user}")
+
+
+def cmd_fpga_upload(args: argparse.Namespace) -> int:
+    from slicex.errors import GeniError
+
+    catalogue, user = _catalogue(args)
     try:
         b = catalogue.upload(user, Path(args.file).name, Path(args.file).read_bytes())
     except (GeniError, OSError) as exc:
@@ -267,13 +273,8 @@ def cmd_fpga_upload(args: argparse.Namespace) -> int:
 
 
 def cmd_fpga_list(args: argparse.Namespace) -> int:
-    from fpga_aggregate.bitstreams import BitstreamCatalogue
-    from slicex.store import open_store
-
-    home = _home(args)
-    cfg = home.config()
-    user = f"urn:publicid:IDN+{cfg['authority']}+user+{args.user}"
-    for b in BitstreamCatalogue(open_store(cfg["store"]), home.root / "bitstreams").list(user):
+    catalogue, user = _catalogue(args)
+    for b in catalogue.list(user):
         print(f"{b.ref}  {b.name}  part {b.part}  {b.size} bytes")
     return 0
 
@@ -347,7 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
     oc.add_argument("--show", action="store_true", help="print the config instead of its path")
     oc.set_defaults(func=cmd_omni_config)
 
-    up = sub.add_parser("up", help="run the aggregate and slice authority (foreground unless --detach)")
+    up = sub.add_parser("up", help="run the aggregate, slice authority, broker and authority (foreground unless "
+                                   "--detach)")
     up.add_argument("--detach", action="store_true", help="start in the background; return once they answer")
     up.add_argument("--print-config", action="store_true", help="also print the omni config")
     up.add_argument("--distributed", action="store_true",
