@@ -245,3 +245,16 @@ def test_client_without_trusted_certificate_is_refused_at_tls(world, tmp_path):
     mallory = client(running.deployment.endpoints.am_url, str(tmp_path / "m.pem"), str(tmp_path / "m.key"), timeout=5)
     with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
         mallory.GetVersion()
+
+
+def test_list_resources_refuses_expired_altered_and_foreign_credentials(world):
+    running, alice, urn, creds = world
+    expired = _sa_signed(running, alice, creds, running.clock.now() - timedelta(minutes=1))
+    altered = creds[0]["geni_value"].replace("<can_delegate>true</can_delegate>",
+                                             "<can_delegate>false</can_delegate>", 1)
+    options = {"geni_rspec_version": RSPEC_V3}
+    assert code(alice.am.ListResources(sfa(expired), options)) == 21
+    assert code(alice.am.ListResources(sfa(altered), options)) == 20
+    bob = running.user("bob")
+    assert code(bob.am.ListResources(creds, options)) == 22  # alice's credential, bob's connection
+    assert code(bob.am.ListResources(bob.user_credential(), options)) == 0
