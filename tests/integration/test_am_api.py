@@ -329,3 +329,12 @@ def test_speaks_for_lets_a_tool_act_for_a_user(running):
     assert code(tool.am.Status([urn], creds, {})) == 22  # without speaks-for the tool is not alice
     assert code(tool.am.Status([urn], creds, options)) == 20  # speaks-for named but no statement sent
     ok(tool.am.Delete([urn], creds + abac, options))
+
+
+def test_describe_geni_compressed(running):
+    alice = running.user("alice")
+    urn, creds = alice.slice_credential("packed")
+    ok(alice.am.Allocate(urn, creds, request_rspec([vm("a")]), {}))
+    plain = ok(alice.am.Describe([urn], creds, {"geni_rspec_version": RSPEC_V3}))["geni_rspec"]
+    packed = ok(alice.am.Describe([urn], creds, {"geni_rspec_version": RSPEC_V3, "geni_compressed": True}))
+    assert client_ids(zlib.decompress(base64.b64decode(packed["geni_rspec"])).decode()) == client_ids(plain) == {"a"}
