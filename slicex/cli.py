@@ -157,6 +157,17 @@ def _start_actors(home: Home) -> tuple[list[subprocess.Popen], dict[str, str]]:
     return procs, urls
 
 
+def _serve_until_stopped() -> None:
+    """Block until SIGTERM (`slicex down`) or Ctrl-C."""
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    try:
+        while not stopping:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+
+
 def _run_foreground(home: Home, print_config: bool = False, distributed: bool = False) -> int:
     from am.service import EmbeddedDeployment
 
@@ -180,13 +191,7 @@ def _run_foreground(home: Home, print_config: bool = False, distributed: bool = 
         print(f"omni config:     {path}", flush=True)
         if print_config:
             print("\n" + path.read_text(), flush=True)
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-    try:
-        while not stopping:
-            time.sleep(0.2)
-    except KeyboardInterrupt:
-        pass
+    _serve_until_stopped()
     deployment.stop()
     for proc in actors:
         proc.terminate()
@@ -207,13 +212,7 @@ def cmd_actor(args: argparse.Namespace) -> int:
     home = _home(args)
     actor = ActorProcess(home, args.role)
     print(f"{args.role} actor at {actor.start()} (store {home.config()['store']})", flush=True)
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-    try:
-        while not stopping:
-            time.sleep(0.2)
-    except KeyboardInterrupt:
-        pass
+    _serve_until_stopped()
     actor.stop()
     return 0
 
