@@ -1,17 +1,21 @@
 """Redis store: shared state for several processes (AM API workers, actors on other hosts).
 
-Same behaviour as the SQLite store. Documents are hashes per table; claims are keys whose value is the
-owner; `claim_all` runs as one Lua script, so it is atomic across every client of the server. A server that
-does not answer is UNAVAILABLE (11) or TIMEDOUT (8), never a crash."""
+Same behaviour as the SQLite store (tests/unit/test_store_contract.py runs one contract against both).
+Documents are one hash per table; a claim is a key whose value is its owner, and each owner has a set of
+its claims. `claim_all`, `release` and `release_owner` are Lua scripts, so each is atomic across every
+client of the server: two workers can never both win a key. A server that does not answer is
+UNAVAILABLE (11) or TIMEDOUT (8) with the URL (password removed) in the message, never a crash."""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
-from slicex.errors import TimedOut, Unavailable
+from slicex.errors import DbError, TimedOut, Unavailable
 
 _CLAIM_ALL = """
 for i, key in ipairs(KEYS) do
@@ -32,24 +36,56 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+_RELEASE_OWNER = """
+local n = 0
+for i, key in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('GET', key) == ARGV[1] then
+    redis.call('DEL', key)
+    n = n + 1
+  end
+end
+redis.call('DEL', KEYS[1])
+return n
+"""
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
 class RedisStore:
     def __init__(self, url: str, prefix: str = "slicex", timeout: float = 5.0):
         self.url = url
         self.prefix = prefix
-        self._r = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                                       decode_responses=True)
+        self._shown = redact(url)
+        try:
+            self._r = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                           decode_responses=True, health_check_interval=30)
+        except ValueError as exc:
+            raise DbError(f"bad Redis URL {self._shown}: {exc}; use redis://HOST:PORT/DB") from None
         self._claim_all = self._r.register_script(_CLAIM_ALL)
         self._release = self._r.register_script(_RELEASE)
+        self._release_owner = self._r.register_script(_RELEASE_OWNER)
 
     def _call(self, fn):
         try:
             return fn()
         except redis.exceptions.TimeoutError as exc:
-            raise TimedOut(f"Redis at {self.url} did not answer in time: {exc}; retry shortly") from None
+            raise TimedOut(f"Redis at {self._shown} did not answer in time: {exc}; retry shortly") from None
         except redis.exceptions.ConnectionError as exc:
-            raise Unavailable(f"Redis at {self.url} is not answering: {exc}; retry when it is back") from None
+            raise Unavailable(f"Redis at {self._shown} is not answering: {exc}; retry when it is back") from None
+        except redis.exceptions.RedisError as exc:
+            raise DbError(f"Redis at {self._shown} refused an operation: {exc}") from None
 
     def _t(self, table: str) -> str:
         return f"{self.prefix}:doc:{table}"
@@ -60,12 +96,18 @@ class RedisStore:
     def _o(self, owner: str) -> str:
         return f"{self.prefix}:owner:{owner}"
 
+    def ping(self) -> None:
+        """Raise Unavailable/TimedOut unless the server answers (start-up checks)."""
+        self._call(self._r.ping)
+
+    # ---- documents -------------------------------------------------------------------------------------------
     def get(self, table: str, key: str) -> dict[str, Any] | None:
         raw = self._call(lambda: self._r.hget(self._t(table), key))
         return json.loads(raw) if raw else None
 
     def put(self, table: str, key: str, doc: dict[str, Any]) -> None:
-        self._call(lambda: self._r.hset(self._t(table), key, json.dumps(doc, sort_keys=True)))
+        text = json.dumps(doc, sort_keys=True)
+        self._call(lambda: self._r.hset(self._t(table), key, text))
 
     def delete(self, table: str, key: str) -> bool:
         return bool(self._call(lambda: self._r.hdel(self._t(table), key)))
@@ -74,19 +116,21 @@ class RedisStore:
         items = self._call(lambda: self._r.hgetall(self._t(table)))
         return [json.loads(items[k]) for k in sorted(items)]
 
+    # ---- claims ----------------------------------------------------------------------------------------------
     def claim(self, key: str, owner: str) -> bool:
         return self.claim_all([key], owner)
 
     def claim_all(self, keys: list[str], owner: str) -> bool:
         if not keys:
             return True
-        return bool(self._call(lambda: self._claim_all(keys=[self._c(k) for k in keys], args=[owner, self._o(owner)])))
+        return bool(self._call(lambda: self._claim_all(keys=[self._c(k) for k in keys],
+                                                       args=[owner, self._o(owner)])))
 
     def release(self, key: str, owner: str) -> bool:
         return bool(self._call(lambda: self._release(keys=[self._c(key)], args=[owner, self._o(owner)])))
 
     def release_owner(self, owner: str) -> int:
-        return sum(self.release(k, owner) for k in self.claims_of(owner))
+        return int(self._call(lambda: self._release_owner(keys=[self._o(owner)], args=[owner])))
 
     def owner_of(self, key: str) -> str | None:
         return self._call(lambda: self._r.get(self._c(key)))
@@ -96,18 +140,21 @@ class RedisStore:
         return sorted(k[n:] for k in self._call(lambda: self._r.smembers(self._o(owner))))
 
     def all_claims(self, prefix: str = "") -> dict[str, str]:
-        pattern = self._c(prefix) + "*"
-        keys = list(self._call(lambda: list(self._r.scan_iter(match=pattern, count=1000))))
+        pattern = _glob_escape(self._c(prefix)) + "*"
+        keys = self._call(lambda: list(self._r.scan_iter(match=pattern, count=1000)))
         if not keys:
             return {}
         owners = self._call(lambda: self._r.mget(keys))
         n = len(self._c(""))
         return {k[n:]: o for k, o in zip(keys, owners, strict=True) if o is not None}
 
-    def flush(self) -> None:
-        """Delete everything under this store's prefix (tests)."""
-        for k in self._call(lambda: list(self._r.scan_iter(match=f"{self.prefix}:*", count=1000))):
-            self._r.delete(k)
+    # ---- housekeeping ----------------------------------------------------------------------------------------
+    def flush(self) -> int:
+        """Delete everything under this store's prefix (tests, benchmarks); other prefixes are untouched."""
+        keys = self._call(lambda: list(self._r.scan_iter(match=_glob_escape(self.prefix) + ":*", count=1000)))
+        for i in range(0, len(keys), 500):
+            self._call(lambda batch=keys[i:i + 500]: self._r.unlink(*batch))
+        return len(keys)
 
     def close(self) -> None:
         self._r.close()

@@ -1,19 +1,26 @@
-"""One contract, every store: SQLite (memory and file) and a real Redis server (started by `make test`)."""
+"""One contract, every store: SQLite (memory and file) and a real Redis server (`make redis` starts one).
+
+Each Redis test uses a prefix of its own and flushes only that prefix, in the database named by
+SLICEX_REDIS_URL (default db 15, so a developer's db 0 is never touched)."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
+import threading
 import uuid
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slicex.errors import Unavailable
+from slicex.errors import DbError, TimedOut, Unavailable
+from slicex.store import open_store
 from slicex.store.sqlite_store import SqliteStore
 
 REDIS_URL = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/15")
+KINDS = ["sqlite-memory", "sqlite-file", "redis"]
 
 
 def redis_store(prefix: str | None = None):
@@ -21,33 +28,59 @@ def redis_store(prefix: str | None = None):
 
     s = RedisStore(REDIS_URL, prefix=prefix or f"test-{uuid.uuid4().hex[:8]}")
     try:
-        s.owner_of("ping")
+        s.ping()
     except Unavailable as exc:
         pytest.fail(f"Redis is required for these tests and is not answering ({exc}); run `make redis`")
     return s
 
 
-@pytest.fixture(params=["sqlite-memory", "sqlite-file", "redis"])
-def store(request, tmp_path):
-    if request.param == "sqlite-memory":
-        s = SqliteStore(":memory:")
-    elif request.param == "sqlite-file":
-        s = SqliteStore(str(tmp_path / "s.db"))
-    else:
-        s = redis_store()
-    yield s
-    if request.param == "redis":
-        s.flush()
-    s.close()
+class Stores:
+    """Makes stores of one kind that share state (several connections, as several workers would have)."""
+
+    def __init__(self, kind: str, tmp_path):
+        self.kind = kind
+        self.path = str(tmp_path / f"s-{uuid.uuid4().hex[:6]}.db")
+        self.prefix = f"test-{uuid.uuid4().hex[:8]}"
+        self.opened: list = []
+        self._memory = SqliteStore(":memory:") if kind == "sqlite-memory" else None
+
+    def open(self):
+        if self.kind == "sqlite-memory":
+            return self._memory  # one in-memory database is one connection, shared by threads
+        s = SqliteStore(self.path) if self.kind == "sqlite-file" else redis_store(self.prefix)
+        self.opened.append(s)
+        return s
+
+    def close(self) -> None:
+        if self.kind == "redis" and self.opened:
+            self.opened[0].flush()
+        for s in self.opened + ([self._memory] if self._memory else []):
+            s.close()
 
 
-def test_documents(store):
+@pytest.fixture(params=KINDS)
+def stores(request, tmp_path):
+    made = Stores(request.param, tmp_path)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def store(stores):
+    return stores.open()
+
+
+def test_documents_round_trip_and_are_kept_per_table(store):
+    store.put("t", "b", {"x": 2, "nested": {"list": [1, "ü"]}})
     store.put("t", "a", {"x": 1})
-    store.put("t", "b", {"x": 2})
-    assert store.get("t", "a") == {"x": 1}
-    assert [d["x"] for d in store.scan("t")] == [1, 2]
+    store.put("u", "a", {"y": 1})
+    assert store.get("t", "a") == {"x": 1} and store.get("u", "a") == {"y": 1}
+    assert [d["x"] for d in store.scan("t")] == [1, 2]  # ordered by key
+    assert store.get("t", "b")["nested"] == {"list": [1, "ü"]}
+    store.put("t", "a", {"x": 3})  # replace
+    assert store.get("t", "a") == {"x": 3}
     assert store.delete("t", "a") and not store.delete("t", "a")
-    assert store.get("t", "a") is None
+    assert store.get("t", "a") is None and store.scan("empty") == []
 
 
 def test_claims_are_exclusive_and_all_or_nothing(store):
@@ -55,60 +88,175 @@ def test_claims_are_exclusive_and_all_or_nothing(store):
     assert store.claim_all(["k1"], "alice")  # re-claiming your own is fine
     assert not store.claim_all(["k3", "k2"], "bob")  # k2 is alice's: bob gets nothing
     assert store.owner_of("k3") is None
-    assert store.claims_of("alice") == ["k1", "k2"]
+    assert store.claims_of("alice") == ["k1", "k2"] and store.claims_of("bob") == []
     assert not store.release("k1", "bob")
-    assert store.release("k1", "alice")
+    assert store.release("k1", "alice") and not store.release("k1", "alice")
     assert store.all_claims() == {"k2": "alice"}
     assert store.release_owner("alice") == 1
-    assert store.all_claims() == {}
+    assert store.all_claims() == {} and store.claims_of("alice") == []
 
 
-@settings(max_examples=25, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 15), min_size=1, max_size=4), min_size=1, max_size=12))
-def test_sequential_claims_never_share_a_key(batches):
-    s = SqliteStore(":memory:")
-    owners: dict[str, str] = {}
-    for i, batch in enumerate(batches):
-        keys = [f"k{k}" for k in batch]
-        if s.claim_all(keys, f"o{i}"):
-            for k in keys:
-                assert owners.setdefault(k, f"o{i}") == f"o{i}"
-    assert s.all_claims() == owners
+def test_claim_all_of_nothing_succeeds_and_duplicates_are_one_claim(store):
+    assert store.claim_all([], "alice") and store.all_claims() == {}
+    assert store.claim_all(["k", "k"], "alice")
+    assert store.claims_of("alice") == ["k"]
+    assert store.claim("k", "alice") and not store.claim("k", "bob")
+
+
+def test_all_claims_filters_by_prefix(store):
+    store.claim_all(["vlan:sw1:100", "vlan:sw1:101", "vlan:sw2:100", "core:pc1:0"], "a")
+    store.claim("vlan:sw1:102", "b")
+    assert store.all_claims("vlan:sw1:") == {"vlan:sw1:100": "a", "vlan:sw1:101": "a", "vlan:sw1:102": "b"}
+    assert store.all_claims("core:") == {"core:pc1:0": "a"}
+    assert store.all_claims("nothing:") == {}
+
+
+def test_release_owner_leaves_other_owners_alone(store):
+    store.claim_all(["a1", "a2", "a3"], "alice")
+    store.claim_all(["b1"], "bob")
+    assert store.release_owner("alice") == 3 and store.release_owner("alice") == 0
+    assert store.all_claims() == {"b1": "bob"}
+    assert store.claim_all(["a1", "a2"], "carol")  # what alice gave back is free again
+
+
+def test_claims_survive_reopening(stores):
+    if stores.kind == "sqlite-memory":
+        pytest.skip("an in-memory database lives as long as its connection")
+    first = stores.open()
+    first.claim_all(["k1", "k2"], "alice")
+    first.put("t", "a", {"x": 1})
+    second = stores.open()
+    assert second.all_claims() == {"k1": "alice", "k2": "alice"} and second.get("t", "a") == {"x": 1}
+    assert not second.claim("k1", "bob")
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(st.lists(st.lists(st.integers(0, 11), min_size=1, max_size=4), min_size=1, max_size=8),
+                        min_size=2, max_size=4))
+def test_concurrent_claim_all_never_gives_a_key_to_two_owners(stores, batches):
+    """Several threads, each with its own connection (one shared connection for in-memory SQLite), race
+    claim_all over a few keys; whatever interleaving happens, every key has at most one owner and each
+    winner holds all of its keys."""
+    run = uuid.uuid4().hex[:6]
+    won: list[tuple[str, list[str]]] = []
+    lock = threading.Lock()
+    start = threading.Barrier(len(batches))
+
+    def worker(w: int, mine: list[list[int]]) -> None:
+        s = stores.open()
+        start.wait()
+        for i, batch in enumerate(mine):
+            keys = [f"{run}:k{k}" for k in batch]
+            if s.claim_all(keys, f"w{w}-{i}"):
+                with lock:
+                    won.append((f"w{w}-{i}", keys))
+
+    threads = [threading.Thread(target=worker, args=(w, b)) for w, b in enumerate(batches)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    granted: dict[str, str] = {}
+    for owner, keys in won:
+        for k in set(keys):
+            assert k not in granted, f"{k} granted to {granted[k]} and {owner}"
+            granted[k] = owner
+    assert stores.open().all_claims(f"{run}:") == granted
 
 
 def _contend(args):
-    url, prefix, worker, rounds = args
-    from slicex.store.redis_store import RedisStore
+    kind, where, prefix, worker, rounds = args
+    if kind == "redis":
+        from slicex.store.redis_store import RedisStore
 
-    s = RedisStore(url, prefix=prefix)
+        s = RedisStore(where, prefix=prefix)
+    else:
+        s = SqliteStore(where)
     won = []
     for i in range(rounds):
         keys = [f"vlan:{(worker * 7 + i * 3 + j) % 40}" for j in range(3)]
         if s.claim_all(keys, f"w{worker}-{i}"):
             won.append((f"w{worker}-{i}", keys))
+    s.close()
     return won
 
 
-def test_concurrent_workers_never_double_allocate_against_real_redis():
-    """Several processes (as several AM API workers would) race for 40 VLAN tags in one Redis."""
+@pytest.mark.parametrize("kind", ["sqlite-file", "redis"])
+def test_concurrent_processes_never_double_allocate(kind, tmp_path):
+    """Several processes (as several AM API workers would) race for 40 VLAN tags in one store."""
     prefix = f"race-{uuid.uuid4().hex[:8]}"
-    redis_store(prefix)
+    where = REDIS_URL if kind == "redis" else str(tmp_path / "race.db")
+    check = redis_store(prefix) if kind == "redis" else SqliteStore(where)
     with multiprocessing.get_context("spawn").Pool(4) as pool:
-        results = pool.map(_contend, [(REDIS_URL, prefix, w, 30) for w in range(4)])
+        results = pool.map(_contend, [(kind, where, prefix, w, 30) for w in range(4)])
     granted: dict[str, str] = {}
     for won in results:
         for owner, keys in won:
             for k in keys:
                 assert k not in granted, f"{k} granted to {granted[k]} and {owner}"
                 granted[k] = owner
-    s = redis_store(prefix)
-    assert s.all_claims() == granted
-    s.flush()
+    assert granted and check.all_claims() == granted
+    if kind == "redis":
+        check.flush()
+    check.close()
 
 
 def test_redis_down_is_unavailable_not_a_crash():
     from slicex.store.redis_store import RedisStore
 
     s = RedisStore("redis://127.0.0.1:1/0", timeout=0.5)
-    with pytest.raises(Unavailable, match="not answering"):
+    with pytest.raises(Unavailable, match=r"Redis at redis://127.0.0.1:1/0 is not answering"):
         s.claim_all(["k"], "o")
+    with pytest.raises(Unavailable):
+        s.get("t", "k")
+
+
+def test_redis_that_accepts_but_never_answers_is_timed_out():
+    from slicex.store.redis_store import RedisStore
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    port = silent.getsockname()[1]
+    try:
+        s = RedisStore(f"redis://127.0.0.1:{port}/0", timeout=0.3)
+        with pytest.raises(TimedOut, match="did not answer in time"):
+            s.owner_of("k")
+    finally:
+        silent.close()
+
+
+def test_redis_messages_never_show_the_password():
+    from slicex.store.redis_store import RedisStore
+
+    s = RedisStore("redis://user:s3cret@127.0.0.1:1/0", timeout=0.3)
+    with pytest.raises(Unavailable) as err:
+        s.ping()
+    assert "s3cret" not in err.value.message and "user:***@127.0.0.1:1" in err.value.message
+
+
+def test_bad_redis_url_is_a_db_error():
+    from slicex.store.redis_store import RedisStore
+
+    with pytest.raises(DbError, match="bad Redis URL"):
+        RedisStore("redis://127.0.0.1:notaport/0")
+
+
+def test_flush_removes_only_its_own_prefix():
+    mine, other = redis_store(), redis_store()
+    mine.claim("k", "a")
+    mine.put("t", "a", {"x": 1})
+    other.claim("k", "b")
+    assert mine.flush() >= 2
+    assert mine.all_claims() == {} and mine.get("t", "a") is None
+    assert other.all_claims() == {"k": "b"}
+    other.flush()
+
+
+def test_open_store_by_url(tmp_path):
+    s = open_store(f"sqlite:///{tmp_path}/x.db")
+    assert isinstance(s, SqliteStore)
+    s.close()
+    r = open_store(REDIS_URL)
+    assert type(r).__name__ == "RedisStore"
+    r.close()
