@@ -1,94 +1,629 @@
-"""The broker actor: holds inventory an authority delegated to it and issues signed tickets for units of it.
+"""The broker actor: claims delegated inventory into its calendar and issues signed tickets under a policy.
 
-Units are claim keys (am.embed): a ticket is granted by claiming all its units atomically in the store
-(owner = the ticket group), so two brokers or AM workers sharing a store never promise one unit twice.
-Tickets are signed, so the authority verifies them without calling back."""
+A ticket request names, per reservation, a Demand: exact units (what a planner chose), amounts per resource
+type on one bin (a VM: cores and memory on one host, the bin chosen by the policy), a count from a pool (the
+authority picks the units), and/or a label free on every one of some label sets (a VLAN tag across
+switches). A request for several reservations is granted all or nothing.
+
+Three layers keep promises exclusive:
+  * the calendar (broker/calendar.py) never lets two bookings of a unit overlap in time, so advance
+    reservations are possible;
+  * for tickets that have started, the units are claimed in the store with one atomic `claim_all` (owner =
+    the ticket group), so several broker processes or AM workers on one store never promise a unit twice;
+    a lost claim race reloads the calendar from the store and chooses again;
+  * tickets are persisted, so a restarted broker rebuilds its calendar and queue from the store.
+
+Tickets are signed, so an authority verifies them without calling back. Requests that may wait join a FIFO
+queue until their deadline. Every refusal says which broker, what was asked, over which term, and what is
+free."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from cryptography import x509
 
-from slicex.errors import Busy, OutOfRange, Refused
+from broker.calendar import Calendar, CalendarError, common_free_labels
+from broker.delegation import Delegation, claim, export_prefixes, reclaim
+from broker.policy import BinView, FifoQueue, FirstFit, Policy, Waiting, choose_label, rank
+from slicex.clock import parse_time, rfc3339
+from slicex.errors import (
+    BadArgs,
+    Busy,
+    GeniError,
+    InsufficientBandwidth,
+    InsufficientNodes,
+    OutOfRange,
+    Refused,
+    SearchFailed,
+    VlanUnavailable,
+)
 from slicex.store import Store
+from slicex.term import Term
 from slicex.ticket import Ticket, load_signing_key, sign_ticket
 
 DELEGATIONS = "delegations"
+TICKETS = "broker-tickets"
+QUEUE = "broker-queue"
+EXPIRY_GRACE = timedelta(minutes=5)
+"""How long after a ticket's end the broker keeps its units for a slice manager that has not relinquished."""
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What one reservation asks a broker for."""
+
+    units: tuple[str, ...] = ()  # exactly these units
+    amounts: tuple[tuple[str, int], ...] = ()  # units per resource type, e.g. (("core", 2), ("mem", 4))
+    bins: tuple[str, ...] = ()  # where the amounts may come from (empty: any bin)
+    same_bin: bool = True  # all amounts from one bin (a VM on one host) or from anywhere
+    by_count: bool = False  # the ticket promises counts; the authority picks the units when it redeems
+    label_sets: tuple[str, ...] = ()  # one label free on every one of these sets (a VLAN across switches)
+    label: int | None = None  # exactly this label (imported from a producer)
+    suggested_label: int | None = None  # this one if it is free
+    label_name: str = "vlan"
+    what: str = ""  # in words, for reasons: "node n1 (XOSmall VM)"
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"units": list(self.units), "amounts": [list(a) for a in self.amounts], "bins": list(self.bins),
+                "same_bin": self.same_bin, "by_count": self.by_count, "label_sets": list(self.label_sets),
+                "label": self.label, "suggested_label": self.suggested_label, "label_name": self.label_name,
+                "what": self.what}
+
+    @staticmethod
+    def from_doc(d: Mapping[str, Any]) -> Demand:
+        return Demand(tuple(d.get("units", ())), tuple((str(t), int(n)) for t, n in d.get("amounts", ())),
+                      tuple(d.get("bins", ())), bool(d.get("same_bin", True)), bool(d.get("by_count", False)),
+                      tuple(d.get("label_sets", ())), d.get("label"), d.get("suggested_label"),
+                      d.get("label_name", "vlan"), d.get("what", ""))
+
+
+@dataclass
+class _Choice:
+    units: list[str] = field(default_factory=list)  # what the calendar books (and the store claims)
+    named: list[str] = field(default_factory=list)  # what the ticket names
+    counts: dict[str, int] = field(default_factory=dict)  # pool -> count, for by-count tickets
+    labels: tuple[tuple[str, int], ...] = ()
+
+
+def _span(term: Term) -> str:
+    return f"{term.start:%Y-%m-%dT%H:%M:%SZ}..{term.end:%Y-%m-%dT%H:%M:%SZ}"
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
 
 
 class Broker:
-    def __init__(self, name: str, store: Store, key_pem: bytes, cert: x509.Certificate | None = None):
+    def __init__(self, name: str, store: Store, key_pem: Any, cert: x509.Certificate | None = None,
+                 policy: Policy | None = None, authority: str = ""):
         self.name = name
         self.store = store
-        self.key = load_signing_key(key_pem)
+        self.key = load_signing_key(key_pem) if isinstance(key_pem, bytes) else key_pem  # PEM or a loaded key
         self.cert = cert
+        self.policy: Policy = policy or FirstFit()
+        self.authority = authority  # whose inventory its tickets name (when there is one)
+        self._lock = threading.RLock()
+        self.calendar = Calendar()
+        self.queue = FifoQueue()
+        self._claimed: dict[str, bool] = {}  # ticket id -> its units are claimed in the store
+        self._load()
 
-    # ---- delegation ---------------------------------------------------------------------------------------
+    # ---- state from the store --------------------------------------------------------------------------------
+    def _load(self) -> None:
+        """Rebuild calendar, claim flags and queue from the store (start-up, and after losing a race)."""
+        cal = Calendar()
+        docs = [d for d in self.store.scan(DELEGATIONS) if d.get("broker") == self.name]
+        for d in docs:
+            full = Delegation.from_doc(d["delegation"]) if d.get("delegation") else None
+            named = set(full.names()) if full else set()
+            if full:
+                claim(cal, full)
+            claim(cal, export_prefixes(d["authority"], self.name, [p for p in d.get("prefixes", []) if p not in named]))
+            cal.draining |= set(d.get("draining", []))
+        cal.open_inventory = not docs
+        claimed: dict[str, bool] = {}
+        for td in self.store.scan(TICKETS):
+            if td.get("broker") != self.name or td.get("state") != "active":
+                continue
+            t = Ticket.from_doc(td["ticket"])
+            try:
+                cal.book(t.id, td.get("booked", list(t.units)), t.term)
+            except CalendarError:
+                continue  # a stale copy overlapping a newer promise: the store's claims decide
+            claimed[t.id] = bool(td.get("claimed", True))
+        queue = FifoQueue()
+        for q in sorted(self.store.scan(QUEUE), key=lambda q: q["key"]):
+            if q.get("broker") == self.name:
+                queue.push(q, parse_time(q["deadline"]), q["key"])
+        self.calendar, self._claimed, self.queue = cal, claimed, queue
+
+    def _put_ticket(self, t: Ticket, booked: Sequence[str], claimed: bool, state: str = "active",
+                    reason: str = "") -> None:
+        self.store.put(TICKETS, t.id, {"broker": self.name, "ticket": t.to_doc(), "booked": list(booked),
+                                       "claimed": claimed, "state": state, "reason": reason})
+
+    # ---- delegation ----------------------------------------------------------------------------------------
+    def _delegation_doc(self, authority: str) -> dict[str, Any]:
+        return self.store.get(DELEGATIONS, f"{self.name}|{authority}") or {
+            "broker": self.name, "authority": authority, "prefixes": [], "reclaimed": []}
+
+    def accept(self, delegation: Delegation) -> None:
+        """Claim inventory an authority exports (ORCA claim): pools and label sets join the calendar."""
+        with self._lock:
+            doc = self._delegation_doc(delegation.authority)
+            old = Delegation.from_doc(doc["delegation"]) if doc.get("delegation") else None
+            new_names = set(delegation.names())
+            merged = Delegation(delegation.authority, self.name,
+                                (old.without(new_names).pools if old else ()) + delegation.pools,
+                                (old.without(new_names).label_sets if old else ()) + delegation.label_sets)
+            doc["delegation"] = merged.to_doc()
+            doc["prefixes"] = sorted(set(doc.get("prefixes", [])) | new_names)
+            doc["reclaimed"] = [p for p in doc.get("reclaimed", []) if p not in new_names]
+            doc["draining"] = [p for p in doc.get("draining", []) if p not in new_names]
+            self.store.put(DELEGATIONS, f"{self.name}|{delegation.authority}", doc)
+            claim(self.calendar, delegation)
+            self.calendar.open_inventory = False
+
     def claim_delegation(self, authority: str, prefixes: Sequence[str]) -> None:
-        """Accept inventory an authority exports (ORCA claim), as unit prefixes: `core:<host>`, `vlan:<switch>`..."""
-        key = f"{self.name}|{authority}"
-        doc = self.store.get(DELEGATIONS, key) or {"broker": self.name, "authority": authority, "prefixes": []}
-        doc["prefixes"] = sorted(set(doc["prefixes"]) | set(prefixes))
-        doc["reclaimed"] = [p for p in doc.get("reclaimed", []) if p not in prefixes]
-        self.store.put(DELEGATIONS, key, doc)
+        """Accept inventory named by unit prefixes (`core:<host>`, `vlan:<switch>`...). A prefix reclaimed
+        earlier comes back with its full definition."""
+        with self._lock:
+            doc = self._delegation_doc(authority)
+            parked = Delegation.from_doc(doc["parked"]) if doc.get("parked") else None
+            back = parked.only(prefixes) if parked else None
+            if back is not None and back.names():
+                self.accept(back)
+                doc = self._delegation_doc(authority)
+                doc["parked"] = parked.without(back.names()).to_doc()
+            known = set(self.calendar.pools) | set(self.calendar.label_sets)
+            doc["prefixes"] = sorted(set(doc.get("prefixes", [])) | set(prefixes))
+            doc["reclaimed"] = [p for p in doc.get("reclaimed", []) if p not in prefixes]
+            doc["draining"] = [p for p in doc.get("draining", []) if p not in prefixes]
+            self.store.put(DELEGATIONS, f"{self.name}|{authority}", doc)
+            claim(self.calendar, export_prefixes(authority, self.name, [p for p in prefixes if p not in known]))
+            self.calendar.draining -= set(prefixes)
+            self.calendar.open_inventory = False
 
     def delegated(self) -> list[str]:
         return sorted(p for d in self.store.scan(DELEGATIONS) if d["broker"] == self.name for p in d["prefixes"])
 
-    def reclaim(self, authority: str, prefixes: Sequence[str]) -> tuple[list[str], list[str]]:
-        """The authority takes back delegated inventory that no ticket promises (e.g. a host going into
-        maintenance); returns (reclaimed, still promised)."""
-        key = f"{self.name}|{authority}"
-        doc = self.store.get(DELEGATIONS, key) or {"broker": self.name, "authority": authority, "prefixes": []}
-        claims = self.store.all_claims()
-        busy = [p for p in prefixes if any(k == p or k.startswith(p + ":") for k in claims)]
-        free = [p for p in prefixes if p not in busy]
-        doc["prefixes"] = [p for p in doc["prefixes"] if p not in free]
-        doc["reclaimed"] = sorted(set(doc.get("reclaimed", [])) | set(free))
-        self.store.put(DELEGATIONS, key, doc)
-        return free, busy
+    def reclaim(self, authority: str, prefixes: Sequence[str],
+                now: datetime | None = None) -> tuple[list[str], list[str]]:
+        """The authority takes back delegated inventory (e.g. a host going into maintenance). What nothing
+        promises leaves at once; what is promised stops taking new promises and is returned as still
+        promised. Returns (reclaimed, still promised)."""
+        now = now or _utcnow()
+        with self._lock:
+            self._forget_released(u for p in prefixes for u in self.calendar.units_of(p)
+                                  if self.calendar.holders_ever(u))
+            claims = self.store.all_claims()
+            busy_by_claim = {p for p in prefixes if any(k == p or k.startswith(p + ":") for k in claims)}
+            self.calendar.draining |= busy_by_claim & (set(self.calendar.pools) | set(self.calendar.label_sets))
+            free, busy = reclaim(self.calendar, [p for p in prefixes if p not in busy_by_claim], now)
+            busy = sorted(set(busy) | busy_by_claim, key=list(prefixes).index)
+            doc = self._delegation_doc(authority)
+            full = Delegation.from_doc(doc["delegation"]) if doc.get("delegation") else None
+            if full is not None:
+                parked = Delegation.from_doc(doc["parked"]) if doc.get("parked") else Delegation(authority, self.name)
+                moved = full.only(free)
+                doc["parked"] = Delegation(authority, self.name, parked.without(free).pools + moved.pools,
+                                           parked.without(free).label_sets + moved.label_sets).to_doc()
+                doc["delegation"] = full.without(free).to_doc()
+            doc["prefixes"] = [p for p in doc["prefixes"] if p not in free]
+            doc["reclaimed"] = sorted(set(doc.get("reclaimed", [])) | set(free))
+            doc["draining"] = sorted(set(doc.get("draining", [])) | set(busy))
+            self.store.put(DELEGATIONS, f"{self.name}|{authority}", doc)
+            return free, busy
 
     def reclaimed(self, authority: str) -> list[str]:
         doc = self.store.get(DELEGATIONS, f"{self.name}|{authority}") or {}
         return list(doc.get("reclaimed", []))
 
-    def _check_delegated(self, keys: Sequence[str]) -> None:
-        prefixes = self.delegated()
-        if not prefixes:
-            return  # a broker nobody delegated to yet refuses nothing: the embedded default before start-up
-        for k in keys:
-            if not any(k == p or k.startswith(p + ":") for p in prefixes):
-                raise Refused(f"broker {self.name}: unit {k} is not in the inventory delegated to it (reclaimed "
-                              f"by its authority, e.g. for maintenance)")
+    def unavailable(self, term: Term) -> set[str]:
+        """Units a planner must not choose for `term`: promised during it, being reclaimed, or claimed in
+        the store by anyone (other processes included)."""
+        with self._lock:
+            return self.calendar.unavailable(term) | set(self.store.all_claims())
 
-    # ---- tickets ------------------------------------------------------------------------------------------
+    # ---- tickets ---------------------------------------------------------------------------------------------
     def ticket(self, holder: str, units_by_reservation: Mapping[str, Sequence[str]], start: datetime,
-               end: datetime, group: str | None = None) -> dict[str, Ticket]:
-        """Grant all reservations' units or none; return one signed ticket per reservation. `group` names the
-        claim owner, so a caller that recorded it first can always relinquish (even after a crash)."""
-        group = group or f"ticket:{uuid.uuid4().hex}"
-        keys = [k for units in units_by_reservation.values() for k in units]
-        self._check_delegated(keys)
-        if not self.store.claim_all(keys, group):
-            taken = [k for k in keys if self.store.owner_of(k) not in (None, group)]
-            raise Busy(f"broker {self.name}: {len(taken)} of {len(keys)} units were promised to someone else "
-                       f"meanwhile (e.g. {taken[0] if taken else '?'}); ask again")
-        return {rid: sign_ticket(Ticket(f"{group}/{rid}", self.name, holder, rid, tuple(units), start, end, 1),
-                                 self.key)
-                for rid, units in units_by_reservation.items()}
+               end: datetime, group: str | None = None, now: datetime | None = None) -> dict[str, Ticket]:
+        """Grant exactly these units per reservation, all or none (a planner chose them)."""
+        demands = {rid: Demand(units=tuple(units)) for rid, units in units_by_reservation.items()}
+        granted = self.issue(holder, demands, Term(start, end), now or start, group=group)
+        assert granted is not None
+        return granted
 
-    def extend_ticket(self, ticket: Ticket, end: datetime, limit: datetime | None = None) -> Ticket:
-        if end <= ticket.end and end != ticket.end:
-            pass  # shortening is allowed: a renew may ask for less than is held
+    def issue(self, holder: str, demands: Mapping[str, Demand], term: Term, now: datetime,
+              group: str | None = None, wait_until: datetime | None = None) -> dict[str, Ticket] | None:
+        """Grant every reservation's demand, or none. `group` names the claim owner: a caller that records it
+        before asking can always relinquish (even after a crash), and asking again with the same group
+        returns the tickets already granted. With `wait_until`, a request that cannot be served now joins
+        the FIFO queue and None is returned (ask `query` later); otherwise the refusal is raised."""
+        explicit_group = group is not None
+        group = group or f"ticket:{uuid.uuid4().hex}"
+        with self._lock:
+            done = self._granted(group, demands) if explicit_group else None
+            if done is not None:
+                return done
+            waiting = next((w for w in self.queue.waiting if isinstance(w, Waiting) and w.request["group"] == group),
+                           None)
+            if waiting is not None:
+                return None
+            if wait_until is not None and len(self.queue):
+                self._enqueue(holder, demands, term, group, wait_until)  # FIFO: nobody overtakes the queue
+                return None
+            try:
+                return self._grant(holder, demands, term, now, group)
+            except (InsufficientNodes, InsufficientBandwidth, VlanUnavailable):
+                if wait_until is None or wait_until <= now:
+                    raise
+                self._enqueue(holder, demands, term, group, wait_until)
+                return None
+
+    def _granted(self, group: str, demands: Mapping[str, Demand]) -> dict[str, Ticket] | None:
+        out = {}
+        for rid in demands:
+            doc = self.store.get(TICKETS, f"{group}/{rid}")
+            if doc is None or doc.get("state") != "active":
+                return None
+            out[rid] = Ticket.from_doc(doc["ticket"])
+        return out
+
+    def _grant(self, holder: str, demands: Mapping[str, Demand], term: Term, now: datetime,
+               group: str) -> dict[str, Ticket]:
+        exact = all(not (d.amounts or d.label_sets) for d in demands.values())
+        avoid: set[str] = set()
+        for attempt in range(4):
+            taken: set[str] = set()
+            choices: dict[str, _Choice] = {}
+            for rid, d in demands.items():
+                choices[rid] = self._choose(f"{group}/{rid}", d, term, taken | avoid)
+                taken.update(choices[rid].units)
+            started = term.start <= now
+            keys = [u for c in choices.values() for u in c.units]
+            lost: list[str] = []
+            if started and not self.store.claim_all(keys, group):
+                lost = [k for k in keys if self.store.owner_of(k) not in (None, group)]
+                if self._evict_ended(lost, now) and self.store.claim_all(keys, group):
+                    lost = []
+            if started and lost:
+                if exact or attempt == 3:
+                    raise Busy(f"broker {self.name}: {len(lost)} of {len(keys)} units were promised to someone "
+                               f"else meanwhile (e.g. {lost[0] if lost else '?'}); ask again")
+                avoid.update(lost)  # another process won them: reload what it promised and choose again
+                self._load()
+                continue
+            tickets = {}
+            for rid, c in choices.items():
+                tid = f"{group}/{rid}"
+                self.calendar.book(tid, c.units, term)
+                self._claimed[tid] = started
+                t = Ticket(tid, self.name, holder, rid, tuple(c.named), term.start, term.end, 1,
+                           resource_type=next(iter(c.counts), ""), count=sum(c.counts.values()),
+                           labels=c.labels, authority=self.authority)
+                tickets[rid] = sign_ticket(t, self.key)
+                self._put_ticket(tickets[rid], c.units, started)
+            return tickets
+        raise AssertionError("unreachable")
+
+    def _choose(self, tid: str, d: Demand, term: Term, taken: set[str]) -> _Choice:
+        what = f"{d.what}: " if d.what else ""
+        c = _Choice(units=list(d.units), named=list(d.units))
+        dup = [u for u in d.units if u in taken]
+        if dup:
+            raise Busy(f"broker {self.name}: {what}unit {dup[0]} is asked for twice in one request")
+        if d.amounts:
+            picked = self._choose_amounts(d, term, taken | set(c.units))
+            for pool, units in picked.items():
+                c.units += units
+                if d.by_count:
+                    c.counts[pool] = c.counts.get(pool, 0) + len(units)
+                else:
+                    c.named += units
+        if d.label_sets:
+            tag = self._choose_label(d, term, taken | set(c.units))
+            keys = [self.calendar.label_sets[s].key(tag) for s in d.label_sets]
+            c.units += keys
+            c.named += keys
+            c.labels = ((d.label_name, tag),)
+        try:
+            self.calendar.check(tid, c.units, term)
+        except CalendarError as exc:
+            if "not in the inventory" in str(exc) or "reclaimed" in str(exc):
+                raise Refused(f"broker {self.name}: {what}{exc} (reclaimed by its authority, e.g. for "
+                              f"maintenance, or never delegated to it)") from None
+            held = [u for u in c.units if not self.calendar.is_free(u, term, ignore=tid)]
+            if self._forget_released(held):
+                return self._choose(tid, d, term, taken)
+            raise Busy(f"broker {self.name}: {what}{exc}; ask again") from None
+        return c
+
+    def _forget_released(self, units) -> bool:
+        """Drop bookings of started tickets whose claims someone released behind the calendar's back (a slice
+        manager that released units in the store directly); True if any was dropped."""
+        dropped = False
+        for u in set(units):
+            for holder in self.calendar.holders_ever(u):
+                if self._claimed.get(holder) and self.store.owner_of(u) != holder.rsplit("/", 1)[0]:
+                    self.calendar.release(holder)
+                    self._claimed.pop(holder, None)
+                    self.store.delete(TICKETS, holder)
+                    dropped = True
+        return dropped
+
+    def _evict_ended(self, keys: Sequence[str], now: datetime) -> bool:
+        """Claims held by tickets whose term is over are not promises any more: when someone needs those
+        units, drop the ended tickets (their slice manager is late to relinquish). True if any was dropped."""
+        dropped = False
+        for k in keys:
+            owner = self.store.owner_of(k)
+            if owner is None:
+                continue
+            mine = [h for h in self.calendar.holders_ever(k) if h.rsplit("/", 1)[0] == owner]
+            if mine and all(self.calendar.bookings[h].term.end <= now for h in mine):
+                for h in mine:
+                    self._drop(h, ())
+                dropped = True
+        return dropped
+
+    def _choose_amounts(self, d: Demand, term: Term, taken: set[str]) -> dict[str, list[str]]:
+        cal = self.calendar
+        wanted = dict(d.amounts)
+        bins = cal.bins()
+        names = [b for b in (d.bins or list(bins)) if b in bins]
+        if d.same_bin:
+            views = []
+            for i, b in enumerate(names):
+                free: dict[str, int] = {}
+                total: dict[str, int] = {}
+                for p in bins[b]:
+                    if p.resource_type in wanted:
+                        n_taken = sum(1 for u in taken if cal.owner_name(u) == p.name)
+                        free[p.resource_type] = free.get(p.resource_type, 0) + cal.free_count(p.name, term) - n_taken
+                        total[p.resource_type] = total.get(p.resource_type, 0) + len(p.units)
+                views.append(BinView(b, free, total, i))
+            ranked = rank(self.policy, views, wanted)
+            if not ranked:
+                best = max(views, key=lambda v: sum(v.free.values()), default=None)
+                raise self._short(d, wanted, term, "on one host",
+                                  f"{len(views)} candidate host(s), none fits"
+                                  + (f"; most free: {_amounts(best.free)} on {best.name}" if best else ""))
+            pools = [p for p in bins[ranked[0].name] if p.resource_type in wanted]
+        else:
+            pools = [p for b in names for p in bins[b] if p.resource_type in wanted]
+            pools += [p for p in cal.pools.values() if not p.bin and p.resource_type in wanted and not d.bins]
+        if d.by_count:
+            if len(wanted) != 1:
+                raise BadArgs(f"broker {self.name}: a by-count demand names one resource type, not {_amounts(wanted)}")
+            (rtype, n), = wanted.items()
+            for p in pools:
+                k = sum(1 for u in taken if cal.owner_name(u) == p.name)
+                units = [u for u in cal.free_units(p.name, term, limit=n + k) if u not in taken][:n]
+                if len(units) == n:
+                    return {p.name: units}
+            free = {rtype: max((cal.free_count(p.name, term) for p in pools), default=0)}
+            raise self._short(d, wanted, term, "from one pool", f"most free in one pool: {_amounts(free)}")
+        picked: dict[str, list[str]] = {}
+        need = dict(wanted)
+        for p in pools:
+            n = need.get(p.resource_type, 0)
+            if n <= 0:
+                continue
+            k = sum(1 for u in taken if cal.owner_name(u) == p.name)
+            units = [u for u in cal.free_units(p.name, term, limit=n + k) if u not in taken][:n]
+            if units:
+                picked[p.name] = units
+                need[p.resource_type] = n - len(units)
+        short = {t: n for t, n in need.items() if n > 0}
+        if short:
+            free = {t: sum(cal.free_count(p.name, term) for p in pools if p.resource_type == t) for t in wanted}
+            raise self._short(d, wanted, term, "", f"free: {_amounts(free)}")
+        return picked
+
+    def _short(self, d: Demand, wanted: Mapping[str, int], term: Term, where: str, available: str) -> GeniError:
+        cls = InsufficientBandwidth if set(wanted) == {"bw"} else InsufficientNodes
+        what = f"{d.what}: " if d.what else ""
+        return cls(f"broker {self.name}: {what}asked for {_amounts(wanted)}{' ' + where if where else ''} "
+                   f"over {_span(term)}; {available}")
+
+    def _choose_label(self, d: Demand, term: Term, taken: set[str]) -> int:
+        what = f"{d.what}: " if d.what else ""
+        unknown = [s for s in d.label_sets if s not in self.calendar.label_sets]
+        if unknown:
+            raise Refused(f"broker {self.name}: {what}label set {unknown[0]} is not delegated to it")
+        sets = [self.calendar.label_sets[s] for s in d.label_sets]
+        free = [v for v in common_free_labels(self.calendar, list(d.label_sets), term)
+                if not any(ls.key(v) in taken for ls in sets)]
+        where = " and ".join(f"{ls.name} ({_ranges(ls.ranges)})" for ls in sets)
+        if d.label is not None:
+            if d.label not in free:
+                why = ("outside the delegated range" if not all(d.label in ls for ls in sets) else
+                       "promised to another reservation")
+                raise VlanUnavailable(f"broker {self.name}: {what}asked for {d.label_name} {d.label} across {where} "
+                                      f"over {_span(term)}; it is {why} ({len(free)} others free)")
+            return d.label
+        tag = choose_label(free, d.suggested_label if d.suggested_label in free else None)
+        if tag is None:
+            raise VlanUnavailable(f"broker {self.name}: {what}asked for a {d.label_name} tag free across {where} "
+                                  f"over {_span(term)}; none is free on all of them")
+        return tag
+
+    # ---- queue -----------------------------------------------------------------------------------------------
+    def _enqueue(self, holder: str, demands: Mapping[str, Demand], term: Term, group: str,
+                 wait_until: datetime) -> None:
+        seq = max((int(w.id.rsplit("|", 1)[1]) for w in self.queue.waiting if isinstance(w, Waiting)), default=0)
+        key = f"{self.name}|{seq + 1:012d}"
+        doc = {"key": key, "broker": self.name, "holder": holder, "group": group, "deadline": rfc3339(wait_until),
+               "start": rfc3339(term.start), "end": rfc3339(term.end),
+               "demands": {rid: d.to_doc() for rid, d in demands.items()}}
+        self.store.put(QUEUE, key, doc)
+        self.queue.push(doc, wait_until, key)
+
+    def _serve(self, now: datetime) -> list[str]:
+        """Grant waiting requests in arrival order while the head can be served; return granted groups."""
+        def try_grant(w: Waiting) -> bool:
+            q = w.request
+            try:
+                self._grant(q["holder"], {r: Demand.from_doc(d) for r, d in q["demands"].items()},
+                            Term(parse_time(q["start"]), parse_time(q["end"])), now, q["group"])
+            except (InsufficientNodes, InsufficientBandwidth, VlanUnavailable, Busy):
+                return False
+            self.store.delete(QUEUE, w.id)
+            return True
+
+        return [w.request["group"] for w in self.queue.serve(try_grant)]
+
+    def query(self, group: str, reservations: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Where each reservation's ticket stands (ORCA query): active (with the ticket), queued (with its
+        place in line), failed (with the reason), or unknown."""
+        with self._lock:
+            out: dict[str, dict[str, Any]] = {}
+            waiting = next((w for w in self.queue.waiting if isinstance(w, Waiting) and w.request["group"] == group),
+                           None)
+            for rid in reservations:
+                doc = self.store.get(TICKETS, f"{group}/{rid}")
+                if doc is not None:
+                    out[rid] = {"status": doc["state"], "ticket": doc["ticket"], "reason": doc.get("reason", "")}
+                elif waiting is not None:
+                    out[rid] = {"status": "queued", "position": self.queue.position(waiting.id),
+                                "deadline": waiting.request["deadline"]}
+                else:
+                    out[rid] = {"status": "unknown"}
+            return out
+
+    # ---- extend, relinquish, expiry --------------------------------------------------------------------------
+    def extend_ticket(self, ticket: Ticket, end: datetime, limit: datetime | None = None,
+                      now: datetime | None = None) -> Ticket:
+        """A new ticket for the same units ending at `end` (later, or earlier: a renew may ask for less);
+        sequence + 1. Refused if another promise starts before `end`."""
+        if end <= ticket.start:
+            raise BadArgs(f"broker {self.name}: ticket {ticket.id} cannot end at {end:%Y-%m-%dT%H:%M:%SZ}, before "
+                          f"it starts ({ticket.start:%Y-%m-%dT%H:%M:%SZ})")
         if limit is not None and end > limit:
             raise OutOfRange(f"broker {self.name}: cannot extend ticket {ticket.id} past {limit:%Y-%m-%dT%H:%M:%SZ}")
-        return sign_ticket(replace(ticket, end=end, sequence=ticket.sequence + 1, signature=""), self.key)
+        with self._lock:
+            doc = self.store.get(TICKETS, ticket.id)
+            if doc is not None and doc.get("state") == "active":
+                current = Ticket.from_doc(doc["ticket"])
+                if current.sequence > ticket.sequence and current.end == end:
+                    return current  # asked again after a lost answer: the same extension
+                booked = doc.get("booked", list(current.units))
+            elif self.store.claims_of(ticket.group):
+                current, booked = ticket, list(ticket.units)  # issued before this broker kept ticket records
+            else:
+                raise SearchFailed(f"broker {self.name}: ticket {ticket.id} is not held any more (relinquished or "
+                                   f"expired); allocate again")
+            if current.id not in self.calendar.bookings:
+                try:
+                    self.calendar.book(current.id, booked, current.term)
+                except CalendarError:
+                    self._forget_released(booked)
+                    self.calendar.book(current.id, booked, current.term)
+            try:
+                self.calendar.extend(current.id, end)
+            except CalendarError as exc:
+                if self._forget_released(booked):
+                    return self.extend_ticket(ticket, end, limit, now)
+                raise InsufficientNodes(f"broker {self.name}: cannot extend ticket {ticket.id} to "
+                                        f"{end:%Y-%m-%dT%H:%M:%SZ}: {exc}") from None
+            longer = sign_ticket(replace(current, end=end, sequence=max(current.sequence, ticket.sequence) + 1,
+                                         signature=""), self.key)
+            self._put_ticket(longer, booked, self._claimed.get(current.id, True))
+            return longer
 
-    def relinquish(self, ticket: Ticket) -> int:
-        """Give a ticket's units back (always, on close or failure); idempotent."""
-        owner = ticket.id.rsplit("/", 1)[0]
-        return sum(1 for k in ticket.units if self.store.release(k, owner))
+    def relinquish(self, ticket: Ticket, now: datetime | None = None) -> int:
+        """Give a ticket's units back (on close, failure or expiry; idempotent); waiting requests are then
+        served. Returns how many claims were released."""
+        with self._lock:
+            released = self._drop(ticket.id, ticket.units)
+            self._serve(now or _utcnow())
+            return released
+
+    def relinquish_group(self, group: str, now: datetime | None = None) -> int:
+        """Give back everything a ticket group holds, tickets or not (a request whose answer was lost), and
+        withdraw it from the queue."""
+        with self._lock:
+            released = 0
+            for tid in [t for t in self.calendar.bookings if t.rsplit("/", 1)[0] == group]:
+                released += self._drop(tid, ())
+            released += self.store.release_owner(group)
+            for w in [w for w in self.queue.waiting if isinstance(w, Waiting) and w.request["group"] == group]:
+                self.queue.waiting.remove(w)
+                self.store.delete(QUEUE, w.id)
+            self._serve(now or _utcnow())
+            return released
+
+    def _drop(self, tid: str, units: Sequence[str]) -> int:
+        group = tid.rsplit("/", 1)[0]
+        booking = self.calendar.release(tid)
+        self._claimed.pop(tid, None)
+        doc = self.store.get(TICKETS, tid)
+        self.store.delete(TICKETS, tid)
+        keys = set(units) | (booking.units if booking else set()) | set(doc.get("booked", []) if doc else [])
+        released = sum(1 for k in keys if self.store.release(k, group))
+        # claims of the group no live ticket of it books (a crashed attempt chose other units)
+        live = {u for t, b in self.calendar.bookings.items() if t.rsplit("/", 1)[0] == group for u in b.units}
+        if not live:
+            released += self.store.release_owner(group)
+        return released
+
+    def tick(self, now: datetime) -> dict[str, list[str]]:
+        """The broker's clock: claim the units of advance tickets whose term has started, drop tickets ended
+        more than EXPIRY_GRACE ago (a slice manager that vanished), fail queued requests past their deadline,
+        and serve the queue. Returns what happened, for logs."""
+        with self._lock:
+            started, failed = [], []
+            for tid, b in list(self.calendar.bookings.items()):
+                if not self._claimed.get(tid, True) and b.term.start <= now:
+                    group = tid.rsplit("/", 1)[0]
+                    doc = self.store.get(TICKETS, tid)
+                    held = [k for k in sorted(b.units) if self.store.owner_of(k) not in (None, group)]
+                    self._evict_ended(held, now)
+                    if self.store.claim_all(sorted(b.units), group):
+                        self._claimed[tid] = True
+                        if doc:
+                            doc["claimed"] = True
+                            self.store.put(TICKETS, tid, doc)
+                        started.append(tid)
+                    else:
+                        lost = [k for k in sorted(b.units) if self.store.owner_of(k) not in (None, group)]
+                        self.calendar.release(tid)
+                        self._claimed.pop(tid, None)
+                        if doc:
+                            doc.update(state="failed", reason=f"broker {self.name}: at the start of advance ticket "
+                                       f"{tid} its unit {lost[0] if lost else '?'} was held by someone else")
+                            self.store.put(TICKETS, tid, doc)
+                        failed.append(tid)
+            expired = [b.holder for b in self.calendar.bookings.values() if b.term.end + EXPIRY_GRACE <= now]
+            for tid in expired:
+                self._drop(tid, ())
+            timed_out = []
+            for w in self.queue.expire(now):
+                q = w.request
+                ahead = "" if not len(self.queue) else f" ({len(self.queue)} still waiting)"
+                for rid in q["demands"]:
+                    t = Ticket(f"{q['group']}/{rid}", self.name, q["holder"], rid, (), parse_time(q["start"]),
+                               parse_time(q["end"]))
+                    self._put_ticket(t, [], False, "failed",
+                                     f"broker {self.name}: waited until {q['deadline']} in the queue and nothing "
+                                     f"freed up for {Demand.from_doc(q['demands'][rid]).what or rid}{ahead}")
+                self.store.delete(QUEUE, w.id)
+                timed_out.append(q["group"])
+            served = self._serve(now)
+            return {"started": started, "failed": failed, "expired": expired, "queue_timed_out": timed_out,
+                    "served": served}
+
+
+def _amounts(amounts: Mapping[str, int]) -> str:
+    return " + ".join(f"{n} {t}" for t, n in amounts.items()) or "nothing"
+
+
+def _ranges(ranges) -> str:
+    return ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in ranges)

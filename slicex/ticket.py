@@ -1,14 +1,22 @@
-"""Tickets and leases: signed promises of units over a term (SHARP-style).
+"""Tickets and leases: signed promises of resources over a term (SHARP-style).
 
-A broker signs each ticket with its key, so an authority verifies it without calling the broker back. The
-signature covers a canonical JSON of every field."""
+A broker signs each ticket with its RSA key, so an authority verifies it without calling the broker back; an
+authority signs each lease the same way, so a slice manager (or a peer) can check what it holds. The
+signature (RSA-PSS, SHA-256) covers a canonical JSON of every field: sorted keys, no spaces, times in
+RFC 3339, and optional fields left out while they have their default (so a ticket issued before a field
+existed still verifies).
+
+A ticket names concrete units (`units`, claim keys such as `core:<host>:3`, `vlan:<switch>:1042`) or only a
+`count` of a `resource_type`, in which case the authority picks the concrete units when it redeems it.
+`labels` are the label values chosen for it (e.g. `("vlan", 1042)`) that reservations depending on it use."""
 
 from __future__ import annotations
 
 import base64
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
+from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
@@ -16,54 +24,145 @@ from cryptography.hazmat.primitives.asymmetric import padding
 
 from slicex.clock import parse_time, rfc3339
 from slicex.errors import CredentialInvalid
+from slicex.term import Term
+
+_PSS = padding.PSS(padding.MGF1(hashes.SHA256()), padding.PSS.MAX_LENGTH)
+Labels = tuple[tuple[str, int], ...]
+
+
+def _canonical(obj: Any) -> dict[str, Any]:
+    """Every field as JSON-able data, optional ones only when set; the signature itself excluded."""
+    out: dict[str, Any] = {}
+    for f in fields(obj):
+        if f.name == "signature":
+            continue
+        v = getattr(obj, f.name)
+        if f.name in obj._OPTIONAL and v == f.default:
+            continue
+        if isinstance(v, datetime):
+            v = rfc3339(v)
+        elif isinstance(v, tuple):
+            v = [list(x) if isinstance(x, tuple) else x for x in v]
+        out[f.name] = v
+    return out
+
+
+def _labels(raw: Any) -> Labels:
+    return tuple((str(k), int(v)) for k, v in (raw or ()))
 
 
 @dataclass(frozen=True)
 class Ticket:
-    id: str
+    id: str  # "<claim group>/<reservation>": the group owns the units' claims in the store
     broker: str
     holder: str  # the slice manager (or slice) it was issued to
     reservation: str
-    units: tuple[str, ...]  # claim keys: cores, memory chunks, nodes, VLAN tags, FPGA planes
+    units: tuple[str, ...]  # concrete units (claim keys); empty when only a count is promised
     start: datetime
     end: datetime
-    sequence: int = 0
+    sequence: int = 0  # 1 when issued, +1 per extension: a lower one is a stale copy
     signature: str = ""
+    resource_type: str = ""
+    count: int = 0  # units promised when `units` does not name them
+    labels: Labels = ()
+    authority: str = ""  # whose inventory the units are
+
+    _OPTIONAL = ("resource_type", "count", "labels", "authority")
+
+    @property
+    def term(self) -> Term:
+        return Term(self.start, self.end)
+
+    @property
+    def group(self) -> str:
+        return self.id.rsplit("/", 1)[0]
+
+    @property
+    def size(self) -> int:
+        return len(self.units) or self.count
+
+    def label(self, name: str) -> int | None:
+        return next((v for k, v in self.labels if k == name), None)
 
     def payload(self) -> bytes:
-        d = asdict(self)
-        d.pop("signature")
-        d["start"], d["end"] = rfc3339(self.start), rfc3339(self.end)
-        d["units"] = list(self.units)
-        return json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
+        return json.dumps(_canonical(self), sort_keys=True, separators=(",", ":")).encode()
 
-    def to_doc(self) -> dict:
+    def to_doc(self) -> dict[str, Any]:
         return {**json.loads(self.payload()), "signature": self.signature}
 
     @staticmethod
-    def from_doc(d: dict) -> Ticket:
+    def from_doc(d: dict[str, Any]) -> Ticket:
         return Ticket(d["id"], d["broker"], d["holder"], d["reservation"], tuple(d["units"]), parse_time(d["start"]),
-                      parse_time(d["end"]), int(d["sequence"]), d.get("signature", ""))
+                      parse_time(d["end"]), int(d["sequence"]), d.get("signature", ""), d.get("resource_type", ""),
+                      int(d.get("count", 0)), _labels(d.get("labels")), d.get("authority", ""))
+
+
+@dataclass(frozen=True)
+class Lease:
+    id: str
+    authority: str
+    ticket: str  # id of the ticket redeemed
+    holder: str
+    reservation: str
+    units: tuple[str, ...]  # always concrete: what the substrate driver set up
+    start: datetime
+    end: datetime
+    sequence: int = 1  # the ticket's sequence it follows: extended with ticket n, the lease is n
+    signature: str = ""
+    labels: Labels = ()
+
+    _OPTIONAL = ("labels",)
+
+    @property
+    def term(self) -> Term:
+        return Term(self.start, self.end)
+
+    def payload(self) -> bytes:
+        return json.dumps(_canonical(self), sort_keys=True, separators=(",", ":")).encode()
+
+    def to_doc(self) -> dict[str, Any]:
+        return {**json.loads(self.payload()), "signature": self.signature}
+
+    @staticmethod
+    def from_doc(d: dict[str, Any]) -> Lease:
+        return Lease(d["id"], d["authority"], d["ticket"], d["holder"], d["reservation"], tuple(d["units"]),
+                     parse_time(d["start"]), parse_time(d["end"]), int(d["sequence"]), d.get("signature", ""),
+                     _labels(d.get("labels")))
 
 
 def load_signing_key(key_pem: bytes):
-    """Load a broker key once (loading validates the key, which costs far more than a signature)."""
+    """Load a signing key once (loading validates the key, which costs far more than a signature)."""
     return serialization.load_pem_private_key(key_pem, None)
+
+
+def _sign(obj, key):
+    if isinstance(key, bytes):
+        key = load_signing_key(key)
+    return replace(obj, signature=base64.b64encode(key.sign(obj.payload(), _PSS, hashes.SHA256())).decode())
+
+
+def _verify(obj, public_key, what: str) -> None:
+    try:
+        public_key.verify(base64.b64decode(obj.signature), obj.payload(), _PSS, hashes.SHA256())
+    except (InvalidSignature, ValueError):
+        raise CredentialInvalid(what) from None
 
 
 def sign_ticket(ticket: Ticket, key) -> Ticket:
     """Sign with a loaded private key (or PEM bytes, loaded here)."""
-    if isinstance(key, bytes):
-        key = load_signing_key(key)
-    sig = key.sign(ticket.payload(), padding.PSS(padding.MGF1(hashes.SHA256()), padding.PSS.MAX_LENGTH),
-                   hashes.SHA256())
-    return replace(ticket, signature=base64.b64encode(sig).decode())
+    return _sign(ticket, key)
 
 
 def verify_ticket(ticket: Ticket, broker_public_key) -> None:
     """Raise CredentialInvalid unless the broker signed exactly this ticket."""
-    try:
-        broker_public_key.verify(base64.b64decode(ticket.signature), ticket.payload(),
-                                 padding.PSS(padding.MGF1(hashes.SHA256()), padding.PSS.MAX_LENGTH), hashes.SHA256())
-    except (InvalidSignature, ValueError):
-        raise CredentialInvalid(f"ticket {ticket.id} is not signed by broker {ticket.broker} (or was altered)") from None
+    _verify(ticket, broker_public_key, f"ticket {ticket.id} is not signed by broker {ticket.broker} (or was altered)")
+
+
+def sign_lease(lease: Lease, key) -> Lease:
+    return _sign(lease, key)
+
+
+def verify_lease(lease: Lease, authority_public_key) -> None:
+    """Raise CredentialInvalid unless the authority signed exactly this lease."""
+    _verify(lease, authority_public_key,
+            f"lease {lease.id} is not signed by authority {lease.authority} (or was altered)")

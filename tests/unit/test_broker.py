@@ -30,7 +30,7 @@ SUB = default_substrate("t.org")
 
 def test_ticket_verifies_at_the_authority_and_forgery_does_not():
     store = SqliteStore(":memory:")
-    broker = Broker("b", store, PEM)
+    broker = Broker("b", store, KEY)
     authority = Authority("a", EmulatedDriver(SUB), {"b": KEY.public_key()})
     (t,) = broker.ticket("sm", {"r1": ["vlan:x:1"]}, NOW, NOW + timedelta(hours=1)).values()
     lease, op = authority.redeem(t, "link", NOW)
@@ -46,7 +46,7 @@ def test_ticket_verifies_at_the_authority_and_forgery_does_not():
 
 def test_grants_are_all_or_nothing():
     store = SqliteStore(":memory:")
-    broker = Broker("b", store, PEM)
+    broker = Broker("b", store, KEY)
     broker.ticket("sm", {"r1": ["u1"]}, NOW, NOW + timedelta(hours=1))
     with pytest.raises(Busy, match="promised to someone else"):
         broker.ticket("sm", {"r2": ["u2"], "r3": ["u1"]}, NOW, NOW + timedelta(hours=1))
@@ -55,7 +55,7 @@ def test_grants_are_all_or_nothing():
 
 def test_delegation_and_reclaim_for_maintenance():
     store = SqliteStore(":memory:")
-    broker = Broker("b", store, PEM)
+    broker = Broker("b", store, KEY)
     broker.claim_delegation("auth", inventory_prefixes(SUB))
     pc1, pc2 = SUB.hosts[0].component_id, SUB.hosts[1].component_id
     broker.ticket("sm", {"r": [f"core:{pc2}:0"]}, NOW, NOW + timedelta(hours=1))
@@ -98,7 +98,7 @@ def test_fifo_queue_serves_in_order_and_never_lets_small_requests_overtake():
                           st.booleans()), max_size=25))
 def test_two_brokers_on_one_store_never_promise_a_unit_twice(ops):
     store = SqliteStore(":memory:")
-    brokers = {"b1": Broker("b1", store, PEM), "b2": Broker("b2", store, PEM)}
+    brokers = {"b1": Broker("b1", store, KEY), "b2": Broker("b2", store, KEY)}
     live: dict[str, object] = {}
     held: dict[str, str] = {}
     for n, (name, units, release) in enumerate(ops):
@@ -121,7 +121,7 @@ def test_two_brokers_on_one_store_never_promise_a_unit_twice(ops):
 
 def test_reclaimed_inventory_stays_out_until_delegated_again():
     store = SqliteStore(":memory:")
-    broker = Broker("b", store, PEM)
+    broker = Broker("b", store, KEY)
     broker.claim_delegation("auth", ["core:h1", "core:h2"])
     broker.reclaim("auth", ["core:h1"])
     assert broker.reclaimed("auth") == ["core:h1"] and broker.delegated() == ["core:h2"]

@@ -1,0 +1,277 @@
+"""The broker's inventory calendar: which units and labels are promised to whom, over which terms.
+
+Inventory comes in *pools* (interchangeable units of one resource type, e.g. the cores of one host: pool
+`core:<host>` with units `core:<host>:0..n`) and *label sets* (e.g. the VLAN tags a switch offers: label set
+`vlan:<switch>` over ranges; tag t is the unit `vlan:<switch>:t`). Pools belong to a *bin* (the host), so a
+VM's cores and memory are taken from one place. A booking holds units over a term; two bookings of one unit
+never overlap in time. A booking may start in the future (an advance reservation).
+
+Plain data and plain methods: no clock, no store, no I/O; time comes in as terms. The broker
+(broker/broker.py) persists what it books and rebuilds a calendar from the store after a restart."""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from slicex.term import Term
+
+
+class CalendarError(ValueError):
+    """A booking the calendar refuses; the message says which unit, which term, and who holds it."""
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str  # "core:<host>": also the prefix of its units' keys
+    resource_type: str  # "core", "mem", "node", "bw", "unit", ...
+    units: tuple[str, ...] = ()  # empty: an open pool whose units are named by whoever books them
+    bin: str = ""  # the host (or board) the pool lives on; pools of one bin are allocated together
+
+
+@dataclass(frozen=True)
+class LabelSet:
+    name: str  # "vlan:<switch>": also the prefix of its labels' keys
+    ranges: tuple[tuple[int, int], ...]
+
+    def __contains__(self, value: int) -> bool:
+        return any(lo <= value <= hi for lo, hi in self.ranges)
+
+    def values(self) -> Iterator[int]:
+        for lo, hi in self.ranges:
+            yield from range(lo, hi + 1)
+
+    def key(self, value: int) -> str:
+        return f"{self.name}:{value}"
+
+    @property
+    def size(self) -> int:
+        return sum(hi - lo + 1 for lo, hi in self.ranges)
+
+
+@dataclass(frozen=True)
+class Booking:
+    holder: str  # the ticket (or its claim group) that holds the units
+    units: frozenset[str]
+    term: Term
+
+
+@dataclass
+class Calendar:
+    pools: dict[str, Pool] = field(default_factory=dict)
+    label_sets: dict[str, LabelSet] = field(default_factory=dict)
+    bookings: dict[str, Booking] = field(default_factory=dict)
+    draining: set[str] = field(default_factory=set)  # pools/label sets being reclaimed: no new bookings
+    open_inventory: bool = False  # accept units outside every pool (a broker nobody has delegated to yet)
+    _by_unit: dict[str, list[tuple[datetime, datetime, str]]] = field(default_factory=dict, repr=False)
+    _idle: dict[str, list[int]] = field(default_factory=dict, repr=False)  # pool -> sorted indices not booked
+    _busy: dict[str, set[int]] = field(default_factory=dict, repr=False)  # pool -> indices with bookings
+    _index: dict[str, tuple[str, int]] = field(default_factory=dict, repr=False)  # unit -> (pool, index)
+
+    # ---- inventory ---------------------------------------------------------------------------------------
+    def add_pool(self, pool: Pool) -> None:
+        old = self.pools.get(pool.name)
+        if old is not None and set(old.units) - set(pool.units):
+            gone = sorted(set(old.units) - set(pool.units))
+            held = [u for u in gone if self._by_unit.get(u)]
+            if held:
+                raise CalendarError(f"pool {pool.name}: cannot drop {', '.join(held[:3])}: promised")
+        self.pools[pool.name] = pool
+        self.draining.discard(pool.name)
+        for i, u in enumerate(pool.units):
+            self._index[u] = (pool.name, i)
+        self._idle[pool.name] = [i for i, u in enumerate(pool.units) if not self._by_unit.get(u)]
+        self._busy[pool.name] = {i for i, u in enumerate(pool.units) if self._by_unit.get(u)}
+
+    def add_label_set(self, labels: LabelSet) -> None:
+        self.label_sets[labels.name] = labels
+        self.draining.discard(labels.name)
+
+    def remove(self, name: str) -> None:
+        """Drop a pool or label set from the inventory (reclaimed by its authority); refuse while promised."""
+        held = [u for u in self.units_of(name) if self._by_unit.get(u)]
+        if held:
+            raise CalendarError(f"{name}: cannot remove, {len(held)} units still promised (e.g. {held[0]})")
+        pool = self.pools.pop(name, None)
+        if pool is not None:
+            for u in pool.units:
+                self._index.pop(u, None)
+            self._idle.pop(name, None)
+            self._busy.pop(name, None)
+        self.label_sets.pop(name, None)
+        self.draining.discard(name)
+
+    def units_of(self, name: str) -> list[str]:
+        """Units of a pool or label set, plus (for open pools) any booked unit under its prefix."""
+        if name in self.label_sets:
+            ls = self.label_sets[name]
+            return [ls.key(v) for v in ls.values()]
+        pool = self.pools.get(name)
+        named = list(pool.units) if pool else []
+        return named + [u for u in self._by_unit if u not in self._index and self.owner_name(u) == name]
+
+    def owner_name(self, unit: str) -> str | None:
+        """The pool or label set a unit belongs to: the longest prefix (at ':' boundaries) that names one."""
+        hit = self._index.get(unit)
+        if hit is not None:
+            return hit[0]
+        name = unit
+        while True:
+            if name in self.pools or name in self.label_sets:
+                if name in self.label_sets and name != unit:
+                    try:
+                        value = int(unit[len(name) + 1:])
+                    except ValueError:
+                        return None
+                    return name if value in self.label_sets[name] else None
+                return name
+            if ":" not in name:
+                return None
+            name = name.rsplit(":", 1)[0]
+
+    # ---- queries ---------------------------------------------------------------------------------------------
+    def holders(self, unit: str, term: Term) -> list[str]:
+        """Who holds `unit` at some time in `term`."""
+        return [h for s, e, h in self._by_unit.get(unit, ()) if s < term.end and term.start < e]
+
+    def holders_ever(self, unit: str) -> list[str]:
+        return [h for _s, _e, h in self._by_unit.get(unit, ())]
+
+    def is_free(self, unit: str, term: Term, ignore: str | None = None) -> bool:
+        return all(h == ignore for h in self.holders(unit, term))
+
+    def free_units(self, pool_name: str, term: Term, limit: int | None = None) -> list[str]:
+        """Free units of a pool over the whole term, in pool order (first fit), at most `limit`."""
+        pool = self.pools[pool_name]
+        if pool_name in self.draining:
+            return []
+        # units never booked are free at any time; booked ones only if no booking overlaps the term
+        busy = sorted(i for i in self._busy.get(pool_name, ()) if self.is_free(pool.units[i], term))
+        merged = heapq.merge(self._idle.get(pool_name, []), busy)
+        return [pool.units[i] for i in itertools.islice(merged, limit)]
+
+    def free_count(self, pool_name: str, term: Term) -> int:
+        pool = self.pools[pool_name]
+        if pool_name in self.draining:
+            return 0
+        return len(pool.units) - sum(1 for i in self._busy.get(pool_name, ()) if not self.is_free(pool.units[i], term))
+
+    def free_labels(self, set_name: str, term: Term) -> list[int]:
+        ls = self.label_sets[set_name]
+        if set_name in self.draining:
+            return []
+        return [v for v in ls.values() if self.is_free(ls.key(v), term)]
+
+    def bins(self) -> dict[str, list[Pool]]:
+        out: dict[str, list[Pool]] = {}
+        for p in self.pools.values():
+            if p.bin:
+                out.setdefault(p.bin, []).append(p)
+        return out
+
+    def promised(self, name: str, after: datetime) -> list[str]:
+        """Units of a pool or label set promised at some time after `after` (what a reclaim must leave)."""
+        return [u for u in self.units_of(name) if any(e > after for _s, e, _h in self._by_unit.get(u, ()))]
+
+    def unavailable(self, term: Term) -> set[str]:
+        """Every unit that cannot be booked over `term`: promised at some time in it, or draining."""
+        out = {u for u, spans in self._by_unit.items() if any(s < term.end and term.start < e for s, e, _ in spans)}
+        for name in self.draining:
+            out.update(self.units_of(name))
+        return out
+
+    # ---- changes ---------------------------------------------------------------------------------------------
+    def check(self, holder: str, units: Iterable[str], term: Term) -> None:
+        """Raise CalendarError unless every unit is in the inventory, not draining, and free over `term`."""
+        for u in units:
+            name = self.owner_name(u)
+            if name is None and not self.open_inventory:
+                raise CalendarError(f"unit {u} is not in the inventory delegated to this broker")
+            if name in self.draining:
+                raise CalendarError(f"unit {u} is being reclaimed by its authority ({name}); no new promises")
+            others = [h for h in self.holders(u, term) if h != holder]
+            if others:
+                raise CalendarError(f"unit {u} is promised to someone else ({others[0]}) during {_span(term)}")
+
+    def book(self, holder: str, units: Iterable[str], term: Term) -> Booking:
+        """Promise `units` to `holder` over `term`, all or nothing. Booking again for the same holder adds
+        units (with the same term)."""
+        units = frozenset(units)
+        old = self.bookings.get(holder)
+        if old is not None and old.term != term:
+            raise CalendarError(f"{holder} already holds a booking over {_span(old.term)}; extend it instead")
+        self.check(holder, units - (old.units if old else frozenset()), term)
+        booking = Booking(holder, units | (old.units if old else frozenset()), term)
+        if old is not None:
+            self._unindex(old)
+        self.bookings[holder] = booking
+        self._reindex(booking)
+        return booking
+
+    def extend(self, holder: str, end: datetime) -> Booking:
+        """Move the end of a booking; growing needs every unit free for the added time."""
+        old = self.bookings.get(holder)
+        if old is None:
+            raise CalendarError(f"{holder} holds nothing to extend")
+        if end <= old.term.start:
+            raise CalendarError(f"new end {end:%Y-%m-%dT%H:%M:%SZ} is not after the start of {holder}'s term")
+        if end > old.term.end:
+            self.check(holder, old.units, Term(old.term.end, end))
+        new = replace(old, term=Term(old.term.start, end))
+        self._unindex(old)
+        self.bookings[holder] = new
+        self._reindex(new)
+        return new
+
+    def release(self, holder: str) -> Booking | None:
+        old = self.bookings.pop(holder, None)
+        if old is not None:
+            self._unindex(old)
+        return old
+
+    def expire(self, now: datetime) -> list[Booking]:
+        """Drop bookings whose term has ended; return them."""
+        gone = [b for b in self.bookings.values() if b.term.end <= now]
+        for b in gone:
+            self.release(b.holder)
+        return gone
+
+    def _reindex(self, b: Booking) -> None:
+        for u in b.units:
+            self._by_unit.setdefault(u, []).append((b.term.start, b.term.end, b.holder))
+            hit = self._index.get(u)
+            if hit is not None and hit[1] not in self._busy[hit[0]]:
+                self._busy[hit[0]].add(hit[1])
+                idle = self._idle[hit[0]]
+                idle.pop(bisect.bisect_left(idle, hit[1]))
+
+    def _unindex(self, b: Booking) -> None:
+        for u in b.units:
+            spans = [s for s in self._by_unit.get(u, ()) if s[2] != b.holder]
+            if spans:
+                self._by_unit[u] = spans
+                continue
+            self._by_unit.pop(u, None)
+            hit = self._index.get(u)
+            if hit is not None:
+                self._busy[hit[0]].discard(hit[1])
+                bisect.insort(self._idle[hit[0]], hit[1])
+
+
+def _span(term: Term) -> str:
+    return f"{term.start:%Y-%m-%dT%H:%M:%SZ}..{term.end:%Y-%m-%dT%H:%M:%SZ}"
+
+
+def common_free_labels(calendar: Calendar, set_names: Sequence[str], term: Term) -> list[int]:
+    """Label values free in every one of `set_names` over `term` (a link across non-translating hops needs
+    the same tag everywhere)."""
+    if not set_names:
+        return []
+    common = set(calendar.free_labels(set_names[0], term))
+    for name in set_names[1:]:
+        common &= set(calendar.free_labels(name, term))
+    return sorted(common)

@@ -1,0 +1,118 @@
+"""Delegation: an authority exports inventory to a broker, the broker claims it into its calendar, and the
+authority can reclaim what is not promised (ORCA: export / claim / reclaim).
+
+A delegation lists pools (units per resource type, per bin: cores and 512 MB memory chunks per VM host, whole
+bare-metal nodes, 100 Mbps bandwidth chunks per host port, FPGAs and their planes) and label sets (VLAN
+ranges per switch). Unit names are the claim keys of am/embed.py, so what the planner names, the broker
+books and the store claims are the same strings. Pure: no store, no clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from broker.calendar import Calendar, LabelSet, Pool
+
+
+@dataclass(frozen=True)
+class Delegation:
+    authority: str
+    broker: str
+    pools: tuple[Pool, ...] = ()
+    label_sets: tuple[LabelSet, ...] = ()
+
+    def names(self) -> list[str]:
+        return [p.name for p in self.pools] + [ls.name for ls in self.label_sets]
+
+    def only(self, names: Iterable[str]) -> Delegation:
+        keep = set(names)
+        return Delegation(self.authority, self.broker, tuple(p for p in self.pools if p.name in keep),
+                          tuple(ls for ls in self.label_sets if ls.name in keep))
+
+    def without(self, names: Iterable[str]) -> Delegation:
+        drop = set(names)
+        return Delegation(self.authority, self.broker, tuple(p for p in self.pools if p.name not in drop),
+                          tuple(ls for ls in self.label_sets if ls.name not in drop))
+
+    @property
+    def size(self) -> int:
+        return sum(len(p.units) for p in self.pools) + sum(ls.size for ls in self.label_sets)
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"authority": self.authority, "broker": self.broker,
+                "pools": [{"name": p.name, "type": p.resource_type, "bin": p.bin, "units": list(p.units)}
+                          for p in self.pools],
+                "label_sets": [{"name": ls.name, "ranges": [list(r) for r in ls.ranges]} for ls in self.label_sets]}
+
+    @staticmethod
+    def from_doc(d: dict[str, Any]) -> Delegation:
+        return Delegation(d["authority"], d["broker"],
+                          tuple(Pool(p["name"], p["type"], tuple(p["units"]), p.get("bin", "")) for p in d["pools"]),
+                          tuple(LabelSet(ls["name"], tuple((int(lo), int(hi)) for lo, hi in ls["ranges"]))
+                                for ls in d["label_sets"]))
+
+
+def export_substrate(substrate, authority: str, broker: str) -> Delegation:
+    """Everything a substrate offers, as a delegation to `broker`."""
+    from am.embed import BW_CHUNK_KBPS, MEM_CHUNK_MB
+    from am.embed import SOFTWARE_PLANES_PER_BOARD as SW_PLANES
+
+    pools: list[Pool] = []
+    for h in substrate.hosts:
+        cid = h.component_id
+        if h.exclusive:
+            pools.append(Pool(f"node:{cid}", "node", (f"node:{cid}",), cid))
+        else:
+            pools.append(Pool(f"core:{cid}", "core", tuple(f"core:{cid}:{i}" for i in range(h.cores)), cid))
+            pools.append(Pool(f"mem:{cid}", "mem", tuple(f"mem:{cid}:{i}" for i in range(h.memory_mb // MEM_CHUNK_MB)),
+                              cid))
+        for i in h.interfaces:
+            pools.append(Pool(f"bw:{i.component_id}", "bw",
+                              tuple(f"bw:{i.component_id}:{k}" for k in range(i.bandwidth_kbps // BW_CHUNK_KBPS)), cid))
+    labels = [LabelSet(f"vlan:{sw.component_id}", tuple(sw.vlan_range)) for sw in substrate.switches]
+    if substrate.fpga_boards:
+        from fpga_aggregate.boards import boards_from_config
+
+        for b in boards_from_config(substrate.fpga_boards):
+            pools.append(Pool(f"swplane:{b.name}", "swplane", tuple(f"swplane:{b.name}:{k}" for k in range(SW_PLANES)),
+                              b.name))
+            for f in b.fpgas:
+                pools.append(Pool(f"fpga:{f.id}", "fpga", (f"fpga:{f.id}",), b.name))
+                pools.append(Pool(f"vplane:{f.id}", "vplane",
+                                  tuple(f"vplane:{f.id}:{k}" for k in range(f.hardware_planes)), b.name))
+    return Delegation(authority, broker, tuple(pools), tuple(labels))
+
+
+def export_prefixes(authority: str, broker: str, prefixes: Sequence[str]) -> Delegation:
+    """A delegation named only by unit prefixes (open pools: whoever books names the units)."""
+    return Delegation(authority, broker, tuple(Pool(p, p.split(":", 1)[0]) for p in prefixes))
+
+
+def claim(calendar: Calendar, delegation: Delegation) -> None:
+    """The broker takes delegated inventory into its calendar (ORCA claim)."""
+    for p in delegation.pools:
+        calendar.add_pool(p)
+    for ls in delegation.label_sets:
+        calendar.add_label_set(ls)
+
+
+def reclaim(calendar: Calendar, names: Iterable[str], now: datetime) -> tuple[list[str], list[str]]:
+    """The authority takes back pools/label sets. Those nothing promises after `now` leave the calendar at
+    once; the others are *draining* (no new promises) until their promises end. Returns (reclaimed,
+    still promised)."""
+    done, busy = [], []
+    for name in names:
+        if name not in calendar.pools and name not in calendar.label_sets:
+            done.append(name)  # already gone: reclaiming twice is fine
+            continue
+        if calendar.promised(name, now):
+            calendar.draining.add(name)
+            busy.append(name)
+            continue
+        for holder in {h for u in calendar.units_of(name) for h in calendar.holders_ever(u)}:
+            calendar.release(holder)  # bookings that ended before `now` and were not swept yet
+        calendar.remove(name)
+        done.append(name)
+    return done, busy
