@@ -1,0 +1,816 @@
+"""The slice manager actor (ORCA SM) on broker tickets and authority leases, behind the SliceManager seam.
+
+Every sliver is a reservation (am/reservation.py). The slice manager never changes one except through the
+pure transitions, and it persists the reservation together with its *outbox* (the messages the transition
+asked for) before it delivers any of them: that is the message boundary. A slice manager killed anywhere
+leaves records another one over the same store finishes (`recover`): undelivered or unanswered messages are
+delivered again (brokers and authorities answer a repeated ticket, redeem, extend, relinquish or close with
+the same result), and anything still pending past its deadline fails, giving back what it may hold.
+
+AM API ↔ messages: Allocate → ticket (one all-or-nothing request to the broker per allocation; link tags
+chosen by the broker from its delegated label sets); Provision → extendTicket to the lease end, then redeem
+(links first: a node waits in Priming until the links it attaches to are active, and its spec carries
+their tags); Renew → extendTicket (+ extendLease when active); PerformOperationalAction → modify at the
+authority; Delete → relinquish + close. Failures carry the actor's reason to `geni_error` and, for the
+call that failed, to the result's `output` with its GENI code."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from am import reservation as rs
+from am import slice_manager as sm
+from am.authority import SliverSpec
+from am.embed import mac_for, plan
+from am.slice_manager import Sliver
+from am.substrate.emulated import ALLOWED_ACTIONS
+from broker.broker import Demand
+from rspec.request import Request
+from slicex import errors
+from slicex.clock import parse_time, rfc3339
+from slicex.errors import BadArgs, Busy, GeniError, RpcError, SearchFailed, TimedOut, Unavailable, Unsupported
+from slicex.store import Store
+from slicex.term import Term
+from slicex.ticket import Lease, Ticket
+
+log = logging.getLogger("slicex.sm")
+RESERVATIONS = "sm-reservations"
+REQUESTS = "sm-requests"
+SLICES = "sm-slices"
+INSTANCES = "sm-instances"
+LIVENESS = timedelta(minutes=2)
+"""A slice manager that has not been heard of for this long is presumed dead: others take over its work."""
+PLAN_RETRIES = 5
+DRIVE_ROUNDS = 64
+
+
+class Crash(BaseException):
+    """Raised by a fault-injection hook to stop the slice manager dead at a message boundary (tests)."""
+
+
+# ---- persistence of reservations and messages -------------------------------------------------------------------
+def _t(when: datetime | None) -> str | None:
+    return rfc3339(when) if when else None
+
+
+def _p(text: str | None) -> datetime | None:
+    return parse_time(text) if text else None
+
+
+def reservation_doc(r: rs.Reservation) -> dict[str, Any]:
+    return {"id": r.id, "state": r.state, "pending": r.pending, "pending_since": _t(r.pending_since),
+            "sequence": r.sequence, "reason": r.reason, "request": r.request, "resource": r.resource,
+            "depends_on": list(r.depends_on), "gate": r.gate, "blocked": r.blocked, "labels": [list(x) for x in r.labels],
+            "start": _t(r.start), "end": _t(r.end), "want_end": _t(r.want_end), "deadline": _t(r.deadline),
+            "awaiting": list(r.awaiting)}
+
+
+def reservation_from(d: dict[str, Any]) -> rs.Reservation:
+    return rs.Reservation(d["id"], d["state"], d["pending"], _p(d["pending_since"]), int(d["sequence"]), d["reason"],
+                          int(d["request"]), d.get("resource", ""), tuple(d.get("depends_on", ())),
+                          d.get("gate", "ticket"), d.get("blocked", ""), tuple((str(k), int(v)) for k, v in d.get("labels", ())),
+                          _p(d.get("start")), _p(d.get("end")), _p(d.get("want_end")), _p(d.get("deadline")),
+                          tuple(d.get("awaiting", ())))
+
+
+def message_doc(m: rs.Message) -> dict[str, Any]:
+    return {"kind": m.kind, "reservation": m.reservation, "request": m.request, "start": _t(m.start),
+            "end": _t(m.end), "inputs": [list(x) for x in m.inputs]}
+
+
+def message_from(d: dict[str, Any]) -> rs.Message:
+    return rs.Message(d["kind"], d["reservation"], int(d["request"]), _p(d.get("start")), _p(d.get("end")),
+                      tuple((str(k), int(v)) for k, v in d.get("inputs", ())))
+
+
+@dataclass
+class Record:
+    """One sliver: its reservation, what was planned for it, and what the actors gave it."""
+
+    id: str
+    slice_urn: str
+    owner_urn: str
+    client_id: str
+    kind: str
+    component_id: str
+    group: str  # the broker's claim owner for its ticket
+    r: rs.Reservation
+    demand: Demand
+    details: dict[str, Any] = field(default_factory=dict)  # what the manifest shows: host, image, tag, logins...
+    ticket: Ticket | None = None
+    lease: Lease | None = None
+    outbox: list[rs.Message] = field(default_factory=list)
+    error_type: str = ""  # GeniError class of the last refusal (so the AM result carries its code)
+    provisioned: bool = False
+    shutdown: bool = False
+    discard: bool = False  # forget it once its releases are delivered (a deleted or abandoned sliver)
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"id": self.id, "slice_urn": self.slice_urn, "owner_urn": self.owner_urn, "client_id": self.client_id,
+                "kind": self.kind, "component_id": self.component_id, "group": self.group,
+                "r": reservation_doc(self.r), "demand": self.demand.to_doc(), "details": self.details,
+                "ticket": self.ticket.to_doc() if self.ticket else None,
+                "lease": self.lease.to_doc() if self.lease else None,
+                "outbox": [message_doc(m) for m in self.outbox], "error_type": self.error_type,
+                "provisioned": self.provisioned, "shutdown": self.shutdown, "discard": self.discard}
+
+    @staticmethod
+    def from_doc(d: dict[str, Any]) -> Record:
+        return Record(d["id"], d["slice_urn"], d["owner_urn"], d["client_id"], d["kind"], d["component_id"],
+                      d["group"], reservation_from(d["r"]), Demand.from_doc(d["demand"]), d.get("details", {}),
+                      Ticket.from_doc(d["ticket"]) if d.get("ticket") else None,
+                      Lease.from_doc(d["lease"]) if d.get("lease") else None,
+                      [message_from(m) for m in d.get("outbox", [])], d.get("error_type", ""),
+                      bool(d.get("provisioned")), bool(d.get("shutdown")), bool(d.get("discard")))
+
+    @property
+    def ticket_id(self) -> str:
+        return self.ticket.id if self.ticket else f"{self.group}/{self.id}"
+
+
+def _error(type_name: str, message: str) -> GeniError:
+    cls = getattr(errors, type_name, None)
+    return cls(message) if isinstance(cls, type) and issubclass(cls, GeniError) else GeniError(message)
+
+
+class ActorSliceManager:
+    """SliceManager over a broker and an authority (in-process objects or proxies to actor servers)."""
+
+    def __init__(self, store: Store, substrate: Any, broker: Any, authority: Any, name: str | None = None,
+                 image_policy: str = "reject", bitstreams: Any = None, fpga_backend: Any = None,
+                 fault: Callable[[str], None] | None = None, run_actor_clocks: bool = True):
+        self.store = store
+        self.substrate = substrate
+        self.broker = broker
+        self.authority = authority
+        # several slice managers (AM workers) may share a store: each works on a reservation only while it
+        # holds the reservation's lock (a claim owned by its name); a restarted one with the same name picks
+        # up its own work at once, others take over after LIVENESS
+        self.name = name or f"sm-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.image_policy = image_policy
+        self.bitstreams = bitstreams
+        self.fpga_backend = fpga_backend
+        self.fault = fault or (lambda boundary: None)
+        self.run_actor_clocks = run_actor_clocks  # in-process actors: run their clocks from the reaper
+        self._lock = threading.RLock()
+
+    # ---- records ---------------------------------------------------------------------------------------------
+    def _load(self, rid: str) -> Record | None:
+        d = self.store.get(RESERVATIONS, rid)
+        return Record.from_doc(d) if d else None
+
+    def _save(self, rec: Record) -> None:
+        if (rec.r.state == rs.CLOSED or rec.discard) and not rec.outbox:
+            self.store.delete(RESERVATIONS, rec.id)
+        else:
+            self.store.put(RESERVATIONS, rec.id, rec.to_doc())
+
+    def records(self, slice_urn: str | None = None) -> list[Record]:
+        return [Record.from_doc(d) for d in self.store.scan(RESERVATIONS)
+                if slice_urn is None or d["slice_urn"] == slice_urn]
+
+    def reservations(self) -> list[rs.Reservation]:
+        return [rec.r for rec in self.records()]
+
+    # ---- who works on which reservation ---------------------------------------------------------------------
+    def _heartbeat(self, now: datetime) -> None:
+        self.store.put(INSTANCES, self.name, {"name": self.name, "at": rfc3339(now)})
+
+    def _dead(self, owner: str, now: datetime) -> bool:
+        doc = self.store.get(INSTANCES, owner)
+        return doc is None or parse_time(doc["at"]) + LIVENESS < now
+
+    def _take(self, rid: str, now: datetime) -> str | None:
+        """Lock a reservation for this slice manager; None, or the live slice manager that holds it."""
+        key = f"sm-lock:{rid}"
+        if self.store.claim(key, self.name):
+            return None
+        owner = self.store.owner_of(key)
+        if owner is None or self._dead(owner, now):
+            if owner is not None:
+                self.store.release(key, owner)  # its slice manager is gone: take over its work
+            if self.store.claim(key, self.name):
+                return None
+            owner = self.store.owner_of(key)
+        return owner or "another slice manager"
+
+    @contextmanager
+    def _holding(self, rids: Iterable[str], now: datetime, strict: bool = True):
+        """Hold the locks of `rids` for the duration; strict: all or Busy, else yield the ones taken."""
+        taken: list[str] = []
+        try:
+            for rid in dict.fromkeys(rids):
+                other = self._take(rid, now)
+                if other is None:
+                    taken.append(rid)
+                elif strict:
+                    raise Busy(f"sliver {rid} is being changed by {other} (another AM worker); try again")
+            yield set(taken)
+        except Exception:
+            self._release_locks(taken)
+            raise
+        self._release_locks(taken)  # not on a crash (BaseException): a killed process holds its locks
+
+    def _release_locks(self, rids: Iterable[str]) -> None:
+        for rid in rids:
+            self.store.release(f"sm-lock:{rid}", self.name)
+
+    # ---- the message plumbing ----------------------------------------------------------------------------------
+    def _drive(self, recs: dict[str, Record], now: datetime) -> None:
+        """Deliver every outbox message of `recs` and apply the answers until nothing is left to send (or
+        only messages that could not be delivered). Each record is persisted with its outbox before any
+        message leaves, and again after the answers are applied."""
+        stuck: set[tuple[str, rs.Message]] = set()  # not delivered in this drive: retried by the next reap
+        for _ in range(DRIVE_ROUNDS):
+            self._resume_dependants(recs, now)
+            sending = {rid: [m for m in rec.outbox if (rid, m) not in stuck] for rid, rec in recs.items()}
+            sending = {rid: msgs for rid, msgs in sending.items() if msgs}
+            if not sending:
+                return
+            for rid in sending:
+                self._save(recs[rid])
+            delivered_any = False
+            tickets = [(recs[rid], m) for rid, msgs in sending.items() for m in msgs if m.kind == "ticket"]
+            for group in sorted({rec.group for rec, _ in tickets}):
+                batch = [(rec, m) for rec, m in tickets if rec.group == group]
+                self.fault("ticket:pending")
+                events = self._deliver_tickets(batch, now)
+                self.fault("ticket:answered")
+                for (rec, m), ev in zip(batch, events, strict=True):
+                    delivered_any |= self._answer(rec, m, ev, now)
+                    if ev is None:
+                        stuck.add((rec.id, m))
+            for rid, msgs in sending.items():
+                for m in msgs:
+                    if m.kind == "ticket":
+                        continue
+                    rec = recs[rid]
+                    self.fault(f"{m.kind}:pending")
+                    ev = self._deliver(rec, m, now)
+                    self.fault(f"{m.kind}:answered")
+                    delivered_any |= self._answer(rec, m, ev, now)
+                    if ev is None:
+                        stuck.add((rid, m))
+            for rid in sending:
+                self._save(recs[rid])
+            if not delivered_any:
+                return  # what is left could not be delivered: recover/reap retries it
+
+    def _answer(self, rec: Record, m: rs.Message, event: Any, now: datetime) -> bool:
+        """Take `m` out of the outbox and apply the answer; an undeliverable release stays for a retry."""
+        if event is None:
+            return False
+        rec.outbox = [x for x in rec.outbox if x != m]
+        rec.r, more = rs.apply(rec.r, event, now)
+        rec.outbox += [x for x in more if x not in rec.outbox]
+        if rec.r.state in (rs.ACTIVE, rs.ACTIVE_TICKETED):
+            rec.provisioned = True
+        return True
+
+    def _resume_dependants(self, recs: dict[str, Record], now: datetime) -> None:
+        waiting = [rec for rec in recs.values() if rec.r.pending == rs.PRIMING]
+        if not waiting:
+            return
+        known = {rec.id: rec.r for rec in recs.values()}
+        for rec in waiting:
+            missing = [d for d in rec.r.depends_on if d not in known]
+            for d in missing:
+                other = self._load(d)
+                if other is not None:
+                    known[d] = other.r
+            rec.r, msgs = rs.on_dependencies(rec.r, known, now)
+            rec.outbox += msgs
+
+    def _deliver_tickets(self, batch: list[tuple[Record, rs.Message]], now: datetime) -> list[Any]:
+        demands = {}
+        for rec, m in batch:
+            d = rec.demand
+            tag = dict(m.inputs).get(d.label_name)
+            if tag is not None and d.label_sets:
+                d = replace(d, label=tag)  # a consumer takes the tag its producer chose
+            demands[rec.id] = d
+        rec0, m0 = batch[0]
+        term = Term(m0.start or now, m0.end or (now + timedelta(minutes=10)))
+        try:
+            granted = self.broker.issue(self.name, demands, term, now, group=rec0.group)
+        except (Unavailable, TimedOut, RpcError) as exc:
+            for rec, _ in batch:
+                rec.error_type = type(exc).__name__
+            return [rs.FailedRpc(m.request, "ticket", f"broker: {exc.message}") for _, m in batch]
+        except GeniError as exc:
+            for rec, _ in batch:
+                rec.error_type = type(exc).__name__
+            return [rs.TicketUpdate(m.request, False, reason=exc.message) for _, m in batch]
+        if granted is None:  # waiting in the broker's queue (the slice manager asked with a deadline)
+            return [rs.TicketUpdate(m.request, False, queued_until=m.end) for _, m in batch]
+        out = []
+        for rec, m in batch:
+            t = granted[rec.id]
+            rec.ticket = t
+            if t.labels and rec.kind == "link":
+                rec.details["vlan_tag"] = dict(t.labels).get("vlan", rec.details.get("vlan_tag"))
+            out.append(rs.TicketUpdate(m.request, True, t.sequence, t.end, t.labels))
+        return out
+
+    def _deliver(self, rec: Record, m: rs.Message, now: datetime) -> Any:
+        """Send one message to its actor; return the answer as a reservation event (None: not delivered)."""
+        actor = "broker" if m.kind in ("extendTicket", "relinquish") else "authority"
+        try:
+            if m.kind == "extendTicket":
+                if rec.ticket is None:
+                    return rs.TicketUpdate(m.request, False, reason="no ticket to extend")
+                t = self.broker.extend_ticket(rec.ticket, m.end, now=now)
+                rec.ticket = t
+                return rs.TicketUpdate(m.request, True, t.sequence, t.end, t.labels)
+            if m.kind == "relinquish":
+                stub = rec.ticket or Ticket(rec.ticket_id, "", self.name, rec.id, (), now, now)
+                self.broker.relinquish(stub, now)
+                return rs.CloseAck(m.request, "relinquish")
+            if m.kind == "redeem":
+                if rec.ticket is None:
+                    return rs.LeaseUpdate(m.request, False, reason="no ticket to redeem")
+                lease, _status = self.authority.redeem(rec.ticket, self._spec(rec, m.inputs), now)
+                rec.lease = lease
+                return rs.LeaseUpdate(m.request, True, lease.sequence, lease.end)
+            if m.kind == "extendLease":
+                lease = self.authority.extend_lease(rec.lease, rec.ticket, now)
+                rec.lease = lease
+                return rs.LeaseUpdate(m.request, True, lease.sequence, lease.end)
+            if m.kind == "close":
+                self._release_fpga(rec)
+                self.authority.close(rec.ticket_id, now)
+                return rs.CloseAck(m.request, "close")
+        except (Unavailable, TimedOut, RpcError) as exc:
+            if m.kind in ("relinquish", "close"):
+                return None  # stays in the outbox; recover/reap delivers it again
+            rec.error_type = type(exc).__name__
+            return rs.FailedRpc(m.request, m.kind, f"{actor}: {exc.message}")
+        except GeniError as exc:
+            if m.kind in ("relinquish", "close"):
+                return None
+            rec.error_type = type(exc).__name__
+            if m.kind in ("extendTicket",):
+                return rs.TicketUpdate(m.request, False, reason=exc.message)
+            return rs.LeaseUpdate(m.request, False, reason=exc.message)
+        raise ValueError(f"unknown message kind {m.kind!r}")
+
+    def _spec(self, rec: Record, inputs: Iterable[tuple[str, int]]) -> SliverSpec:
+        details = {k: v for k, v in rec.details.items() if k not in ("reservation", "logins")}
+        return SliverSpec(rec.id, rec.kind, rec.client_id, rec.ticket.units if rec.ticket else (),
+                          tuple(inputs) or (rec.ticket.labels if rec.ticket else ()), details)
+
+    # ---- recovery and the clock ----------------------------------------------------------------------------
+    def recover(self, now: datetime) -> list[str]:
+        """Finish what a previous slice manager over this store left: deliver every outbox message again
+        (actors answer repeats with the same result), then end whatever is still pending past its deadline,
+        giving back what it may hold. Returns the slivers that ended."""
+        with self._lock:
+            self._heartbeat(now)
+            for key in self.store.claims_of(self.name):  # left by an earlier life of this slice manager
+                if key.startswith("sm-lock:"):
+                    self.store.release(key, self.name)
+            due = [rec.id for rec in self.records() if self._needs_work(rec, now)]
+            if not due:
+                return []
+            with self._holding(due, now, strict=False) as mine:
+                return self._recover(mine, now)
+
+    @staticmethod
+    def _needs_work(rec: Record, now: datetime) -> bool:
+        if rec.outbox or rec.r.pending != rs.NONE or rs.on_tick(rec.r, now)[0] != rec.r:
+            return True
+        end = rec.r.end or rec.r.want_end
+        return rec.r.state == rs.FAILED and (end is None or end <= now)
+
+    def _recover(self, rids: set[str], now: datetime) -> list[str]:
+        recs = {rid: rec for rid in rids if (rec := self._load(rid)) is not None}
+        before = {rid: rec.r.state for rid, rec in recs.items()}
+        stored = {rid: rec.to_doc() for rid, rec in recs.items()}
+        self._drive({rid: rec for rid, rec in recs.items() if rec.outbox or rec.r.pending == rs.PRIMING}, now)
+        for rec in recs.values():
+            rec.r, msgs = rs.on_tick(rec.r, now)
+            rec.outbox += [m for m in msgs if m not in rec.outbox]
+            end = rec.r.end or rec.r.want_end
+            if rec.r.state == rs.FAILED and (end is None or end <= now):
+                rec.discard = True  # a failure stays visible until its term would have ended
+        self._drive({rid: rec for rid, rec in recs.items() if rec.outbox}, now)
+        for rid, rec in recs.items():
+            if rec.to_doc() != stored[rid] or (rec.discard and not rec.outbox):
+                self._save(rec)
+        return [rid for rid, rec in recs.items() if rec.r.terminal and before[rid] != rec.r.state]
+
+    # ---- SliceManager: allocate -----------------------------------------------------------------------------
+    def allocate(self, slice_urn: str, owner_urn: str, request: Request, end: datetime,
+                 now: datetime) -> list[Sliver]:
+        with self._lock:
+            self.reap(now)
+            term = Term(now, end)
+            for _attempt in range(PLAN_RETRIES):
+                used = self.broker.unavailable(term) | self._out_of_inventory()
+                placements = plan(self.substrate, request, used, self.image_policy, self._bitstream_parts(owner_urn),
+                                  getattr(self.broker, "policy", None))
+                group = f"ticket:{uuid.uuid4().hex}"
+                recs = self._records(placements, slice_urn, owner_urn, group, request)
+                for rec in recs.values():
+                    rec.r, rec.outbox = rs.demand(rec.r, now, end)
+                with self._holding(recs, now):
+                    self._drive(recs, now)
+                    failed = [rec for rec in recs.values() if rec.r.state != rs.TICKETED]
+                    if failed:
+                        self._abandon(recs, now)
+                if not failed:
+                    break
+                first = next((rec for rec in failed if rec.error_type), failed[0])  # the root cause
+                if first.error_type == "Busy":
+                    continue  # lost a race for a unit: plan again with what is taken now
+                raise _error(first.error_type, first.r.reason or f"{first.client_id}: not granted ({first.r.state})")
+            else:
+                raise Busy("resources changed under this request five times in a row; try again")
+            key = f"{slice_urn}#{rfc3339(now)}-{uuid.uuid4().hex[:8]}"
+            self.store.put(REQUESTS, key, {"key": key, "slice_urn": slice_urn, "xml": request.xml,
+                                           "client_ids": [p.client_id for p in placements]})
+            return [self._sliver(rec, now) for rec in recs.values()]
+
+    def _records(self, placements, slice_urn: str, owner_urn: str, group: str,
+                 request: Request) -> dict[str, Record]:
+        recs: dict[str, Record] = {}
+        link_of_iface: dict[str, str] = {}
+        for p in placements:
+            urn = f"urn:publicid:IDN+{self.substrate.authority}+sliver+{uuid.uuid4().hex[:16]}"
+            details = dict(p.details)
+            keys = list(p.keys)
+            if p.kind == "link":
+                vlan = [k for k in keys if k.startswith("vlan:")]
+                sets = tuple(dict.fromkeys(k.rsplit(":", 1)[0] for k in vlan))
+                asked = next((lk.vlan_tag for lk in request.links if lk.client_id == p.client_id), None)
+                demand = Demand(units=tuple(k for k in keys if k not in vlan), label_sets=sets, label=asked,
+                                suggested_label=details.get("vlan_tag"), what=f"link {p.client_id}")
+                for ref in details.get("interface_refs", []):
+                    link_of_iface[ref] = urn
+            else:
+                what = f"node {p.client_id} ({details.get('vm_size') or details.get('sliver_type', 'node')}" \
+                       f"{' on ' + details['host'] if details.get('host') else ''})"
+                demand = Demand(units=tuple(keys), what=what)
+            r = rs.Reservation(urn, resource=demand.what)
+            recs[urn] = Record(urn, slice_urn, owner_urn, p.client_id, p.kind, p.component_id, group, r, demand,
+                               details)
+        for rec in recs.values():  # a node redeems after the links its interfaces are on
+            if rec.kind == "node":
+                deps = tuple(dict.fromkeys(link_of_iface[i] for i in rec.details.get("interfaces", {})
+                                           if i in link_of_iface))
+                rec.r = replace(rec.r, depends_on=deps, gate="redeem")
+        return recs
+
+    def _abandon(self, recs: dict[str, Record], now: datetime) -> None:
+        """Give back everything an allocation that did not fully succeed holds, and forget it."""
+        for rec in recs.values():
+            rec.r, msgs = rs.close(rec.r, now)
+            rec.outbox += [m for m in msgs if m not in rec.outbox]
+            rec.discard = True
+        self._drive(recs, now)
+        for rec in recs.values():
+            self._save(rec)
+
+    def _out_of_inventory(self) -> set[str]:
+        reclaimed = getattr(self.broker, "reclaimed", None)
+        if reclaimed is None:
+            return set()
+        from am.embed import keys_under
+
+        return keys_under(self.substrate, set(reclaimed(getattr(self.authority, "name", ""))))
+
+    def _bitstream_parts(self, owner_urn: str) -> dict[str, str]:
+        if self.bitstreams is None:
+            return {}
+        return {b.ref: b.part for b in self.bitstreams.list(owner_urn)}
+
+    # ---- provision -------------------------------------------------------------------------------------------
+    def provision(self, sliver_urns: list[str], end: datetime, users: list[dict[str, Any]],
+                  now: datetime) -> list[Sliver]:
+        with self._lock:
+            self.reap(now)
+            deps = [d for u in sliver_urns for d in self._require(u, now).r.depends_on]
+            with self._holding(list(sliver_urns) + deps, now):
+                return self._provision(sliver_urns, end, users, now)
+
+    def _provision(self, sliver_urns: list[str], end: datetime, users: list[dict[str, Any]],
+                   now: datetime) -> list[Sliver]:
+        recs = {u: self._require(u, now) for u in sliver_urns}
+        for rec in list(recs.values()):  # a node needs the links it attaches to: provision them too
+            for d in rec.r.depends_on:
+                if d not in recs and (dep := self._load(d)) is not None and not dep.discard:
+                    recs[d] = dep
+        todo = {u: rec for u, rec in recs.items() if rec.r.state == rs.TICKETED and rec.r.pending == rs.NONE}
+        for rec in todo.values():  # the lease runs to `end`: extend (or shorten) the ticket first
+            if rec.r.end != end:
+                rec.r, rec.outbox = rs.extend(rec.r, now, end)
+        self._drive(todo, now)
+        refused = [rec for rec in todo.values() if rec.r.end != end]
+        if refused:
+            raise _error(refused[0].error_type or "InsufficientNodes",
+                         f"cannot provision {refused[0].client_id} until {rfc3339(end)}: {refused[0].r.reason}")
+        self._program_fpgas([rec for rec in todo.values() if rec.kind == "node"])
+        producers = self._producers(todo)
+        for rec in todo.values():
+            rec.r, rec.outbox = rs.redeem(rec.r, now, producers)
+        self._drive(todo, now)
+        failed = [rec for rec in todo.values() if rec.r.state == rs.FAILED]
+        for rec in recs.values():
+            if rec.kind == "node" and rec.r.state in rs.HOLDS_LEASE:
+                self._set_users(rec, users)
+                self._add_interface_details(rec)
+            self._save(rec)
+        if failed:
+            raise _error(failed[0].error_type or "GeniError",
+                         f"provisioning {failed[0].client_id} failed: {failed[0].r.reason}")
+        return [self._sliver(recs[u], now) for u in sliver_urns]
+
+    def _producers(self, recs: dict[str, Record]) -> dict[str, rs.Reservation]:
+        out = {rec.id: rec.r for rec in recs.values()}
+        for rec in recs.values():
+            for d in rec.r.depends_on:
+                if d not in out:
+                    other = self._load(d)
+                    if other is not None:
+                        out[d] = other.r
+        return out
+
+    def _program_fpgas(self, recs: list[Record]) -> None:
+        wanted = [rec for rec in recs if rec.details.get("sliver_type") == "fpga-bitstream"]
+        if not wanted or self.fpga_backend is None or self.bitstreams is None:
+            return
+        from fpga_aggregate.boards import boards_from_config
+
+        fpgas = {f.id: f for b in boards_from_config(self.substrate.fpga_boards) for f in b.fpgas}
+        jobs = [(fpgas[rec.details["fpga"]], self.bitstreams.get(rec.owner_urn, rec.details["bitstream"]).path)
+                for rec in wanted]
+        seconds = self.fpga_backend.program(jobs)
+        for rec in wanted:
+            rec.details["boot_seconds"] = seconds
+
+    def _release_fpga(self, rec: Record) -> None:
+        if self.fpga_backend is None or rec.details.get("sliver_type") != "fpga-bitstream" or not rec.provisioned:
+            return
+        from fpga_aggregate.boards import boards_from_config
+
+        fpgas = {f.id: f for b in boards_from_config(self.substrate.fpga_boards) for f in b.fpgas}
+        if rec.details.get("fpga") in fpgas:
+            self.fpga_backend.release(fpgas[rec.details["fpga"]])
+
+    def _set_users(self, rec: Record, users: list[dict[str, Any]]) -> None:
+        host = f"{rec.client_id}.{rec.slice_urn.split('+')[-1]}.{self.substrate.authority}".lower()
+        logins = []
+        for n, u in enumerate(users):
+            name = str(u.get("urn", "")).split("+")[-1] or f"user{n}"
+            logins.append({"username": name, "hostname": host, "port": 22, "keys": list(u.get("keys", []))})
+        rec.details["logins"] = logins
+        rec.details["hostname"] = host
+
+    def _add_interface_details(self, rec: Record) -> None:
+        links = [r for r in self.records(rec.slice_urn) if r.kind == "link"]
+        for cid, info in rec.details.get("interfaces", {}).items():
+            info["sliver_id"] = f"{rec.id}:{cid}"
+            info["mac_address"] = mac_for(rec.id, cid)
+            for lk in links:
+                refs = lk.details.get("interface_refs", [])
+                if cid in refs:
+                    info["vlan_tag"] = lk.details.get("vlan_tag")
+                    if not info.get("ip"):
+                        info["ip"] = f"{lk.details['subnet']}.{refs.index(cid) + 1}"
+                        info["netmask"] = "255.255.255.0"
+
+    # ---- renew, perform, delete --------------------------------------------------------------------------------
+    def renew(self, sliver_urns: list[str], end: datetime, now: datetime, best_effort: bool) -> list[Sliver]:
+        with self._lock:
+            self.reap(now)
+            with self._holding(sliver_urns, now):
+                return self._renew(sliver_urns, end, now, best_effort)
+
+    def _renew(self, sliver_urns: list[str], end: datetime, now: datetime, best_effort: bool) -> list[Sliver]:
+        recs = {u: self._require(u, now) for u in sliver_urns}
+        before = {u: rec.r.end for u, rec in recs.items()}
+        todo = {}
+        for u, rec in recs.items():
+            if rec.r.state in (rs.TICKETED, rs.ACTIVE) and rec.r.pending == rs.NONE:
+                rec.r, rec.outbox = rs.extend(rec.r, now, end)
+                todo[u] = rec
+            else:
+                rec.r = replace(rec.r, reason=f"cannot renew: reservation is {rec.r.state}"
+                                              f"{' (' + rec.r.pending + ')' if rec.r.pending != rs.NONE else ''}")
+        self._drive(todo, now)
+        short = [rec for rec in recs.values() if rec.r.end != end]
+        if short and not best_effort:
+            for u, rec in todo.items():  # all or nothing: put back the ones that were extended
+                if rec.r.end == end and before[u] is not None:
+                    rec.r, rec.outbox = rs.extend(rec.r, now, before[u])
+            self._drive(todo, now)
+            for rec in recs.values():
+                self._save(rec)
+            raise _error(short[0].error_type or "GeniError",
+                         f"cannot renew {short[0].client_id} to {rfc3339(end)}: {short[0].r.reason}")
+        for rec in recs.values():
+            self._save(rec)
+        return [self._sliver(rec, now) for rec in recs.values()]
+
+    def perform(self, sliver_urns: list[str], action: str, now: datetime, best_effort: bool,
+                users: list[dict[str, Any]]) -> list[Sliver]:
+        if action not in sm.ACTIONS:
+            raise Unsupported(f"operational action {action!r} is not supported here; supported: "
+                              f"{', '.join(sm.ACTIONS)}")
+        with self._lock:
+            self.reap(now)
+            with self._holding(sliver_urns, now):
+                return self._perform(sliver_urns, action, now, best_effort, users)
+
+    def _perform(self, sliver_urns: list[str], action: str, now: datetime, best_effort: bool,
+                 users: list[dict[str, Any]]) -> list[Sliver]:
+        recs = [self._require(u, now) for u in sliver_urns]
+        slivers = {rec.id: self._sliver(rec, now) for rec in recs}
+        problems = []
+        for rec in recs:
+            s = slivers[rec.id]
+            if s.allocation_state != sm.PROVISIONED:
+                problems.append(f"{s.client_id} ({s.urn}) is {s.allocation_state}; provision it first")
+            elif s.operational_state not in ALLOWED_ACTIONS[action]:
+                problems.append(f"{s.client_id} is {s.operational_state}; {action} needs one of "
+                                f"{', '.join(sorted(ALLOWED_ACTIONS[action]))}")
+        if problems and not best_effort:
+            raise BadArgs(f"cannot {action}: " + "; ".join(problems))
+        out = []
+        for rec in recs:
+            s = slivers[rec.id]
+            if s.allocation_state != sm.PROVISIONED or s.operational_state not in ALLOWED_ACTIONS[action]:
+                s.error = (f"cannot {action} while {s.operational_state}"
+                           if s.allocation_state == sm.PROVISIONED else f"cannot {action}: not provisioned")
+                out.append(s)
+                continue
+            self.authority.modify(rec.ticket_id, action, now)
+            if action == "geni_update_users" and rec.kind == "node":
+                self._set_users(rec, users)
+            rec.shutdown = False
+            self._save(rec)
+            out.append(self._sliver(rec, now))
+        return out
+
+    def delete(self, sliver_urns: list[str], now: datetime) -> list[Sliver]:
+        with self._lock:
+            self.reap(now)
+            with self._holding(sliver_urns, now):
+                return self._delete(sliver_urns, now)
+
+    def _delete(self, sliver_urns: list[str], now: datetime) -> list[Sliver]:
+        recs = {u: self._require(u, now) for u in sliver_urns}
+        for rec in recs.values():
+            rec.r, msgs = rs.close(rec.r, now)
+            rec.outbox += [m for m in msgs if m not in rec.outbox]
+            rec.discard = True
+        self._drive(recs, now)
+        out = []
+        for rec in recs.values():
+            s = self._sliver(rec, now)
+            s.allocation_state, s.operational_state = sm.UNALLOCATED, sm.PENDING_ALLOCATION
+            out.append(s)
+            self._save(rec)
+        self._forget_requests()
+        return out
+
+    def _forget_requests(self) -> None:
+        live = {(d["slice_urn"], d["client_id"]) for d in self.store.scan(RESERVATIONS)}
+        for doc in self.store.scan(REQUESTS):
+            if not any((doc["slice_urn"], c) in live for c in doc["client_ids"]):
+                self.store.delete(REQUESTS, doc["key"])
+
+    # ---- views -----------------------------------------------------------------------------------------------
+    def _sliver(self, rec: Record, now: datetime) -> Sliver:
+        r = rec.r
+        if r.state in (rs.CLOSE_WAIT, rs.CLOSED):
+            alloc, op = sm.UNALLOCATED, sm.PENDING_ALLOCATION
+        elif rec.provisioned or r.state in rs.HOLDS_LEASE or r.pending == rs.REDEEMING:
+            alloc, op = sm.PROVISIONED, sm.NOTREADY
+        else:
+            alloc, op = sm.ALLOCATED, sm.PENDING_ALLOCATION
+        error = ""
+        if r.state == rs.FAILED:
+            op, error = sm.FAILED, r.reason
+        elif r.state in rs.HOLDS_LEASE:
+            try:
+                op, error = self.authority.status(rec.ticket_id, now)
+            except GeniError as exc:
+                op, error = sm.FAILED, exc.message
+            if rec.shutdown:
+                error = error or "slice shut down by operator"
+            error = error or r.reason  # e.g. a refused renewal: it still runs until its old end
+        elif r.reason:
+            error = r.reason
+        details = {**rec.details, "keys": list(rec.ticket.units) if rec.ticket else [],
+                   "reservation": {"state": r.state, "pending": r.pending, "sequence": r.sequence,
+                                   "request": r.request, "reason": r.reason}}
+        return Sliver(rec.id, rec.slice_urn, rec.client_id, rec.kind, alloc, op, r.end or now, error,
+                      rec.component_id, rec.owner_urn, details)
+
+    def slivers(self, slice_urn: str, now: datetime) -> list[Sliver]:
+        with self._lock:
+            self.reap(now)
+            return sorted((self._sliver(rec, now) for rec in self.records(slice_urn)
+                           if rec.r.state not in (rs.CLOSE_WAIT, rs.CLOSED) and not rec.discard),
+                          key=lambda s: s.client_id)
+
+    def sliver(self, sliver_urn: str, now: datetime) -> Sliver | None:
+        with self._lock:
+            self.reap(now)
+            rec = self._load(sliver_urn)
+            if rec is None or rec.discard or rec.r.state in (rs.CLOSE_WAIT, rs.CLOSED):
+                return None
+            return self._sliver(rec, now)
+
+    def _require(self, urn: str, now: datetime) -> Record:
+        rec = self._load(urn)
+        if rec is None or rec.discard or rec.r.state in (rs.CLOSE_WAIT, rs.CLOSED):
+            raise SearchFailed(f"no sliver {urn} here (deleted, expired or never allocated)")
+        return rec
+
+    def shutdown(self, slice_urn: str, now: datetime) -> None:
+        """Operator stop: provisioned slivers are stopped where they can be and shown as shut down."""
+        with self._lock:
+            self.store.put(SLICES, slice_urn, {"slice_urn": slice_urn, "shutdown": True, "at": rfc3339(now)})
+            ids = [rec.id for rec in self.records(slice_urn)]
+            with self._holding(ids, now, strict=False) as mine:
+                self._shutdown([rec for rid in mine if (rec := self._load(rid)) is not None], now)
+
+    def _shutdown(self, recs: list[Record], now: datetime) -> None:
+        for rec in recs:
+            if rec.r.state in rs.HOLDS_LEASE:
+                state, _ = self.authority.status(rec.ticket_id, now)
+                if state in ALLOWED_ACTIONS["geni_stop"]:
+                    self.authority.modify(rec.ticket_id, "geni_stop", now)
+                rec.shutdown = True
+                self._save(rec)
+
+    def is_shut_down(self, slice_urn: str) -> bool:
+        doc = self.store.get(SLICES, slice_urn)
+        return bool(doc and doc.get("shutdown"))
+
+    def request_of(self, slice_urn: str) -> list[Request]:
+        return [Request((), (), d["xml"]) for d in self.store.scan(REQUESTS) if d["slice_urn"] == slice_urn]
+
+    def reap(self, now: datetime) -> list[str]:
+        """The slice manager's clock: deliver what is still in outboxes, time out pending operations, close
+        reservations whose term ended, forget closed ones; in-process actors run their clocks too. Returns
+        the slivers that ended on this tick."""
+        with self._lock:
+            ended = self.recover(now)
+            if self.run_actor_clocks:
+                for clock in (getattr(self.broker, "tick", None), getattr(self.authority, "reap", None)):
+                    try:
+                        if clock is not None:
+                            clock(now)
+                    except GeniError as exc:  # an actor that is down runs its clock when it is back
+                        log.warning("actor clock: %s", exc.message)
+            if ended:
+                self._forget_requests()
+            return ended
+
+    def usage_keys(self) -> set[str]:
+        return {k for k in self.store.all_claims() if not k.startswith(("leased:", "sm-lock:"))}
+
+    def views(self, slivers: list[Sliver]):
+        from rspec.manifest import SliverView
+
+        return [SliverView(s.client_id, s.urn, s.kind, s.component_id, s.details) for s in slivers]
+
+
+def in_process(store: Store, substrate: Any, driver: Any, broker_key: Any = None, authority_key: Any = None,
+               policy: Any = None, authority_name: str | None = None, **kw: Any) -> ActorSliceManager:
+    """An embedded deployment's actors on one store: a broker (signing with `broker_key`, a fresh RSA key
+    if none), an authority that trusts it, owns the substrate and delegates all of it, and a slice manager
+    over both. Keys may be PEM bytes or loaded keys."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from am.authority import Authority
+    from broker.broker import Broker
+    from broker.delegation import export_substrate
+    from slicex.ticket import load_signing_key
+
+    def key(k):
+        if k is None:
+            return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        return load_signing_key(k) if isinstance(k, bytes) else k
+
+    bkey = key(broker_key)
+    akey = bkey if authority_key is None and broker_key is not None else key(authority_key)
+    name = authority_name or f"urn:publicid:IDN+{substrate.authority}+authority+am"
+    broker = Broker("broker", store, bkey, policy=policy, authority=name)
+    authority = Authority(name, driver, {"broker": bkey.public_key()}, store=store, key=akey,
+                          inventory=export_substrate(substrate, name, "broker"))
+    parked = set(broker.reclaimed(name))
+    authority.delegate(broker, [n for n in authority.inventory.names() if n not in parked])
+    return ActorSliceManager(store, substrate, broker, authority, **kw)
