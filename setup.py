@@ -22,7 +22,8 @@ setup(
     python_requires=">=3.11",
     packages=PACKAGES,
     package_dir={"fpga_aggregate": "fpga-aggregate"},
-    package_data={"rspec": ["schemas/*.xsd", "schemas/*/*.xsd"], "am": ["substrate/*.yaml"]},
+    package_data={"rspec": ["schemas/*.xsd", "schemas/*/*.xsd"], "am": ["substrate/*.yaml"],
+                  "fpga_aggregate": ["schemas/*.xsd"]},
     include_package_data=True,
     install_requires=[
         # lxml and xmlsec must carry the same libxml2 (both 2.14.6 in these wheels): pin the pair.
@@ -34,6 +35,7 @@ setup(
         "PyYAML>=6.0",
         "tqdm>=4.60",
         "matplotlib>=3.8",
+        "numpy>=1.26",  # the FPGA aggregate's FIB compiler
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.5"],

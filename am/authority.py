@@ -1,46 +1,291 @@
-"""The authority actor: owns the substrate, redeems broker tickets into leases, extends, modifies and closes
-leases through its substrate driver, and reaps expired leases on its own clock."""
+"""The authority actor: owns a substrate, delegates its inventory to brokers, redeems broker tickets into
+leases by calling its substrate driver, extends, modifies and closes leases, and reaps expired ones on its
+own clock.
+
+A redeem checks the broker's signature (no call back to the broker), the broker is trusted, and the term has
+started and not ended. Each lease is kept in the store with the driver's record of the unit, and its units
+are claimed as `leased:<unit>` (owner: the lease), so even two brokers promising one unit can never get it
+leased twice. Redeem, extend and close are idempotent: a slice manager that lost an answer asks again and
+gets the same lease. Leases are signed with the authority's key when it has one.
+
+Without a store the authority is stateless (`redeem(ticket, kind, now)`): it verifies and returns the
+driver's record, and whoever called it keeps the record (the embedded slice manager does)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
-from slicex.errors import CredentialInvalid, Expired
-from slicex.ticket import Ticket, verify_ticket
+from slicex.clock import rfc3339
+from slicex.errors import BadArgs, CredentialInvalid, Expired, GeniError, Refused, SearchFailed, ServerError
+from slicex.store import Store
+from slicex.ticket import Lease, Ticket, sign_lease, verify_ticket
+
+LEASES = "authority-leases"
 
 
+# ---- the substrate driver seam -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Lease:
-    ticket: Ticket
-    end: datetime
-    sequence: int
+class SliverSpec:
+    """What a driver sets up for one lease: the units leased plus what the slice manager planned."""
+
+    id: str  # the reservation (sliver) id
+    kind: str  # "node" | "link"
+    client_id: str = ""
+    units: tuple[str, ...] = ()
+    labels: tuple[tuple[str, int], ...] = ()  # e.g. the VLAN tag of a link, or of the links a node attaches to
+    details: Mapping[str, Any] = field(default_factory=dict)  # host, image, VM size, interfaces, boot time...
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "client_id": self.client_id, "units": list(self.units),
+                "labels": [list(lb) for lb in self.labels], "details": dict(self.details)}
+
+    @staticmethod
+    def from_doc(d: Mapping[str, Any]) -> SliverSpec:
+        return SliverSpec(d["id"], d["kind"], d.get("client_id", ""), tuple(d.get("units", ())),
+                          tuple((str(k), int(v)) for k, v in d.get("labels", ())), dict(d.get("details", {})))
 
 
-class Authority:
-    def __init__(self, name: str, driver: Any, broker_keys: dict[str, Any]):
-        self.name = name
+class SubstrateDriver(Protocol):
+    """The four things an authority asks of a substrate. `status` records are the driver's own JSON-able
+    data about a unit; the authority stores them and hands them back. `create` and `destroy` may be asked
+    twice for the same `spec.id` (an authority that crashed between the driver's answer and its own record
+    asks again): doing it twice must leave one unit, or none."""
+
+    description: str
+
+    def create(self, spec: SliverSpec, now: datetime) -> dict[str, Any]: ...
+
+    def modify(self, spec: SliverSpec, status: dict[str, Any], action: str, now: datetime) -> dict[str, Any]: ...
+
+    def destroy(self, spec: SliverSpec, status: dict[str, Any], now: datetime) -> None: ...
+
+    def status(self, spec: SliverSpec, status: dict[str, Any], now: datetime) -> tuple[str, str]: ...
+
+
+class EmulatedAdapter:
+    """The emulated driver (am/substrate/emulated.py) behind the SubstrateDriver protocol."""
+
+    def __init__(self, driver: Any):
         self.driver = driver
-        self.broker_keys = broker_keys  # broker name → public key, configured when the broker is trusted
+        self.description = driver.description
 
-    def redeem(self, ticket: Ticket, kind: str, now: datetime) -> tuple[Lease, dict[str, Any]]:
-        """Check the broker's signature and the term, then ask the driver for the resource."""
+    def create(self, spec: SliverSpec, now: datetime) -> dict[str, Any]:
+        return self.driver.provisioned(spec.kind, now)
+
+    def modify(self, spec: SliverSpec, status: dict[str, Any], action: str, now: datetime) -> dict[str, Any]:
+        return self.driver.act(status, spec.kind, spec.client_id, action, now, spec.details.get("boot_seconds"))
+
+    def destroy(self, spec: SliverSpec, status: dict[str, Any], now: datetime) -> None:
+        return None  # nothing was created
+
+    def status(self, spec: SliverSpec, status: dict[str, Any], now: datetime) -> tuple[str, str]:
+        return self.driver.current(status, now)
+
+
+def as_driver(driver: Any) -> SubstrateDriver:
+    return driver if hasattr(driver, "create") else EmulatedAdapter(driver)
+
+
+# ---- the actor ----------------------------------------------------------------------------------------------------
+class Authority:
+    def __init__(self, name: str, driver: Any, broker_keys: dict[str, Any], store: Store | None = None,
+                 key: Any = None, inventory: Any = None):
+        self.name = name
+        self.driver = driver  # as given (the embedded slice manager calls it directly)
+        self.substrate = as_driver(driver) if driver is not None else None  # None: delegates only
+        self.broker_keys = broker_keys  # broker name → public key, configured when the broker is trusted
+        self.store = store
+        self.key = key  # signs leases when set
+        self.inventory = inventory  # broker.delegation.Delegation of everything it owns (for count tickets)
+        self._lock = threading.RLock()
+        self.fault = lambda boundary: None  # fault injection (tests): called at internal boundaries
+
+    # ---- delegation ------------------------------------------------------------------------------------------
+    def delegate(self, broker: Any, names: list[str] | None = None) -> None:
+        """Export inventory (all, or the named pools/label sets) to a broker, which claims it."""
+        if self.inventory is None:
+            raise BadArgs(f"authority {self.name} has no inventory to delegate")
+        broker.accept(self.inventory if names is None else self.inventory.only(names))
+
+    def reclaim(self, broker: Any, names: list[str], now: datetime) -> tuple[list[str], list[str]]:
+        """Take inventory back from a broker (maintenance): (reclaimed now, still promised and draining)."""
+        return broker.reclaim(self.name, names, now)
+
+    # ---- checks ----------------------------------------------------------------------------------------------
+    def _verify(self, ticket: Ticket, now: datetime) -> None:
         key = self.broker_keys.get(ticket.broker)
         if key is None:
             raise CredentialInvalid(f"authority {self.name} does not trust broker {ticket.broker}")
         verify_ticket(ticket, key)
+        if ticket.authority and ticket.authority != self.name:
+            raise Refused(f"ticket {ticket.id} is for authority {ticket.authority}, not {self.name}")
         if now >= ticket.end:
             raise Expired(f"ticket {ticket.id} expired at {ticket.end:%Y-%m-%dT%H:%M:%SZ}; allocate again")
-        return Lease(ticket, ticket.end, ticket.sequence), self.driver.provisioned(kind, now)
+        if now < ticket.start:
+            raise Refused(f"ticket {ticket.id} starts at {ticket.start:%Y-%m-%dT%H:%M:%SZ}; redeem it then")
 
-    def extend_lease(self, lease: Lease, ticket: Ticket) -> Lease:
-        verify_ticket(ticket, self.broker_keys[ticket.broker])
-        return Lease(ticket, ticket.end, ticket.sequence)
+    def _doc(self, lease_id: str) -> dict[str, Any] | None:
+        return self.store.get(LEASES, lease_id) if self.store is not None else None
+
+    # ---- redeem ----------------------------------------------------------------------------------------------
+    def redeem(self, ticket: Ticket, spec: SliverSpec | str, now: datetime) -> tuple[Lease, dict[str, Any]]:
+        """Turn a ticket into a lease: verify, choose units for a count ticket, take them, ask the driver.
+        Returns the lease and the driver's record. `spec` may be just the kind ("node"/"link"): then nothing
+        is kept here (the caller keeps the record)."""
+        self._verify(ticket, now)
+        if isinstance(spec, str):
+            lease = Lease(ticket.id, self.name, ticket.id, ticket.holder, ticket.reservation, ticket.units,
+                          ticket.start, ticket.end, ticket.sequence, labels=ticket.labels)
+            return self._signed(lease), self.substrate.create(SliverSpec(ticket.reservation, spec), now)
+        if self.store is None:
+            raise BadArgs(f"authority {self.name} keeps no leases (no store); redeem with a kind only")
+        with self._lock:
+            doc = self._doc(ticket.id)
+            if doc is not None and doc["state"] == "active":
+                return Lease.from_doc(doc["lease"]), doc["status"]  # asked again after a lost answer
+            units = ticket.units or self._pick(ticket)
+            lease = self._signed(Lease(ticket.id, self.name, ticket.id, ticket.holder, ticket.reservation, units,
+                                       now, ticket.end, ticket.sequence, labels=ticket.labels))
+            keys = [f"leased:{u}" for u in units]
+            if not self.store.claim_all(keys, lease.id):
+                other = next((self.store.owner_of(k) for k in keys if self.store.owner_of(k) not in (None, lease.id)),
+                             "?")
+                raise Refused(f"authority {self.name}: a unit of ticket {ticket.id} is already leased to {other} "
+                              f"(two promises of one unit: check the brokers this authority trusts)")
+            spec = replace(spec, units=units, labels=spec.labels or ticket.labels)
+            self.store.put(LEASES, lease.id, {"lease": lease.to_doc(), "ticket": ticket.to_doc(),
+                                              "spec": spec.to_doc(), "status": {}, "state": "creating"})
+            self.fault("authority:leased")
+            try:
+                status = self.substrate.create(spec, now)
+            except GeniError:
+                self._forget(lease.id, keys)
+                raise
+            except Exception as exc:  # noqa: BLE001 - a driver failure becomes a reason, never a crash
+                self._forget(lease.id, keys)
+                raise ServerError(f"authority {self.name}: the substrate could not set up {spec.kind} "
+                                  f"{spec.client_id or spec.id}: {exc}") from None
+            self.fault("authority:created")
+            self.store.put(LEASES, lease.id, {"lease": lease.to_doc(), "ticket": ticket.to_doc(),
+                                              "spec": spec.to_doc(), "status": status, "state": "active"})
+            return lease, status
+
+    def _pick(self, ticket: Ticket) -> tuple[str, ...]:
+        """Concrete units for a count ticket: the first ones of its pool not leased to anyone."""
+        pool = next((p for p in (self.inventory.pools if self.inventory else ()) if p.name == ticket.resource_type),
+                    None)
+        if pool is None:
+            raise Refused(f"authority {self.name}: ticket {ticket.id} promises {ticket.count} of "
+                          f"{ticket.resource_type!r}, which this authority does not own")
+        leased = self.store.all_claims("leased:")
+        free = [u for u in pool.units if f"leased:{u}" not in leased]
+        if len(free) < ticket.count:
+            raise Refused(f"authority {self.name}: ticket {ticket.id} promises {ticket.count} of {pool.name}; "
+                          f"{len(free)} are not leased (the broker promised more than it was delegated)")
+        return tuple(free[: ticket.count])
+
+    def _signed(self, lease: Lease) -> Lease:
+        return sign_lease(lease, self.key) if self.key is not None else lease
+
+    def _forget(self, lease_id: str, keys: list[str]) -> None:
+        for k in keys:
+            self.store.release(k, lease_id)
+        self.store.delete(LEASES, lease_id)
+
+    # ---- extend, modify, close ---------------------------------------------------------------------------------
+    def extend_lease(self, lease: Lease | None, ticket: Ticket, now: datetime | None = None) -> Lease:
+        """Move a lease's end to its extended ticket's end (the ticket must be newer than the lease)."""
+        self._verify(ticket, now or ticket.start)
+        with self._lock:
+            doc = self._doc(ticket.id)
+            if doc is None and self.store is not None:
+                raise SearchFailed(f"authority {self.name}: no lease for ticket {ticket.id} (closed, reaped or "
+                                   f"never redeemed); provision again")
+            if doc is None:
+                held = lease or Lease(ticket.id, self.name, ticket.id, ticket.holder, ticket.reservation,
+                                      ticket.units, ticket.start, ticket.end, ticket.sequence)
+                return self._signed(replace(held, end=ticket.end, sequence=ticket.sequence, signature=""))
+            if doc["state"] != "active":
+                raise SearchFailed(f"authority {self.name}: lease {ticket.id} is still being set up; retry")
+            current = Lease.from_doc(doc["lease"])
+            if ticket.sequence < current.sequence:
+                return current  # an older extension arriving late
+            longer = self._signed(replace(current, end=ticket.end, sequence=ticket.sequence, signature=""))
+            doc.update(lease=longer.to_doc(), ticket=ticket.to_doc())
+            self.store.put(LEASES, longer.id, doc)
+            return longer
+
+    def modify(self, lease_id: str, action: str, now: datetime) -> dict[str, Any]:
+        """An operational action on a leased unit (ORCA modifyLease): the driver's new record."""
+        with self._lock:
+            doc = self._doc(lease_id)
+            if doc is None or doc["state"] != "active":
+                raise SearchFailed(f"authority {self.name}: no active lease {lease_id}")
+            status = self.substrate.modify(SliverSpec.from_doc(doc["spec"]), doc["status"], action, now)
+            doc["status"] = status
+            self.store.put(LEASES, lease_id, doc)
+            return status
 
     def modify_lease(self, op: dict[str, Any], kind: str, client_id: str, action: str, now: datetime,
                      boot_seconds: float | None) -> dict[str, Any]:
-        return self.driver.act(op, kind, client_id, action, now, boot_seconds)
+        """modifyLease for a caller that keeps the driver's record itself."""
+        return self.substrate.modify(SliverSpec(client_id, kind, client_id, details={"boot_seconds": boot_seconds}),
+                                     op, action, now)
+
+    def status(self, lease_id: str, now: datetime) -> tuple[str, str]:
+        """(GENI operational state, error) of a leased unit, as of `now`."""
+        doc = self._doc(lease_id)
+        if doc is None or doc["state"] != "active":
+            raise SearchFailed(f"authority {self.name}: no active lease {lease_id}")
+        return self.substrate.status(SliverSpec.from_doc(doc["spec"]), doc["status"], now)
+
+    def lease_doc(self, lease_id: str) -> dict[str, Any] | None:
+        return self._doc(lease_id)
+
+    def close(self, lease_id: str, now: datetime) -> bool:
+        """Tear a lease down and free its units; closing what is not (or no longer) leased is fine."""
+        if self.store is None:
+            return False
+        with self._lock:
+            doc = self._doc(lease_id)
+            if doc is None:
+                for k in self.store.claims_of(lease_id):  # a redeem that crashed before recording
+                    self.store.release(k, lease_id)
+                return False
+            spec = SliverSpec.from_doc(doc["spec"])
+            try:
+                self.substrate.destroy(spec, doc["status"], now)
+            except GeniError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                raise ServerError(f"authority {self.name}: the substrate could not tear down {spec.kind} "
+                                  f"{spec.client_id or spec.id}: {exc}; the close will be retried") from None
+            self.fault("authority:destroyed")
+            self._forget(lease_id, [f"leased:{u}" for u in spec.units])
+            return True
+
+    def leases(self) -> list[Lease]:
+        if self.store is None:
+            return []
+        return [Lease.from_doc(d["lease"]) for d in self.store.scan(LEASES) if d.get("state") == "active"
+                and d["lease"]["authority"] == self.name]
+
+    def reap(self, now: datetime) -> list[str]:
+        """Close every lease whose term has ended (the authority's clock; a slice manager that vanished
+        does not keep units forever)."""
+        gone = []
+        if self.store is None:
+            return gone
+        for d in self.store.scan(LEASES):  # active ones, and set-ups a crash interrupted
+            lease = Lease.from_doc(d["lease"])
+            if lease.authority == self.name and lease.end <= now:
+                self.close(lease.id, now)
+                gone.append(lease.id)
+        return gone
 
     def expired(self, lease_end: datetime, now: datetime) -> bool:
         return now >= lease_end
@@ -51,15 +296,25 @@ def authority_handlers(authority: Authority) -> dict[str, Any]:
     from slicex.clock import parse_time
 
     def redeem(doc, kind, now):
-        lease, op = authority.redeem(Ticket.from_doc(doc), kind, parse_time(now))
-        return {"ticket": lease.ticket.to_doc(), "end": lease.ticket.to_doc()["end"], "sequence": lease.sequence,
+        spec = SliverSpec.from_doc(kind) if isinstance(kind, dict) else kind
+        lease, op = authority.redeem(Ticket.from_doc(doc), spec, parse_time(now))
+        return {"ticket": doc, "lease": lease.to_doc(), "end": rfc3339(lease.end), "sequence": lease.sequence,
                 "op": op}
 
-    def extend_lease(doc):
-        lease = authority.extend_lease(None, Ticket.from_doc(doc))
-        return {"ticket": lease.ticket.to_doc(), "sequence": lease.sequence}
+    def extend_lease(doc, now=None):
+        lease = authority.extend_lease(None, Ticket.from_doc(doc), parse_time(now) if now else None)
+        return {"ticket": doc, "lease": lease.to_doc(), "sequence": lease.sequence}
 
-    return {"redeem": redeem, "extend_lease": extend_lease}
+    def modify(lease_id, action, now):
+        return authority.modify(lease_id, action, parse_time(now))
+
+    def status(lease_id, now):
+        return list(authority.status(lease_id, parse_time(now)))
+
+    def close(lease_id, now):
+        return authority.close(lease_id, parse_time(now))
+
+    return {"redeem": redeem, "extend_lease": extend_lease, "modify": modify, "status": status, "close": close}
 
 
 class RemoteAuthority:
@@ -68,14 +323,21 @@ class RemoteAuthority:
     def __init__(self, client: Any):
         self.client = client
 
-    def redeem(self, ticket: Ticket, kind: str, now: datetime) -> tuple[Lease, dict[str, Any]]:
-        from slicex.clock import rfc3339
+    def redeem(self, ticket: Ticket, spec: SliverSpec | str, now: datetime) -> tuple[Lease, dict[str, Any]]:
+        out = self.client.call("redeem", ticket.to_doc(), spec if isinstance(spec, str) else spec.to_doc(),
+                               rfc3339(now))
+        return Lease.from_doc(out["lease"]), out["op"]
 
-        out = self.client.call("redeem", ticket.to_doc(), kind, rfc3339(now))
-        t = Ticket.from_doc(out["ticket"])
-        return Lease(t, t.end, out["sequence"]), out["op"]
+    def extend_lease(self, lease: Any, ticket: Ticket, now: datetime | None = None) -> Lease:
+        out = self.client.call("extend_lease", ticket.to_doc(), rfc3339(now) if now else "")
+        return Lease.from_doc(out["lease"])
 
-    def extend_lease(self, lease: Any, ticket: Ticket) -> Lease:
-        out = self.client.call("extend_lease", ticket.to_doc())
-        t = Ticket.from_doc(out["ticket"])
-        return Lease(t, t.end, out["sequence"])
+    def modify(self, lease_id: str, action: str, now: datetime) -> dict[str, Any]:
+        return self.client.call("modify", lease_id, action, rfc3339(now))
+
+    def status(self, lease_id: str, now: datetime) -> tuple[str, str]:
+        state, error = self.client.call("status", lease_id, rfc3339(now))
+        return state, error
+
+    def close(self, lease_id: str, now: datetime) -> bool:
+        return self.client.call("close", lease_id, rfc3339(now))

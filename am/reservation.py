@@ -16,10 +16,11 @@ value and what an edge must send next; it never sends, stores or reads a clock i
   actors' own expiry releases what they hold at the term's end) and its messages are sent once more.
 * **Nothing leaks.** An answer that grants something to a reservation that has failed, is closing or is
   closed is answered with relinquish/close.
-* **Dependencies.** A reservation may depend on others (a link's consumer on the producer that chooses the
-  VLAN tag; a node on the links it attaches to). While a dependency is not far enough along, the
-  operation waits in Priming (with its timeout); when it is, the operation starts with the producers' labels
-  as inputs; if a dependency fails, so does the dependant, saying why.
+* **Dependencies.** A reservation may depend on others: a consumer's ticket waits until its producers hold
+  tickets (it needs the VLAN tag the producer chose), and its redeem until they are active; with
+  `gate="redeem"` only the redeem waits (a node after the links it attaches to). While a dependency is not
+  far enough along, the operation waits in Priming (with its timeout); when it is, the operation starts with
+  the producers' labels as inputs; if a dependency fails, so does the dependant, saying why.
 * **Expiry.** A reservation whose term has ended closes itself on the next tick."""
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class Reservation:
     request: int = 0  # number of the latest request sent; answers echo it
     resource: str = ""  # what it is for, in words: "node n1 (XOSmall VM on pc2)"
     depends_on: tuple[str, ...] = ()
+    gate: str = "ticket"  # the first operation that waits for depends_on: "ticket" (and then redeem) or "redeem"
     blocked: str = ""  # the operation waiting in Priming for dependencies: "ticket" | "redeem"
     labels: Labels = ()  # labels its ticket carries (e.g. the VLAN tag the broker chose)
     start: datetime | None = None  # term asked for / held
@@ -170,7 +172,7 @@ def _fail(r: Reservation, reason: str, now: datetime) -> tuple[Reservation, list
 
 def _dependencies(r: Reservation, producers: Mapping[str, Reservation] | None, need: str) -> tuple[str, str, Labels]:
     """("ready" | "waiting" | "failed", reason, producers' labels)."""
-    if not r.depends_on:
+    if not r.depends_on or (need == "ticket" and r.gate == "redeem"):
         return "ready", "", ()
     producers = producers or {}
     ok_states = HOLDS_TICKET if need == "ticket" else HOLDS_LEASE

@@ -1,13 +1,15 @@
-"""RSpec benchmarks: advertisement generation (cold and cached) for 1,000- and 10,000-node substrates, and
-parse + validate + embed of a 100-node request.
+"""RSpec benchmarks: advertisement generation (cold and cached) for 1,000- and 10,000-node substrates, the
+NDL-OWL graph of the 1,000-node one, and parse + validate, embed, and all three for a 100-node request.
 
-Run: .venv/bin/python bench/rspec.py [--repeat N]"""
+Run: .venv/bin/python bench/rspec.py [--repeat N]
+Prints a table, then one JSON object per measurement per line."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,20 +18,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from am.embed import plan  # noqa: E402
 from bench._common import report, summarise  # noqa: E402
 from rspec.advertisement import AdvertisementCache, Usage, build_advertisement  # noqa: E402
+from rspec.ndl import substrate_graph  # noqa: E402
 from rspec.request import parse_request  # noqa: E402
-from rspec.substrate import substrate_from_dict  # noqa: E402
+from rspec.substrate import Substrate, substrate_from_dict  # noqa: E402
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
+PORTS_PER_SWITCH = 48
 
 
-def substrate(nodes: int):
-    per_switch = 48
-    switches = [{"name": f"sw{s}", "vlan_range": ["1000-3999"],
-                 "ports": [{"name": f"p{i}"} for i in range(per_switch)]} for s in range(-(-nodes // per_switch))]
-    hosts = [{"name": f"h{i}", "cores": 32, "memory_mb": 131072, "exclusive": i % 10 == 0,
-              "interfaces": [{"name": "eth0", "switch_port": f"sw{i // per_switch}:p{i % per_switch}"}]}
+def substrate(nodes: int) -> Substrate:
+    """`nodes` hosts (every tenth bare metal), 48 to a top-of-rack switch, racks trunked in a chain."""
+    racks = -(-nodes // PORTS_PER_SWITCH)
+    switches = [{"name": f"sw{s}", "site": f"rack{s}", "vlan_range": ["1000-3999"],
+                 "ports": [{"name": f"p{i}"} for i in range(PORTS_PER_SWITCH)] + [{"name": "up"}, {"name": "down"}]}
+                for s in range(racks)]
+    trunks = [{"name": f"t{s}", "between": [f"sw{s}:up", f"sw{s + 1}:down"]} for s in range(racks - 1)]
+    hosts = [{"name": f"h{i}", "site": f"rack{i // PORTS_PER_SWITCH}", "cores": 32, "memory_mb": 131072,
+              "exclusive": i % 10 == 0,
+              "interfaces": [{"name": "eth0", "switch_port": f"sw{i // PORTS_PER_SWITCH}:p{i % PORTS_PER_SWITCH}"}]}
              for i in range(nodes)]
-    return substrate_from_dict({"authority": "bench.org", "switches": switches, "hosts": hosts})
+    return substrate_from_dict({"authority": "bench.org", "switches": switches, "trunks": trunks, "hosts": hosts})
 
 
 def request(nodes: int) -> str:
@@ -49,24 +57,34 @@ def timed(fn, repeat: int) -> list[float]:
     return out
 
 
+def row(operation: str, nodes: int, lat: list[float], **extra) -> dict:
+    return {"bench": "rspec", "operation": operation, "nodes": nodes, **summarise(lat, sum(lat)), **extra}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--repeat", type=int, default=5, help="cold runs for the 1,000-node substrate (default 5)")
     args = p.parse_args()
     rows = []
     for n in (1000, 10000):
         sub = substrate(n)
-        lat = timed(lambda sub=sub: build_advertisement(sub, Usage(), NOW), max(1, args.repeat // (n // 1000)))
-        rows.append({"bench": "rspec", "operation": "advertisement cold", "nodes": n, **summarise(lat, sum(lat))})
+        ad = build_advertisement(sub, Usage(), NOW)
+        size = {"ad_kib": len(ad) // 1024, "compressed_kib": len(zlib.compress(ad.encode())) // 1024}
+        lat = timed(lambda sub=sub: build_advertisement(sub, Usage(), NOW), max(1, args.repeat * 1000 // n))
+        rows.append(row("advertisement cold", n, lat, **size))
         cache = AdvertisementCache()
         cache.get(sub, Usage(), NOW)
         lat = timed(lambda sub=sub, cache=cache: cache.get(sub, Usage(), NOW), 1000)
-        rows.append({"bench": "rspec", "operation": "advertisement cached", "nodes": n, **summarise(lat, sum(lat))})
+        rows.append(row("advertisement cached", n, lat))
     sub = substrate(1000)
+    rows.append(row("NDL-OWL substrate graph", 1000, timed(lambda: substrate_graph(sub), max(1, args.repeat // 2))))
     text = request(100)
-    lat = timed(lambda: plan(sub, parse_request(text), set()), args.repeat * 4)
-    rows.append({"bench": "rspec", "operation": "parse+validate+embed", "nodes": 100, **summarise(lat, sum(lat))})
-    report(rows, ["operation", "nodes", "calls", "per_second", "p50_ms", "p99_ms"])
+    parsed = parse_request(text)
+    rows.append(row("parse+validate", 100, timed(lambda: parse_request(text), args.repeat * 4)))
+    rows.append(row("embed", 100, timed(lambda: plan(sub, parsed, set()), args.repeat * 4)))
+    rows.append(row("parse+validate+embed", 100, timed(lambda: plan(sub, parse_request(text), set()),
+                                                       args.repeat * 4)))
+    report(rows, ["operation", "nodes", "calls", "per_second", "p50_ms", "p99_ms", "ad_kib", "compressed_kib"])
     return 0
 
 

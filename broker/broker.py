@@ -112,6 +112,7 @@ class Broker:
         self.calendar = Calendar()
         self.queue = FifoQueue()
         self._claimed: dict[str, bool] = {}  # ticket id -> its units are claimed in the store
+        self.fault = lambda boundary: None  # fault injection (tests): called at internal boundaries
         self._load()
 
     # ---- state from the store --------------------------------------------------------------------------------
@@ -300,6 +301,8 @@ class Broker:
                 avoid.update(lost)  # another process won them: reload what it promised and choose again
                 self._load()
                 continue
+            if started:
+                self.fault("broker:claimed")
             tickets = {}
             for rid, c in choices.items():
                 tid = f"{group}/{rid}"
@@ -379,17 +382,31 @@ class Broker:
         bins = cal.bins()
         names = [b for b in (d.bins or list(bins)) if b in bins]
         if d.same_bin:
-            views = []
-            for i, b in enumerate(names):
+            taken_by_pool: dict[str, int] = {}
+            for u in taken:
+                name = cal.owner_name(u)
+                if name is not None:
+                    taken_by_pool[name] = taken_by_pool.get(name, 0) + 1
+
+            def view(i: int, b: str) -> BinView:
                 free: dict[str, int] = {}
                 total: dict[str, int] = {}
                 for p in bins[b]:
                     if p.resource_type in wanted:
-                        n_taken = sum(1 for u in taken if cal.owner_name(u) == p.name)
-                        free[p.resource_type] = free.get(p.resource_type, 0) + cal.free_count(p.name, term) - n_taken
+                        n = cal.free_count(p.name, term) - taken_by_pool.get(p.name, 0)
+                        free[p.resource_type] = free.get(p.resource_type, 0) + n
                         total[p.resource_type] = total.get(p.resource_type, 0) + len(p.units)
-                views.append(BinView(b, free, total, i))
-            ranked = rank(self.policy, views, wanted)
+                return BinView(b, free, total, i)
+
+            if isinstance(self.policy, FirstFit):  # the first bin that fits is the answer: stop there
+                first = next((v for v in (view(i, b) for i, b in enumerate(names)) if v.fits(wanted)), None)
+                views = [] if first is None else [first]
+                ranked = views
+                if first is None:
+                    views = [view(i, b) for i, b in enumerate(names)]
+            else:
+                views = [view(i, b) for i, b in enumerate(names)]
+                ranked = rank(self.policy, views, wanted)
             if not ranked:
                 best = max(views, key=lambda v: sum(v.free.values()), default=None)
                 raise self._short(d, wanted, term, "on one host",
@@ -535,6 +552,7 @@ class Broker:
                                         f"{end:%Y-%m-%dT%H:%M:%SZ}: {exc}") from None
             longer = sign_ticket(replace(current, end=end, sequence=max(current.sequence, ticket.sequence) + 1,
                                          signature=""), self.key)
+            self.fault("broker:extended")
             self._put_ticket(longer, booked, self._claimed.get(current.id, True))
             return longer
 
@@ -566,6 +584,7 @@ class Broker:
         self._claimed.pop(tid, None)
         doc = self.store.get(TICKETS, tid)
         self.store.delete(TICKETS, tid)
+        self.fault("broker:relinquishing")
         keys = set(units) | (booking.units if booking else set()) | set(doc.get("booked", []) if doc else [])
         released = sum(1 for k in keys if self.store.release(k, group))
         # claims of the group no live ticket of it books (a crashed attempt chose other units)

@@ -71,6 +71,7 @@ class Calendar:
     _idle: dict[str, list[int]] = field(default_factory=dict, repr=False)  # pool -> sorted indices not booked
     _busy: dict[str, set[int]] = field(default_factory=dict, repr=False)  # pool -> indices with bookings
     _index: dict[str, tuple[str, int]] = field(default_factory=dict, repr=False)  # unit -> (pool, index)
+    _bins: tuple | None = field(default=None, repr=False)
 
     # ---- inventory ---------------------------------------------------------------------------------------
     def add_pool(self, pool: Pool) -> None:
@@ -81,6 +82,7 @@ class Calendar:
             if held:
                 raise CalendarError(f"pool {pool.name}: cannot drop {', '.join(held[:3])}: promised")
         self.pools[pool.name] = pool
+        self._bins = None
         self.draining.discard(pool.name)
         for i, u in enumerate(pool.units):
             self._index[u] = (pool.name, i)
@@ -97,6 +99,7 @@ class Calendar:
         if held:
             raise CalendarError(f"{name}: cannot remove, {len(held)} units still promised (e.g. {held[0]})")
         pool = self.pools.pop(name, None)
+        self._bins = None
         if pool is not None:
             for u in pool.units:
                 self._index.pop(u, None)
@@ -167,11 +170,15 @@ class Calendar:
         return [v for v in ls.values() if self.is_free(ls.key(v), term)]
 
     def bins(self) -> dict[str, list[Pool]]:
-        out: dict[str, list[Pool]] = {}
-        for p in self.pools.values():
-            if p.bin:
-                out.setdefault(p.bin, []).append(p)
-        return out
+        """Pools by bin, in inventory order (cached until the inventory changes)."""
+        key = (len(self.pools), id(next(reversed(self.pools.values()), None)))
+        if self._bins is None or self._bins[0] != key:
+            out: dict[str, list[Pool]] = {}
+            for p in self.pools.values():
+                if p.bin:
+                    out.setdefault(p.bin, []).append(p)
+            self._bins = (key, out)
+        return self._bins[1]
 
     def promised(self, name: str, after: datetime) -> list[str]:
         """Units of a pool or label set promised at some time after `after` (what a reclaim must leave)."""

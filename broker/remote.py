@@ -1,5 +1,5 @@
-"""The broker as a network actor: its server side (methods over mutual TLS) and the proxy slice managers
-use, with the same methods as broker.broker.Broker."""
+"""The broker as a network actor: its server side (methods over mutual TLS) and the proxy slice managers use,
+with the same methods as broker.broker.Broker."""
 
 from __future__ import annotations
 
@@ -7,10 +7,16 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from broker.broker import Broker
+from broker.broker import Broker, Demand
+from broker.delegation import Delegation
 from slicex.actor_rpc import ActorClient
 from slicex.clock import parse_time, rfc3339
+from slicex.term import Term
 from slicex.ticket import Ticket
+
+
+def _t(text: str | None) -> datetime | None:
+    return parse_time(text) if text else None
 
 
 def broker_handlers(broker: Broker) -> dict[str, Any]:
@@ -18,18 +24,46 @@ def broker_handlers(broker: Broker) -> dict[str, Any]:
         tickets = broker.ticket(holder, units, parse_time(start), parse_time(end), group=group or None)
         return {rid: t.to_doc() for rid, t in tickets.items()}
 
-    def extend_ticket(doc, end):
-        return broker.extend_ticket(Ticket.from_doc(doc), parse_time(end)).to_doc()
+    def issue(holder, demands, start, end, now, group, wait_until):
+        granted = broker.issue(holder, {rid: Demand.from_doc(d) for rid, d in demands.items()},
+                               Term(parse_time(start), parse_time(end)), parse_time(now), group=group or None,
+                               wait_until=_t(wait_until))
+        return None if granted is None else {rid: t.to_doc() for rid, t in granted.items()}
 
-    def relinquish(doc):
-        return broker.relinquish(Ticket.from_doc(doc))
+    def extend_ticket(doc, end, now=""):
+        return broker.extend_ticket(Ticket.from_doc(doc), parse_time(end), now=_t(now)).to_doc()
 
-    return {"ticket": ticket, "extend_ticket": extend_ticket, "relinquish": relinquish}
+    def relinquish(doc, now=""):
+        return broker.relinquish(Ticket.from_doc(doc), _t(now))
+
+    def query(group, reservations):
+        return broker.query(group, reservations)
+
+    def unavailable(start, end):
+        return sorted(broker.unavailable(Term(parse_time(start), parse_time(end))))
+
+    def reclaimed(authority):
+        return broker.reclaimed(authority)
+
+    def tick(now):
+        return broker.tick(parse_time(now))
+
+    def accept(delegation):
+        broker.accept(Delegation.from_doc(delegation))
+        return True
+
+    def reclaim(authority, names, now=""):
+        return list(broker.reclaim(authority, names, _t(now)))
+
+    return {"ticket": ticket, "issue": issue, "extend_ticket": extend_ticket, "relinquish": relinquish,
+            "query": query, "unavailable": unavailable, "reclaimed": reclaimed, "tick": tick, "accept": accept,
+            "reclaim": reclaim}
 
 
 class RemoteBroker:
-    def __init__(self, client: ActorClient):
+    def __init__(self, client: ActorClient, policy: Any = None):
         self.client = client
+        self.policy = policy  # the planner's host order (the broker applies its own when it chooses)
 
     def ticket(self, holder: str, units_by_reservation: Mapping[str, Sequence[str]], start: datetime,
                end: datetime, group: str | None = None) -> dict[str, Ticket]:
@@ -37,8 +71,36 @@ class RemoteBroker:
                                 rfc3339(start), rfc3339(end), group or "")
         return {rid: Ticket.from_doc(d) for rid, d in docs.items()}
 
-    def extend_ticket(self, ticket: Ticket, end: datetime) -> Ticket:
-        return Ticket.from_doc(self.client.call("extend_ticket", ticket.to_doc(), rfc3339(end)))
+    def issue(self, holder: str, demands: Mapping[str, Demand], term: Term, now: datetime,
+              group: str | None = None, wait_until: datetime | None = None) -> dict[str, Ticket] | None:
+        docs = self.client.call("issue", holder, {rid: d.to_doc() for rid, d in demands.items()},
+                                rfc3339(term.start), rfc3339(term.end), rfc3339(now), group or "",
+                                rfc3339(wait_until) if wait_until else "")
+        return None if docs is None else {rid: Ticket.from_doc(d) for rid, d in docs.items()}
 
-    def relinquish(self, ticket: Ticket) -> int:
-        return self.client.call("relinquish", ticket.to_doc())
+    def extend_ticket(self, ticket: Ticket, end: datetime, now: datetime | None = None) -> Ticket:
+        return Ticket.from_doc(self.client.call("extend_ticket", ticket.to_doc(), rfc3339(end),
+                                                rfc3339(now) if now else ""))
+
+    def relinquish(self, ticket: Ticket, now: datetime | None = None) -> int:
+        return self.client.call("relinquish", ticket.to_doc(), rfc3339(now) if now else "")
+
+    def query(self, group: str, reservations: Sequence[str]) -> dict[str, dict[str, Any]]:
+        return self.client.call("query", group, list(reservations))
+
+    def unavailable(self, term: Term) -> set[str]:
+        return set(self.client.call("unavailable", rfc3339(term.start), rfc3339(term.end)))
+
+    def reclaimed(self, authority: str) -> list[str]:
+        return self.client.call("reclaimed", authority)
+
+    def tick(self, now: datetime) -> dict[str, list[str]]:
+        return self.client.call("tick", rfc3339(now))
+
+    def accept(self, delegation: Delegation) -> None:
+        """ORCA claim: an authority in another process delegates to this broker."""
+        self.client.call("accept", delegation.to_doc())
+
+    def reclaim(self, authority: str, names: Sequence[str], now: datetime | None = None) -> tuple[list[str], list[str]]:
+        free, busy = self.client.call("reclaim", authority, list(names), rfc3339(now) if now else "")
+        return free, busy

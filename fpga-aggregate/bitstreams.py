@@ -18,6 +18,7 @@ from slicex.store import Store
 MAGIC = b"\x00\x09\x0f\xf0\x0f\xf0\x0f\xf0\x0f\xf0\x00\x00\x01"
 TABLE = "bitstreams"
 MAX_BITSTREAM_BYTES = 64 * 1024 * 1024
+MAX_USER_BYTES = 1024 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -87,16 +88,25 @@ class Bitstream:
 
 
 class BitstreamCatalogue:
-    def __init__(self, store: Store, directory: str | Path, max_bytes: int = MAX_BITSTREAM_BYTES):
+    """Each user's bitstreams: metadata in the store (table `bitstreams`, key user/digest), blobs on disk by
+    digest (shared between users who upload the same file, never served to anyone else)."""
+
+    def __init__(self, store: Store, directory: str | Path, max_bytes: int = MAX_BITSTREAM_BYTES,
+                 max_user_bytes: int = MAX_USER_BYTES):
         self.store = store
         self.dir = Path(directory)
         self.max_bytes = max_bytes
+        self.max_user_bytes = max_user_bytes
 
     def upload(self, user: str, name: str, data: bytes) -> Bitstream:
         if len(data) > self.max_bytes:
             raise TooBig(f"bitstream {name} is {len(data)} bytes; at most {self.max_bytes} are accepted")
         header = parse_bit_header(data)
         digest = hashlib.sha256(data).hexdigest()
+        held = sum(b.size for b in self.list(user) if b.sha256 != digest)
+        if held + len(data) > self.max_user_bytes:
+            raise TooBig(f"bitstream {name} ({len(data)} bytes) would take {user}'s catalogue past its "
+                         f"{self.max_user_bytes} bytes ({held} in use); delete some first")
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / f"{digest}.bit"
         if not path.exists():
@@ -119,7 +129,16 @@ class BitstreamCatalogue:
         return b
 
     def list(self, user: str) -> list[Bitstream]:
-        return [Bitstream(**d) for d in self.store.scan(TABLE) if d["user"] == user]
+        return sorted((Bitstream(**d) for d in self.store.scan(TABLE) if d["user"] == user), key=lambda b: b.name)
+
+    def delete(self, user: str, ref: str) -> bool:
+        """Forget a bitstream of this user; the blob goes when no other user's catalogue names it."""
+        digest = ref.removeprefix("sha256:")
+        if not self.store.delete(TABLE, f"{user}/{digest}"):
+            return False
+        if not any(d["sha256"] == digest for d in self.store.scan(TABLE)):
+            (self.dir / f"{digest}.bit").unlink(missing_ok=True)
+        return True
 
     @staticmethod
     def check_fits(b: Bitstream, fpga: Fpga) -> None:

@@ -1,12 +1,14 @@
 """Where virtual data planes run: hardware planes on FPGAs (few, fast) or software planes in containers
 (many, slow). A greedy scheduler maximises delivered bandwidth (DESIGN §8) and, re-run with the current
-placement, emits the migrations that take the data planes from the old placement to the new one."""
+placement whenever networks come, go or change their demand, emits the migrations that take the data
+planes from the old placement to the new one. Pure and deterministic: same input, same answer."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 SOFTWARE = "software"
+SOFTWARE_MBPS_PER_PLANE = 11.0
 
 
 @dataclass(frozen=True)
@@ -14,21 +16,24 @@ class VirtualNetwork:
     id: str
     demand_mbps: float
     table_entries: int = 1000
+    fpgas: frozenset[str] = frozenset()  # the FPGAs it may use (a request bound to a board); empty: any
 
 
 @dataclass(frozen=True)
 class HardwareSlot:
+    """One FPGA's capacity for virtual data planes."""
+
     fpga: str
-    planes: int  # how many hardware data planes fit (table variant)
-    line_rate_mbps: float
-    max_table_entries: int = 1 << 19
+    planes: int  # hardware planes that fit (4 with on-chip TCAM, 3 with the external-SRAM table)
+    line_rate_mbps: float  # shared by the planes on this FPGA
+    max_table_entries: int = 1 << 19  # routes the FPGA's forwarding table holds for all its planes together
 
 
 @dataclass(frozen=True)
 class Capacity:
     hardware: tuple[HardwareSlot, ...]
     software_planes: int
-    software_mbps_per_plane: float = 11.0
+    software_mbps_per_plane: float = SOFTWARE_MBPS_PER_PLANE
 
 
 @dataclass
@@ -41,6 +46,9 @@ class Placement:
     def total_mbps(self) -> float:
         return sum(self.delivered_mbps.values())
 
+    def on(self, engine: str) -> list[str]:
+        return sorted(n for n, w in self.where.items() if w == engine)
+
 
 @dataclass(frozen=True)
 class Migration:
@@ -51,40 +59,54 @@ class Migration:
 
 def schedule(networks: list[VirtualNetwork], capacity: Capacity,
              current: dict[str, str] | None = None) -> tuple[Placement, list[Migration]]:
-    """Greedy placement: networks that software can serve fully go to software; the rest, largest demand
-    first, to the FPGA (preferring their current one) with the most spare line rate. Deterministic."""
+    """Greedy placement maximising delivered bandwidth.
+
+    Networks a software plane cannot serve fully (demand above its rate) are taken largest first; each goes
+    to the FPGA where it gets the most bandwidth (its current FPGA on a tie, so re-runs move nothing that
+    need not move), unless a software plane would give it more. Everything else fills software planes; when
+    those run out, leftover hardware planes take what they can, and the rest is reported unplaced."""
     current = current or {}
     sw_rate = capacity.software_mbps_per_plane
     planes = {s.fpga: s.planes for s in capacity.hardware}
-    spare = {s.fpga: s.line_rate_mbps for s in capacity.hardware}
-    slots = {s.fpga: s for s in capacity.hardware}
+    spare = {s.fpga: float(s.line_rate_mbps) for s in capacity.hardware}
+    entries = {s.fpga: s.max_table_entries for s in capacity.hardware}
     sw_left = capacity.software_planes
     out = Placement()
-    ordered = sorted(networks, key=lambda n: (-n.demand_mbps, n.id))
-    small = [n for n in ordered if n.demand_mbps <= sw_rate]
-    large = [n for n in ordered if n.demand_mbps > sw_rate]
-    overflow: list[VirtualNetwork] = []
-    for n in large:
-        fits = [f for f in planes if planes[f] > 0 and slots[f].max_table_entries >= n.table_entries]
+
+    def best_fpga(n: VirtualNetwork) -> str | None:
+        fits = [f for f in planes if planes[f] > 0 and entries[f] >= n.table_entries and (not n.fpgas or f in n.fpgas)]
         if not fits:
-            overflow.append(n)
-            continue
-        best = max(fits, key=lambda f: (f == current.get(n.id), min(spare[f], n.demand_mbps), spare[f], f))
-        got = min(spare[best], n.demand_mbps)
-        if got < sw_rate and sw_left > 0:
-            overflow.append(n)  # software would serve it better than what is left on any FPGA
-            continue
-        planes[best] -= 1
-        spare[best] -= got
-        out.where[n.id] = best
+            return None
+        return max(fits, key=lambda f: (min(spare[f], n.demand_mbps), f == current.get(n.id), spare[f], f))
+
+    def put(n: VirtualNetwork, f: str) -> None:
+        got = min(spare[f], n.demand_mbps)
+        planes[f] -= 1
+        spare[f] -= got
+        entries[f] -= n.table_entries
+        out.where[n.id] = f
         out.delivered_mbps[n.id] = got
-    for n in small + overflow:
+
+    ordered = sorted(networks, key=lambda n: (-n.demand_mbps, n.id))
+    rest: list[VirtualNetwork] = []
+    for n in ordered:
+        f = best_fpga(n) if n.demand_mbps > sw_rate else None
+        if f is None or (min(spare[f], n.demand_mbps) <= min(n.demand_mbps, sw_rate) and sw_left > 0):
+            rest.append(n)
+        else:
+            put(n, f)
+    for n in sorted(rest, key=lambda n: (current.get(n.id) != SOFTWARE, -n.demand_mbps, n.id)):
         if sw_left > 0:
             sw_left -= 1
             out.where[n.id] = SOFTWARE
             out.delivered_mbps[n.id] = min(n.demand_mbps, sw_rate)
+            continue
+        f = best_fpga(n)
+        if f is not None and min(spare[f], n.demand_mbps) > 0:
+            put(n, f)
         else:
             out.unplaced.append(n.id)
+    out.unplaced.sort()
     migrations = [Migration(nid, current[nid], where) for nid, where in sorted(out.where.items())
                   if nid in current and current[nid] != where]
     return out, migrations

@@ -1,14 +1,19 @@
-"""slicex's FPGA RSpec extension (namespace http://slicex.dev/rspec/ext/fpga/1).
+"""slicex's FPGA RSpec extension (namespace http://slicex.dev/rspec/ext/fpga/1, schema schemas/fpga-1.xsd).
 
 In a request node:
   <fpga:sliver type="fpga-bitstream" bitstream="sha256:<digest>"/>            a whole FPGA, your bitstream
   <fpga:sliver type="virtual-router" bandwidth_mbps="200" table_size="5000"/> a data plane on a shared FPGA
-Optional `board="NAME"` binds to a board. Manifests repeat the element with `fpga="board/fpgaN"` and
-`placement="hardware|software"`; advertisements list boards as nodes with hardware_type BEE2 or NetFPGA."""
+Optional `board="NAME"` binds to a board. Manifests repeat the element with `fpga="board/fpgaN"`,
+`placement="hardware|software"` and what the sliver gets (`delivered_mbps`, `programming_seconds`).
+Advertisements carry an <fpga:board> per board with one <fpga:fpga> per user FPGA."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
 
 from lxml import etree
 
@@ -16,6 +21,10 @@ from slicex.errors import BadArgs
 
 FPGA_NS = "http://slicex.dev/rspec/ext/fpga/1"
 KINDS = ("fpga-bitstream", "virtual-router")
+SCHEMA_PATH = Path(__file__).with_name("schemas") / "fpga-1.xsd"
+SCHEMA_LOCATION = "http://slicex.dev/rspec/ext/fpga/1/fpga-1.xsd"
+_SHA256 = re.compile(r"^sha256:[0-9a-fA-F]{64}$")
+MAX_TABLE_SIZE = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -27,10 +36,18 @@ class FpgaRequest:
     board: str = ""
 
 
+def _q(name: str) -> str:
+    return f"{{{FPGA_NS}}}{name}"
+
+
 def parse_fpga_request(node: etree._Element, client_id: str) -> FpgaRequest | None:
-    el = node.find(f"{{{FPGA_NS}}}sliver")
-    if el is None:
+    """The FPGA request inside a request node, or None if it has none; BadArgs says what to fix."""
+    found = node.findall(_q("sliver"))
+    if not found:
         return None
+    if len(found) > 1:
+        raise BadArgs(f"node {client_id}: one fpga:sliver per node (found {len(found)})")
+    el = found[0]
     kind = el.get("type", "")
     if kind not in KINDS:
         raise BadArgs(f"node {client_id}: fpga sliver type {kind!r} is not one of {', '.join(KINDS)}")
@@ -39,10 +56,68 @@ def parse_fpga_request(node: etree._Element, client_id: str) -> FpgaRequest | No
         table = int(el.get("table_size", "1000"))
     except ValueError:
         raise BadArgs(f"node {client_id}: bandwidth_mbps and table_size must be numbers") from None
-    if bw < 0 or table < 1:
-        raise BadArgs(f"node {client_id}: bandwidth_mbps must be >= 0 and table_size >= 1")
+    if not (bw >= 0 and bw != float("inf")) or not 1 <= table <= MAX_TABLE_SIZE:
+        raise BadArgs(f"node {client_id}: bandwidth_mbps must be a finite number >= 0 and table_size 1-{MAX_TABLE_SIZE}")
     bitstream = el.get("bitstream", "")
-    if kind == "fpga-bitstream" and not bitstream.startswith("sha256:"):
-        raise BadArgs(f"node {client_id}: an fpga-bitstream sliver needs bitstream=\"sha256:<digest>\" of a "
-                      f"bitstream in your catalogue (slicex fpga upload)")
-    return FpgaRequest(kind, bitstream, bw, table, el.get("board", ""))
+    if kind == "fpga-bitstream" and not _SHA256.match(bitstream):
+        raise BadArgs(f"node {client_id}: an fpga-bitstream sliver needs bitstream=\"sha256:<64 hex digits>\" of a "
+                      f"bitstream in your catalogue (slicex fpga upload prints it)")
+    if kind == "virtual-router" and bitstream:
+        raise BadArgs(f"node {client_id}: a virtual-router sliver runs the aggregate's router design; drop the "
+                      f"bitstream attribute or ask for type=\"fpga-bitstream\"")
+    return FpgaRequest(kind, bitstream.lower(), bw, table, el.get("board", ""))
+
+
+def sliver_element(req: FpgaRequest, fpga: str = "", placement: str = "", delivered_mbps: float | None = None,
+                   programming_seconds: float | None = None) -> etree._Element:
+    """The <fpga:sliver> element for a request (no placement) or a manifest (with where it landed)."""
+    el = etree.Element(_q("sliver"), nsmap={"fpga": FPGA_NS})
+    el.set("type", req.kind)
+    if req.bitstream:
+        el.set("bitstream", req.bitstream)
+    if req.kind == "virtual-router":
+        el.set("bandwidth_mbps", _num(req.bandwidth_mbps))
+        el.set("table_size", str(req.table_size))
+    if req.board:
+        el.set("board", req.board)
+    if fpga:
+        el.set("fpga", fpga)
+    if placement:
+        el.set("placement", placement)
+    if delivered_mbps is not None:
+        el.set("delivered_mbps", _num(delivered_mbps))
+    if programming_seconds is not None:
+        el.set("programming_seconds", _num(programming_seconds))
+    return el
+
+
+def board_element(board: dict[str, Any]) -> etree._Element:
+    """An advertisement's <fpga:board> from FpgaAggregate.advertise() (or any dict of the same shape)."""
+    el = etree.Element(_q("board"), nsmap={"fpga": FPGA_NS})
+    for key in ("name", "model", "device", "fpgas", "ports_per_fpga", "port_mbps", "table", "hardware_planes",
+                "sram_banks", "sram_bank_bits", "inter_chip_channels", "software_planes", "emulated"):
+        if key in board:
+            v = board[key]
+            el.set(key, ("true" if v else "false") if isinstance(v, bool) else str(v))
+    for f in board.get("fpga_state", []):
+        sub = etree.SubElement(el, _q("fpga"))
+        sub.set("id", f["id"])
+        sub.set("available", "true" if f["available"] else "false")
+        sub.set("planes_free", str(f["planes_free"]))
+    return el
+
+
+@cache
+def schema() -> etree.XMLSchema:
+    return etree.XMLSchema(etree.parse(str(SCHEMA_PATH)))
+
+
+def validate(el: etree._Element) -> None:
+    """Check one extension element against schemas/fpga-1.xsd; BadArgs names the first problem."""
+    s = schema()
+    if not s.validate(el):
+        raise BadArgs(f"fpga extension element does not match fpga-1.xsd: {s.error_log.last_error.message}")
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else repr(float(v))

@@ -1,84 +1,122 @@
-"""Route tables for tests and benchmarks: random and BGP-like, and a reference longest-prefix match."""
+"""Route tables for tests, benchmarks and reports: BGP-like tables for several virtual routers with a chosen
+overlap, random tables, and a reference longest-prefix match to check the shared FIB against."""
 
 from __future__ import annotations
 
 import numpy as np
 
-# Share of prefixes per length in a BGP-like table (peaks at /24, as public BGP tables do).
-BGP_LENGTHS = {8: 0.00002, 9: 0.00002, 10: 0.00005, 11: 0.00012, 12: 0.0004, 13: 0.0007, 14: 0.0015,
-               15: 0.0026, 16: 0.016, 17: 0.01, 18: 0.017, 19: 0.031, 20: 0.054, 21: 0.06, 22: 0.14, 23: 0.1,
-               24: 0.565}
-"""Share of prefixes per length, after public IPv4 BGP tables (the /24 peak, few short prefixes)."""
+Table = list[tuple[int, int, int, int]]  # (prefix, length, port, next hop)
+
+BGP_LENGTHS = {8: 0.00002, 9: 0.00002, 10: 0.00004, 11: 0.0001, 12: 0.0003, 13: 0.0006, 14: 0.0012, 15: 0.002,
+               16: 0.016, 17: 0.01, 18: 0.016, 19: 0.03, 20: 0.05, 21: 0.065, 22: 0.11, 23: 0.09, 24: 0.55,
+               25: 0.008, 26: 0.006, 27: 0.004, 28: 0.003, 29: 0.003, 30: 0.003, 31: 0.001, 32: 0.003}
+"""Share of prefixes per length, after public IPv4 BGP tables: /24 ~55%, /22-/23 ~20%, /16-/21 ~20%, the
+rest shorter than /16 or (in virtual routers' own tables) longer than /24."""
+
+UNICAST_SLASH8 = tuple(b for b in range(1, 224) if b not in (10, 127))
 
 
-def bgp_like(n: int, seed: int, regions: int | None = None, shared: list[tuple[int, int]] | None = None,
-             overlap: float = 0.0) -> list[tuple[int, int, int, int]]:
-    """n (prefix, length, port, next hop) routes. Long prefixes cluster in /16 regions like real allocations;
-    `overlap` of them are taken from `shared` (another router's table)."""
+def bgp_like(n: int, seed: int, slash8s: tuple[int, ...] = UNICAST_SLASH8, density: float = 8.0) -> Table:
+    """n distinct routes with BGP's length distribution inside the given /8s. Prefixes longer than /19 come
+    in /19 blocks (an allocation split into customers' prefixes), `density` per block on average: each such
+    block costs the shared FIB one 2^13-entry L2 set, so density sets the L2 bank a table needs."""
     rng = np.random.default_rng(seed)
     lengths = np.array(list(BGP_LENGTHS))
     probs = np.array(list(BGP_LENGTHS.values()))
-    probs = probs / probs.sum()
-    regions = regions or max(16, n // 60)
-    bases = rng.integers(1 << 13, (1 << 19) - 1, size=regions, dtype=np.int64) << 13  # /19 blocks
+    probs /= probs.sum()
+    eights = np.array(slash8s, dtype=np.int64)
+    long_share = probs[lengths > 19].sum()
+    blocks = _blocks(rng, eights, max(1, int(np.ceil(n * long_share / density))))
     out: dict[tuple[int, int], tuple[int, int]] = {}
-    if shared and overlap:
-        picks = rng.choice(len(shared), size=min(len(shared), int(n * overlap)), replace=False)
-        for k in picks:
-            p, length = shared[k]
-            out[(p, length)] = (int(rng.integers(0, 4)), int(rng.integers(1, 2**32 - 1)))
     while len(out) < n:
         batch = n - len(out) + 64
         lens = rng.choice(lengths, size=batch, p=probs)
-        region = bases[rng.integers(0, regions, size=batch)] | rng.integers(0, 1 << 13, size=batch)
-        anywhere = rng.integers(1 << 24, 1 << 32, size=batch, dtype=np.int64)
-        addrs = np.where(lens > 19, region, anywhere)
+        in_block = blocks[rng.integers(0, len(blocks), size=batch)] | rng.integers(0, 1 << 13, size=batch)
+        anywhere = (eights[rng.integers(0, len(eights), size=batch)] << 24) | rng.integers(0, 1 << 24, size=batch)
+        addrs = np.where(lens > 19, in_block, anywhere)
         shift = 32 - lens
         prefixes = (addrs >> shift) << shift
         ports = rng.integers(0, 4, size=batch)
         nhs = rng.integers(1, 2**32 - 1, size=batch)
+        before = len(out)
         for p, length, port, nh in zip(prefixes.tolist(), lens.tolist(), ports.tolist(), nhs.tolist(), strict=True):
             if len(out) >= n:
                 break
             out.setdefault((p, length), (port, nh))
+        if len(out) - before < batch // 10:  # the blocks are full: spread over more of them
+            blocks = np.concatenate([blocks, _blocks(rng, eights, len(blocks))])
     return [(p, length, port, nh) for (p, length), (port, nh) in out.items()]
 
 
-def random_table(n: int, seed: int) -> list[tuple[int, int, int, int]]:
+def _blocks(rng: np.random.Generator, eights: np.ndarray, count: int) -> np.ndarray:
+    """`count` /19 block addresses inside the given /8s (2048 blocks per /8)."""
+    picks = rng.choice(len(eights) * 2048, size=min(count, len(eights) * 2048), replace=False)
+    return (eights[picks // 2048] << 24) | ((picks % 2048) << 13)
+
+
+def virtual_router_tables(per_router: int, routers: int = 4, overlap: float = 0.13, seed: int = 0,
+                          density: float = 8.0) -> list[Table]:
+    """BGP-like tables for `routers` virtual routers, `overlap` of each table's prefixes shared with all the
+    others (same destination, each router its own next hop), the rest in address space only that router
+    routes. With these tables the FIB's measured overlap (prefixes with an L1 location another router
+    needs) equals `overlap`, so reports can be run at the 12-15% DESIGN §8 quotes."""
+    groups = [tuple(b for i, b in enumerate(UNICAST_SLASH8) if i % (routers + 1) == g) for g in range(routers + 1)]
+    shared = bgp_like(int(per_router * overlap), seed, groups[routers], density) if overlap > 0 else []
+    rng = np.random.default_rng(seed + 1000)
+    tables = []
+    for v in range(routers):
+        own = bgp_like(per_router - len(shared), seed + 1 + v, groups[v], density)
+        ports = rng.integers(0, 4, size=len(shared)).tolist()
+        nhs = rng.integers(1, 2**32 - 1, size=len(shared)).tolist()
+        tables.append(own + [(p, length, port, nh) for (p, length, _, _), port, nh in zip(shared, ports, nhs, strict=True)])
+    return tables
+
+
+def random_table(n: int, seed: int, min_length: int = 16) -> Table:
+    """n distinct routes with uniformly random addresses and lengths min_length..32, any port 0-6."""
     rng = np.random.default_rng(seed)
     out: dict[tuple[int, int], tuple[int, int]] = {}
     while len(out) < n:
-        length = int(rng.integers(16, 33))  # short prefixes each claim many shared L1 locations
+        length = int(rng.integers(min_length, 33))
         addr = int(rng.integers(0, 1 << 32))
-        p = addr >> (32 - length) << (32 - length)
+        p = addr >> (32 - length) << (32 - length) if length else 0
         out.setdefault((p, length), (int(rng.integers(0, 7)), int(rng.integers(0, 2**32))))
     return [(p, length, port, nh) for (p, length), (port, nh) in out.items()]
 
 
 class ReferenceLpm:
-    """Longest-prefix match the obvious way (sorted keys per length), vectorised with numpy."""
+    """Longest-prefix match the obvious way (sorted keys per length, longest first), vectorised with numpy."""
 
-    def __init__(self, routes: list[tuple[int, int, int, int]]):
-        by_len: dict[int, dict[int, tuple[int, int]]] = {}
-        for p, length, port, nh in routes:
-            by_len.setdefault(length, {})[p >> (32 - length) if length else 0] = (port, nh)
+    def __init__(self, routes: Table):
+        arr = np.array(routes, dtype=np.int64).reshape(-1, 4)
         self.tables = []
-        for length in sorted(by_len, reverse=True):
-            keys = np.array(sorted(by_len[length]), dtype=np.int64)
-            vals = [by_len[length][int(k)] for k in keys]
-            self.tables.append((length, keys, np.array([v[0] for v in vals], dtype=np.uint8),
-                                np.array([v[1] for v in vals], dtype=np.uint32)))
+        for length in sorted(set(arr[:, 1].tolist()), reverse=True):
+            rows = arr[arr[:, 1] == length]
+            keys = rows[:, 0] >> (32 - length) if length else np.zeros(len(rows), dtype=np.int64)
+            order = np.argsort(keys, kind="stable")
+            self.tables.append((length, keys[order], rows[order, 2].astype(np.uint8), rows[order, 3].astype(np.uint32)))
 
     def lookup_many(self, addresses: np.ndarray, no_route: int = 7) -> tuple[np.ndarray, np.ndarray]:
-        addr = addresses.astype(np.int64)
+        addr = np.asarray(addresses).astype(np.int64)
+        order = np.argsort(addr)  # sorted queries make each binary search cache-friendly
+        srt = addr[order]
         port = np.full(addr.shape, no_route, dtype=np.uint8)
         nh = np.zeros(addr.shape, dtype=np.uint32)
-        done = np.zeros(addr.shape, dtype=bool)
+        todo = np.arange(len(srt))
         for length, keys, ports, nhs in self.tables:
-            k = addr >> (32 - length) if length else np.zeros_like(addr)
-            pos = np.clip(np.searchsorted(keys, k), 0, len(keys) - 1)
-            hit = (keys[pos] == k) & ~done
-            port[hit] = ports[pos[hit]]
-            nh[hit] = nhs[pos[hit]]
-            done |= hit
+            if not len(todo):
+                break
+            k = srt[todo] >> (32 - length) if length else np.zeros(len(todo), dtype=np.int64)
+            pos = np.minimum(np.searchsorted(keys, k), len(keys) - 1)
+            hit = keys[pos] == k
+            port[order[todo[hit]]] = ports[pos[hit]]
+            nh[order[todo[hit]]] = nhs[pos[hit]]
+            todo = todo[~hit]
         return port, nh
+
+
+def probe_addresses(routes: Table, extra: int, seed: int) -> np.ndarray:
+    """Every prefix's first and last address, plus `extra` random addresses."""
+    firsts = np.array([p for p, _, _, _ in routes], dtype=np.int64)
+    lasts = np.array([p | ((1 << (32 - length)) - 1) for p, length, _, _ in routes], dtype=np.int64)
+    return np.concatenate([firsts, lasts, np.random.default_rng(seed).integers(0, 2**32, extra)])

@@ -1,13 +1,15 @@
 """The operator's substrate: what an aggregate offers (sites, hosts, VM sizes, images, bare-metal nodes,
-switches and VLAN ranges, links to other aggregates, FPGA boards).
+switches, trunks and VLAN ranges, static and shared VLANs, links to other aggregates, FPGA boards).
 
 Operators write it as YAML (docs/operator-guide.md); `load_substrate` reads it into these frozen
-dataclasses, and `rspec.ndl` turns it into an NDL-OWL graph. Component ids follow GENI URN conventions:
-node `urn:publicid:IDN+<auth>+node+<name>`, interface `...+interface+<node>:<iface>`."""
+dataclasses and reports every mistake with file, line and the fix; `rspec.ndl` turns it into an NDL-OWL
+graph and back. Component ids follow GENI URN conventions: node `urn:publicid:IDN+<auth>+node+<name>`,
+interface `...+interface+<node>:<iface>`, link `...+link+<name>`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import difflib
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,22 @@ class SubstrateError(ValueError):
 
 def _urn(authority: str, kind: str, name: str) -> str:
     return f"urn:publicid:IDN+{authority}+{kind}+{name}"
+
+
+def urn_name(urn: str) -> str:
+    """The last field of a GENI URN (`...+interface+tor-a:uplink` -> `tor-a:uplink`)."""
+    return urn.rsplit("+", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Site:
+    """A place (rack, machine room). Nodes in it share a location in the advertisement."""
+
+    name: str
+    description: str = ""
+    country: str = ""
+    latitude: float | None = None
+    longitude: float | None = None
 
 
 @dataclass(frozen=True)
@@ -37,6 +55,7 @@ class Image:
     os: str = "Linux"
     version: str = ""
     description: str = ""
+    url: str = ""
 
 
 @dataclass(frozen=True)
@@ -45,6 +64,7 @@ class Interface:
     component_id: str
     bandwidth_kbps: int = 1_000_000
     switch_port: str | None = None  # component id of the switch port it is cabled to
+    role: str = "experimental"       # or "control": not offered for slice links
 
 
 @dataclass(frozen=True)
@@ -78,6 +98,17 @@ class Switch:
 
 
 @dataclass(frozen=True)
+class Trunk:
+    """A cable between two switch ports of this aggregate (e.g. rack A's and rack B's top-of-rack switches)."""
+
+    name: str
+    component_id: str
+    port_a: str  # component ids of the two switch ports
+    port_b: str
+    bandwidth_kbps: int = 10_000_000
+
+
+@dataclass(frozen=True)
 class ExternalLink:
     """A port that leads to another aggregate or a transit network (stitching)."""
 
@@ -90,6 +121,35 @@ class ExternalLink:
     capacity_kbps: int = 1_000_000
     vlan_translation: bool = False
     qinq: bool = False
+    remote_aggregate_url: str = ""
+    mtu: int = 9000
+    min_capacity_kbps: int = 1
+    granularity_kbps: int = 1
+    te_metric: int = 10
+
+    @property
+    def switch_id(self) -> str:
+        """Component id of the switch the port belongs to (`...+interface+tor-a:uplink` -> `...+node+tor-a`)."""
+        prefix, _, name = self.local_port.rpartition("+")
+        return prefix.rsplit("+", 1)[0] + "+node+" + name.split(":", 1)[0]
+
+    @property
+    def stitch_port_id(self) -> str:
+        """The port's id in the stitching extension (`...+stitchport+tor-a:uplink`, as InstaGENI racks write it)."""
+        prefix, _, name = self.local_port.rpartition("+")
+        return prefix.rsplit("+", 1)[0] + "+stitchport+" + name
+
+
+@dataclass(frozen=True)
+class StaticVlan:
+    """A VLAN configured on a switch outside slicex's allocator. Shared ones are offered by name (shared-VLAN
+    extension) for slices to join; the others (management, pre-provisioned circuits) are only reserved."""
+
+    name: str
+    tag: int
+    switch: str  # component id
+    shared: bool = False
+    description: str = ""
 
 
 @dataclass(frozen=True)
@@ -104,6 +164,10 @@ class Substrate:
     provisioning_seconds: float = 2.0
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    sites: tuple[Site, ...] = ()
+    trunks: tuple[Trunk, ...] = ()
+    static_vlans: tuple[StaticVlan, ...] = ()
+    am_url: str = ""
 
     @property
     def component_manager_id(self) -> str:
@@ -115,6 +179,17 @@ class Substrate:
                 return h
         return None
 
+    def switch(self, component_id_or_name: str) -> Switch | None:
+        return next((s for s in self.switches
+                     if s.component_id.lower() == component_id_or_name.lower() or s.name == component_id_or_name),
+                    None)
+
+    def site(self, name: str) -> Site | None:
+        return next((s for s in self.sites if s.name == name), None)
+
+    def external_link(self, component_id_or_name: str) -> ExternalLink | None:
+        return next((e for e in self.external_links if component_id_or_name in (e.component_id, e.name)), None)
+
     def vm_size(self, name: str) -> VmSize | None:
         return next((s for s in self.vm_sizes if s.name == name), None)
 
@@ -124,6 +199,20 @@ class Substrate:
     @property
     def default_vm_size(self) -> VmSize:
         return self.vm_sizes[0]
+
+    @property
+    def all_sites(self) -> tuple[Site, ...]:
+        """Declared sites, then any site a host or switch names without declaring it."""
+        declared = {s.name for s in self.sites}
+        extra = dict.fromkeys(x.site for x in (*self.hosts, *self.switches) if x.site and x.site not in declared)
+        return self.sites + tuple(Site(name) for name in extra)
+
+    @property
+    def shared_vlans(self) -> tuple[StaticVlan, ...]:
+        return tuple(v for v in self.static_vlans if v.shared)
+
+    def fpga_board_id(self, board: dict[str, Any]) -> str:
+        return _urn(self.authority, "node", str(board.get("name")))
 
 
 def default_substrate(authority: str = "slicex.local") -> Substrate:
@@ -156,8 +245,11 @@ def default_substrate(authority: str = "slicex.local") -> Substrate:
         images=(Image("ubuntu-22.04", _urn(authority, "image", "ubuntu-22.04"), "Linux", "22.04", "Ubuntu 22.04 LTS"),
                 Image("debian-12", _urn(authority, "image", "debian-12"), "Linux", "12", "Debian 12")),
         description="emulated rack (slicex demo substrate)",
+        sites=(Site("rack1", "the emulated rack"),),
     )
 
+
+# ---- reading the operator's file ------------------------------------------------------------------------------
 
 class _LineLoader(yaml.SafeLoader):
     """A YAML loader that remembers the line of every mapping, so mistakes are reported where they are."""
@@ -168,33 +260,56 @@ class _LineLoader(yaml.SafeLoader):
         return mapping
 
 
-TOP_KEYS = {"authority", "description", "provisioning_seconds", "sites", "hosts", "switches", "vm_sizes", "images",
-            "external_links", "fpga_boards"}
+TOP_KEYS = {"authority", "description", "provisioning_seconds", "am_url", "sites", "hosts", "switches", "trunks",
+            "vm_sizes", "images", "external_links", "static_vlans", "fpga_boards"}
+SITE_KEYS = {"name", "description", "country", "latitude", "longitude"}
 HOST_KEYS = {"name", "cores", "memory_mb", "hardware_type", "exclusive", "interfaces", "site", "count"}
-IFACE_KEYS = {"name", "bandwidth_kbps", "switch_port"}
+IFACE_KEYS = {"name", "bandwidth_kbps", "switch_port", "role"}
 SWITCH_KEYS = {"name", "ports", "vlan_range", "site"}
 PORT_KEYS = {"name", "bandwidth_kbps"}
+TRUNK_KEYS = {"name", "between", "bandwidth_kbps"}
 SIZE_KEYS = {"name", "cores", "memory_mb", "disk_gb"}
-IMAGE_KEYS = {"name", "os", "version", "description"}
-EXT_KEYS = {"name", "switch", "port", "remote_aggregate", "remote_port", "vlan_range", "capacity_kbps",
-            "vlan_translation", "qinq"}
+IMAGE_KEYS = {"name", "urn", "os", "version", "description", "url"}
+EXT_KEYS = {"name", "switch", "port", "remote_aggregate", "remote_aggregate_url", "remote_port", "vlan_range",
+            "capacity_kbps", "min_capacity_kbps", "granularity_kbps", "mtu", "te_metric", "vlan_translation", "qinq"}
+STATIC_KEYS = {"name", "tag", "switch", "shared", "description"}
+ROLES = ("experimental", "control")
 
 
 def load_substrate(path: str | Path) -> Substrate:
-    """Read an operator's YAML substrate file; mistakes raise SubstrateError with file, line and fix."""
+    """Read an operator's substrate file (YAML; or NDL-OWL Turtle/RDF-XML written by `slicex substrate ndl`);
+    mistakes raise SubstrateError with file, line and fix."""
     p = Path(path)
     try:
-        data = yaml.load(p.read_text(), Loader=_LineLoader)  # noqa: S506 - SafeLoader subclass
+        text = p.read_text()
     except OSError as exc:
-        raise SubstrateError(f"{p}: cannot read substrate file: {exc}") from None
+        raise SubstrateError(f"{p}: cannot read substrate file: {exc.strerror or exc}; fix: check the path") from None
+    if p.suffix.lower() in (".ttl", ".rdf", ".owl", ".n3", ".nt"):
+        from rspec.ndl import load_graph, substrate_from_graph
+
+        return substrate_from_graph(load_graph(text, str(p)), str(p))
+    try:
+        data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{p}:{mark.line + 1}" if mark else str(p)
-        raise SubstrateError(f"{where}: not valid YAML ({getattr(exc, 'problem', exc)}); fix the syntax there") from None
+        raise SubstrateError(f"{where}: not valid YAML ({getattr(exc, 'problem', exc)}); fix: correct the syntax "
+                             f"there (indentation, a missing ':' or an unclosed bracket)") from None
     return substrate_from_dict(data, str(p))
 
 
+def _strip_lines(value: Any) -> Any:
+    """The document without the loader's line marks (FPGA boards are passed on as plain data)."""
+    if isinstance(value, dict):
+        return {k: _strip_lines(v) for k, v in value.items() if k != "__line__"}
+    if isinstance(value, list):
+        return [_strip_lines(v) for v in value]
+    return value
+
+
 class _Reader:
+    """Checks one substrate document, remembering the source name for messages."""
+
     def __init__(self, source: str):
         self.source = source
 
@@ -202,13 +317,23 @@ class _Reader:
         line = item.get("__line__", "?") if isinstance(item, dict) else "?"
         return SubstrateError(f"{self.source}:{line}: {message}; fix: {fix}")
 
-    def keys(self, item: Any, allowed: set[str], what: str) -> dict[str, Any]:
-        if not isinstance(item, dict):
-            raise SubstrateError(f"{self.source}: each {what} must be a mapping (key: value lines), got {item!r}")
+    def items(self, parent: dict[str, Any], key: str, what: str) -> list[dict[str, Any]]:
+        """The list under `key`, each entry a mapping."""
+        raw = parent.get(key)
+        if raw is None:
+            return []
+        if not isinstance(raw, list):
+            raise self.fail(parent, f"'{key}' must be a list of {what}s", f"write each {what} on a line starting "
+                                                                           f"with '- '")
+        for entry in raw:
+            if not isinstance(entry, dict):
+                raise self.fail(parent, f"an entry under '{key}' is {entry!r}, not a {what}",
+                                f"write each {what} as key: value pairs, e.g. '- name: ...'")
+        return raw
+
+    def keys(self, item: dict[str, Any], allowed: set[str], what: str) -> dict[str, Any]:
         for key in item:
             if key != "__line__" and key not in allowed:
-                import difflib
-
                 close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
                 hint = f"did you mean {close[0]!r}?" if close else f"allowed keys are {', '.join(sorted(allowed))}"
                 raise self.fail(item, f"unknown key {key!r} in {what}", hint)
@@ -225,44 +350,156 @@ class _Reader:
             raise self.fail(item, f"{what}: {key} is {value!r}", f"give a whole number of at least {minimum}")
         return value
 
-    def name(self, item: dict[str, Any], what: str) -> str:
-        value = str(self.need(item, "name", what))
+    def real(self, item: dict[str, Any], key: str, what: str, low: float, high: float) -> float | None:
+        value = item.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            raise self.fail(item, f"{what}: {key} is {value!r}", f"give a number from {low} to {high}")
+        return float(value)
+
+    def flag(self, item: dict[str, Any], key: str, what: str, default: bool = False) -> bool:
+        value = item.get(key, default)
+        if not isinstance(value, bool):
+            raise self.fail(item, f"{what}: {key} is {value!r}", "write true or false")
+        return value
+
+    def text(self, item: dict[str, Any], key: str, default: str = "") -> str:
+        value = item.get(key, default)
+        if isinstance(value, (dict, list)):
+            raise self.fail(item, f"{key} is a {type(value).__name__}", f"give {key} as plain text")
+        return "" if value is None else str(value)
+
+    def name(self, item: dict[str, Any], what: str, key: str = "name") -> str:
+        value = str(self.need(item, key, what))
         if not value.replace("-", "").replace("_", "").replace(".", "").isalnum():
-            raise self.fail(item, f"{what} name {value!r} has characters URNs cannot carry",
+            raise self.fail(item, f"{what} {key} {value!r} has characters URNs cannot carry",
                             "use letters, digits, '-', '_' and '.'")
+        return value
+
+    def urn(self, item: dict[str, Any], key: str, what: str) -> str:
+        value = str(self.need(item, key, what))
+        parts = value.split("+")
+        if not value.startswith("urn:publicid:IDN+") or len(parts) < 4 or not all(parts[1:]):
+            raise self.fail(item, f"{what}: {key} {value!r} is not a GENI URN",
+                            "write urn:publicid:IDN+<authority>+<type>+<name>")
         return value
 
     def vlan_ranges(self, item: dict[str, Any], what: str, default: list[str]) -> tuple[tuple[int, int], ...]:
         raw = item.get("vlan_range", default)
         raw = raw if isinstance(raw, list) else [raw]
-        out = []
+        out: list[tuple[int, int]] = []
         for r in raw:
             try:
-                lo, hi = _parse_range(r)
+                lo, hi = parse_range(r)
             except ValueError:
-                raise self.fail(item, f"{what}: VLAN range {r!r} is not a number or LOW-HIGH", "write e.g. 1000-1099")\
-                    from None
+                raise self.fail(item, f"{what}: VLAN range {r!r} is not a number or LOW-HIGH",
+                                "write e.g. 1000-1099") from None
             if not (1 <= lo <= hi <= 4094):
                 raise self.fail(item, f"{what}: VLAN range {r!r} is outside 1-4094 or reversed",
                                 "VLAN tags are 1-4094, low first")
+            for a, b in out:
+                if lo <= b and a <= hi:
+                    raise self.fail(item, f"{what}: VLAN ranges {a}-{b} and {lo}-{hi} overlap",
+                                    "list each tag once")
             out.append((lo, hi))
-        return tuple(out)
+        if not out:
+            raise self.fail(item, f"{what}: the VLAN range list is empty", "give at least one range, e.g. 1000-1099")
+        return tuple(sorted(out))
 
 
 def substrate_from_dict(data: Any, source: str = "<substrate>") -> Substrate:
+    """Build a Substrate from a parsed document (YAML mapping), checking it as `load_substrate` does."""
     r = _Reader(source)
     if not isinstance(data, dict) or "authority" not in data:
         raise SubstrateError(f"{source}:1: expected a mapping with at least 'authority:' and 'hosts:'; fix: start the "
                              f"file with 'authority: your.site.org'")
     r.keys(data, TOP_KEYS, "substrate")
     auth = str(data["authority"])
+    if not auth or any(c in auth for c in "+ \t/") or auth.startswith("urn:"):
+        raise r.fail(data, f"authority {auth!r} is not a GENI authority name",
+                     "write the bare name, e.g. 'authority: instageni.example.edu' (no URN, spaces or '+')")
+
+    sites = _sites(r, data)
+    site_names = {s.name for s in sites}
+
+    def check_site(item: dict[str, Any], what: str) -> str:
+        name = r.text(item, "site")
+        if name and sites and name not in site_names:
+            raise r.fail(item, f"{what} is in site {name!r}, which 'sites:' does not declare",
+                         f"use one of {', '.join(sorted(site_names))} or add it under sites")
+        return name
+
+    switches, port_ids = _switches(r, data, auth, check_site)
+    hosts = _hosts(r, data, auth, port_ids, check_site)
+    if not hosts:
+        raise SubstrateError(f"{source}:{data.get('__line__', 1)}: no hosts; fix: list at least one under 'hosts:'")
+    cabled = {i.switch_port: f"host {h.name} interface {i.name}" for h in hosts for i in h.interfaces if i.switch_port}
+    trunks = _trunks(r, data, auth, port_ids, cabled)
+    sizes = []
+    for v in r.items(data, "vm_sizes", "VM size"):
+        r.keys(v, SIZE_KEYS, "VM size")
+        n = r.name(v, "VM size")
+        if any(s.name == n for s in sizes):
+            raise r.fail(v, f"two VM sizes are named {n}", "give each size its own name")
+        sizes.append(VmSize(n, r.number(v, "cores", 1, f"VM size {n}"), r.number(v, "memory_mb", 1024, f"VM size {n}"),
+                            r.number(v, "disk_gb", 10, f"VM size {n}")))
+    images = []
+    for i in r.items(data, "images", "image"):
+        r.keys(i, IMAGE_KEYS, "image")
+        n = r.name(i, "image")
+        urn = r.urn(i, "urn", f"image {n}") if i.get("urn") else _urn(auth, "image", n)
+        if any(im.name == n or im.urn == urn for im in images):
+            raise r.fail(i, f"two images are named {n}", "give each image its own name")
+        images.append(Image(n, urn, r.text(i, "os", "Linux"), r.text(i, "version"), r.text(i, "description"),
+                            r.text(i, "url")))
+    externals = _externals(r, data, auth, port_ids, cabled, trunks)
+    statics = _static_vlans(r, data, auth, switches, externals)
+    boards = tuple(_strip_lines(b) for b in r.items(data, "fpga_boards", "FPGA board"))
+    defaults = default_substrate(auth)
+    sub = Substrate(auth, tuple(hosts), tuple(switches), tuple(sizes) or defaults.vm_sizes,
+                    tuple(images) or defaults.images, tuple(externals), boards,
+                    _seconds(r, data), r.text(data, "description"), {}, tuple(sites), tuple(trunks),
+                    tuple(statics), r.text(data, "am_url"))
+    return replace(sub, sites=sub.all_sites)
+
+
+def _seconds(r: _Reader, data: dict[str, Any]) -> float:
+    value = data.get("provisioning_seconds", 2.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise r.fail(data, f"provisioning_seconds is {value!r}", "give a number of seconds, 0 or more")
+    return float(value)
+
+
+def _sites(r: _Reader, data: dict[str, Any]) -> list[Site]:
+    sites: list[Site] = []
+    for s in r.items(data, "sites", "site"):
+        r.keys(s, SITE_KEYS, "site")
+        n = r.name(s, "site")
+        if any(x.name == n for x in sites):
+            raise r.fail(s, f"two sites are named {n}", "give each site its own name")
+        country = r.text(s, "country")
+        lat = r.real(s, "latitude", f"site {n}", -90, 90)
+        lon = r.real(s, "longitude", f"site {n}", -180, 180)
+        if (lat is None) != (lon is None):
+            raise r.fail(s, f"site {n} has only one of latitude and longitude", "give both or neither")
+        if lat is not None and not country:
+            raise r.fail(s, f"site {n} has coordinates but no country", "add e.g. 'country: US' (GENI locations "
+                                                                        "need a country)")
+        sites.append(Site(n, r.text(s, "description"), country, lat, lon))
+    return sites
+
+
+def _switches(r: _Reader, data: dict[str, Any], auth: str, check_site) -> tuple[list[Switch], set[str]]:
     switches: list[Switch] = []
     port_ids: set[str] = set()
-    for s in data.get("switches") or []:
+    for s in r.items(data, "switches", "switch"):
         r.keys(s, SWITCH_KEYS, "switch")
         name = r.name(s, "switch")
+        if any(x.name == name for x in switches):
+            raise r.fail(s, f"two switches are named {name}", "give each switch its own name")
         ports = []
-        for pt in s.get("ports") or []:
+        for pt in r.items(s, "ports", "port"):
             r.keys(pt, PORT_KEYS, f"port of switch {name}")
             pname = r.name(pt, f"port of switch {name}")
             cid = _urn(auth, "interface", f"{name}:{pname}")
@@ -271,75 +508,184 @@ def substrate_from_dict(data: Any, source: str = "<substrate>") -> Substrate:
             port_ids.add(cid)
             ports.append(Port(pname, cid, r.number(pt, "bandwidth_kbps", 10_000_000, f"port {name}:{pname}")))
         switches.append(Switch(name, _urn(auth, "node", name), tuple(ports),
-                               r.vlan_ranges(s, f"switch {name}", ["1000-1099"]), str(s.get("site", ""))))
+                               r.vlan_ranges(s, f"switch {name}", ["1000-1099"]), check_site(s, f"switch {name}")))
+    return switches, port_ids
+
+
+def _port(r: _Reader, item: dict[str, Any], auth: str, text: str, port_ids: set[str], what: str) -> str:
+    if ":" not in text:
+        raise r.fail(item, f"{what} names port {text!r} without its switch", "write SWITCH:PORT, e.g. tor-a:uplink")
+    cid = _urn(auth, "interface", text)
+    if cid not in port_ids:
+        raise r.fail(item, f"{what} names port {text!r}, which no switch declares",
+                     "name it SWITCH:PORT as listed under switches (or add the port there)")
+    return cid
+
+
+def _hosts(r: _Reader, data: dict[str, Any], auth: str, port_ids: set[str], check_site) -> list[Host]:
     hosts: list[Host] = []
     names: set[str] = set()
-    for h in data.get("hosts") or []:
+    cabled: dict[str, str] = {}
+    for h in r.items(data, "hosts", "host"):
         r.keys(h, HOST_KEYS, "host")
         base = r.name(h, "host")
         count = r.number(h, "count", 1, f"host {base}")
+        exclusive = r.flag(h, "exclusive", f"host {base}")
+        site = check_site(h, f"host {base}")
         for k in range(1, count + 1):
             name = base if count == 1 else f"{base}{k}"
             if name in names:
                 raise r.fail(h, f"two hosts are named {name}", "give each host its own name")
             names.add(name)
-            ifaces = []
-            for i in h.get("interfaces") or []:
+            ifaces: list[Interface] = []
+            for i in r.items(h, "interfaces", "interface"):
                 r.keys(i, IFACE_KEYS, f"interface of host {base}")
                 iname = r.name(i, f"interface of host {base}")
+                if any(x.name == iname for x in ifaces):
+                    raise r.fail(i, f"host {name} has two interfaces named {iname}", "give each its own name")
+                role = r.text(i, "role", "experimental")
+                if role not in ROLES:
+                    raise r.fail(i, f"interface {name}:{iname} has role {role!r}", f"use one of {', '.join(ROLES)}")
                 port = None
                 if i.get("switch_port"):
-                    port = _urn(auth, "interface", str(i["switch_port"]).replace("{n}", str(k)))
-                    if port not in port_ids:
-                        raise r.fail(i, f"host {name} interface {iname} is cabled to {i['switch_port']!r}, which no "
-                                        f"switch declares", "name it SWITCH:PORT as listed under switches")
+                    text = str(i["switch_port"]).replace("{n}", str(k))
+                    port = _port(r, i, auth, text, port_ids, f"host {name} interface {iname}")
+                    if port in cabled:
+                        raise r.fail(i, f"switch port {text} is cabled to both {cabled[port]} and host {name} "
+                                        f"interface {iname}", "cable each switch port to one interface")
+                    cabled[port] = f"host {name} interface {iname}"
                 ifaces.append(Interface(iname, _urn(auth, "interface", f"{name}:{iname}"),
-                                        r.number(i, "bandwidth_kbps", 10_000_000, f"interface {name}:{iname}"), port))
-            exclusive = bool(h.get("exclusive", False))
+                                        r.number(i, "bandwidth_kbps", 10_000_000, f"interface {name}:{iname}"), port,
+                                        role))
             hosts.append(Host(name, _urn(auth, "node", name), r.number(h, "cores", 8, f"host {name}"),
                               r.number(h, "memory_mb", 16384, f"host {name}"),
-                              str(h.get("hardware_type", "raw-pc" if exclusive else "pc")), exclusive, tuple(ifaces),
-                              str(h.get("site", ""))))
-    if not hosts:
-        raise SubstrateError(f"{source}:{data.get('__line__', 1)}: no hosts; fix: list at least one under 'hosts:'")
-    sizes = []
-    for v in data.get("vm_sizes") or []:
-        r.keys(v, SIZE_KEYS, "VM size")
-        sizes.append(VmSize(r.name(v, "VM size"), r.number(v, "cores", 1, "VM size"),
-                            r.number(v, "memory_mb", 1024, "VM size"), r.number(v, "disk_gb", 10, "VM size")))
-    images = []
-    for i in data.get("images") or []:
-        r.keys(i, IMAGE_KEYS, "image")
-        n = r.name(i, "image")
-        images.append(Image(n, _urn(auth, "image", n), str(i.get("os", "Linux")), str(i.get("version", "")),
-                            str(i.get("description", ""))))
-    externals = []
-    for e in data.get("external_links") or []:
+                              r.text(h, "hardware_type", "raw-pc" if exclusive else "pc"), exclusive, tuple(ifaces),
+                              site))
+    return hosts
+
+
+def _trunks(r: _Reader, data: dict[str, Any], auth: str, port_ids: set[str], cabled: dict[str, str]) -> list[Trunk]:
+    trunks: list[Trunk] = []
+    for t in r.items(data, "trunks", "trunk"):
+        r.keys(t, TRUNK_KEYS, "trunk")
+        n = r.name(t, "trunk")
+        ends = t.get("between")
+        if not isinstance(ends, list) or len(ends) != 2:
+            raise r.fail(t, f"trunk {n}: 'between' must list two switch ports", "write between: [tor-a:x, tor-b:y]")
+        a, b = (_port(r, t, auth, str(e), port_ids, f"trunk {n}") for e in ends)
+        if a.split("+")[-1].split(":")[0] == b.split("+")[-1].split(":")[0]:
+            raise r.fail(t, f"trunk {n} joins two ports of the same switch", "a trunk joins two switches")
+        for p in (a, b):
+            if p in cabled:
+                raise r.fail(t, f"trunk {n} uses port {urn_name(p)}, already cabled to {cabled[p]}",
+                             "give the trunk its own ports")
+            cabled[p] = f"trunk {n}"
+        if any(x.name == n for x in trunks):
+            raise r.fail(t, f"two trunks are named {n}", "give each trunk its own name")
+        trunks.append(Trunk(n, _urn(auth, "link", n), a, b, r.number(t, "bandwidth_kbps", 10_000_000, f"trunk {n}")))
+    return trunks
+
+
+def _externals(r: _Reader, data: dict[str, Any], auth: str, port_ids: set[str], cabled: dict[str, str],
+               trunks: list[Trunk]) -> list[ExternalLink]:
+    externals: list[ExternalLink] = []
+    for e in r.items(data, "external_links", "external link"):
         r.keys(e, EXT_KEYS, "external link")
         n = r.name(e, "external link")
-        local = _urn(auth, "interface", f"{r.need(e, 'switch', 'external link')}:{r.need(e, 'port', 'external link')}")
-        if local not in port_ids:
-            raise r.fail(e, f"external link {n} leaves from {e['switch']}:{e['port']}, which no switch declares",
-                         "add that port under the switch's ports")
-        remote_agg = str(r.need(e, "remote_aggregate", f"external link {n}"))
-        remote_port = str(r.need(e, "remote_port", f"external link {n}"))
-        for value, what in ((remote_agg, "remote_aggregate"), (remote_port, "remote_port")):
-            if not value.startswith("urn:publicid:IDN+"):
-                raise r.fail(e, f"external link {n}: {what} {value!r} is not a GENI URN",
-                             "write urn:publicid:IDN+<authority>+<type>+<name>")
+        if any(x.name == n for x in externals):
+            raise r.fail(e, f"two external links are named {n}", "give each its own name")
+        what = f"external link {n}"
+        local = _port(r, e, auth, f"{r.need(e, 'switch', what)}:{r.need(e, 'port', what)}", port_ids, what)
+        if local in cabled:
+            raise r.fail(e, f"{what} leaves from {urn_name(local)}, which is cabled to {cabled[local]}",
+                         "give the external link a port of its own")
+        cabled[local] = what
+        remote_agg = r.urn(e, "remote_aggregate", what)
+        remote_port = r.urn(e, "remote_port", what)
+        if remote_agg.split("+")[1] == auth:
+            raise r.fail(e, f"{what}: remote_aggregate {remote_agg} is this aggregate",
+                         "name the aggregate or transit network at the other end")
+        capacity = r.number(e, "capacity_kbps", 1_000_000, what)
+        minimum = r.number(e, "min_capacity_kbps", 1, what)
+        if minimum > capacity:
+            raise r.fail(e, f"{what}: min_capacity_kbps {minimum} exceeds capacity_kbps {capacity}",
+                         "lower min_capacity_kbps")
+        url = r.text(e, "remote_aggregate_url")
+        if url and not url.startswith(("https://", "http://")):
+            raise r.fail(e, f"{what}: remote_aggregate_url {url!r} is not a URL", "write https://host:port/path")
         externals.append(ExternalLink(n, _urn(auth, "link", n), local, remote_agg, remote_port,
-                                      r.vlan_ranges(e, f"external link {n}", ["3000-3099"]),
-                                      r.number(e, "capacity_kbps", 1_000_000, f"external link {n}"),
-                                      bool(e.get("vlan_translation", False)), bool(e.get("qinq", False))))
-    boards = tuple({k: v for k, v in b.items() if k != "__line__"} for b in data.get("fpga_boards") or [])
-    defaults = default_substrate(auth)
-    return Substrate(auth, tuple(hosts), tuple(switches), tuple(sizes) or defaults.vm_sizes,
-                     tuple(images) or defaults.images, tuple(externals), boards,
-                     float(data.get("provisioning_seconds", 2.0)), str(data.get("description", "")))
+                                      r.vlan_ranges(e, what, ["3000-3099"]), capacity,
+                                      r.flag(e, "vlan_translation", what), r.flag(e, "qinq", what), url,
+                                      r.number(e, "mtu", 9000, what, 576), minimum,
+                                      r.number(e, "granularity_kbps", 1, what), r.number(e, "te_metric", 10, what)))
+    return externals
 
 
-def _parse_range(text: Any) -> tuple[int, int]:
+def _static_vlans(r: _Reader, data: dict[str, Any], auth: str, switches: list[Switch],
+                  externals: list[ExternalLink]) -> list[StaticVlan]:
+    out: list[StaticVlan] = []
+    for v in r.items(data, "static_vlans", "static VLAN"):
+        r.keys(v, STATIC_KEYS, "static VLAN")
+        n = r.name(v, "static VLAN")
+        what = f"static VLAN {n}"
+        tag = r.number(v, "tag", 0, what)
+        if tag > 4094:
+            raise r.fail(v, f"{what}: tag {tag} is above 4094", "VLAN tags are 1-4094")
+        sw_name = str(r.need(v, "switch", what))
+        sw = next((s for s in switches if s.name == sw_name), None)
+        if sw is None:
+            raise r.fail(v, f"{what} is on switch {sw_name!r}, which 'switches:' does not declare",
+                         f"use one of {', '.join(s.name for s in switches) or '(declare a switch first)'}")
+        for lo, hi in sw.vlan_range:
+            if lo <= tag <= hi:
+                raise r.fail(v, f"{what}: tag {tag} lies in switch {sw.name}'s dynamic range {lo}-{hi}, so slicex "
+                                f"could hand it to a slice", "pick a tag outside the range or narrow the range")
+        for e in externals:
+            if e.switch_id == sw.component_id and any(lo <= tag <= hi for lo, hi in e.vlan_range):
+                raise r.fail(v, f"{what}: tag {tag} lies in external link {e.name}'s range",
+                             "pick a tag outside it or narrow that range")
+        for o in out:
+            if o.name == n:
+                raise r.fail(v, f"two static VLANs are named {n}", "give each its own name")
+            if o.tag == tag and o.switch == sw.component_id:
+                raise r.fail(v, f"{what} and {o.name} both use tag {tag} on {sw.name}", "give each its own tag")
+        out.append(StaticVlan(n, tag, sw.component_id, r.flag(v, "shared", what), r.text(v, "description")))
+    position = {s.component_id: k for k, s in enumerate(switches)}
+    return sorted(out, key=lambda v: (position[v.switch], v.tag))  # one canonical order (NDL has no other)
+
+
+def check_substrate(sub: Substrate) -> list[str]:
+    """Warnings about a substrate that loads but will surprise its operator (nothing here stops it running)."""
+    out = []
+    vm_hosts = [h for h in sub.hosts if not h.exclusive]
+    for s in sub.vm_sizes if vm_hosts else ():
+        if not any(h.cores >= s.cores and h.memory_mb >= s.memory_mb for h in vm_hosts):
+            out.append(f"VM size {s.name} ({s.cores} cores, {s.memory_mb} MB) fits on no VM host; the biggest has "
+                       f"{max(h.cores for h in vm_hosts)} cores and {max(h.memory_mb for h in vm_hosts)} MB")
+    for h in sub.hosts:
+        if not any(i.switch_port and i.role == "experimental" for i in h.interfaces):
+            out.append(f"host {h.name} has no experimental interface cabled to a switch; it cannot join links")
+    used = {i.switch_port for h in sub.hosts for i in h.interfaces} | {e.local_port for e in sub.external_links}
+    used |= {p for t in sub.trunks for p in (t.port_a, t.port_b)}
+    for sw in sub.switches:
+        idle = [p.name for p in sw.ports if p.component_id not in used]
+        if idle:
+            out.append(f"switch {sw.name}: port{'s' if len(idle) > 1 else ''} {', '.join(idle)} "
+                       f"cabled to nothing")
+    if len(sub.switches) > 1 and not sub.trunks:
+        out.append(f"{len(sub.switches)} switches and no trunks: links between hosts on different switches "
+                   f"cannot be carried")
+    return out
+
+
+def parse_range(text: Any) -> tuple[int, int]:
+    """`1000-1099` -> (1000, 1099); `7` -> (7, 7). Raises ValueError."""
+    if isinstance(text, bool):
+        raise ValueError(text)
     if isinstance(text, int):
         return (text, text)
-    lo, _, hi = str(text).partition("-")
+    lo, _, hi = str(text).strip().partition("-")
     return (int(lo), int(hi or lo))
+
+
+_parse_range = parse_range

@@ -1,0 +1,156 @@
+"""The authority: verifies tickets without calling the broker, leases each unit once, redeems idempotently,
+extends, modifies, closes and reaps leases through a substrate driver."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from am.authority import LEASES, Authority, SliverSpec
+from broker.calendar import Pool
+from broker.delegation import Delegation
+from slicex.errors import CredentialInvalid, Expired, Refused, SearchFailed, ServerError
+from slicex.store.sqlite_store import SqliteStore
+from slicex.ticket import Ticket, sign_ticket, verify_lease
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+H = timedelta(hours=1)
+BROKER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+OTHER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+AUTH_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+class Recorder:
+    """A substrate driver that records what it is asked (the SubstrateDriver protocol, nothing more)."""
+
+    description = "test driver"
+
+    def __init__(self, fail: str = ""):
+        self.calls: list[tuple[str, str]] = []
+        self.fail = fail
+
+    def create(self, spec, now):
+        if spec.client_id == self.fail:
+            raise RuntimeError("disk full on pc1")
+        self.calls.append(("create", spec.id))
+        return {"state": "geni_notready", "units": list(spec.units), "labels": [list(x) for x in spec.labels]}
+
+    def modify(self, spec, status, action, now):
+        self.calls.append((action, spec.id))
+        return {**status, "state": "geni_ready" if action == "geni_start" else "geni_notready"}
+
+    def destroy(self, spec, status, now):
+        self.calls.append(("destroy", spec.id))
+
+    def status(self, spec, status, now):
+        return status["state"], ""
+
+
+def ticket(units=("core:pc1:0",), start=T0, end=T0 + H, key=BROKER_KEY, broker="b", tid="g/r1", seq=1, **kw):
+    return sign_ticket(Ticket(tid, broker, "sm", tid.split("/")[1], tuple(units), start, end, seq, **kw), key)
+
+
+def authority(driver=None, store=None):
+    inventory = Delegation("auth", "b", (Pool("core:pc1", "core", tuple(f"core:pc1:{i}" for i in range(4)), "pc1"),))
+    return Authority("auth", driver or Recorder(), {"b": BROKER_KEY.public_key(), "b2": OTHER_KEY.public_key()},
+                     store=store or SqliteStore(":memory:"), key=AUTH_KEY, inventory=inventory)
+
+
+def spec(rid="r1", client_id="n1"):
+    return SliverSpec(rid, "node", client_id, details={"host": "pc1"})
+
+
+def test_redeem_checks_signature_trust_and_term():
+    a = authority()
+    with pytest.raises(CredentialInvalid, match="altered"):
+        a.redeem(replace(ticket(), units=("core:pc1:1",)), spec(), T0)
+    with pytest.raises(CredentialInvalid, match="does not trust broker evil"):
+        a.redeem(ticket(broker="evil"), spec(), T0)
+    with pytest.raises(Refused, match="starts at"):
+        a.redeem(ticket(start=T0 + H, end=T0 + 2 * H), spec(), T0)
+    with pytest.raises(Expired, match="expired"):
+        a.redeem(ticket(), spec(), T0 + H)
+    with pytest.raises(Refused, match="for authority other"):
+        a.redeem(ticket(authority="other"), spec(), T0)
+    assert a.store.all_claims() == {} and a.store.scan(LEASES) == []
+
+
+def test_a_lease_is_signed_and_redeeming_again_returns_it():
+    d = Recorder()
+    a = authority(d)
+    lease, status = a.redeem(ticket(), spec(), T0)
+    verify_lease(lease, AUTH_KEY.public_key())
+    assert (lease.units, lease.end, status["units"]) == (("core:pc1:0",), T0 + H, ["core:pc1:0"])
+    again, _ = a.redeem(ticket(), spec(), T0)
+    assert again == lease and d.calls == [("create", "r1")]
+    assert a.store.all_claims() == {"leased:core:pc1:0": lease.id}
+
+
+def test_two_promises_of_one_unit_are_never_both_leased():
+    a = authority()
+    a.redeem(ticket(), spec(), T0)
+    with pytest.raises(Refused, match="already leased"):
+        a.redeem(ticket(key=OTHER_KEY, broker="b2", tid="g2/r2"), spec("r2"), T0)
+
+
+def test_a_count_ticket_gets_units_nobody_leased():
+    a = authority()
+    a.redeem(ticket(), spec(), T0)
+    lease, status = a.redeem(ticket((), tid="g/r2", resource_type="core:pc1", count=2), spec("r2"), T0)
+    assert lease.units == ("core:pc1:1", "core:pc1:2") and status["units"] == ["core:pc1:1", "core:pc1:2"]
+    with pytest.raises(Refused, match="1 are not leased"):
+        a.redeem(ticket((), tid="g/r3", resource_type="core:pc1", count=2), spec("r3"), T0)
+
+
+def test_extend_follows_newer_tickets_only():
+    a = authority()
+    lease, _ = a.redeem(ticket(), spec(), T0)
+    longer = a.extend_lease(lease, ticket(end=T0 + 3 * H, seq=2), T0)
+    assert (longer.end, longer.sequence) == (T0 + 3 * H, 2)
+    assert a.extend_lease(longer, ticket(end=T0 + 2 * H, seq=1), T0) == longer  # a late, older extension
+    a.close(lease.id, T0)
+    with pytest.raises(SearchFailed, match="no lease for ticket g/r1"):
+        a.extend_lease(longer, ticket(end=T0 + 4 * H, seq=3), T0)
+
+
+def test_modify_status_close_and_close_again():
+    d = Recorder()
+    a = authority(d)
+    lease, _ = a.redeem(ticket(), spec(), T0)
+    assert a.status(lease.id, T0) == ("geni_notready", "")
+    a.modify(lease.id, "geni_start", T0)
+    assert a.status(lease.id, T0) == ("geni_ready", "")
+    assert a.close(lease.id, T0) and not a.close(lease.id, T0)
+    assert d.calls[-1] == ("destroy", "r1") and a.store.all_claims() == {}
+    with pytest.raises(SearchFailed):
+        a.modify(lease.id, "geni_start", T0)
+
+
+def test_a_driver_failure_is_a_reason_and_leaves_nothing():
+    a = authority(Recorder(fail="n1"))
+    with pytest.raises(ServerError, match="could not set up node n1: disk full on pc1"):
+        a.redeem(ticket(), spec(), T0)
+    assert a.store.all_claims() == {} and a.store.scan(LEASES) == []
+
+
+def test_expired_leases_are_reaped_on_the_authoritys_clock():
+    d = Recorder()
+    a = authority(d)
+    a.redeem(ticket(), spec(), T0)
+    a.redeem(ticket(("core:pc1:1",), tid="g/r2", end=T0 + 2 * H), spec("r2"), T0)
+    assert a.reap(T0 + H - timedelta(seconds=1)) == []
+    assert a.reap(T0 + H) == ["g/r1"] and [lease.id for lease in a.leases()] == ["g/r2"]
+    assert a.store.all_claims() == {"leased:core:pc1:1": "g/r2"}
+
+
+def test_without_a_store_the_caller_keeps_the_record():
+    from am.substrate.emulated import EmulatedDriver
+    from rspec.substrate import default_substrate
+
+    a = Authority("auth", EmulatedDriver(default_substrate("t.org")), {"b": BROKER_KEY.public_key()})
+    lease, op = a.redeem(ticket(), "node", T0)
+    assert op["state"] == "geni_notready" and lease.end == T0 + H
+    assert a.modify_lease(op, "node", "n1", "geni_start", T0, 5.0)["state"] == "geni_configuring"

@@ -1,0 +1,205 @@
+"""The actor slice manager: AM calls become tickets, leases and closes through the reservation machine; what
+fails says why, and nothing it took is left behind."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from am import reservation as rs
+from am import slice_manager as sm
+from am.actor_slice_manager import ActorSliceManager, in_process
+from am.authority import LEASES
+from am.substrate.emulated import EmulatedDriver
+from broker.broker import Demand
+from rspec.request import parse_request
+from rspec.substrate import default_substrate
+from slicex.clock import ManualClock
+from slicex.errors import GeniError, SearchFailed, Unavailable, VlanUnavailable
+from slicex.store.sqlite_store import SqliteStore
+from slicex.term import Term
+from tests.factories import request_rspec, three_node_lan, vm
+
+SLICE = "urn:publicid:IDN+t.org+slice+s1"
+KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+SUB = default_substrate("t.org")
+MIN = timedelta(minutes=1)
+
+
+class Flaky:
+    """An actor proxy that can be switched off (the actor is down: UNAVAILABLE)."""
+
+    def __init__(self, actor, only: tuple[str, ...] = ()):
+        self.actor = actor
+        self.down = False
+        self.only = only  # the methods that fail while down (all if empty)
+
+    def __getattr__(self, name):
+        attr = getattr(self.actor, name)
+        if not callable(attr) or name in ("policy", "name"):
+            return attr
+
+        def call(*a, **kw):
+            if self.down and (not self.only or name in self.only):
+                raise Unavailable(f"{name}: actor at https://127.0.0.1:9/ is not answering")
+            return attr(*a, **kw)
+        return call
+
+
+@pytest.fixture
+def world(tmp_path):
+    store = SqliteStore(str(tmp_path / "s.db"))
+    clock = ManualClock()
+    asm = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY)
+    return store, clock, asm
+
+
+def everything_released(store, asm) -> None:
+    assert store.all_claims() == {}, "claims left"
+    assert store.scan(LEASES) == [], "leases left"
+    assert asm.broker.calendar.bookings == {}, "broker bookings left"
+    assert asm.records() == [], "reservations left"
+
+
+def test_allocate_provision_start_delete_a_lan(world):
+    store, clock, asm = world
+    now = clock.now()
+    slivers = asm.allocate(SLICE, "o", parse_request(three_node_lan()), now + 10 * MIN, now)
+    assert {s.allocation_state for s in slivers} == {sm.ALLOCATED} and len(slivers) == 4
+    link = next(s for s in slivers if s.kind == "link")
+    tag = link.details["vlan_tag"]
+    assert tag is not None and any(k.endswith(f":{tag}") for k in link.details["keys"])
+    nodes = [rec for rec in asm.records(SLICE) if rec.kind == "node"]
+    assert all(rec.r.depends_on == (link.urn,) for rec in nodes)  # nodes redeem after their link
+    claimed = set(store.all_claims())
+    assert claimed == {k for s in slivers for k in s.details["keys"]}
+
+    provisioned = asm.provision([s.urn for s in slivers], now + timedelta(hours=2), [{"urn": "u+alice", "keys": ["k"]}],
+                                now)
+    assert {(s.allocation_state, s.operational_state) for s in provisioned} == {(sm.PROVISIONED, sm.NOTREADY)}
+    assert all(s.expires == now + timedelta(hours=2) for s in provisioned)
+    node = next(s for s in provisioned if s.kind == "node")
+    (iface,) = node.details["interfaces"].values()
+    assert iface["vlan_tag"] == tag and iface["mac_address"] and node.details["logins"][0]["username"] == "alice"
+    assert len(store.scan(LEASES)) == 4
+
+    started = asm.perform([s.urn for s in provisioned], "geni_start", now, False, [])
+    assert {s.operational_state for s in started if s.kind == "node"} == {sm.CONFIGURING}
+    clock.advance(timedelta(minutes=5))
+    assert {s.operational_state for s in asm.slivers(SLICE, clock.now())} == {sm.READY}
+
+    deleted = asm.delete([s.urn for s in slivers], clock.now())
+    assert {s.allocation_state for s in deleted} == {sm.UNALLOCATED}
+    everything_released(store, asm)
+    assert asm.slivers(SLICE, clock.now()) == [] and asm.request_of(SLICE) == []
+
+
+def test_renew_extends_ticket_and_lease_and_refusal_keeps_the_old_end(world):
+    store, clock, asm = world
+    now = clock.now()
+    slivers = asm.allocate(SLICE, "o", parse_request(request_rspec([vm("a")])), now + 10 * MIN, now)
+    urns = [s.urn for s in slivers]
+    asm.provision(urns, now + timedelta(hours=1), [], now)
+    (s,) = asm.renew(urns, now + timedelta(hours=5), now, False)
+    rec = asm.records(SLICE)[0]
+    assert s.expires == now + timedelta(hours=5) and rec.ticket.end == rec.lease.end == now + timedelta(hours=5)
+    assert (rec.r.state, rec.ticket.sequence) == (rs.ACTIVE, 3)  # issued, extended at provision, renewed
+    # an advance reservation of the same units from hour 6 stops a renewal past it
+    asm.broker.issue("other", {"adv": Demand(units=rec.ticket.units)},
+                     Term(now + timedelta(hours=6), now + timedelta(hours=7)), now)
+    with pytest.raises(GeniError, match="cannot renew a .* promised to someone else"):
+        asm.renew(urns, now + timedelta(hours=8), now, False)
+    (s,) = asm.slivers(SLICE, now)
+    assert s.expires == now + timedelta(hours=5) and "refused" in s.error
+
+
+def test_a_tag_taken_meanwhile_is_refused_by_the_broker_with_its_reason(world):
+    store, clock, asm = world
+    now = clock.now()
+    sw = SUB.switches[0].component_id
+    req = request_rspec([vm("a", ifaces=["a:if0"]), vm("b", ifaces=["b:if0"])],
+                        [{"client_id": "l", "ifaces": ["a:if0", "b:if0"], "vlantag": "1042"}])
+    store.claim(f"vlan:{sw}:1042", "someone-else")  # another worker took it after this one planned
+    before = asm.broker.unavailable
+    asm.broker.unavailable = lambda term: before(term) - {f"vlan:{sw}:1042"}
+    with pytest.raises(VlanUnavailable, match="1042"):
+        asm.allocate(SLICE, "o", parse_request(req), now + 10 * MIN, now)
+    assert store.all_claims() == {f"vlan:{sw}:1042": "someone-else"} and asm.records() == []
+
+
+def test_broker_down_is_unavailable_and_leaves_nothing(tmp_path):
+    store = SqliteStore(str(tmp_path / "s.db"))
+    clock = ManualClock()
+    real = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY)
+    broker = Flaky(real.broker, only=("issue", "relinquish"))
+    asm = ActorSliceManager(store, SUB, broker, real.authority)
+    broker.down = True
+    with pytest.raises(Unavailable, match="issue: actor .* not answering"):
+        asm.allocate(SLICE, "o", parse_request(request_rspec([vm("a")])), clock.now() + 10 * MIN, clock.now())
+    broker.down = False
+    asm.reap(clock.now())
+    everything_released(store, real)
+
+
+def test_releases_that_cannot_be_delivered_are_retried_until_they_are(tmp_path):
+    store = SqliteStore(str(tmp_path / "s.db"))
+    clock = ManualClock()
+    real = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY)
+    broker = Flaky(real.broker)
+    asm = ActorSliceManager(store, SUB, broker, real.authority)
+    now = clock.now()
+    slivers = asm.allocate(SLICE, "o", parse_request(three_node_lan()), now + 10 * MIN, now)
+    asm.provision([s.urn for s in slivers], now + timedelta(hours=1), [], now)
+    broker.down = True
+    asm.delete([s.urn for s in slivers], now)
+    assert asm.slivers(SLICE, now) == []  # gone for the user at once
+    assert store.scan(LEASES) == []  # the authority closed its leases
+    assert store.all_claims() != {}  # the broker still holds the units: it did not hear the relinquish
+    broker.down = False
+    asm.reap(now + MIN)
+    everything_released(store, real)
+
+
+def test_the_term_end_releases_everything(world):
+    store, clock, asm = world
+    now = clock.now()
+    slivers = asm.allocate(SLICE, "o", parse_request(three_node_lan()), now + 10 * MIN, now)
+    asm.provision([s.urn for s in slivers], now + timedelta(hours=1), [], now)
+    assert asm.reap(now + 59 * MIN) == []
+    assert len(asm.reap(now + timedelta(hours=1))) == 4
+    everything_released(store, asm)
+
+
+def test_a_failure_while_provisioning_says_why_and_frees_the_sliver(tmp_path):
+    class Broken(EmulatedDriver):
+        def provisioned(self, kind, now):
+            if kind == "node":
+                raise RuntimeError("hypervisor on pc1 refused: out of disk")
+            return super().provisioned(kind, now)
+
+    store = SqliteStore(str(tmp_path / "s.db"))
+    clock = ManualClock()
+    asm = in_process(store, SUB, Broken(SUB), broker_key=KEY)
+    now = clock.now()
+    slivers = asm.allocate(SLICE, "o", parse_request(request_rspec([vm("a")])), now + 10 * MIN, now)
+    with pytest.raises(GeniError, match="out of disk"):
+        asm.provision([s.urn for s in slivers], now + timedelta(hours=1), [], now)
+    (s,) = asm.slivers(SLICE, now)
+    assert s.operational_state == sm.FAILED and "out of disk" in s.error and "authority" in s.error
+    assert store.all_claims() == {} and store.scan(LEASES) == []
+    asm.delete([s.urn], now)
+    everything_released(store, asm)
+
+
+def test_a_new_slice_manager_on_the_same_store_sees_everything(world):
+    store, clock, asm = world
+    now = clock.now()
+    slivers = asm.allocate(SLICE, "o", parse_request(three_node_lan()), now + 10 * MIN, now)
+    again = ActorSliceManager(store, SUB, asm.broker, asm.authority)
+    assert sorted(s.urn for s in again.slivers(SLICE, now)) == sorted(s.urn for s in slivers)
+    with pytest.raises(SearchFailed):
+        again.delete(["urn:publicid:IDN+t.org+sliver+nope"], now)
+    again.delete([s.urn for s in slivers], now)
+    everything_released(store, asm)
