@@ -811,6 +811,5 @@ def in_process(store: Store, substrate: Any, driver: Any, broker_key: Any = None
     broker = Broker("broker", store, bkey, policy=policy, authority=name)
     authority = Authority(name, driver, {"broker": bkey.public_key()}, store=store, key=akey,
                           inventory=export_substrate(substrate, name, "broker"))
-    parked = set(broker.reclaimed(name))
-    authority.delegate(broker, [n for n in authority.inventory.names() if n not in parked])
+    authority.export_to(broker)
     return ActorSliceManager(store, substrate, broker, authority, **kw)

@@ -111,6 +111,14 @@ class Authority:
             raise BadArgs(f"authority {self.name} has no inventory to delegate")
         broker.accept(self.inventory if names is None else self.inventory.only(names))
 
+    def export_to(self, broker: Any) -> None:
+        """Delegate everything this authority owns to `broker`, except what the operator reclaimed (a host in
+        maintenance), which stays out across restarts; parts added to the substrate are delegated too."""
+        if self.inventory is None:
+            raise BadArgs(f"authority {self.name} has no inventory to delegate")
+        parked = set(broker.reclaimed(self.name))
+        self.delegate(broker, [n for n in self.inventory.names() if n not in parked])
+
     def reclaim(self, broker: Any, names: list[str], now: datetime) -> tuple[list[str], list[str]]:
         """Take inventory back from a broker (maintenance): (reclaimed now, still promised and draining)."""
         return broker.reclaim(self.name, names, now)

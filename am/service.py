@@ -4,17 +4,20 @@ state in the store named by the config (SQLite by default), the reaper on the ac
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from am.actor_slice_manager import ActorSliceManager
 from am.api import AggregateManager, AmIdentity, AmPolicy, error_result
 from am.authority import Authority
-from am.embed import inventory_prefixes, usage_counts
-from am.embedded import EmbeddedSliceManager
+from am.embed import usage_counts
 from am.substrate.emulated import EmulatedDriver, FailurePlan
 from broker.broker import Broker
+from broker.delegation import export_substrate
+from broker.policy import policy_named
 from clearinghouse.slice_authority import SaPolicy, SliceAuthority
 from rspec.advertisement import AdvertisementCache, Usage
 from rspec.substrate import Substrate, default_substrate, load_substrate
@@ -25,6 +28,7 @@ from slicex.devpki import roots_bundle
 from slicex.errors import BadArgs, TooBig
 from slicex.home import Home
 from slicex.store import Store, open_store
+from slicex.ticket import load_signing_key
 from slicex.tls_xmlrpc import TlsXmlRpcServer, server_context
 
 log = logging.getLogger("slicex.service")
@@ -57,30 +61,25 @@ class EmbeddedDeployment:
 
         self.bitstreams = BitstreamCatalogue(self.store, home.root / "bitstreams")
         self.fpga_backend = EmulatedFpgaBackend()
-        from broker.policy import policy_named
-
-        # embedded deployment: broker and authority are in-process actors; the broker signs tickets with the
-        # aggregate's key (it persists across restarts, so tickets issued before a restart still redeem)
-        am_cert = pki.load_cert(home.am_cert.read_bytes())
+        # The broker signs tickets and the authority signs leases with the aggregate's key (it persists across
+        # restarts, so tickets issued before a restart still redeem).
+        am_key = load_signing_key(home.am_key.read_bytes())
+        policy = policy_named(self.cfg.get("broker_policy", "first-fit"))
         if broker_url:  # scaled out: broker and authority are processes of their own, called over mutual TLS
             from am.authority import RemoteAuthority
             from broker.remote import RemoteBroker
             from slicex.actor_rpc import ActorClient
 
             creds = (str(home.am_cert), str(home.am_key))
-            self.broker = RemoteBroker(ActorClient("broker", broker_url, *creds))
+            self.broker = RemoteBroker(ActorClient("broker", broker_url, *creds), policy=policy)
             self.authority_actor = RemoteAuthority(ActorClient("authority", authority_url, *creds))
+            owner = Authority(self.authority_name(), None, {}, inventory=self._inventory())
         else:
-            self.broker = Broker("broker", self.store, home.am_key.read_bytes(), am_cert)
-            self.authority_actor = Authority(self.authority_name(), self.driver, {"broker": am_cert.public_key()})
-            # the authority exports its inventory to the broker (ORCA delegation); what it reclaimed (say, a
-            # host in maintenance) stays out across restarts, and new substrate parts are delegated at start
-            out = set(self.broker.reclaimed(self.authority_name()))
-            self.broker.claim_delegation(self.authority_name(),
-                                         [p for p in inventory_prefixes(self.substrate) if p not in out])
-        self.sm = EmbeddedSliceManager(self.store, self.substrate, self.driver, self.cfg["image_policy"],
-                                       self.bitstreams, self.fpga_backend, self.broker, self.authority_actor,
-                                       policy_named(self.cfg.get("broker_policy", "first-fit")))
+            self.broker = Broker("broker", self.store, am_key, policy=policy, authority=self.authority_name())
+            self.authority_actor = Authority(self.authority_name(), self.driver, {"broker": am_key.public_key()},
+                                             store=self.store, key=am_key, inventory=self._inventory())
+            owner = self.authority_actor
+        owner.export_to(self.broker)
         trust = pki.TrustStore([home.trusted_roots])
         self.verifier = CredentialVerifier(trust)
         am_policy = AmPolicy(allocation_lifetime=timedelta(minutes=self.cfg["am"]["allocation_lifetime_minutes"]),
@@ -95,6 +94,12 @@ class EmbeddedDeployment:
                                           self._am_dispatch, self._am_reject)
         self.endpoints = Endpoints(f"https://{host}:{self._sa_server.port}/",
                                    f"https://{host}:{self._am_server.port}/")
+        # The slice manager's name locks the reservations it works on; the same name after a restart takes its
+        # own unfinished work back at once (AM workers sharing a store differ by port or by `sm_name`).
+        self.sm = ActorSliceManager(self.store, self.substrate, self.broker, self.authority_actor,
+                                    name=self.cfg.get("sm_name") or f"sm-{socket.gethostname()}-{self._am_server.port}",
+                                    image_policy=self.cfg["image_policy"], bitstreams=self.bitstreams,
+                                    fpga_backend=self.fpga_backend, run_actor_clocks=not broker_url)
         self.am_urn = f"urn:publicid:IDN+{self.authority}+authority+am"
         self._ads = AdvertisementCache()
         self.am = AggregateManager(AmIdentity(self.am_urn, self.endpoints.am_url, host, self.driver.description),
@@ -109,6 +114,9 @@ class EmbeddedDeployment:
 
     def authority_name(self) -> str:
         return f"urn:publicid:IDN+{self.authority}+authority+am"
+
+    def _inventory(self):
+        return export_substrate(self.substrate, self.authority_name(), "broker")
 
     # ---- edges -------------------------------------------------------------------------------------------------
     def _am_dispatch(self, method: str, params: tuple, cert) -> Any:
@@ -160,7 +168,8 @@ class EmbeddedDeployment:
 class ActorProcess:
     """One actor (broker or authority) served over mutual TLS, for the scaled-out deployment."""
 
-    def __init__(self, home: Home, role: str, port: int | None = None, store: Store | None = None):
+    def __init__(self, home: Home, role: str, port: int | None = None, store: Store | None = None,
+                 clock: Clock | None = None, failures: FailurePlan | None = None):
         from am.authority import authority_handlers
         from broker.remote import broker_handlers
         from slicex.actor_rpc import ActorServer
@@ -168,18 +177,35 @@ class ActorProcess:
         cfg = home.config()
         authority = cfg["authority"]
         am_urn = f"urn:publicid:IDN+{authority}+authority+am"
-        am_cert = pki.load_cert(home.am_cert.read_bytes())
         self.store = store or open_store(cfg["store"])
+        key = load_signing_key(home.am_key.read_bytes())
         if role == "broker":
-            handlers = broker_handlers(Broker("broker", self.store, home.am_key.read_bytes(), am_cert))
+            self.actor: Any = Broker("broker", self.store, key, policy=policy_named(cfg.get("broker_policy", "first-fit")),
+                                     authority=am_urn)
+            handlers = broker_handlers(self.actor)
         elif role == "authority":
             substrate = load_substrate(cfg["substrate"]) if cfg["substrate"] else default_substrate(authority)
-            handlers = authority_handlers(Authority(am_urn, EmulatedDriver(substrate), {"broker": am_cert.public_key()}))
+            self.actor = Authority(am_urn, EmulatedDriver(substrate, failures), {"broker": key.public_key()}, store=self.store,
+                                   key=key, inventory=export_substrate(substrate, am_urn, "broker"))
+            handlers = authority_handlers(self.actor)
         else:
             raise ValueError(f"unknown actor {role!r}: broker or authority")
+        self.tick_seconds = float(cfg.get("tick_seconds", 1.0))
+        self.clock = clock or SystemClock()
+        self._stop = threading.Event()
         default_port = cfg.get(f"{role}_port", 8002 if role == "broker" else 8003)
         self.server = ActorServer(role, handlers, {am_urn}, (cfg["host"], default_port if port is None else port),
                                   str(home.am_cert), str(home.am_key), str(roots_bundle(home)))
+
+    def _tick_loop(self) -> None:
+        """The actor's own clock: the broker drops promises whose term ended and serves its queue; the
+        authority closes expired leases."""
+        tick = self.actor.tick if isinstance(self.actor, Broker) else self.actor.reap
+        while not self._stop.wait(self.tick_seconds):
+            try:
+                tick(self.clock.now())
+            except Exception:  # noqa: BLE001 - the clock must keep running (a store outage passes)
+                log.exception("%s clock failed; will retry next tick", self.server.name)
 
     @property
     def url(self) -> str:
@@ -187,7 +213,9 @@ class ActorProcess:
 
     def start(self) -> str:
         self.server.start()
+        threading.Thread(target=self._tick_loop, name=f"{self.server.name}-clock", daemon=True).start()
         return self.url
 
     def stop(self) -> None:
+        self._stop.set()
         self.server.stop()

@@ -84,7 +84,8 @@ def start(home: Home, clock: ManualClock | None = None, failures: FailurePlan | 
     if distributed:
         from am.service import ActorProcess
 
-        actors = (ActorProcess(home, "broker", port=0), ActorProcess(home, "authority", port=0))
+        actors = (ActorProcess(home, "broker", port=0, clock=clock),
+                  ActorProcess(home, "authority", port=0, clock=clock, failures=failures))
         urls = {"broker_url": actors[0].start(), "authority_url": actors[1].start()}
     d = EmbeddedDeployment(home, clock=clock, failures=failures, **urls)
     d.start()
