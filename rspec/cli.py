@@ -56,6 +56,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"{args.file}: OK — authority {sub.authority}")
     print("\n".join(summary(sub)))
     print(f"  NDL-OWL      {len(substrate_graph(sub))} triples; advertisement {len(ad) // 1024} KiB")
+    sys.stdout.flush()  # the summary before the warnings when both go to one pipe
     for warning in check_substrate(sub):
         print(f"warning: {warning}", file=sys.stderr)
     if problems:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from lxml import etree
@@ -234,3 +235,24 @@ def test_a_table_too_big_for_the_sram_is_refused_and_the_old_one_kept(agg):
     with pytest.raises(InsufficientNodes, match="L2 bank full"):
         agg.set_routes(u, spread)
     assert agg.forward(u, small[0][0]) is not None
+
+
+# ---- the worked example in docs/examples (docs/fpga-aggregate.md, "Using it with omni") -------------------------
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+
+
+def test_fpga_worked_example_places_a_whole_fpga_and_a_virtual_router():
+    from am.embed import plan
+    from rspec.request import parse_request
+    from rspec.substrate import check_substrate, load_substrate
+
+    sub = load_substrate(EXAMPLES / "fpga-site.yaml")
+    assert [b["name"] for b in sub.fpga_boards] == ["nf-1", "bee2-1"]
+    assert all("FPGA" not in w for w in check_substrate(sub))
+    ref = "sha256:" + "ab" * 32
+    whole = parse_request((EXAMPLES / "fpga-whole.xml").read_text().replace("BITSTREAM_REF", ref))
+    [p] = plan(sub, whole, set(), "reject", {ref: "xc2vp70ff1704"})
+    assert p.keys == ("fpga:bee2-1/fpga0",) and p.details["sliver_type"] == "fpga-bitstream"
+    router = parse_request((EXAMPLES / "fpga-virtual-router.xml").read_text())
+    [p] = plan(sub, router, set(), "reject", {})
+    assert p.keys == ("vplane:nf-1/fpga0:0",) and p.details["placement"] == "hardware"
