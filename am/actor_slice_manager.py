@@ -147,7 +147,8 @@ class ActorSliceManager:
 
     def __init__(self, store: Store, substrate: Any, broker: Any, authority: Any, name: str | None = None,
                  image_policy: str = "reject", bitstreams: Any = None, fpga_backend: Any = None,
-                 fault: Callable[[str], None] | None = None, run_actor_clocks: bool = True):
+                 fault: Callable[[str], None] | None = None, run_actor_clocks: bool = True,
+                 tick: timedelta = timedelta(seconds=1)):
         self.store = store
         self.substrate = substrate
         self.broker = broker
@@ -161,6 +162,8 @@ class ActorSliceManager:
         self.fpga_backend = fpga_backend
         self.fault = fault or (lambda boundary: None)
         self.run_actor_clocks = run_actor_clocks  # in-process actors: run their clocks from the reaper
+        self.tick = tick  # the actor clock's tick: calls catch up with the clock at most once per tick
+        self._reaped_at: datetime | None = None
         self._lock = threading.RLock()
 
     # ---- records ---------------------------------------------------------------------------------------------
@@ -412,7 +415,7 @@ class ActorSliceManager:
     def allocate(self, slice_urn: str, owner_urn: str, request: Request, end: datetime,
                  now: datetime) -> list[Sliver]:
         with self._lock:
-            self.reap(now)
+            self._catch_up(now)
             term = Term(now, end)
             for _attempt in range(PLAN_RETRIES):
                 used = self.broker.unavailable(term) | self._out_of_inventory()
@@ -497,7 +500,7 @@ class ActorSliceManager:
     def provision(self, sliver_urns: list[str], end: datetime, users: list[dict[str, Any]],
                   now: datetime) -> list[Sliver]:
         with self._lock:
-            self.reap(now)
+            self._catch_up(now)
             deps = [d for u in sliver_urns for d in self._require(u, now).r.depends_on]
             with self._holding(list(sliver_urns) + deps, now):
                 return self._provision(sliver_urns, end, users, now)
@@ -591,7 +594,7 @@ class ActorSliceManager:
     # ---- renew, perform, delete --------------------------------------------------------------------------------
     def renew(self, sliver_urns: list[str], end: datetime, now: datetime, best_effort: bool) -> list[Sliver]:
         with self._lock:
-            self.reap(now)
+            self._catch_up(now)
             with self._holding(sliver_urns, now):
                 return self._renew(sliver_urns, end, now, best_effort)
 
@@ -627,7 +630,7 @@ class ActorSliceManager:
             raise Unsupported(f"operational action {action!r} is not supported here; supported: "
                               f"{', '.join(sm.ACTIONS)}")
         with self._lock:
-            self.reap(now)
+            self._catch_up(now)
             with self._holding(sliver_urns, now):
                 return self._perform(sliver_urns, action, now, best_effort, users)
 
@@ -663,7 +666,7 @@ class ActorSliceManager:
 
     def delete(self, sliver_urns: list[str], now: datetime) -> list[Sliver]:
         with self._lock:
-            self.reap(now)
+            self._catch_up(now)
             with self._holding(sliver_urns, now):
                 return self._delete(sliver_urns, now)
 
@@ -719,14 +722,14 @@ class ActorSliceManager:
 
     def slivers(self, slice_urn: str, now: datetime) -> list[Sliver]:
         with self._lock:
-            self.reap(now)
+            self._catch_up(now)
             return sorted((self._sliver(rec, now) for rec in self.records(slice_urn)
                            if rec.r.state not in (rs.CLOSE_WAIT, rs.CLOSED) and not rec.discard),
                           key=lambda s: s.client_id)
 
     def sliver(self, sliver_urn: str, now: datetime) -> Sliver | None:
         with self._lock:
-            self.reap(now)
+            self._catch_up(now)
             rec = self._load(sliver_urn)
             if rec is None or rec.discard or rec.r.state in (rs.CLOSE_WAIT, rs.CLOSED):
                 return None
@@ -762,11 +765,19 @@ class ActorSliceManager:
     def request_of(self, slice_urn: str) -> list[Request]:
         return [Request((), (), d["xml"]) for d in self.store.scan(REQUESTS) if d["slice_urn"] == slice_urn]
 
+    def _catch_up(self, now: datetime) -> None:
+        """Before a call acts, apply what the clock did since the last tick (expiry, timeouts, undelivered
+        releases). Once per tick is enough: the reaper runs every tick too, and scanning every reservation
+        on every call made the AM slower the more slivers it held."""
+        if self._reaped_at is None or now - self._reaped_at >= self.tick or now < self._reaped_at:
+            self.reap(now)
+
     def reap(self, now: datetime) -> list[str]:
         """The slice manager's clock: deliver what is still in outboxes, time out pending operations, close
         reservations whose term ended, forget closed ones; in-process actors run their clocks too. Returns
         the slivers that ended on this tick."""
         with self._lock:
+            self._reaped_at = now
             ended = self.recover(now)
             if self.run_actor_clocks:
                 for clock in (getattr(self.broker, "tick", None), getattr(self.authority, "reap", None)):

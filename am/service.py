@@ -99,7 +99,8 @@ class EmbeddedDeployment:
         self.sm = ActorSliceManager(self.store, self.substrate, self.broker, self.authority_actor,
                                     name=self.cfg.get("sm_name") or f"sm-{socket.gethostname()}-{self._am_server.port}",
                                     image_policy=self.cfg["image_policy"], bitstreams=self.bitstreams,
-                                    fpga_backend=self.fpga_backend, run_actor_clocks=not broker_url)
+                                    fpga_backend=self.fpga_backend, run_actor_clocks=not broker_url,
+                                    tick=timedelta(seconds=float(self.cfg.get("tick_seconds", 1.0))))
         self.am_urn = f"urn:publicid:IDN+{self.authority}+authority+am"
         self._ads = AdvertisementCache()
         self.am = AggregateManager(AmIdentity(self.am_urn, self.endpoints.am_url, host, self.driver.description),
