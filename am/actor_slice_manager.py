@@ -146,7 +146,7 @@ class ActorSliceManager:
     """SliceManager over a broker and an authority (in-process objects or proxies to actor servers)."""
 
     def __init__(self, store: Store, substrate: Any, broker: Any, authority: Any, name: str | None = None,
-                 image_policy: str = "reject", bitstreams: Any = None, fpga_backend: Any = None,
+                 image_policy: str = "reject", bitstreams: Any = None,
                  fault: Callable[[str], None] | None = None, run_actor_clocks: bool = True,
                  tick: timedelta = timedelta(seconds=1)):
         self.store = store
@@ -159,7 +159,6 @@ class ActorSliceManager:
         self.name = name or f"sm-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.image_policy = image_policy
         self.bitstreams = bitstreams
-        self.fpga_backend = fpga_backend
         self.fault = fault or (lambda boundary: None)
         self.run_actor_clocks = run_actor_clocks  # in-process actors: run their clocks from the reaper
         self.tick = tick  # the actor clock's tick: calls catch up with the clock at most once per tick
@@ -349,7 +348,6 @@ class ActorSliceManager:
                 rec.lease = lease
                 return rs.LeaseUpdate(m.request, True, lease.sequence, lease.end)
             if m.kind == "close":
-                self._release_fpga(rec)
                 self.authority.close(rec.ticket_id, now)
                 return rs.CloseAck(m.request, "close")
         except (Unavailable, TimedOut, RpcError) as exc:
@@ -521,7 +519,9 @@ class ActorSliceManager:
         if refused:
             raise _error(refused[0].error_type or "InsufficientNodes",
                          f"cannot provision {refused[0].client_id} until {rfc3339(end)}: {refused[0].r.reason}")
-        self._program_fpgas([rec for rec in todo.values() if rec.kind == "node"])
+        whole_fpgas = [rec for rec in todo.values() if rec.details.get("sliver_type") == "fpga-bitstream"]
+        for rec in whole_fpgas:  # the authority programs them; together they take the time of this many at once
+            rec.details.update(owner=rec.owner_urn, programming_batch=len(whole_fpgas))
         producers = self._producers(todo)
         for rec in todo.values():
             rec.r, rec.outbox = rs.redeem(rec.r, now, producers)
@@ -546,28 +546,6 @@ class ActorSliceManager:
                     if other is not None:
                         out[d] = other.r
         return out
-
-    def _program_fpgas(self, recs: list[Record]) -> None:
-        wanted = [rec for rec in recs if rec.details.get("sliver_type") == "fpga-bitstream"]
-        if not wanted or self.fpga_backend is None or self.bitstreams is None:
-            return
-        from fpga_aggregate.boards import boards_from_config
-
-        fpgas = {f.id: f for b in boards_from_config(self.substrate.fpga_boards) for f in b.fpgas}
-        jobs = [(fpgas[rec.details["fpga"]], self.bitstreams.get(rec.owner_urn, rec.details["bitstream"]).path)
-                for rec in wanted]
-        seconds = self.fpga_backend.program(jobs)
-        for rec in wanted:
-            rec.details["boot_seconds"] = seconds
-
-    def _release_fpga(self, rec: Record) -> None:
-        if self.fpga_backend is None or rec.details.get("sliver_type") != "fpga-bitstream" or not rec.provisioned:
-            return
-        from fpga_aggregate.boards import boards_from_config
-
-        fpgas = {f.id: f for b in boards_from_config(self.substrate.fpga_boards) for f in b.fpgas}
-        if rec.details.get("fpga") in fpgas:
-            self.fpga_backend.release(fpgas[rec.details["fpga"]])
 
     def _set_users(self, rec: Record, users: list[dict[str, Any]]) -> None:
         host = f"{rec.client_id}.{rec.slice_urn.split('+')[-1]}.{self.substrate.authority}".lower()

@@ -12,13 +12,17 @@ from typing import Any
 
 from am.actor_slice_manager import ActorSliceManager
 from am.api import AggregateManager, AmIdentity, AmPolicy, error_result
-from am.authority import Authority
+from am.authority import Authority, SubstrateDriver, as_driver
 from am.embed import usage_counts
 from am.substrate.emulated import EmulatedDriver, FailurePlan
 from broker.broker import Broker
 from broker.delegation import export_substrate
 from broker.policy import policy_named
 from clearinghouse.slice_authority import SaPolicy, SliceAuthority
+from fpga_aggregate.backend import EmulatedFpgaBackend, FpgaBackend
+from fpga_aggregate.bitstreams import BitstreamCatalogue
+from fpga_aggregate.boards import boards_from_config
+from fpga_aggregate.driver import FpgaDriver
 from rspec.advertisement import AdvertisementCache, Usage
 from rspec.substrate import Substrate, default_substrate, load_substrate
 from slicex import pki
@@ -32,6 +36,16 @@ from slicex.ticket import load_signing_key
 from slicex.tls_xmlrpc import TlsXmlRpcServer, server_context
 
 log = logging.getLogger("slicex.service")
+
+
+def substrate_driver(substrate: Substrate, bitstreams: BitstreamCatalogue, fpga_backend: FpgaBackend,
+                     failures: FailurePlan | None = None) -> SubstrateDriver:
+    """The authority's driver: the emulated substrate, with FPGA boards programmed through `fpga_backend`
+    when the substrate has any."""
+    driver = as_driver(EmulatedDriver(substrate, failures))
+    if not substrate.fpga_boards:
+        return driver
+    return FpgaDriver(driver, boards_from_config(substrate.fpga_boards), bitstreams, fpga_backend)
 
 
 @dataclass
@@ -55,12 +69,9 @@ class EmbeddedDeployment:
         self.store = store or open_store(self.cfg["store"])
         self.substrate = substrate or (load_substrate(self.cfg["substrate"]) if self.cfg["substrate"]
                                        else default_substrate(self.authority))
-        self.driver = EmulatedDriver(self.substrate, failures)
-        from fpga_aggregate.backend import EmulatedFpgaBackend
-        from fpga_aggregate.bitstreams import BitstreamCatalogue
-
         self.bitstreams = BitstreamCatalogue(self.store, home.root / "bitstreams")
         self.fpga_backend = EmulatedFpgaBackend()
+        self.driver = substrate_driver(self.substrate, self.bitstreams, self.fpga_backend, failures)
         # The broker signs tickets and the authority signs leases with the aggregate's key (it persists across
         # restarts, so tickets issued before a restart still redeem).
         am_key = load_signing_key(home.am_key.read_bytes())
@@ -99,7 +110,7 @@ class EmbeddedDeployment:
         self.sm = ActorSliceManager(self.store, self.substrate, self.broker, self.authority_actor,
                                     name=self.cfg.get("sm_name") or f"sm-{socket.gethostname()}-{self._am_server.port}",
                                     image_policy=self.cfg["image_policy"], bitstreams=self.bitstreams,
-                                    fpga_backend=self.fpga_backend, run_actor_clocks=not broker_url,
+                                    run_actor_clocks=not broker_url,
                                     tick=timedelta(seconds=float(self.cfg.get("tick_seconds", 1.0))))
         self.am_urn = f"urn:publicid:IDN+{self.authority}+authority+am"
         self._ads = AdvertisementCache()
@@ -186,7 +197,9 @@ class ActorProcess:
             handlers = broker_handlers(self.actor)
         elif role == "authority":
             substrate = load_substrate(cfg["substrate"]) if cfg["substrate"] else default_substrate(authority)
-            self.actor = Authority(am_urn, EmulatedDriver(substrate, failures), {"broker": key.public_key()}, store=self.store,
+            driver = substrate_driver(substrate, BitstreamCatalogue(self.store, home.root / "bitstreams"),
+                                      EmulatedFpgaBackend(), failures)
+            self.actor = Authority(am_urn, driver, {"broker": key.public_key()}, store=self.store,
                                    key=key, inventory=export_substrate(substrate, am_urn, "broker"))
             handlers = authority_handlers(self.actor)
         else:

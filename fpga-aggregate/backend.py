@@ -20,8 +20,10 @@ class FpgaBackend(Protocol):
     description: str
     emulated: bool
 
-    def program(self, fpgas: list[tuple[Fpga, str]]) -> float:
-        """Program each FPGA with a bitstream file (concurrently); return seconds until all are configured."""
+    def program(self, fpgas: list[tuple[Fpga, str]], concurrent: int | None = None) -> float:
+        """Program each FPGA with a bitstream file (concurrently); return seconds until all are configured.
+        `concurrent`: how many FPGAs are being programmed at once in all (these and others asked for by
+        separate calls of the same provisioning); default: these."""
 
     def load_table(self, fpga: Fpga, export_dir: str) -> None:
         """Write an exported shared FIB (SharedFib.export: SRAM banks, owner tags, CAM) to the board."""
@@ -45,7 +47,7 @@ class EmulatedFpgaBackend:
         self.images: dict[str, ExportedImage] = {}  # fpga id → the table as the board would hold it
         self.counters: dict[str, dict[str, int]] = {}
 
-    def program(self, fpgas: list[tuple[Fpga, str]]) -> float:
+    def program(self, fpgas: list[tuple[Fpga, str]], concurrent: int | None = None) -> float:
         headers = []
         for fpga, path in fpgas:  # check everything before touching anything
             header = parse_bit_header(Path(path).read_bytes())
@@ -60,7 +62,7 @@ class EmulatedFpgaBackend:
             self.designs[fpga.id] = header.design
             self.images.pop(fpga.id, None)
             self._count(fpga, "programmings")
-        return programming_seconds(len(fpgas))
+        return programming_seconds(max(concurrent or 0, len(fpgas)))
 
     def load_table(self, fpga: Fpga, export_dir: str) -> None:
         for name in TABLE_FILES:

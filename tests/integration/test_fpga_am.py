@@ -71,3 +71,57 @@ def test_unknown_bitstream_and_virtual_routers(fpga_running):
     assert any(k.startswith("swplane:") for k in r.deployment.sm.usage_keys())
     ad = ok(alice.am.ListResources(alice.user_credential(), {"geni_rspec_version": {"type": "GENI", "version": "3"}}))
     assert 'hardware_type name="NetFPGA"' in ad and "virtual-router" in ad
+
+
+def two_fpga_request(ref: str) -> str:
+    sliver = f'<fpga:sliver type="fpga-bitstream" bitstream="{ref}"/>'
+    return (f'<rspec xmlns="http://www.geni.net/resources/rspec/3" xmlns:fpga="{FPGA_NS}" type="request">'
+            f'<node client_id="f1">{sliver}</node><node client_id="f2">{sliver}</node></rspec>')
+
+
+def op_states(alice, urn, creds) -> list[str]:
+    return [s["geni_operational_status"] for s in ok(alice.am.Status([urn], creds, {}))["geni_slivers"]]
+
+
+def test_fpgas_provisioned_together_take_the_concurrent_programming_time(fpga_running):
+    r = fpga_running
+    alice = r.user("alice")
+    bit = r.deployment.bitstreams.upload(alice.urn, "d.bit", build_bitfile("d", "xc2vp70ff1704", b"\2" * 4096))
+    urn, creds = alice.slice_credential("fpga4")
+    ok(alice.am.Allocate(urn, creds, two_fpga_request(bit.ref), {}))
+    ok(alice.am.Provision([urn], creds, {}))
+    assert {"bee1/fpga0", "bee1/fpga1"} <= set(r.deployment.fpga_backend.loaded)
+    ok(alice.am.PerformOperationalAction([urn], creds, "geni_start", {}))
+    r.clock.advance(timedelta(seconds=12))  # one FPGA alone would be ready after 11 s; two together take 17
+    assert op_states(alice, urn, creds) == ["geni_configuring"] * 2
+    r.clock.advance(timedelta(seconds=6))
+    assert op_states(alice, urn, creds) == ["geni_ready"] * 2
+
+
+def test_stop_returns_the_fpga_to_idle_and_start_programs_it_again(fpga_running):
+    r = fpga_running
+    alice = r.user("alice")
+    backend = r.deployment.fpga_backend
+    bit = r.deployment.bitstreams.upload(alice.urn, "e.bit", build_bitfile("e", "xc2vp70ff1704", b"\3" * 4096))
+    urn, creds = alice.slice_credential("fpga5")
+    ok(alice.am.Allocate(urn, creds, fpga_request(f'<fpga:sliver type="fpga-bitstream" bitstream="{bit.ref}"/>'), {}))
+    ok(alice.am.Provision([urn], creds, {}))
+    ok(alice.am.PerformOperationalAction([urn], creds, "geni_start", {}))
+    r.clock.advance(timedelta(seconds=12))
+    ok(alice.am.PerformOperationalAction([urn], creds, "geni_stop", {}))
+    assert "bee1/fpga0" not in backend.loaded
+    r.clock.advance(timedelta(seconds=10))
+    ok(alice.am.PerformOperationalAction([urn], creds, "geni_start", {}))
+    assert backend.loaded["bee1/fpga0"] == bit.path and backend.counters["bee1/fpga0"]["programmings"] == 2
+
+
+def test_an_fpga_whose_lease_expires_is_returned_to_idle_by_the_authority(fpga_running):
+    r = fpga_running
+    alice = r.user("alice")
+    bit = r.deployment.bitstreams.upload(alice.urn, "f.bit", build_bitfile("f", "xc2vp70ff1704", b"\4" * 4096))
+    urn, creds = alice.slice_credential("fpga6")
+    ok(alice.am.Allocate(urn, creds, fpga_request(f'<fpga:sliver type="fpga-bitstream" bitstream="{bit.ref}"/>'), {}))
+    ok(alice.am.Provision([urn], creds, {"geni_end_time": (r.clock.now() + timedelta(hours=1)).isoformat()}))
+    assert "bee1/fpga0" in r.deployment.fpga_backend.loaded
+    r.deployment.authority_actor.reap(r.clock.now() + timedelta(hours=2))  # the authority's clock, no SM call
+    assert "bee1/fpga0" not in r.deployment.fpga_backend.loaded
