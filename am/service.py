@@ -82,8 +82,9 @@ class EmbeddedDeployment:
             from slicex.actor_rpc import ActorClient
 
             creds = (str(home.am_cert), str(home.am_key))
-            self.broker = RemoteBroker(ActorClient("broker", broker_url, *creds), policy=policy)
-            self.authority_actor = RemoteAuthority(ActorClient("authority", authority_url, *creds))
+            timeout = float(self.cfg["actor_timeout_seconds"])
+            self.broker = RemoteBroker(ActorClient("broker", broker_url, *creds, timeout=timeout), policy=policy)
+            self.authority_actor = RemoteAuthority(ActorClient("authority", authority_url, *creds, timeout=timeout))
             owner = Authority(self.authority_name(), None, {}, inventory=self._inventory())
         else:
             self.broker = Broker("broker", self.store, am_key, policy=policy, authority=self.authority_name())

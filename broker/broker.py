@@ -49,6 +49,10 @@ from slicex.ticket import Ticket, load_signing_key, sign_ticket
 
 DELEGATIONS = "delegations"
 TICKETS = "broker-tickets"
+RELINQUISHED = "broker-relinquished"
+RELINQUISHED_KEPT = timedelta(hours=1)
+"""How long the broker remembers a relinquished ticket, so a request that arrives after its holder gave up
+(its answer timed out, and the holder relinquished) is refused instead of granting units nobody will use."""
 QUEUE = "broker-queue"
 EXPIRY_GRACE = timedelta(minutes=5)
 """How long after a ticket's end the broker keeps its units for a slice manager that has not relinquished."""
@@ -253,6 +257,8 @@ class Broker:
             done = self._granted(group, demands) if explicit_group else None
             if done is not None:
                 return done
+            if explicit_group:
+                self._refuse_relinquished(group, demands)
             waiting = next((w for w in self.queue.waiting if isinstance(w, Waiting) and w.request["group"] == group),
                            None)
             if waiting is not None:
@@ -267,6 +273,16 @@ class Broker:
                     raise
                 self._enqueue(holder, demands, term, group, wait_until)
                 return None
+
+    def _refuse_relinquished(self, group: str, demands: Mapping[str, Demand]) -> None:
+        for tid in [f"{group}/*", *(f"{group}/{rid}" for rid in demands)]:
+            if self.store.get(RELINQUISHED, tid) is not None:
+                raise Refused(f"broker {self.name}: ticket {tid} was relinquished by its holder before this request "
+                              f"arrived (a late or repeated request); nothing granted, ask again")
+
+    def _remember_relinquished(self, tid: str, now: datetime) -> None:
+        self.store.put(RELINQUISHED, tid, {"id": tid, "broker": self.name,
+                                           "until": rfc3339(now + RELINQUISHED_KEPT)})
 
     def _granted(self, group: str, demands: Mapping[str, Demand]) -> dict[str, Ticket] | None:
         out = {}
@@ -559,23 +575,27 @@ class Broker:
     def relinquish(self, ticket: Ticket, now: datetime | None = None) -> int:
         """Give a ticket's units back (on close, failure or expiry; idempotent); waiting requests are then
         served. Returns how many claims were released."""
+        now = now or _utcnow()
         with self._lock:
             released = self._drop(ticket.id, ticket.units)
-            self._serve(now or _utcnow())
+            self._remember_relinquished(ticket.id, now)
+            self._serve(now)
             return released
 
     def relinquish_group(self, group: str, now: datetime | None = None) -> int:
         """Give back everything a ticket group holds, tickets or not (a request whose answer was lost), and
         withdraw it from the queue."""
+        now = now or _utcnow()
         with self._lock:
             released = 0
+            self._remember_relinquished(f"{group}/*", now)
             for tid in [t for t in self.calendar.bookings if t.rsplit("/", 1)[0] == group]:
                 released += self._drop(tid, ())
             released += self.store.release_owner(group)
             for w in [w for w in self.queue.waiting if isinstance(w, Waiting) and w.request["group"] == group]:
                 self.queue.waiting.remove(w)
                 self.store.delete(QUEUE, w.id)
-            self._serve(now or _utcnow())
+            self._serve(now)
             return released
 
     def _drop(self, tid: str, units: Sequence[str]) -> int:
@@ -635,6 +655,9 @@ class Broker:
                                      f"freed up for {Demand.from_doc(q['demands'][rid]).what or rid}{ahead}")
                 self.store.delete(QUEUE, w.id)
                 timed_out.append(q["group"])
+            for doc in self.store.scan(RELINQUISHED):
+                if doc.get("broker") == self.name and parse_time(doc["until"]) <= now:
+                    self.store.delete(RELINQUISHED, doc["id"])
             served = self._serve(now)
             return {"started": started, "failed": failed, "expired": expired, "queue_timed_out": timed_out,
                     "served": served}

@@ -26,6 +26,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "am_port": 8001,
     "broker_port": 8002,  # distributed deployment: broker actor
     "authority_port": 8003,  # distributed deployment: authority actor
+    "actor_timeout_seconds": 30,  # distributed deployment: an actor call not answered by then is TIMEDOUT
     "store": None,  # default sqlite:///$SLICEX_HOME/state.db
     "substrate": None,  # default: the built-in emulated rack
     "image_policy": "reject",  # reject | default: what to do with disk images this aggregate lacks

@@ -142,6 +142,17 @@ class TlsXmlRpcServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
             with self._open_lock:
                 self._open.discard(tls)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away before its answer (it timed out, or was killed) is a log line, not a
+        traceback on stderr; anything else is logged with its traceback."""
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ssl.SSLError, ConnectionError, TimeoutError)):
+            log.info("connection from %s ended before the reply was sent: %s", client_address, exc)
+        else:
+            log.exception("request from %s failed", client_address)
+
     def close(self) -> None:
         """Stop serving: no new connections, and kept-alive ones are cut (as a stopped process's would be)."""
         self.shutdown()

@@ -337,3 +337,18 @@ def test_two_brokers_on_one_redis_never_give_a_tag_twice():
     assert len(tags) == len(set(tags)) == 5
     assert stores[0].all_claims() == {f"vlan:sw1:{t.label('vlan')}": t.group for t in got}
     stores[0].flush()
+
+
+def test_a_ticket_request_arriving_after_its_holder_relinquished_it_is_refused_and_takes_nothing():
+    """A slice manager whose ticket call timed out relinquishes the group; the broker may see the request
+    only afterwards. Found by tests/integration/test_outages.py: the late ticket held its units until expiry."""
+    b = broker()
+    b.relinquish(Ticket("g1/r1", "b", "sm", "r1", (), T0, T0), T0)
+    with pytest.raises(Refused, match="relinquished by its holder"):
+        b.issue("sm", {"r1": vm()}, Term(T0, T0 + H), T0, group="g1")
+    b.relinquish_group("g2", T0)
+    with pytest.raises(Refused):
+        b.issue("sm", {"r9": vm()}, Term(T0, T0 + H), T0, group="g2")
+    assert b.store.all_claims() == {}
+    b.tick(T0 + 2 * H)  # the broker forgets after RELINQUISHED_KEPT; the group could be asked again
+    assert b.issue("sm", {"r1": vm()}, Term(T0 + 2 * H, T0 + 3 * H), T0 + 2 * H, group="g1")
