@@ -8,8 +8,8 @@ are claimed as `leased:<unit>` (owner: the lease), so even two brokers promising
 leased twice. Redeem, extend and close are idempotent: a slice manager that lost an answer asks again and
 gets the same lease. Leases are signed with the authority's key when it has one.
 
-Without a store the authority is stateless (`redeem(ticket, kind, now)`): it verifies and returns the
-driver's record, and whoever called it keeps the record (the embedded slice manager does)."""
+An authority built without a store only delegates (a deployment whose authority runs in another process
+uses one to export the inventory it describes); redeeming needs the store."""
 
 from __future__ import annotations
 
@@ -95,7 +95,6 @@ class Authority:
     def __init__(self, name: str, driver: Any, broker_keys: dict[str, Any], store: Store | None = None,
                  key: Any = None, inventory: Any = None):
         self.name = name
-        self.driver = driver  # as given (the embedded slice manager calls it directly)
         self.substrate = as_driver(driver) if driver is not None else None  # None: delegates only
         self.broker_keys = broker_keys  # broker name → public key, configured when the broker is trusted
         self.store = store
@@ -140,17 +139,12 @@ class Authority:
         return self.store.get(LEASES, lease_id) if self.store is not None else None
 
     # ---- redeem ----------------------------------------------------------------------------------------------
-    def redeem(self, ticket: Ticket, spec: SliverSpec | str, now: datetime) -> tuple[Lease, dict[str, Any]]:
+    def redeem(self, ticket: Ticket, spec: SliverSpec, now: datetime) -> tuple[Lease, dict[str, Any]]:
         """Turn a ticket into a lease: verify, choose units for a count ticket, take them, ask the driver.
-        Returns the lease and the driver's record. `spec` may be just the kind ("node"/"link"): then nothing
-        is kept here (the caller keeps the record)."""
+        Returns the lease and the driver's record."""
         self._verify(ticket, now)
-        if isinstance(spec, str):
-            lease = Lease(ticket.id, self.name, ticket.id, ticket.holder, ticket.reservation, ticket.units,
-                          ticket.start, ticket.end, ticket.sequence, labels=ticket.labels)
-            return self._signed(lease), self.substrate.create(SliverSpec(ticket.reservation, spec), now)
         if self.store is None:
-            raise BadArgs(f"authority {self.name} keeps no leases (no store); redeem with a kind only")
+            raise BadArgs(f"authority {self.name} keeps no leases (it was built without a store)")
         with self._lock:
             doc = self._doc(ticket.id)
             if doc is not None and doc["state"] == "active":
@@ -210,13 +204,9 @@ class Authority:
         self._verify(ticket, now or ticket.start)
         with self._lock:
             doc = self._doc(ticket.id)
-            if doc is None and self.store is not None:
+            if doc is None:
                 raise SearchFailed(f"authority {self.name}: no lease for ticket {ticket.id} (closed, reaped or "
                                    f"never redeemed); provision again")
-            if doc is None:
-                held = lease or Lease(ticket.id, self.name, ticket.id, ticket.holder, ticket.reservation,
-                                      ticket.units, ticket.start, ticket.end, ticket.sequence)
-                return self._signed(replace(held, end=ticket.end, sequence=ticket.sequence, signature=""))
             if doc["state"] != "active":
                 raise SearchFailed(f"authority {self.name}: lease {ticket.id} is still being set up; retry")
             current = Lease.from_doc(doc["lease"])
@@ -237,12 +227,6 @@ class Authority:
             doc["status"] = status
             self.store.put(LEASES, lease_id, doc)
             return status
-
-    def modify_lease(self, op: dict[str, Any], kind: str, client_id: str, action: str, now: datetime,
-                     boot_seconds: float | None) -> dict[str, Any]:
-        """modifyLease for a caller that keeps the driver's record itself."""
-        return self.substrate.modify(SliverSpec(client_id, kind, client_id, details={"boot_seconds": boot_seconds}),
-                                     op, action, now)
 
     def status(self, lease_id: str, now: datetime) -> tuple[str, str]:
         """(GENI operational state, error) of a leased unit, as of `now`."""
@@ -303,9 +287,8 @@ def authority_handlers(authority: Authority) -> dict[str, Any]:
     """The authority's methods as a network actor (see slicex.actor_rpc)."""
     from slicex.clock import parse_time
 
-    def redeem(doc, kind, now):
-        spec = SliverSpec.from_doc(kind) if isinstance(kind, dict) else kind
-        lease, op = authority.redeem(Ticket.from_doc(doc), spec, parse_time(now))
+    def redeem(doc, spec, now):
+        lease, op = authority.redeem(Ticket.from_doc(doc), SliverSpec.from_doc(spec), parse_time(now))
         return {"ticket": doc, "lease": lease.to_doc(), "end": rfc3339(lease.end), "sequence": lease.sequence,
                 "op": op}
 
@@ -331,9 +314,8 @@ class RemoteAuthority:
     def __init__(self, client: Any):
         self.client = client
 
-    def redeem(self, ticket: Ticket, spec: SliverSpec | str, now: datetime) -> tuple[Lease, dict[str, Any]]:
-        out = self.client.call("redeem", ticket.to_doc(), spec if isinstance(spec, str) else spec.to_doc(),
-                               rfc3339(now))
+    def redeem(self, ticket: Ticket, spec: SliverSpec, now: datetime) -> tuple[Lease, dict[str, Any]]:
+        out = self.client.call("redeem", ticket.to_doc(), spec.to_doc(), rfc3339(now))
         return Lease.from_doc(out["lease"]), out["op"]
 
     def extend_lease(self, lease: Any, ticket: Ticket, now: datetime | None = None) -> Lease:

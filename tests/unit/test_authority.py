@@ -145,12 +145,3 @@ def test_expired_leases_are_reaped_on_the_authoritys_clock():
     assert a.reap(T0 + H) == ["g/r1"] and [lease.id for lease in a.leases()] == ["g/r2"]
     assert a.store.all_claims() == {"leased:core:pc1:1": "g/r2"}
 
-
-def test_without_a_store_the_caller_keeps_the_record():
-    from am.substrate.emulated import EmulatedDriver
-    from rspec.substrate import default_substrate
-
-    a = Authority("auth", EmulatedDriver(default_substrate("t.org")), {"b": BROKER_KEY.public_key()})
-    lease, op = a.redeem(ticket(), "node", T0)
-    assert op["state"] == "geni_notready" and lease.end == T0 + H
-    assert a.modify_lease(op, "node", "n1", "geni_start", T0, 5.0)["state"] == "geni_configuring"

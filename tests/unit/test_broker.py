@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from am.authority import Authority
+from am.authority import Authority, SliverSpec
 from am.embed import inventory_prefixes, plan
 from am.substrate.emulated import EmulatedDriver
 from broker.broker import Broker
@@ -31,17 +31,18 @@ SUB = default_substrate("t.org")
 def test_ticket_verifies_at_the_authority_and_forgery_does_not():
     store = SqliteStore(":memory:")
     broker = Broker("b", store, KEY)
-    authority = Authority("a", EmulatedDriver(SUB), {"b": KEY.public_key()})
+    authority = Authority("a", EmulatedDriver(SUB), {"b": KEY.public_key()}, store=store)
     (t,) = broker.ticket("sm", {"r1": ["vlan:x:1"]}, NOW, NOW + timedelta(hours=1)).values()
-    lease, op = authority.redeem(t, "link", NOW)
-    assert lease.end == t.end and op["state"] == "geni_notready"
+    link = SliverSpec("r1", "link", "lan0")
     with pytest.raises(CredentialInvalid):
-        authority.redeem(replace(t, units=("vlan:x:2",)), "link", NOW)  # altered after signing
+        authority.redeem(replace(t, units=("vlan:x:2",)), link, NOW)  # altered after signing
     with pytest.raises(Expired):
-        authority.redeem(t, "link", NOW + timedelta(hours=2))
+        authority.redeem(t, link, NOW + timedelta(hours=2))
+    lease, op = authority.redeem(t, link, NOW)
+    assert lease.end == t.end and op["state"] == "geni_notready"
     longer = broker.extend_ticket(t, NOW + timedelta(hours=5))
     assert longer.sequence == t.sequence + 1 and authority.extend_lease(lease, longer).end == longer.end
-    assert broker.relinquish(t) == 1 and store.all_claims() == {}
+    assert authority.close(lease.id, NOW) and broker.relinquish(t) == 1 and store.all_claims() == {}
 
 
 def test_grants_are_all_or_nothing():
