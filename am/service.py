@@ -13,6 +13,7 @@ from typing import Any
 from am.actor_slice_manager import ActorSliceManager
 from am.api import AggregateManager, AmIdentity, AmPolicy, error_result
 from am.authority import Authority, SubstrateDriver, as_driver
+from am.dashboard import Aggregate, Dashboard, DashboardServer, start_dashboard, take_snapshot
 from am.embed import usage_counts
 from am.substrate.emulated import EmulatedDriver, FailurePlan
 from broker.broker import Broker
@@ -124,6 +125,7 @@ class EmbeddedDeployment:
                                           max_slice_lifetime=timedelta(days=self.cfg["sa"]["max_slice_lifetime_days"])))
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._dashboard: DashboardServer | None = None
 
     def authority_name(self) -> str:
         return f"urn:publicid:IDN+{self.authority}+authority+am"
@@ -156,6 +158,10 @@ class EmbeddedDeployment:
         reaper = threading.Thread(target=self._reap_loop, name="reaper", daemon=True)
         reaper.start()
         self._threads.append(reaper)
+        if self.cfg.get("dashboard_port") is not None:
+            dashboard = Dashboard(self.substrate, Aggregate(self.am_urn, self.endpoints.am_url, self.driver.description),
+                                  lambda: take_snapshot(self.sm, self.clock.now()))
+            self._dashboard = start_dashboard(self.cfg["host"], int(self.cfg["dashboard_port"]), dashboard)
         log.info("slice authority at %s, aggregate at %s", self.endpoints.sa_url, self.endpoints.am_url)
         return self.endpoints
 
@@ -175,7 +181,14 @@ class EmbeddedDeployment:
         self._stop.set()
         for server in (self._sa_server, self._am_server):
             server.close()
+        if self._dashboard is not None:
+            self._dashboard.close()
         self.store.close()
+
+    @property
+    def dashboard_url(self) -> str | None:
+        """Where the read-only operator dashboard listens; None when disabled or its port was taken."""
+        return self._dashboard.url if self._dashboard is not None else None
 
 
 class ActorProcess:

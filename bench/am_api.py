@@ -30,7 +30,7 @@ REQUEST = ('<rspec xmlns="http://www.geni.net/resources/rspec/3" type="request">
 def setup(root: Path) -> tuple[Home, EmbeddedDeployment]:
     home = Home(root)
     root.mkdir(parents=True, exist_ok=True)
-    (root / "slicex.yaml").write_text(yaml.safe_dump({"authority": AUTH, "sa_port": 0, "am_port": 0}))
+    (root / "slicex.yaml").write_text(yaml.safe_dump({"authority": AUTH, "sa_port": 0, "am_port": 0, "dashboard_port": None}))
     init_ca(home, AUTH)
     add_user(home, AUTH, "bench")
     d = EmbeddedDeployment(home)

@@ -183,6 +183,8 @@ def _run_foreground(home: Home, print_config: bool = False, distributed: bool = 
     path = _write_omni_config(home, None)
     print(f"slice authority: {endpoints.sa_url}\naggregate:       {endpoints.am_url}", flush=True)
     print(f"substrate:       {deployment.driver.description}", flush=True)
+    if deployment.dashboard_url:
+        print(f"dashboard:       {deployment.dashboard_url}", flush=True)
     if distributed:
         print(f"store:           {home.config()['store']}", flush=True)
         print(f"broker actor:    {urls['broker_url']} (pid {actors[0].pid})", flush=True)

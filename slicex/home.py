@@ -34,6 +34,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "sa": {"slice_lifetime_days": 7, "max_slice_lifetime_days": 60},
     "tick_seconds": 1.0,
     "broker_policy": "first-fit",  # first-fit | best-fit | worst-fit
+    "dashboard_port": 8004,  # read-only operator dashboard, plain HTTP on `host` (0: any free port; null: off)
 }
 
 

@@ -58,7 +58,7 @@ class Running:
 
 def make_home(root: Path, **config) -> Home:
     home = Home(root)
-    cfg = {"authority": AUTHORITY, "sa_port": 0, "am_port": 0, "tick_seconds": 0.05}
+    cfg = {"authority": AUTHORITY, "sa_port": 0, "am_port": 0, "tick_seconds": 0.05, "dashboard_port": None}
     cfg.update(config)
     root.mkdir(parents=True, exist_ok=True)
     (root / "slicex.yaml").write_text(yaml.safe_dump(cfg))
@@ -114,7 +114,7 @@ def running(request, pki_home: Home, tmp_path: Path) -> Iterator[Running]:
         RedisStore(REDIS_URL).flush()
     (pki_home.root / "slicex.yaml").write_text(yaml.safe_dump(
         {"authority": AUTHORITY, "sa_port": 0, "am_port": 0, "tick_seconds": 0.05, "store": store,
-         "am": cfg["am"]}))
+         "am": cfg["am"], "dashboard_port": None}))
     r = start(pki_home, distributed=distributed)
     yield r
     stop(r)

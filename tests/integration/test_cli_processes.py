@@ -40,7 +40,7 @@ def test_up_distributed_detach_runs_actor_processes_and_down_stops_them(tmp_path
     sa, am, broker, authority = free_ports(4)
     assert slicex(home, "ca", "init", "--authority", "proc.test").returncode == 0
     cfg = yaml.safe_load((home / "slicex.yaml").read_text())
-    cfg.update({"sa_port": sa, "am_port": am, "broker_port": broker, "authority_port": authority})
+    cfg.update({"sa_port": sa, "am_port": am, "broker_port": broker, "authority_port": authority, "dashboard_port": 0})
     (home / "slicex.yaml").write_text(yaml.safe_dump(cfg))
     assert slicex(home, "user", "add", "alice").returncode == 0
     up = slicex(home, "up", "--distributed", "--detach", env={"SLICEX_REDIS_URL": REDIS})
@@ -74,7 +74,7 @@ def test_maintenance_takes_a_host_out_of_the_running_aggregates_inventory(tmp_pa
     sa, am = free_ports(2)
     assert slicex(home, "ca", "init", "--authority", "mnt.test").returncode == 0
     cfg = yaml.safe_load((home / "slicex.yaml").read_text())
-    cfg.update({"sa_port": sa, "am_port": am})
+    cfg.update({"sa_port": sa, "am_port": am, "dashboard_port": 0})
     (home / "slicex.yaml").write_text(yaml.safe_dump(cfg))
     assert slicex(home, "user", "add", "alice").returncode == 0
     assert slicex(home, "up", "--detach").returncode == 0
