@@ -283,22 +283,6 @@ def usage_counts(keys: Set[str]) -> tuple[dict[str, int], dict[str, int], frozen
     return cores, mem, frozenset(taken), {k: frozenset(v) for k, v in vlans.items()}
 
 
-def inventory_prefixes(substrate: Substrate) -> list[str]:
-    """The unit prefixes an authority delegates to its broker: every host, switch and FPGA board."""
-    from fpga_aggregate.boards import boards_from_config
-
-    out = []
-    for h in substrate.hosts:
-        out += [f"node:{h.component_id}"] if h.exclusive else [f"core:{h.component_id}", f"mem:{h.component_id}"]
-        out += [f"bw:{i.component_id}" for i in h.interfaces]
-    out += [f"vlan:{sw.component_id}" for sw in substrate.switches]
-    for b in boards_from_config(substrate.fpga_boards):
-        out.append(f"swplane:{b.name}")
-        for f in b.fpgas:
-            out += [f"fpga:{f.id}", f"vplane:{f.id}"]
-    return out
-
-
 def keys_under(substrate: Substrate, prefixes: Set[str]) -> set[str]:
     """Every unit key under the given prefixes (so the planner treats reclaimed inventory as unavailable)."""
     out: set[str] = set()

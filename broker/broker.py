@@ -175,26 +175,6 @@ class Broker:
             claim(self.calendar, delegation)
             self.calendar.open_inventory = False
 
-    def claim_delegation(self, authority: str, prefixes: Sequence[str]) -> None:
-        """Accept inventory named by unit prefixes (`core:<host>`, `vlan:<switch>`...). A prefix reclaimed
-        earlier comes back with its full definition."""
-        with self._lock:
-            doc = self._delegation_doc(authority)
-            parked = Delegation.from_doc(doc["parked"]) if doc.get("parked") else None
-            back = parked.only(prefixes) if parked else None
-            if back is not None and back.names():
-                self.accept(back)
-                doc = self._delegation_doc(authority)
-                doc["parked"] = parked.without(back.names()).to_doc()
-            known = set(self.calendar.pools) | set(self.calendar.label_sets)
-            doc["prefixes"] = sorted(set(doc.get("prefixes", [])) | set(prefixes))
-            doc["reclaimed"] = [p for p in doc.get("reclaimed", []) if p not in prefixes]
-            doc["draining"] = [p for p in doc.get("draining", []) if p not in prefixes]
-            self.store.put(DELEGATIONS, f"{self.name}|{authority}", doc)
-            claim(self.calendar, export_prefixes(authority, self.name, [p for p in prefixes if p not in known]))
-            self.calendar.draining -= set(prefixes)
-            self.calendar.open_inventory = False
-
     def delegated(self) -> list[str]:
         return sorted(p for d in self.store.scan(DELEGATIONS) if d["broker"] == self.name for p in d["prefixes"])
 
@@ -213,13 +193,8 @@ class Broker:
             free, busy = reclaim(self.calendar, [p for p in prefixes if p not in busy_by_claim], now)
             busy = sorted(set(busy) | busy_by_claim, key=list(prefixes).index)
             doc = self._delegation_doc(authority)
-            full = Delegation.from_doc(doc["delegation"]) if doc.get("delegation") else None
-            if full is not None:
-                parked = Delegation.from_doc(doc["parked"]) if doc.get("parked") else Delegation(authority, self.name)
-                moved = full.only(free)
-                doc["parked"] = Delegation(authority, self.name, parked.without(free).pools + moved.pools,
-                                           parked.without(free).label_sets + moved.label_sets).to_doc()
-                doc["delegation"] = full.without(free).to_doc()
+            if doc.get("delegation"):
+                doc["delegation"] = Delegation.from_doc(doc["delegation"]).without(free).to_doc()
             doc["prefixes"] = [p for p in doc["prefixes"] if p not in free]
             doc["reclaimed"] = sorted(set(doc.get("reclaimed", [])) | set(free))
             doc["draining"] = sorted(set(doc.get("draining", [])) | set(busy))

@@ -31,6 +31,10 @@ class Delegation:
         return Delegation(self.authority, self.broker, tuple(p for p in self.pools if p.name in keep),
                           tuple(ls for ls in self.label_sets if ls.name in keep))
 
+    def on(self, bin_name: str) -> list[str]:
+        """The pools of one bin (a host: its cores, memory, node and interface bandwidth)."""
+        return [p.name for p in self.pools if p.bin == bin_name]
+
     def without(self, names: Iterable[str]) -> Delegation:
         drop = set(names)
         return Delegation(self.authority, self.broker, tuple(p for p in self.pools if p.name not in drop),

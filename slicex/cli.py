@@ -282,8 +282,11 @@ def cmd_fpga_list(args: argparse.Namespace) -> int:
 
 def cmd_maintenance(args: argparse.Namespace) -> int:
     """Take a host out of (or back into) the broker's inventory; slivers already on it keep running."""
-    from am.embed import inventory_prefixes
+    from datetime import UTC, datetime
+
+    from am.authority import Authority
     from broker.broker import Broker
+    from broker.delegation import export_substrate
     from rspec.substrate import default_substrate, load_substrate
     from slicex.store import open_store
 
@@ -294,14 +297,15 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
     if host is None:
         print(f"no host {args.host} in the substrate ({', '.join(h.name for h in substrate.hosts)})", file=sys.stderr)
         return 2
-    prefixes = [p for p in inventory_prefixes(substrate) if p.split(":", 1)[1].startswith(host.component_id)]
-    broker = Broker("broker", open_store(cfg["store"]), home.am_key.read_bytes())
-    authority = f"urn:publicid:IDN+{cfg['authority']}+authority+am"
+    name = f"urn:publicid:IDN+{cfg['authority']}+authority+am"
+    authority = Authority(name, None, {}, inventory=export_substrate(substrate, name, "broker"))
+    pools = authority.inventory.on(host.component_id)
+    broker = Broker("broker", open_store(cfg["store"]), home.am_key.read_bytes(), authority=name)
     if args.end:
-        broker.claim_delegation(authority, prefixes)
+        authority.delegate(broker, pools)
         print(f"{host.name} is back in the broker's inventory")
         return 0
-    free, busy = broker.reclaim(authority, prefixes)
+    _, busy = authority.reclaim(broker, pools, datetime.now(UTC))
     if busy:
         print(f"{host.name}: {len(busy)} of its resources are promised to slivers; they stay until those end. "
               f"Run this again after they expire or are deleted.")

@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from am.authority import Authority, SliverSpec
-from am.embed import inventory_prefixes, plan
+from am.embed import plan
 from am.substrate.emulated import EmulatedDriver
 from broker.broker import Broker
+from broker.delegation import export_prefixes, export_substrate
 from broker.policy import BestFit, FifoQueue, FirstFit, WorstFit, free_cores
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
@@ -57,7 +58,7 @@ def test_grants_are_all_or_nothing():
 def test_delegation_and_reclaim_for_maintenance():
     store = SqliteStore(":memory:")
     broker = Broker("b", store, KEY)
-    broker.claim_delegation("auth", inventory_prefixes(SUB))
+    broker.accept(export_substrate(SUB, "auth", "b"))
     pc1, pc2 = SUB.hosts[0].component_id, SUB.hosts[1].component_id
     broker.ticket("sm", {"r": [f"core:{pc2}:0"]}, NOW, NOW + timedelta(hours=1))
     free, busy = broker.reclaim("auth", [f"core:{pc1}", f"core:{pc2}"])
@@ -123,8 +124,8 @@ def test_two_brokers_on_one_store_never_promise_a_unit_twice(ops):
 def test_reclaimed_inventory_stays_out_until_delegated_again():
     store = SqliteStore(":memory:")
     broker = Broker("b", store, KEY)
-    broker.claim_delegation("auth", ["core:h1", "core:h2"])
+    broker.accept(export_prefixes("auth", "b", ["core:h1", "core:h2"]))
     broker.reclaim("auth", ["core:h1"])
     assert broker.reclaimed("auth") == ["core:h1"] and broker.delegated() == ["core:h2"]
-    broker.claim_delegation("auth", ["core:h1"])
+    broker.accept(export_prefixes("auth", "b", ["core:h1"]))
     assert broker.reclaimed("auth") == [] and broker.delegated() == ["core:h1", "core:h2"]

@@ -55,3 +55,17 @@ def test_only_and_without_split_a_delegation():
     part = d.only(names[:2])
     assert part.names() == names[:2] and d.without(names[:2]).names() == names[2:]
     assert part.size == sum(len(p.units) for p in part.pools) + sum(ls.size for ls in part.label_sets)
+
+
+def test_a_hosts_pools_are_its_own_and_not_those_of_a_host_whose_name_extends_it():
+    """`slicex maintenance pc1` took the pools whose URN started with pc1's, so pc10 went too and pc1's
+    interface bandwidth stayed in."""
+    from rspec.substrate import substrate_from_dict
+
+    sub = substrate_from_dict({"authority": "t.org", "switches": [{"name": "sw", "ports": [{"name": "p1"}]}],
+                               "hosts": [{"name": "pc1", "interfaces": [{"name": "eth1", "switch_port": "sw:p1"}]},
+                                         {"name": "pc10"}]})
+    d = export_substrate(sub, "auth", "b")
+    pc1 = sub.host("pc1")
+    assert sorted(d.on(pc1.component_id)) == sorted(
+        [f"core:{pc1.component_id}", f"mem:{pc1.component_id}", f"bw:{pc1.interfaces[0].component_id}"])

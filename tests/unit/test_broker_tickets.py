@@ -229,7 +229,7 @@ def test_reclaimed_pools_are_refused_and_come_back_with_their_definition():
     assert (free, busy) == (["core:pc3", "mem:pc3"], [])
     with pytest.raises(Refused, match="not in the inventory"):
         b.ticket("sm", {"r": ["core:pc3:0"]}, T0, T0 + H)
-    b.claim_delegation("auth", ["core:pc3", "mem:pc3"])
+    b.accept(delegation().only(["core:pc3", "mem:pc3"]))
     t = one(b.issue("sm", {"r": Demand(amounts=(("core", 2),), bins=("pc3",))}, Term(T0, T0 + H), T0))
     assert t.units == ("core:pc3:0", "core:pc3:1")
 
