@@ -478,23 +478,37 @@ class Response:
 class Dashboard:
     """Routes a request to the page, the picture or the JSON, taking a fresh snapshot each time."""
 
-    def __init__(self, substrate: Substrate, aggregate: Aggregate, state: Callable[[], Snapshot]):
+    def __init__(self, substrate: Substrate, aggregate: Aggregate, state: Callable[[], Snapshot],
+                 health: Callable[[], dict[str, Any]] | None = None):
         self.substrate = substrate
         self.aggregate = aggregate
         self.state = state
+        self.health = health
 
     def respond(self, method: str, target: str) -> Response:
         path = urlsplit(target).path
         routes = {"/": self._page, "/topology.svg": self._svg, "/api/state": self._json}
-        if path not in routes:
+        if path not in routes and not (path == "/health" and self.health is not None):
             return Response(404, "text/plain; charset=utf-8", f"not found: {path}\n".encode())
         if method != "GET":
             return Response(405, "text/plain; charset=utf-8", b"read-only dashboard: GET only\n")
+        if path == "/health":
+            return self._health()
         try:
             return routes[path](self.state())
         except Exception as exc:  # noqa: BLE001 - a store outage is a 503 page, not a dead server
             log.exception("dashboard could not read the state")
             return Response(503, "text/plain; charset=utf-8", f"cannot read the state now: {exc}\n".encode())
+
+    def _health(self) -> Response:
+        """Whether this process can serve (200) or not (503), and why: for monitoring and `slicex status`."""
+        assert self.health is not None
+        try:
+            report = self.health()
+        except Exception as exc:  # noqa: BLE001 - a health check that breaks is itself a failed check
+            log.exception("health check failed")
+            report = {"serving": False, "checks": {"health": f"the check itself failed: {type(exc).__name__}: {exc}"}}
+        return Response(200 if report.get("serving") else 503, "application/json", json.dumps(report).encode())
 
     def _page(self, snap: Snapshot) -> Response:
         return Response(200, "text/html; charset=utf-8", page_html(self.substrate, self.aggregate, snap).encode())

@@ -29,8 +29,8 @@ from rspec.substrate import Substrate, default_substrate, load_substrate
 from slicex import pki
 from slicex.clock import Clock, SystemClock
 from slicex.credentials import CredentialVerifier
-from slicex.devpki import roots_bundle
-from slicex.errors import BadArgs, TooBig
+from slicex.devpki import actor_public_key, actor_urn, ensure_actor_identities, roots_bundle
+from slicex.errors import BadArgs, GeniError, TooBig
 from slicex.home import Home
 from slicex.store import Store, open_store
 from slicex.ticket import load_signing_key
@@ -47,6 +47,18 @@ def substrate_driver(substrate: Substrate, bitstreams: BitstreamCatalogue, fpga_
     if not substrate.fpga_boards:
         return driver
     return FpgaDriver(driver, boards_from_config(substrate.fpga_boards), bitstreams, fpga_backend)
+
+
+def warm_caches() -> None:
+    """Start-up work done once, in one thread, before a process serves: compile every schema slicex
+    validates with (libxml2's first schema compile is not thread-safe, and a corrupted one breaks Allocate
+    until restart). ServerError if this process cannot validate requests: it must not serve."""
+    from fpga_aggregate import rspec_ext
+    from rspec import validate
+
+    validate.warm()
+    with validate.compile_lock:
+        rspec_ext.schema()
 
 
 @dataclass
@@ -73,27 +85,36 @@ class EmbeddedDeployment:
         self.bitstreams = BitstreamCatalogue(self.store, home.root / "bitstreams")
         self.fpga_backend = EmulatedFpgaBackend()
         self.driver = substrate_driver(self.substrate, self.bitstreams, self.fpga_backend, failures)
-        # The broker signs tickets and the authority signs leases with the aggregate's key (it persists across
-        # restarts, so tickets issued before a restart still redeem).
-        am_key = load_signing_key(home.am_key.read_bytes())
+        # Each actor its own key (devpki): the broker's signs tickets, the authority's signs leases, the AM's
+        # is only this process's TLS identity. Keys persist across restarts, so what was signed before still
+        # verifies; a home from an older version gets the missing ones here.
+        ensure_actor_identities(home, self.authority)
+        lease_key = actor_public_key(home, "authority", self.authority)
         policy = policy_named(self.cfg.get("broker_policy", "first-fit"))
         if broker_url:  # scaled out: broker and authority are processes of their own, called over mutual TLS
             from am.authority import RemoteAuthority
             from broker.remote import RemoteBroker
             from slicex.actor_rpc import ActorClient
 
-            creds = (str(home.am_cert), str(home.am_key))
+            # the deployment CA only (not federation roots), and the URN of the actor each client must reach
+            creds = (str(home.am_cert), str(home.am_key), str(home.ca_cert))
             timeout = float(self.cfg["actor_timeout_seconds"])
-            self.broker = RemoteBroker(ActorClient("broker", broker_url, *creds, timeout=timeout), policy=policy)
-            self.authority_actor = RemoteAuthority(ActorClient("authority", authority_url, *creds, timeout=timeout))
-            owner = Authority(self.authority_name(), None, {}, inventory=self._inventory())
+            self.broker = RemoteBroker(ActorClient("broker", broker_url, *creds, actor_urn(self.authority, "broker"),
+                                                   timeout=timeout), policy=policy)
+            self.authority_actor = RemoteAuthority(ActorClient("authority", authority_url, *creds,
+                                                               actor_urn(self.authority, "authority"), timeout=timeout))
+            # delegates on the authority's behalf, recording what it delegated in the shared store
+            owner = Authority(self.authority_name(), None, {}, store=self.store, inventory=self._inventory())
         else:
-            self.broker = Broker("broker", self.store, am_key, policy=policy, authority=self.authority_name())
-            self.authority_actor = Authority(self.authority_name(), self.driver, {"broker": am_key.public_key()},
-                                             store=self.store, key=am_key, inventory=self._inventory())
+            self.broker = Broker("broker", self.store, load_signing_key(home.broker_key.read_bytes()), policy=policy,
+                                 authority=self.authority_name())
+            self.authority_actor = Authority(self.authority_name(), self.driver,
+                                             {"broker": actor_public_key(home, "broker", self.authority)},
+                                             store=self.store, key=load_signing_key(home.authority_key.read_bytes()),
+                                             inventory=self._inventory(), clock=self.clock)
             owner = self.authority_actor
         owner.export_to(self.broker)
-        trust = pki.TrustStore([home.trusted_roots])
+        trust = pki.TrustStore([home.trusted_roots], namespaces=self.cfg.get("trusted_root_namespaces") or {})
         self.verifier = CredentialVerifier(trust)
         am_policy = AmPolicy(allocation_lifetime=timedelta(minutes=self.cfg["am"]["allocation_lifetime_minutes"]),
                              default_lease=timedelta(hours=self.cfg["am"]["default_lease_hours"]),
@@ -113,7 +134,8 @@ class EmbeddedDeployment:
                                     name=self.cfg.get("sm_name") or f"sm-{socket.gethostname()}-{self._am_server.port}",
                                     image_policy=self.cfg["image_policy"], bitstreams=self.bitstreams,
                                     run_actor_clocks=not broker_url,
-                                    tick=timedelta(seconds=float(self.cfg.get("tick_seconds", 1.0))))
+                                    tick=timedelta(seconds=float(self.cfg.get("tick_seconds", 1.0))),
+                                    lease_key=lease_key)
         self.am_urn = f"urn:publicid:IDN+{self.authority}+authority+am"
         self._ads = AdvertisementCache()
         self.am = AggregateManager(AmIdentity(self.am_urn, self.endpoints.am_url, host, self.driver.description),
@@ -153,14 +175,33 @@ class EmbeddedDeployment:
         return self._ads.get(self.substrate, usage, now, available_only)
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        """Can this process serve? Each check is "ok" or the reason it cannot (what the dashboard's /health
+        and `slicex status` report)."""
+        from rspec import validate
+
+        checks: dict[str, str] = {}
+        try:
+            validate.check()
+            checks["rspec"] = "ok"
+        except GeniError as exc:
+            checks["rspec"] = exc.message
+        try:
+            self.store.get("deployment", "id")
+            checks["store"] = "ok"
+        except GeniError as exc:
+            checks["store"] = exc.message
+        return {"serving": all(v == "ok" for v in checks.values()), "checks": checks}
+
     def start(self) -> Endpoints:
+        warm_caches()
         self._threads = [self._sa_server.start_background(), self._am_server.start_background()]
         reaper = threading.Thread(target=self._reap_loop, name="reaper", daemon=True)
         reaper.start()
         self._threads.append(reaper)
         if self.cfg.get("dashboard_port") is not None:
             dashboard = Dashboard(self.substrate, Aggregate(self.am_urn, self.endpoints.am_url, self.driver.description),
-                                  lambda: take_snapshot(self.sm, self.clock.now()))
+                                  lambda: take_snapshot(self.sm, self.clock.now()), self.health)
             self._dashboard = start_dashboard(self.cfg["host"], int(self.cfg["dashboard_port"]), dashboard)
         log.info("slice authority at %s, aggregate at %s", self.endpoints.sa_url, self.endpoints.am_url)
         return self.endpoints
@@ -202,28 +243,34 @@ class ActorProcess:
 
         cfg = home.config()
         authority = cfg["authority"]
-        am_urn = f"urn:publicid:IDN+{authority}+authority+am"
+        am_urn = actor_urn(authority, "am")  # also the name of the aggregate's inventory in tickets and leases
         self.store = store or open_store(cfg["store"])
-        key = load_signing_key(home.am_key.read_bytes())
+        self.clock = clock or SystemClock()
+        if role not in ("broker", "authority"):
+            raise ValueError(f"unknown actor {role!r}: broker or authority")
+        ensure_actor_identities(home, authority)
         if role == "broker":
-            self.actor: Any = Broker("broker", self.store, key, policy=policy_named(cfg.get("broker_policy", "first-fit")),
-                                     authority=am_urn)
+            self.actor: Any = Broker("broker", self.store, load_signing_key(home.broker_key.read_bytes()),
+                                     policy=policy_named(cfg.get("broker_policy", "first-fit")), authority=am_urn)
             handlers = broker_handlers(self.actor)
-        elif role == "authority":
+            callers = {am_urn, actor_urn(authority, "authority")}  # the slice manager; the authority delegating
+        else:
             substrate = load_substrate(cfg["substrate"]) if cfg["substrate"] else default_substrate(authority)
             driver = substrate_driver(substrate, BitstreamCatalogue(self.store, home.root / "bitstreams"),
                                       EmulatedFpgaBackend(), failures)
-            self.actor = Authority(am_urn, driver, {"broker": key.public_key()}, store=self.store,
-                                   key=key, inventory=export_substrate(substrate, am_urn, "broker"))
+            self.actor = Authority(am_urn, driver, {"broker": actor_public_key(home, "broker", authority)},
+                                   store=self.store, key=load_signing_key(home.authority_key.read_bytes()),
+                                   inventory=export_substrate(substrate, am_urn, "broker"), clock=self.clock)
             handlers = authority_handlers(self.actor)
-        else:
-            raise ValueError(f"unknown actor {role!r}: broker or authority")
+            callers = {am_urn}
         self.tick_seconds = float(cfg.get("tick_seconds", 1.0))
-        self.clock = clock or SystemClock()
         self._stop = threading.Event()
         default_port = cfg.get(f"{role}_port", 8002 if role == "broker" else 8003)
-        self.server = ActorServer(role, handlers, {am_urn}, (cfg["host"], default_port if port is None else port),
-                                  str(home.am_cert), str(home.am_key), str(roots_bundle(home)))
+        cert, key = (home.broker_cert, home.broker_key) if role == "broker" else (home.authority_cert, home.authority_key)
+        # peers are authenticated against the deployment CA alone: a federation peer's CA may vouch for users,
+        # never for a caller of actor methods
+        self.server = ActorServer(role, handlers, callers, (cfg["host"], default_port if port is None else port),
+                                  str(cert), str(key), str(home.ca_cert))
 
     def _tick_loop(self) -> None:
         """The actor's own clock: the broker drops promises whose term ended and serves its queue; the
@@ -240,6 +287,7 @@ class ActorProcess:
         return self.server.url
 
     def start(self) -> str:
+        warm_caches()
         self.server.start()
         threading.Thread(target=self._tick_loop, name=f"{self.server.name}-clock", daemon=True).start()
         return self.url

@@ -6,29 +6,67 @@ as one list of sentences with line numbers."""
 
 from __future__ import annotations
 
-import functools
 import threading
 from pathlib import Path
 
 from lxml import etree
 
 from rspec.namespaces import RSPEC3, q
+from slicex.errors import ServerError
 from slicex.xmlsafe import parse_xml
 
 SCHEMA_DIR = Path(__file__).with_name("schemas")
 SCHEMA_FILES = {"request": "request.xsd", "advertisement": "ad.xsd", "manifest": "manifest.xsd"}
 KINDS = tuple(SCHEMA_FILES)
 MAX_PROBLEMS = 50
+
 _validate_lock = threading.Lock()  # an lxml XMLSchema object is not safe to share between threads
+# libxml2 sets up its schema machinery (the built-in types) on the first compile and does not guard that:
+# two first compiles at once corrupt it for the life of the process (XMLSchemaParseError on every later
+# compile, or a crash). Every compile here happens under this lock, and processes compile before serving.
+compile_lock = threading.Lock()
+_schemas: dict[str, etree.XMLSchema] = {}
 
 
-@functools.cache
 def schema_for(kind: str) -> etree.XMLSchema:
     """The compiled schema for one RSpec kind (request, advertisement, manifest); compiled once, offline."""
+    schema = _schemas.get(kind)
+    if schema is not None:
+        return schema
     if kind not in SCHEMA_FILES:
         raise ValueError(f"no schema for RSpec kind {kind!r}; kinds are {', '.join(KINDS)}")
-    parser = etree.XMLParser(no_network=True, resolve_entities=False, load_dtd=False)
-    return etree.XMLSchema(etree.parse(str(SCHEMA_DIR / SCHEMA_FILES[kind]), parser))
+    with compile_lock:
+        if kind not in _schemas:
+            parser = etree.XMLParser(no_network=True, resolve_entities=False, load_dtd=False)
+            _schemas[kind] = etree.XMLSchema(etree.parse(str(SCHEMA_DIR / SCHEMA_FILES[kind]), parser))
+        return _schemas[kind]
+
+
+CANARY_REQUEST = (f'<rspec xmlns="{RSPEC3}" type="request"><node client_id="canary" exclusive="false">'
+                  '<sliver_type name="default-vm"/></node></rspec>')
+
+
+def warm() -> None:
+    """Compile every schema now, one after another, so a process does it before it serves (not in the
+    first requests' threads); raises ServerError if validation does not work in this process."""
+    for kind in KINDS:
+        try:
+            schema_for(kind)
+        except etree.XMLSchemaParseError as exc:
+            raise ServerError(f"the shipped {kind} schema ({SCHEMA_FILES[kind]}) does not compile: {exc}") from exc
+    check()
+
+
+def check() -> None:
+    """Validate a known-good request: ServerError when this process can no longer validate requests
+    (what a health check asks)."""
+    try:
+        problems = validate_rspec(CANARY_REQUEST, "request")
+    except etree.LxmlError as exc:
+        raise ServerError(f"request validation is broken in this process: {type(exc).__name__}: {exc}") from exc
+    if problems:
+        raise ServerError(f"request validation is broken in this process: a valid request was refused: "
+                          f"{problems[0]}")
 
 
 def validate_rspec(doc: str | bytes | etree._Element, kind: str | None = None) -> list[str]:

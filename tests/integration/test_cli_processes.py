@@ -32,6 +32,17 @@ def slicex(home: Path, *args: str, env: dict | None = None) -> subprocess.Comple
                           text=True, timeout=120, env={**os.environ, **(env or {})})
 
 
+def configure(home: Path, authority: str, **extra) -> dict[str, int]:
+    """A fresh home (CA, user alice) whose processes listen on free ports; returns the ports by config key."""
+    assert slicex(home, "ca", "init", "--authority", authority).returncode == 0
+    ports = dict(zip(("sa_port", "am_port", "broker_port", "authority_port"), free_ports(4), strict=True))
+    cfg = yaml.safe_load((home / "slicex.yaml").read_text())
+    cfg.update({**ports, "dashboard_port": 0, **extra})
+    (home / "slicex.yaml").write_text(yaml.safe_dump(cfg))
+    assert slicex(home, "user", "add", "alice").returncode == 0
+    return ports
+
+
 def test_up_distributed_detach_runs_actor_processes_and_down_stops_them(tmp_path):
     from slicex.store.redis_store import RedisStore
 
