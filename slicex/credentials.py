@@ -10,6 +10,7 @@ We sign with rsa-sha256; we verify rsa-sha1 too, since delegated credentials in 
 
 from __future__ import annotations
 
+import base64
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,8 +45,6 @@ C14N = "http://www.w3.org/TR/2001/REC-xml-c14n-20010315"
 ENVELOPED = "http://www.w3.org/2000/09/xmldsig#enveloped-signature"
 ALLOWED_SIGNATURE_METHODS = {"http://www.w3.org/2000/09/xmldsig#rsa-sha1",
                              "http://www.w3.org/2001/04/xmldsig-more#rsa-sha256"}
-ALLOWED_TRANSFORMS = {ENVELOPED, C14N, "http://www.w3.org/TR/2001/REC-xml-c14n-20010315#WithComments",
-                      "http://www.w3.org/2001/10/xml-exc-c14n#"}
 
 METHOD_PRIVILEGES = {"Allocate": "createsliver", "Provision": "createsliver", "PerformOperationalAction": "createsliver",
                      "Delete": "deleteslice", "Status": "getsliceresources", "Describe": "getsliceresources",
@@ -124,8 +123,6 @@ def _signature_template(parent: etree._Element, ref: str, chain: list[x509.Certi
     data = etree.SubElement(key_info, f"{{{DS}}}X509Data")
     for cert in chain:
         der = cert.public_bytes(pki.serialization.Encoding.DER)
-        import base64
-
         etree.SubElement(data, f"{{{DS}}}X509Certificate").text = base64.b64encode(der).decode()
     return sig
 
@@ -220,67 +217,130 @@ def create_abac(*, head_keyid: str, head_mnemonic: str, role: str, tail_keyid: s
 
 
 # ---- parsing -------------------------------------------------------------------------------------------------
-def _text(el: etree._Element, tag: str) -> str:
-    child = el.find(tag)
-    return (child.text or "").strip() if child is not None else ""
+# Only what was signed is read. The rules below make "the element a signature covers" and "the element this
+# module parses" the same object, which closes the XML signature wrapping family:
+#  * the document is <signed-credential> with exactly one <credential> and at most one <signatures> child;
+#  * an element is named only by xml:id (the one ID attribute libxml2, and so xmlsec, resolves); every xml:id
+#    is unique (the parser refuses duplicates); plain id/Id/ID attributes inside credentials are refused;
+#  * the chain is <credential> → <parent>/<credential> → …, each a direct child, each with its own xml:id;
+#  * signatures live only as direct children of <signatures>, one per credential of the chain and nothing
+#    else, each with one Reference to "#<xml:id>", allowed algorithms and transforms only;
+#  * no comments anywhere (C14N without comments hides them from the digest, and a comment splits a text
+#    node: `urn:…+user+ali<!---->ce` reads as `…+user+ali`), and fields are leaves that appear once.
+_LEAF_FIELDS = ("type", "serial", "owner_gid", "owner_urn", "target_gid", "target_urn", "uuid", "expires")
+_PLAIN_IDS = ("id", "Id", "ID")
+DIGEST_METHODS = {"http://www.w3.org/2000/09/xmldsig#sha1", "http://www.w3.org/2001/04/xmlenc#sha256"}
+CANONICALIZATIONS = {C14N, "http://www.w3.org/TR/2001/REC-xml-c14n-20010315#WithComments",
+                     "http://www.w3.org/2001/10/xml-exc-c14n#", "http://www.w3.org/2001/10/xml-exc-c14n#WithComments"}
+ALLOWED_TRANSFORMS = CANONICALIZATIONS | {ENVELOPED}
+
+
+def _field(el: etree._Element, tag: str) -> str:
+    """The text of a leaf child that appears at most once ('' if absent)."""
+    found = el.findall(tag)
+    if len(found) > 1:
+        raise CredentialInvalid(f"credential carries <{tag}> {len(found)} times")
+    if not found:
+        return ""
+    if len(found[0]):
+        raise CredentialInvalid(f"credential field <{tag}> must hold text only, not elements")
+    return (found[0].text or "").strip()
 
 
 def _parse_credential_element(el: etree._Element, depth: int = 0) -> Credential:
     if depth > MAX_CHAIN:
         raise CredentialInvalid(f"delegation chain is deeper than {MAX_CHAIN}")
-    xml_id = el.get(XML_ID) or el.get("id") or ""
+    xml_id = el.get(XML_ID) or ""
     if not xml_id:
         raise CredentialInvalid("credential has no xml:id, so no signature can refer to it")
-    kind = _text(el, "type")
-    expires_text = _text(el, "expires")
+    kind = _field(el, "type")
+    expires_text = _field(el, "expires")
     try:
         expires = parse_time(expires_text)
     except BadArgs:
         raise CredentialInvalid(f"credential expiry {expires_text!r} is not a time") from None
     privileges: dict[str, bool] = {}
-    privs = el.find("privileges")
-    for p in privs.findall("privilege") if privs is not None else []:
-        privileges[_text(p, "name")] = _text(p, "can_delegate").lower() in ("true", "1")
-    parent_el = el.find("parent")
+    privs = el.findall("privileges")
+    if len(privs) > 1:
+        raise CredentialInvalid("credential carries <privileges> more than once")
+    for p in privs[0].findall("privilege") if privs else []:
+        name = _field(p, "name")
+        if name in privileges:
+            raise CredentialInvalid(f"credential lists privilege {name!r} twice")
+        privileges[name] = _field(p, "can_delegate").lower() in ("true", "1")
+    parents = el.findall("parent")
+    if len(parents) > 1:
+        raise CredentialInvalid("credential carries <parent> more than once")
     parent = None
-    if parent_el is not None:
-        inner = parent_el.find("credential")
-        if inner is None:
-            raise CredentialInvalid("<parent> holds no <credential>")
-        parent = _parse_credential_element(inner, depth + 1)
-    owner_gid = tuple(pki.load_certs(_text(el, "owner_gid")))
-    target_gid = tuple(pki.load_certs(_text(el, "target_gid")))
+    if parents:
+        inner = parents[0].findall("credential")
+        if len(inner) != 1 or len(parents[0]) != 1:
+            raise CredentialInvalid("<parent> must hold exactly one <credential> and nothing else")
+        parent = _parse_credential_element(inner[0], depth + 1)
+    owner_gid = tuple(pki.load_certs(_field(el, "owner_gid")))
+    target_gid = tuple(pki.load_certs(_field(el, "target_gid")))
     if kind == "privilege" and (not owner_gid or not target_gid):
         raise CredentialInvalid("credential lacks an owner or target certificate (owner_gid/target_gid)")
-    return Credential(xml_id, kind, _text(el, "serial"), _text(el, "owner_urn"), owner_gid, _text(el, "target_urn"),
-                      target_gid, expires, privileges, parent, _text(el, "uuid"), el.find("abac"))
+    abac = el.findall("abac")
+    if len(abac) > 1:
+        raise CredentialInvalid("credential carries <abac> more than once")
+    return Credential(xml_id, kind, _field(el, "serial"), _field(el, "owner_urn"), owner_gid,
+                      _field(el, "target_urn"), target_gid, expires, privileges, parent, _field(el, "uuid"),
+                      abac[0] if abac else None)
+
+
+def _check_shape(root: etree._Element) -> etree._Element:
+    """Refuse documents where a signed element and a read element could differ; return the top credential."""
+    if root.tag != "signed-credential":
+        raise CredentialInvalid(f"expected <signed-credential><credential>…, got <{root.tag}>")
+    for node in root.iter():
+        if not isinstance(node.tag, str):
+            raise CredentialInvalid("credential carries an XML comment or processing instruction; signed "
+                                    "credentials here never do, and a comment can change what a field reads as")
+    children = list(root)
+    credentials = [c for c in children if c.tag == "credential"]
+    signatures = [c for c in children if c.tag == "signatures"]
+    foreign = [c.tag for c in children if c.tag not in ("credential", "signatures")]
+    if len(credentials) != 1:
+        raise CredentialInvalid(f"<signed-credential> must hold exactly one <credential>, not {len(credentials)}")
+    if len(signatures) > 1 or foreign:
+        raise CredentialInvalid(f"<signed-credential> holds unexpected elements "
+                                f"({', '.join(map(str, foreign)) or 'a second <signatures>'})")
+    for el in credentials[0].iter():
+        plain = [a for a in _PLAIN_IDS if a in el.attrib]
+        if plain:
+            raise CredentialInvalid(f"<{el.tag}> carries a plain {plain[0]!r} attribute; credentials are named by "
+                                    f"xml:id only")
+    for sig in root.iter(f"{{{DS}}}Signature"):
+        if sig.getparent() is not (signatures[0] if signatures else None):
+            raise CredentialInvalid("credential has a Signature outside <signatures>; refused")
+    return credentials[0]
 
 
 def _document(text: Any) -> etree._Element:
     if not isinstance(text, (str, bytes)):
         raise CredentialInvalid(f"credential must be an XML string, got {type(text).__name__}")
     try:
-        root = parse_xml(text, "credential", MAX_CREDENTIAL_BYTES)
+        return parse_xml(text, "credential", MAX_CREDENTIAL_BYTES)
     except TooBig:
         raise
     except BadArgs as exc:
         raise CredentialInvalid(f"credential is not usable XML: {exc.message}") from None
-    if root.tag != "signed-credential" or root.find("credential") is None:
-        raise CredentialInvalid(f"expected <signed-credential><credential>…, got <{root.tag}>")
-    return root
 
 
 def parse_credential(text: str) -> Credential:
     """Parse (without verifying) a credential."""
-    return _parse_credential_element(_document(text).find("credential"))
+    root = _document(text)
+    return _parse_credential_element(_check_shape(root))
 
 
 # ---- verifying -----------------------------------------------------------------------------------------------
 def _signer_chain(sig: etree._Element) -> list[x509.Certificate]:
-    import base64
-
     certs = []
-    for c in sig.iter(f"{{{DS}}}X509Certificate"):
+    data = sig.findall(f"{{{DS}}}KeyInfo/{{{DS}}}X509Data")
+    if len(data) != 1:
+        raise CredentialInvalid("a credential signature's KeyInfo must carry exactly one X509Data with the signer's chain")
+    for c in data[0].findall(f"{{{DS}}}X509Certificate"):
         try:
             certs.append(x509.load_der_x509_certificate(base64.b64decode("".join((c.text or "").split()))))
         except ValueError:
@@ -290,31 +350,49 @@ def _signer_chain(sig: etree._Element) -> list[x509.Certificate]:
     return certs
 
 
+def _signature_reference(sig: etree._Element) -> str:
+    """The xml:id a signature covers, after checking it uses only allowed algorithms and transforms."""
+    info = sig.findall(f"{{{DS}}}SignedInfo")
+    if len(info) != 1:
+        raise CredentialInvalid("a credential signature must carry exactly one SignedInfo")
+    refs = info[0].findall(f"{{{DS}}}Reference")
+    if len(refs) != 1:
+        raise CredentialInvalid("each credential signature must carry exactly one Reference")
+    c14n = info[0].find(f"{{{DS}}}CanonicalizationMethod")
+    if c14n is None or c14n.get("Algorithm") not in CANONICALIZATIONS:
+        raise CredentialInvalid("credential signature canonicalization is not (exclusive) XML C14N")
+    method = info[0].find(f"{{{DS}}}SignatureMethod")
+    if method is None or method.get("Algorithm") not in ALLOWED_SIGNATURE_METHODS:
+        raise CredentialInvalid("credential signature method is not rsa-sha1 or rsa-sha256")
+    digest = refs[0].find(f"{{{DS}}}DigestMethod")
+    if digest is None or digest.get("Algorithm") not in DIGEST_METHODS:
+        raise CredentialInvalid("credential signature digest is not sha1 or sha256")
+    for t in refs[0].iter(f"{{{DS}}}Transform"):
+        if t.get("Algorithm") not in ALLOWED_TRANSFORMS or len(t):
+            raise CredentialInvalid(f"credential signature uses transform {t.get('Algorithm')}, which is not allowed "
+                                    f"(enveloped signature and C14N only, without parameters)")
+    uri = refs[0].get("URI") or ""
+    if not uri.startswith("#") or len(uri) < 2:
+        raise CredentialInvalid(f"credential signature reference {uri!r} does not name a credential by xml:id")
+    return uri[1:]
+
+
 def _check_signatures(root: etree._Element, cred: Credential, trust: pki.TrustStore,
                       now: datetime) -> dict[str, list[x509.Certificate]]:
-    """Verify one signature per credential in the chain; return xml:id → signer chain (leaf first)."""
-    ids: dict[str, etree._Element] = {}
-    for el in root.iter("credential"):
-        xml_id = el.get(XML_ID) or ""
-        if xml_id in ids:
-            raise CredentialInvalid(f"two credentials share xml:id {xml_id!r}")
-        ids[xml_id] = el
+    """Verify one signature per credential in the chain, and no others; return xml:id → signer chain (leaf
+    first, as KeyInfo carried it)."""
+    chain_ids = [c.xml_id for c in cred.chain()]
     signatures = root.find("signatures")
     by_ref: dict[str, etree._Element] = {}
-    for sig in signatures.findall(f"{{{DS}}}Signature") if signatures is not None else []:
-        refs = sig.findall(f"{{{DS}}}SignedInfo/{{{DS}}}Reference")
-        if len(refs) != 1:
-            raise CredentialInvalid("each credential signature must carry exactly one Reference")
-        method = sig.find(f"{{{DS}}}SignedInfo/{{{DS}}}SignatureMethod")
-        if method is None or method.get("Algorithm") not in ALLOWED_SIGNATURE_METHODS:
-            raise CredentialInvalid("signature method is not rsa-sha1 or rsa-sha256")
-        for t in refs[0].iter(f"{{{DS}}}Transform"):
-            if t.get("Algorithm") not in ALLOWED_TRANSFORMS:
-                raise CredentialInvalid(f"signature uses transform {t.get('Algorithm')}, which is not allowed")
-        uri = refs[0].get("URI") or ""
-        if not uri.startswith("#"):
-            raise CredentialInvalid(f"signature reference {uri!r} does not name a credential")
-        by_ref[uri[1:]] = sig
+    for sig in list(signatures) if signatures is not None else []:
+        if sig.tag != f"{{{DS}}}Signature":
+            raise CredentialInvalid(f"credential <signatures> holds <{sig.tag}>; only XML-DSig Signatures belong there")
+        ref = _signature_reference(sig)
+        if ref not in chain_ids:
+            raise CredentialInvalid(f"a credential signature covers {ref!r}, which is not a credential of this chain")
+        if ref in by_ref:
+            raise CredentialInvalid(f"credential {ref} carries two signatures")
+        by_ref[ref] = sig
     signers: dict[str, list[x509.Certificate]] = {}
     for c in cred.chain():
         sig = by_ref.get(c.xml_id)
@@ -332,6 +410,14 @@ def _check_signatures(root: etree._Element, cred: Credential, trust: pki.TrustSt
         trust.verify_chain(chain[0], chain[1:], now)
         signers[c.xml_id] = chain
     return signers
+
+
+def verify_signed(text: Any, trust: pki.TrustStore, now: datetime) -> tuple[Credential, dict[str, list[x509.Certificate]]]:
+    """Parse a credential document and verify every signature of its chain; what comes back is exactly what
+    the signatures cover (see the rules above). Delegation and authority are checked by the caller."""
+    root = _document(text)
+    cred = _parse_credential_element(_check_shape(root))
+    return cred, _check_signatures(root, cred, trust, now)
 
 
 def _same_key(a: x509.Certificate, b: x509.Certificate) -> bool:
@@ -431,17 +517,18 @@ class CredentialVerifier:
 
     def _verify_one(self, text: Any, caller: x509.Certificate, caller_urn: str, target_urn: str | None,
                     privilege: str, now: datetime) -> VerifiedCredential:
-        root = _document(text)
-        cred = _parse_credential_element(root.find("credential"))
+        cred, signers = verify_signed(text, self.trust, now)
         if cred.type != "privilege":
             raise CredentialInvalid(f"a {cred.type!r} credential cannot grant privileges here")
-        signers = _check_signatures(root, cred, self.trust, now)
         _check_delegation(cred, signers)
         earliest = min(c.expires for c in cred.chain())
         if earliest <= now:
             raise CredentialExpired(f"credential for {cred.target_urn} expired at {rfc3339(earliest)}")
         if not _same_key(cred.owner_gid[0], caller):
             raise CredentialMismatch(f"credential belongs to {cred.owner_urn}, not to you ({caller_urn})")
+        # TLS checked the caller's chain against every root; here its name must also lie in its root's namespace
+        # (a peer's root cannot mint identities in ours).
+        self.trust.verify_chain(caller, list(cred.owner_gid[1:]), now)
         if target_urn is not None and cred.target_urn.lower() != target_urn.lower():
             raise CredentialMismatch(f"credential is for {cred.target_urn}, not {target_urn}")
         if target_urn is not None and not cred.allows(privilege):

@@ -5,6 +5,7 @@ Layout:
   ca/ca.pem ca/ca.key      development root CA
   trusted_roots/           CA certificates this deployment trusts (its own + federation peers')
   am/ sa/                  aggregate and slice authority certificates and keys
+  broker/ authority/       broker (signs tickets) and authority (signs leases) actor certificates and keys
   <user>-cert.pem -key.pem user certificate and key (beside omni_config), <user>-ssh.pub ssh key
   omni_config              ready-to-use omni configuration
   state.db                 SQLite store (embedded default)
@@ -33,6 +34,9 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "am": {"allocation_lifetime_minutes": 10, "default_lease_hours": 24, "max_lease_days": 30},
     "sa": {"slice_lifetime_days": 7, "max_slice_lifetime_days": 60},
     "tick_seconds": 1.0,
+    # trusted_roots/<file> -> the URN namespace(s) that root may vouch for; a root not listed vouches for the
+    # authority in its own URN (urn:publicid:IDN+<ns>+authority+ca) and its sub-authorities only.
+    "trusted_root_namespaces": {},
     "broker_policy": "first-fit",  # first-fit | best-fit | worst-fit
     "dashboard_port": 8004,  # read-only operator dashboard, plain HTTP on `host` (0: any free port; null: off)
 }
@@ -85,6 +89,10 @@ class Home:
     am_key = property(lambda self: self.root / "am" / "am.key")
     sa_cert = property(lambda self: self.root / "sa" / "sa.pem")
     sa_key = property(lambda self: self.root / "sa" / "sa.key")
+    broker_cert = property(lambda self: self.root / "broker" / "broker.pem")
+    broker_key = property(lambda self: self.root / "broker" / "broker.key")
+    authority_cert = property(lambda self: self.root / "authority" / "authority.pem")
+    authority_key = property(lambda self: self.root / "authority" / "authority.key")
     omni_config = property(lambda self: self.root / "omni_config")
     pid_file = property(lambda self: self.root / "run" / "slicex.pid")
     log_file = property(lambda self: self.root / "logs" / "slicex.log")

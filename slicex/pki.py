@@ -1,24 +1,36 @@
 """X.509 for GENI: a development CA, authority and user certificates carrying the GENI URN in
 subjectAltName (plus a urn:uuid and email) and a SubjectKeyIdentifier (speaks-for key ids), and a trust
-store that verifies chains to configured roots."""
+store that validates paths to configured roots, each root bound to the URN namespaces it may vouch for."""
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.verification import (
+    Criticality,
+    ExtensionPolicy,
+    PolicyBuilder,
+    Store,
+    VerificationError,
+)
 
 from slicex.errors import CredentialExpired, CredentialInvalid, CredentialSignerUntrusted
 
+log = logging.getLogger("slicex.pki")
+
 __all__ = ["create_ca", "issue_certificate", "write_key", "write_cert", "cert_urn", "cert_uuid", "cert_email",
-           "subject_key_id_hex", "load_certs", "load_cert", "TrustStore", "serialization"]
+           "subject_key_id_hex", "load_certs", "load_cert", "TrustStore", "TrustedRoot", "namespace_covers",
+           "urn_authority", "serialization"]
 
 
 def _key() -> rsa.RSAPrivateKey:
@@ -154,39 +166,71 @@ def subject_key_id_hex(cert: x509.Certificate) -> str:
     return ski.digest.hex()
 
 
-def _signed_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
-    if cert.issuer != issuer.subject:
-        return False
-    key = issuer.public_key()
-    try:
-        if isinstance(key, rsa.RSAPublicKey):
-            key.verify(cert.signature, cert.tbs_certificate_bytes, padding.PKCS1v15(), cert.signature_hash_algorithm)
-        elif isinstance(key, ec.EllipticCurvePublicKey):
-            key.verify(cert.signature, cert.tbs_certificate_bytes, ec.ECDSA(cert.signature_hash_algorithm))
-        else:
-            return False
-    except (InvalidSignature, ValueError, TypeError):
-        return False
-    return True
+def namespace_covers(namespace: str, authority: str) -> bool:
+    """GENI namespace rule: authority `ns` vouches for `ns` and its sub-authorities `ns:sub` (case-insensitive)."""
+    ns, auth = namespace.lower(), authority.lower()
+    return auth == ns or auth.startswith(ns + ":")
 
 
-def _is_ca(cert: x509.Certificate) -> bool:
-    try:
-        return cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
-    except x509.ExtensionNotFound:
-        return False
+def urn_authority(cert: x509.Certificate) -> str | None:
+    """The authority part of the certificate's GENI URN, or None if it carries none."""
+    urn = cert_urn(cert)
+    if not urn:
+        return None
+    parts = urn[len("urn:publicid:IDN+"):].split("+")
+    return parts[0] if len(parts) == 3 and parts[0] else None
+
+
+@dataclass(frozen=True)
+class TrustedRoot:
+    """A root certificate and the URN namespaces it may vouch for (its own authority unless configured)."""
+
+    cert: x509.Certificate
+    namespaces: tuple[str, ...]
+    source: str
+
+
+# GENI authority certificates (slice authorities that also sign credentials, CAs without keyUsage) are valid
+# RFC 5280 but not web PKI: issuers must assert basicConstraints cA (the validator checks it and path length);
+# leaves may be authorities themselves.
+_CA_POLICY = ExtensionPolicy.permit_all().require_present(x509.BasicConstraints, Criticality.AGNOSTIC, None)
+_EE_POLICY = ExtensionPolicy.permit_all()
 
 
 class TrustStore:
-    """The roots a deployment trusts: PEM files and directories of *.pem / *.crt."""
+    """The roots a deployment trusts, each bound to the namespaces it may vouch for.
 
-    def __init__(self, roots: list[str | Path] | None = None, certs: list[x509.Certificate] | None = None):
-        self.roots: list[x509.Certificate] = list(certs or [])
+    Roots come from PEM files and directories of *.pem / *.crt. A root's namespace is the authority of the
+    URN in its subjectAltName (`urn:publicid:IDN+<ns>+authority+ca`), or what `namespaces` says for its file
+    name (a string or a list); a root with neither vouches for nothing and is set aside in `ignored`."""
+
+    def __init__(self, roots: list[str | Path] | None = None, certs: list[x509.Certificate] | None = None,
+                 namespaces: Mapping[str, str | list[str]] | None = None):
+        configured = {name: (ns,) if isinstance(ns, str) else tuple(ns) for name, ns in (namespaces or {}).items()}
+        self.trusted: list[TrustedRoot] = []
+        self.ignored: list[str] = []
+        for cert in certs or []:
+            self._add(cert, (), "certificate")
         for r in roots or []:
             p = Path(r)
             files = sorted(p.glob("*.pem")) + sorted(p.glob("*.crt")) if p.is_dir() else [p]
             for f in files:
-                self.roots.extend(load_certs(f.read_bytes()))
+                for cert in load_certs(f.read_bytes()):
+                    self._add(cert, configured.get(f.name, ()), str(f.name))
+
+    def _add(self, cert: x509.Certificate, namespaces: tuple[str, ...], source: str) -> None:
+        own = urn_authority(cert)
+        chosen = namespaces or ((own,) if own else ())
+        if not chosen:
+            self.ignored.append(f"{source}: root {cert.subject.rfc4514_string()} names no GENI authority and no "
+                                f"namespace is configured for it, so it vouches for nothing")
+            log.warning(self.ignored[-1])
+            return
+        self.trusted.append(TrustedRoot(cert, tuple(n.lower() for n in chosen), source))
+
+    @property
+    def roots(self) -> list[x509.Certificate]:
+        return [r.cert for r in self.trusted]
 
     def roots_pem(self) -> bytes:
         return b"".join(c.public_bytes(serialization.Encoding.PEM) for c in self.roots)
@@ -196,34 +240,31 @@ class TrustStore:
 
     def verify_chain(self, leaf: x509.Certificate, intermediates: list[x509.Certificate],
                      at: datetime) -> list[x509.Certificate]:
-        """The path from `leaf` to a trusted root, or raise saying why there is none."""
-        path = [leaf]
-        current = leaf
-        pool = [c for c in intermediates if c != leaf]
-        for _depth in range(10):
-            if not (current.not_valid_before_utc <= at <= current.not_valid_after_utc):
-                raise CredentialExpired(f"certificate {cert_urn(current) or current.subject.rfc4514_string()} is "
-                                        f"valid {current.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} to "
-                                        f"{current.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}, not at {at:%Y-%m-%dT%H:%M:%SZ}")
-            for root in self.roots:
-                if current == root or _signed_by(current, root):
-                    if current != root:
-                        if not (root.not_valid_before_utc <= at <= root.not_valid_after_utc):
-                            raise CredentialExpired(f"trusted root {root.subject.rfc4514_string()} has expired")
-                        path.append(root)
-                    return path
-            issuer = next((c for c in pool if c.subject == current.issuer and _signed_by(current, c)), None)
-            if issuer is None:
-                if any(c.subject == current.issuer for c in pool + self.roots):
-                    raise CredentialSignerUntrusted(
-                        f"certificate {current.subject.rfc4514_string()} names issuer "
-                        f"{current.issuer.rfc4514_string()}, but no trusted certificate of that name signed it")
+        """The path from `leaf` to a trusted root (RFC 5280 path validation by cryptography), every
+        certificate on it inside the namespace of that root; or raise saying why there is none."""
+        name = cert_urn(leaf) or leaf.subject.rfc4514_string()
+        if not (leaf.not_valid_before_utc <= at <= leaf.not_valid_after_utc):
+            raise CredentialExpired(f"certificate {name} is valid {leaf.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} "
+                                    f"to {leaf.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}, not at {at:%Y-%m-%dT%H:%M:%SZ}")
+        if not self.trusted:
+            raise CredentialSignerUntrusted("this aggregate trusts no root certificate")
+        verifier = (PolicyBuilder().store(Store(self.roots)).time(at).max_chain_depth(8)
+                    .extension_policies(ca_policy=_CA_POLICY, ee_policy=_EE_POLICY).build_client_verifier())
+        try:
+            path = list(verifier.verify(leaf, [c for c in intermediates if c != leaf]).chain)
+        except VerificationError as exc:
+            expired = [c for c in intermediates + self.roots
+                       if c.subject == leaf.issuer and not (c.not_valid_before_utc <= at <= c.not_valid_after_utc)]
+            if expired:
+                raise CredentialExpired(f"certificate {name}: its issuer {expired[0].subject.rfc4514_string()} is "
+                                        f"not valid at {at:%Y-%m-%dT%H:%M:%SZ}") from None
+            raise CredentialSignerUntrusted(f"certificate {name} does not chain to a root this aggregate trusts "
+                                            f"(issuer {leaf.issuer.rfc4514_string()}): {exc}") from None
+        root = next(r for r in self.trusted if r.cert == path[-1])
+        for cert in path[:-1]:
+            authority = urn_authority(cert)
+            if authority is not None and not any(namespace_covers(ns, authority) for ns in root.namespaces):
                 raise CredentialSignerUntrusted(
-                    f"certificate {cert_urn(leaf) or leaf.subject.rfc4514_string()} does not chain to a root this "
-                    f"aggregate trusts (issuer {current.issuer.rfc4514_string()} is unknown)")
-            if not _is_ca(issuer):
-                raise CredentialInvalid(f"{issuer.subject.rfc4514_string()} issued a certificate but is not a CA")
-            path.append(issuer)
-            pool.remove(issuer)
-            current = issuer
-        raise CredentialInvalid("certificate chain is longer than 10")
+                    f"{cert_urn(cert)} is outside the namespace its root {root.cert.subject.rfc4514_string()} "
+                    f"({root.source}) may vouch for ({', '.join(root.namespaces)})")
+        return path

@@ -10,7 +10,7 @@ from typing import Any
 from cryptography import x509
 
 from slicex import pki
-from slicex.credentials import _check_signatures, _document, _parse_credential_element, create_abac
+from slicex.credentials import create_abac, verify_signed
 from slicex.errors import BadArgs, CredentialExpired, CredentialInvalid, CredentialMismatch, GeniError
 
 
@@ -35,11 +35,9 @@ def verify_speaks_for(credentials: list[Any], tool_cert: x509.Certificate, speak
     tool_keyid = pki.subject_key_id_hex(tool_cert)
     for text in credentials:
         try:
-            root = _document(text)
-            cred = _parse_credential_element(root.find("credential"))
-            if cred.type != "abac" or cred.abac is None:
-                raise CredentialInvalid("speaks-for credential is not an ABAC credential")
-            signers = _check_signatures(root, cred, trust, now)
+            cred, signers = verify_signed(text, trust, now)
+            if cred.type != "abac" or cred.abac is None or cred.parent is not None:
+                raise CredentialInvalid("speaks-for credential is not an undelegated ABAC credential")
             user = signers[cred.xml_id][0]
             rt0 = cred.abac.find("rt0")
             if rt0 is None:
