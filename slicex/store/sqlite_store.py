@@ -1,11 +1,17 @@
 """SQLite store: the embedded default. One file, safe across threads of one process and across processes
-(SQLite's own locking; claims use INSERT so two owners can never both succeed)."""
+(SQLite's own locking; claims use INSERT so two owners can never both succeed).
+
+Opening is safe against concurrent openers: every connection waits on locks (busy timeout), and the opening
+steps SQLite answers "database is locked" without waiting for (switching to WAL while another connection
+checkpoints or closes the file) are retried with a jittered backoff until the same deadline."""
 
 from __future__ import annotations
 
 import json
+import random
 import sqlite3
 import threading
+import time
 from typing import Any
 
 from slicex.errors import DbError
@@ -17,17 +23,51 @@ CREATE INDEX IF NOT EXISTS claims_owner ON claims (owner);
 """
 
 
+BUSY_TIMEOUT_SECONDS = 30.0
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    text = str(exc).lower()
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
+
+
 class SqliteStore:
-    def __init__(self, path: str):
+    def __init__(self, path: str, busy_timeout: float = BUSY_TIMEOUT_SECONDS):
         self.path = path
         self._lock = threading.RLock()
+        deadline = time.monotonic() + busy_timeout
+        delay = 0.005
         try:
-            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
-            self._db.execute("PRAGMA journal_mode=WAL" if path != ":memory:" else "PRAGMA journal_mode=MEMORY")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=busy_timeout)
+            self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
         except sqlite3.Error as exc:
             raise DbError(f"cannot open SQLite store {path}: {exc}") from None
+        while True:
+            try:
+                self._prepare()
+                return
+            except sqlite3.Error as exc:
+                if not _busy(exc) or time.monotonic() + delay > deadline:
+                    self._db.close()
+                    raise DbError(f"cannot open SQLite store {path}: {exc}") from None
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.25)
+
+    def _prepare(self) -> None:
+        """Journal mode and schema; idempotent, so a busy attempt is simply run again."""
+        if self.path == ":memory:":
+            self._db.execute("PRAGMA journal_mode=MEMORY")
+        elif str(self._db.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+            self._db.execute("PRAGMA journal_mode=WAL")  # persistent: only the first opener of a file switches
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("BEGIN IMMEDIATE")  # one opener creates the schema; the others wait, then see it
+        try:
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                self._db.execute(statement)
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     def _run(self, fn):
         with self._lock:
