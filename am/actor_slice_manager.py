@@ -12,7 +12,12 @@ chosen by the broker from its delegated label sets); Provision → extendTicket 
 (links first: a node waits in Priming until the links it attaches to are active, and its spec carries
 their tags); Renew → extendTicket (+ extendLease when active); PerformOperationalAction → modify at the
 authority; Delete → relinquish + close. Failures carry the actor's reason to `geni_error` and, for the
-call that failed, to the result's `output` with its GENI code."""
+call that failed, to the result's `output` with its GENI code.
+
+Every lease the authority answers with is verified before it is used: the authority's signature (the key of
+its certificate, not the broker's or the AM's) and that it is the lease of the ticket redeemed (reservation,
+holder, units, term, labels). A lease that fails is a failed redeem (or a refused extension): the
+reservation gives back what it holds, so nothing leaks."""
 
 from __future__ import annotations
 
@@ -37,10 +42,20 @@ from broker.broker import Demand
 from rspec.request import Request
 from slicex import errors
 from slicex.clock import parse_time, rfc3339
-from slicex.errors import BadArgs, Busy, GeniError, RpcError, SearchFailed, TimedOut, Unavailable, Unsupported
+from slicex.errors import (
+    BadArgs,
+    Busy,
+    CredentialInvalid,
+    GeniError,
+    RpcError,
+    SearchFailed,
+    TimedOut,
+    Unavailable,
+    Unsupported,
+)
 from slicex.store import Store
 from slicex.term import Term
-from slicex.ticket import Lease, Ticket
+from slicex.ticket import Lease, Ticket, verify_lease
 
 log = logging.getLogger("slicex.sm")
 RESERVATIONS = "sm-reservations"
@@ -148,11 +163,17 @@ class ActorSliceManager:
     def __init__(self, store: Store, substrate: Any, broker: Any, authority: Any, name: str | None = None,
                  image_policy: str = "reject", bitstreams: Any = None,
                  fault: Callable[[str], None] | None = None, run_actor_clocks: bool = True,
-                 tick: timedelta = timedelta(seconds=1)):
+                 tick: timedelta = timedelta(seconds=1), lease_key: Any = None):
         self.store = store
         self.substrate = substrate
         self.broker = broker
         self.authority = authority
+        # the authority's public key (from its certificate): every lease is checked with it; an in-process
+        # authority's own key when none is given, a remote one must be named
+        own = getattr(authority, "key", None)
+        self.lease_key = lease_key or (own.public_key() if own is not None else None)
+        if self.lease_key is None:
+            raise BadArgs("a slice manager needs the authority's public key to verify the leases it is given")
         # several slice managers (AM workers) may share a store: each works on a reservation only while it
         # holds the reservation's lock (a claim owned by its name); a restarted one with the same name picks
         # up its own work at once, others take over after LIVENESS
@@ -341,10 +362,14 @@ class ActorSliceManager:
                 if rec.ticket is None:
                     return rs.LeaseUpdate(m.request, False, reason="no ticket to redeem")
                 lease, _status = self.authority.redeem(rec.ticket, self._spec(rec, m.inputs), now)
+                self._check_lease(lease, rec.ticket)
                 rec.lease = lease
                 return rs.LeaseUpdate(m.request, True, lease.sequence, lease.end)
             if m.kind == "extendLease":
+                if rec.ticket is None:
+                    return rs.LeaseUpdate(m.request, False, reason="no ticket to extend the lease with")
                 lease = self.authority.extend_lease(rec.lease, rec.ticket, now)
+                self._check_lease(lease, rec.ticket)
                 rec.lease = lease
                 return rs.LeaseUpdate(m.request, True, lease.sequence, lease.end)
             if m.kind == "close":
@@ -363,6 +388,24 @@ class ActorSliceManager:
                 return rs.TicketUpdate(m.request, False, reason=exc.message)
             return rs.LeaseUpdate(m.request, False, reason=exc.message)
         raise ValueError(f"unknown message kind {m.kind!r}")
+
+    def _check_lease(self, lease: Lease, ticket: Ticket) -> None:
+        """Raise CredentialInvalid unless the authority signed `lease` and it is the lease of `ticket`."""
+        verify_lease(lease, self.lease_key)
+        if ticket.units:
+            units_ok = lease.units == ticket.units
+        else:
+            units_ok = (len(lease.units) == ticket.count == len(set(lease.units))
+                        and all(u.startswith(f"{ticket.resource_type}:") for u in lease.units))
+        wrong = [what for what, ok in (
+            ("ticket", lease.ticket == ticket.id), ("reservation", lease.reservation == ticket.reservation),
+            ("holder", lease.holder == ticket.holder), ("units", units_ok),
+            ("authority", not ticket.authority or lease.authority == ticket.authority),
+            ("end", lease.end == ticket.end), ("start", ticket.start <= lease.start < lease.end),
+            ("sequence", lease.sequence == ticket.sequence), ("labels", lease.labels == ticket.labels)) if not ok]
+        if wrong:
+            raise CredentialInvalid(f"lease {lease.id} from authority {lease.authority} does not match ticket "
+                                    f"{ticket.id} ({', '.join(wrong)} differ); refused")
 
     def _spec(self, rec: Record, inputs: Iterable[tuple[str, int]]) -> SliverSpec:
         details = {k: v for k, v in rec.details.items() if k not in ("reservation", "logins")}
@@ -778,10 +821,12 @@ class ActorSliceManager:
 
 
 def in_process(store: Store, substrate: Any, driver: Any, broker_key: Any = None, authority_key: Any = None,
-               policy: Any = None, authority_name: str | None = None, **kw: Any) -> ActorSliceManager:
+               policy: Any = None, authority_name: str | None = None, clock: Any = None,
+               **kw: Any) -> ActorSliceManager:
     """An embedded deployment's actors on one store: a broker (signing with `broker_key`, a fresh RSA key
-    if none), an authority that trusts it, owns the substrate and delegates all of it, and a slice manager
-    over both. Keys may be PEM bytes or loaded keys."""
+    if none), an authority (signing leases with `authority_key`, a fresh one if none; checking tickets on
+    `clock` when given) that trusts the broker, owns the substrate and delegates all of it, and a slice
+    manager over both. Keys may be PEM bytes or loaded keys."""
     from cryptography.hazmat.primitives.asymmetric import rsa
 
     from am.authority import Authority
@@ -795,10 +840,10 @@ def in_process(store: Store, substrate: Any, driver: Any, broker_key: Any = None
         return load_signing_key(k) if isinstance(k, bytes) else k
 
     bkey = key(broker_key)
-    akey = bkey if authority_key is None and broker_key is not None else key(authority_key)
+    akey = key(authority_key)
     name = authority_name or f"urn:publicid:IDN+{substrate.authority}+authority+am"
     broker = Broker("broker", store, bkey, policy=policy, authority=name)
     authority = Authority(name, driver, {"broker": bkey.public_key()}, store=store, key=akey,
-                          inventory=export_substrate(substrate, name, "broker"))
+                          inventory=export_substrate(substrate, name, "broker"), clock=clock)
     authority.export_to(broker)
     return ActorSliceManager(store, substrate, broker, authority, **kw)

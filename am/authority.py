@@ -2,11 +2,15 @@
 leases by calling its substrate driver, extends, modifies and closes leases, and reaps expired ones on its
 own clock.
 
-A redeem checks the broker's signature (no call back to the broker), the broker is trusted, and the term has
-started and not ended. Each lease is kept in the store with the driver's record of the unit, and its units
+A redeem or extension checks the ticket without calling the broker back: the signature with the public key
+of the broker's certificate (brokers it trusts, by name), the term against the authority's *own* clock
+(never a time the caller sends), and the units against what this authority delegated to that broker
+(recorded in its own table when it delegates: units it never delegated, or more than a pool holds, are
+refused). Each lease is kept in the store with the driver's record of the unit, and its units
 are claimed as `leased:<unit>` (owner: the lease), so even two brokers promising one unit can never get it
 leased twice. Redeem, extend and close are idempotent: a slice manager that lost an answer asks again and
-gets the same lease. Leases are signed with the authority's key when it has one.
+gets the same lease. Leases are signed with the authority's key (its own, not the broker's or the AM's), so
+the slice manager can check what it is given.
 
 An authority built without a store only delegates (a deployment whose authority runs in another process
 uses one to export the inventory it describes); redeeming needs the store."""
@@ -19,12 +23,15 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
-from slicex.clock import rfc3339
+from slicex.clock import Clock, rfc3339
 from slicex.errors import BadArgs, CredentialInvalid, Expired, GeniError, Refused, SearchFailed, ServerError
 from slicex.store import Store
 from slicex.ticket import Lease, Ticket, sign_lease, verify_ticket
 
 LEASES = "authority-leases"
+DELEGATED = "authority-delegations"
+"""What each authority delegated to each broker (key "<authority>|<broker>", names of pools and label sets):
+the authority's own record, so a ticket is checked against what it gave, not what a broker says it has."""
 
 
 # ---- the substrate driver seam -----------------------------------------------------------------------------------
@@ -93,13 +100,17 @@ def as_driver(driver: Any) -> SubstrateDriver:
 # ---- the actor ----------------------------------------------------------------------------------------------------
 class Authority:
     def __init__(self, name: str, driver: Any, broker_keys: dict[str, Any], store: Store | None = None,
-                 key: Any = None, inventory: Any = None):
+                 key: Any = None, inventory: Any = None, clock: Clock | None = None):
         self.name = name
         self.substrate = as_driver(driver) if driver is not None else None  # None: delegates only
-        self.broker_keys = broker_keys  # broker name → public key, configured when the broker is trusted
+        self.broker_keys = broker_keys  # broker name → public key of its certificate (tickets are checked with it)
         self.store = store
         self.key = key  # signs leases when set
         self.inventory = inventory  # broker.delegation.Delegation of everything it owns (for count tickets)
+        # Its own time: tickets are checked against it, never against a caller's `now`. Without one (pure
+        # tests of the core) the `now` argument is the time.
+        self.clock = clock
+        self._unit_pool = {u: p.name for p in (inventory.pools if inventory else ()) for u in p.units}
         self._lock = threading.RLock()
         self.fault = lambda boundary: None  # fault injection (tests): called at internal boundaries
 
@@ -108,7 +119,10 @@ class Authority:
         """Export inventory (all, or the named pools/label sets) to a broker, which claims it."""
         if self.inventory is None:
             raise BadArgs(f"authority {self.name} has no inventory to delegate")
-        broker.accept(self.inventory if names is None else self.inventory.only(names))
+        part = self.inventory if names is None else self.inventory.only(names)
+        to = self._broker_name(broker)
+        broker.accept(replace(part, broker=to))
+        self._record(to, set(self._delegated(to) or ()) | set(part.names()))
 
     def export_to(self, broker: Any) -> None:
         """Delegate everything this authority owns to `broker`, except what the operator reclaimed (a host in
@@ -116,14 +130,49 @@ class Authority:
         if self.inventory is None:
             raise BadArgs(f"authority {self.name} has no inventory to delegate")
         parked = set(broker.reclaimed(self.name))
-        self.delegate(broker, [n for n in self.inventory.names() if n not in parked])
+        names = [n for n in self.inventory.names() if n not in parked]
+        to = self._broker_name(broker)
+        broker.accept(replace(self.inventory.only(names), broker=to))
+        self._record(to, set(names))  # exactly this: names parked since the last record are no longer delegated
 
     def reclaim(self, broker: Any, names: list[str], now: datetime) -> tuple[list[str], list[str]]:
         """Take inventory back from a broker (maintenance): (reclaimed now, still promised and draining)."""
-        return broker.reclaim(self.name, names, now)
+        free, busy = broker.reclaim(self.name, names, now)
+        to = self._broker_name(broker)
+        held = self._delegated(to)
+        if held is not None:
+            self._record(to, set(held) - set(free))  # draining ones stay: their tickets are still good
+        return free, busy
+
+    def _broker_name(self, broker: Any) -> str:
+        """The name tickets from `broker` carry (a proxy to a remote broker: the inventory's broker)."""
+        return getattr(broker, "name", None) or (self.inventory.broker if self.inventory else "")
+
+    def _delegated(self, broker: str) -> list[str] | None:
+        """Names this authority delegated to `broker`; None: no record of any."""
+        if self.store is None:
+            return None
+        doc = self.store.get(DELEGATED, f"{self.name}|{broker}")
+        return None if doc is None else list(doc["names"])
+
+    def _record(self, broker: str, names: set[str]) -> None:
+        if self.store is None:
+            return  # an authority without a store keeps no record (it cannot redeem either)
+        self.store.put(DELEGATED, f"{self.name}|{broker}", {"authority": self.name, "broker": broker,
+                                                            "names": sorted(names)})
 
     # ---- checks ----------------------------------------------------------------------------------------------
+    def _now(self, now: datetime | None) -> datetime:
+        """The authority's time: its own clock when it has one (a deployment), else the caller's (pure tests)."""
+        if self.clock is not None:
+            return self.clock.now()
+        if now is None:
+            raise BadArgs(f"authority {self.name} has no clock and was given no time")
+        return now
+
     def _verify(self, ticket: Ticket, now: datetime) -> None:
+        """Refuse a ticket the trusted broker did not sign, that is not for this authority, outside its term
+        by this authority's clock, or naming what this authority never delegated to that broker."""
         key = self.broker_keys.get(ticket.broker)
         if key is None:
             raise CredentialInvalid(f"authority {self.name} does not trust broker {ticket.broker}")
@@ -131,9 +180,38 @@ class Authority:
         if ticket.authority and ticket.authority != self.name:
             raise Refused(f"ticket {ticket.id} is for authority {ticket.authority}, not {self.name}")
         if now >= ticket.end:
-            raise Expired(f"ticket {ticket.id} expired at {ticket.end:%Y-%m-%dT%H:%M:%SZ}; allocate again")
+            raise Expired(f"ticket {ticket.id} expired at {ticket.end:%Y-%m-%dT%H:%M:%SZ} (authority {self.name}'s "
+                          f"clock says {now:%Y-%m-%dT%H:%M:%SZ}); allocate again")
         if now < ticket.start:
             raise Refused(f"ticket {ticket.id} starts at {ticket.start:%Y-%m-%dT%H:%M:%SZ}; redeem it then")
+        self._check_delegated(ticket)
+
+    def _check_delegated(self, ticket: Ticket) -> None:
+        """The ticket promises only units this authority delegated to its broker, each at most once, and a
+        count no larger than the pool it names."""
+        names = set(self._delegated(ticket.broker) or ())
+        never = f"which authority {self.name} never delegated to broker {ticket.broker}"
+        if not names:
+            raise Refused(f"ticket {ticket.id}: authority {self.name} has delegated nothing to broker {ticket.broker}")
+        if ticket.units:
+            if len(set(ticket.units)) != len(ticket.units):
+                raise Refused(f"ticket {ticket.id} names a unit more than once")
+            for u in ticket.units:
+                where = self._unit_pool.get(u)
+                if where is None and self.inventory is not None:  # a label: vlan:<switch>:<tag>
+                    prefix, _, value = u.rpartition(":")
+                    ls = next((x for x in self.inventory.label_sets if x.name == prefix), None)
+                    where = prefix if ls is not None and value.isdigit() and int(value) in ls else None
+                if where is None or where not in names:
+                    raise Refused(f"ticket {ticket.id} names {u}, {never}")
+            return
+        pool = next((p for p in (self.inventory.pools if self.inventory else ()) if p.name == ticket.resource_type),
+                    None)
+        if pool is None or pool.name not in names:
+            raise Refused(f"ticket {ticket.id} promises {ticket.count} of {ticket.resource_type!r}, {never}")
+        if not 0 < ticket.count <= len(pool.units):
+            raise Refused(f"ticket {ticket.id} promises {ticket.count} of {pool.name}; authority {self.name} "
+                          f"delegated {len(pool.units)} of them to broker {ticket.broker}")
 
     def _doc(self, lease_id: str) -> dict[str, Any] | None:
         return self.store.get(LEASES, lease_id) if self.store is not None else None
@@ -142,9 +220,10 @@ class Authority:
     def redeem(self, ticket: Ticket, spec: SliverSpec, now: datetime) -> tuple[Lease, dict[str, Any]]:
         """Turn a ticket into a lease: verify, choose units for a count ticket, take them, ask the driver.
         Returns the lease and the driver's record."""
+        now = self._now(now)
+        if self.store is None or self.substrate is None:
+            raise BadArgs(f"authority {self.name} keeps no leases (it was built to delegate only)")
         self._verify(ticket, now)
-        if self.store is None:
-            raise BadArgs(f"authority {self.name} keeps no leases (it was built without a store)")
         with self._lock:
             doc = self._doc(ticket.id)
             if doc is not None and doc["state"] == "active":
@@ -200,8 +279,9 @@ class Authority:
 
     # ---- extend, modify, close ---------------------------------------------------------------------------------
     def extend_lease(self, lease: Lease | None, ticket: Ticket, now: datetime | None = None) -> Lease:
-        """Move a lease's end to its extended ticket's end (the ticket must be newer than the lease)."""
-        self._verify(ticket, now or ticket.start)
+        """Move a lease's end to its extended ticket's end (the ticket must be newer than the lease and
+        promise what the redeemed one promised)."""
+        self._verify(ticket, self._now(now))
         with self._lock:
             doc = self._doc(ticket.id)
             if doc is None:
@@ -209,6 +289,11 @@ class Authority:
                                    f"never redeemed); provision again")
             if doc["state"] != "active":
                 raise SearchFailed(f"authority {self.name}: lease {ticket.id} is still being set up; retry")
+            redeemed = Ticket.from_doc(doc["ticket"])
+            if (ticket.units, ticket.resource_type, ticket.count, ticket.reservation) != (
+                    redeemed.units, redeemed.resource_type, redeemed.count, redeemed.reservation):
+                raise Refused(f"authority {self.name}: ticket {ticket.id} promises other units than the one redeemed "
+                              f"into lease {ticket.id}; refused")
             current = Lease.from_doc(doc["lease"])
             if ticket.sequence < current.sequence:
                 return current  # an older extension arriving late

@@ -60,21 +60,23 @@ def actors(store, key, home: Path | None):
         return broker, authority, []
     from am.authority import RemoteAuthority, authority_handlers
     from broker.remote import RemoteBroker, broker_handlers
-    from slicex import pki
     from slicex.actor_rpc import ActorClient, ActorServer
-    from slicex.devpki import roots_bundle
+    from slicex.devpki import actor_urn
     from slicex.home import Home
 
     h = Home(home)
-    me = pki.cert_urn(pki.load_cert(h.am_cert.read_bytes()))
-    tls = (str(h.am_cert), str(h.am_key), str(roots_bundle(h)))
-    servers = [ActorServer("broker", broker_handlers(broker), {me}, ("127.0.0.1", 0), *tls),
-               ActorServer("authority", authority_handlers(authority), {me}, ("127.0.0.1", 0), *tls)]
+    ca = str(h.ca_cert)
+    am = actor_urn("bench.org", "am")
+    servers = [ActorServer("broker", broker_handlers(broker), {am}, ("127.0.0.1", 0), str(h.broker_cert),
+                           str(h.broker_key), ca),
+               ActorServer("authority", authority_handlers(authority), {am}, ("127.0.0.1", 0), str(h.authority_cert),
+                           str(h.authority_key), ca)]
     for s in servers:
         s.start()
-    creds = (str(h.am_cert), str(h.am_key))
-    return (RemoteBroker(ActorClient("broker", servers[0].url, *creds)),
-            RemoteAuthority(ActorClient("authority", servers[1].url, *creds)), servers)
+    creds = (str(h.am_cert), str(h.am_key), ca)
+    return (RemoteBroker(ActorClient("broker", servers[0].url, *creds, actor_urn("bench.org", "broker"))),
+            RemoteAuthority(ActorClient("authority", servers[1].url, *creds, actor_urn("bench.org", "authority"))),
+            servers)
 
 
 def run(store_url: str, managers: int, seconds: float, deployment: str, key, home: Path | None) -> list[dict]:

@@ -1,10 +1,14 @@
 """Actor calls over HTTPS with mutual TLS (the scaled-out deployment): a server that exposes one actor's
 methods to trusted peers, and a client proxy that turns faults back into GENI errors.
 
-Only peers whose certificate names an allowed URN (by default: this deployment's aggregate) may call."""
+Both ends authenticate each other against the deployment CA (not the federation roots: a peer testbed's CA
+may vouch for users, never for our actors). The server answers only peers whose certificate names an
+allowed URN; the client talks only to a server whose certificate names the actor it means to reach, and
+checks that before a byte of the request is sent."""
 
 from __future__ import annotations
 
+import http.client
 import logging
 import ssl
 import threading
@@ -16,7 +20,7 @@ from cryptography import x509
 
 from slicex import pki
 from slicex.errors import GeniError, RpcError, TimedOut, Unavailable
-from slicex.tls_xmlrpc import TlsXmlRpcServer, client, server_context
+from slicex.tls_xmlrpc import SafeTransport, TlsXmlRpcServer, client_context, server_context
 
 log = logging.getLogger("slicex.actor")
 _ERRORS = {cls.code: cls for cls in GeniError.__subclasses__()}
@@ -58,13 +62,49 @@ class ActorServer:
         self.server.close()
 
 
-class ActorClient:
-    """Calls a remote actor; faults come back as the GENI error they carry, outages as UNAVAILABLE/TIMEDOUT."""
+class PeerIdentityError(Exception):
+    """The server's certificate chains to the deployment CA but names another actor than the one called."""
 
-    def __init__(self, name: str, url: str, cert_file: str, key_file: str, timeout: float = 30):
+
+class _PinnedConnection(http.client.HTTPSConnection):
+    def __init__(self, host: str, context: ssl.SSLContext, peer_urn: str, timeout: float):
+        super().__init__(host, None, context=context, timeout=timeout)
+        self.peer_urn = peer_urn
+
+    def connect(self) -> None:
+        super().connect()  # the handshake verified the chain against the deployment CA
+        der = self.sock.getpeercert(binary_form=True)
+        urn = pki.cert_urn(x509.load_der_x509_certificate(der)) if der else ""
+        if urn.lower() != self.peer_urn.lower():
+            self.close()
+            raise PeerIdentityError(f"its certificate names {urn or 'no URN'}, not {self.peer_urn}")
+
+
+class _PinnedTransport(SafeTransport):
+    """xmlrpc transport whose connections refuse a server that is not `peer_urn`."""
+
+    def __init__(self, context: ssl.SSLContext, peer_urn: str, timeout: float):
+        super().__init__(context, timeout)
+        self.peer_urn = peer_urn
+
+    def make_connection(self, host: Any) -> http.client.HTTPSConnection:
+        if self._connection and host == self._connection[0]:
+            return self._connection[1]
+        chost, self._extra_headers, _x509 = self.get_host_info(host)
+        self._connection = host, _PinnedConnection(chost, self.context, self.peer_urn, self._timeout)
+        return self._connection[1]
+
+
+class ActorClient:
+    """Calls a remote actor; faults come back as the GENI error they carry, outages as UNAVAILABLE/TIMEDOUT,
+    and a server that is not the actor named (another CA, or another actor's certificate) as RPCERROR."""
+
+    def __init__(self, name: str, url: str, cert_file: str, key_file: str, ca_file: str, peer_urn: str,
+                 timeout: float = 30):
         self.name = name
         self.url = url
-        self._args = (url, cert_file, key_file)
+        self.peer_urn = peer_urn
+        self._context = client_context(cert_file, key_file, ca_file)  # CERT_REQUIRED against ca_file
         self._timeout = timeout
         self._local = threading.local()  # one kept-alive connection per thread: proxies are not thread-safe
 
@@ -74,6 +114,13 @@ class ActorClient:
         except xmlrpc.client.Fault as fault:
             cls = _ERRORS.get(fault.faultCode, RpcError)
             raise cls(fault.faultString) from None
+        except PeerIdentityError as exc:
+            raise RpcError(f"{self.name} at {self.url} is not the {self.name} of this deployment ({exc}); "
+                           f"refused to call {method}") from None
+        except ssl.SSLCertVerificationError as exc:
+            raise RpcError(f"{self.name} at {self.url} is not the {self.name} of this deployment: its certificate "
+                           f"does not verify against the deployment CA ({exc.verify_message}); refused to call "
+                           f"{method}") from None
         except TimeoutError as exc:
             raise TimedOut(f"{self.name} at {self.url} did not answer {method} in {self._timeout:.0f} s ({exc})") from None
         except (ConnectionError, OSError, ssl.SSLError) as exc:
@@ -84,7 +131,8 @@ class ActorClient:
     def _call(self, method: str, *args: Any) -> Any:
         proxy = getattr(self._local, "proxy", None)
         if proxy is None:
-            proxy = self._local.proxy = client(*self._args, timeout=self._timeout)
+            proxy = self._local.proxy = xmlrpc.client.ServerProxy(
+                self.url, transport=_PinnedTransport(self._context, self.peer_urn, self._timeout), allow_none=True)
         try:
             return getattr(proxy, method)(*args)
         except xmlrpc.client.Fault:

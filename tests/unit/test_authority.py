@@ -53,10 +53,25 @@ def ticket(units=("core:pc1:0",), start=T0, end=T0 + H, key=BROKER_KEY, broker="
     return sign_ticket(Ticket(tid, broker, "sm", tid.split("/")[1], tuple(units), start, end, seq, **kw), key)
 
 
+class BrokerStub:
+    """Takes delegations (ORCA claim) and nothing else."""
+
+    def __init__(self, name):
+        self.name = name
+        self.accepted = []
+
+    def accept(self, delegation):
+        self.accepted.append(delegation)
+
+
 def authority(driver=None, store=None):
+    """An authority that delegated its one pool (4 cores of pc1) to brokers b and b2."""
     inventory = Delegation("auth", "b", (Pool("core:pc1", "core", tuple(f"core:pc1:{i}" for i in range(4)), "pc1"),))
-    return Authority("auth", driver or Recorder(), {"b": BROKER_KEY.public_key(), "b2": OTHER_KEY.public_key()},
-                     store=store or SqliteStore(":memory:"), key=AUTH_KEY, inventory=inventory)
+    a = Authority("auth", driver or Recorder(), {"b": BROKER_KEY.public_key(), "b2": OTHER_KEY.public_key()},
+                  store=store or SqliteStore(":memory:"), key=AUTH_KEY, inventory=inventory)
+    a.delegate(BrokerStub("b"))
+    a.delegate(BrokerStub("b2"))
+    return a
 
 
 def spec(rid="r1", client_id="n1"):

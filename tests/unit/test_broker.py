@@ -15,7 +15,8 @@ from am.authority import Authority, SliverSpec
 from am.embed import plan
 from am.substrate.emulated import EmulatedDriver
 from broker.broker import Broker
-from broker.delegation import export_prefixes, export_substrate
+from broker.calendar import LabelSet
+from broker.delegation import Delegation, export_prefixes, export_substrate
 from broker.policy import BestFit, FifoQueue, FirstFit, WorstFit, free_cores
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
@@ -32,7 +33,9 @@ SUB = default_substrate("t.org")
 def test_ticket_verifies_at_the_authority_and_forgery_does_not():
     store = SqliteStore(":memory:")
     broker = Broker("b", store, KEY)
-    authority = Authority("a", EmulatedDriver(SUB), {"b": KEY.public_key()}, store=store)
+    authority = Authority("a", EmulatedDriver(SUB), {"b": KEY.public_key()}, store=store,
+                          inventory=Delegation("a", "b", label_sets=(LabelSet("vlan:x", ((1, 10),)),)))
+    authority.delegate(broker)
     (t,) = broker.ticket("sm", {"r1": ["vlan:x:1"]}, NOW, NOW + timedelta(hours=1)).values()
     link = SliverSpec("r1", "link", "lan0")
     with pytest.raises(CredentialInvalid):
@@ -42,7 +45,7 @@ def test_ticket_verifies_at_the_authority_and_forgery_does_not():
     lease, op = authority.redeem(t, link, NOW)
     assert lease.end == t.end and op["state"] == "geni_notready"
     longer = broker.extend_ticket(t, NOW + timedelta(hours=5))
-    assert longer.sequence == t.sequence + 1 and authority.extend_lease(lease, longer).end == longer.end
+    assert longer.sequence == t.sequence + 1 and authority.extend_lease(lease, longer, NOW).end == longer.end
     assert authority.close(lease.id, NOW) and broker.relinquish(t) == 1 and store.all_claims() == {}
 
 

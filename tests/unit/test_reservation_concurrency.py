@@ -24,6 +24,7 @@ from tests.factories import request_rspec, vm
 REDIS_URL = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/15")
 SUB = default_substrate("t.org")
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+AKEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)  # the authority's: leases, shared by workers
 
 
 def lan(n: int) -> str:
@@ -34,7 +35,7 @@ def lan(n: int) -> str:
 def test_workers_racing_for_one_inventory_never_share_a_unit_or_a_tag():
     prefix = f"race-{uuid.uuid4().hex[:8]}"
     now = ManualClock().now()
-    workers = [in_process(RedisStore(REDIS_URL, prefix=prefix), SUB, EmulatedDriver(SUB), broker_key=KEY)
+    workers = [in_process(RedisStore(REDIS_URL, prefix=prefix), SUB, EmulatedDriver(SUB), broker_key=KEY, authority_key=AKEY)
                for _ in range(4)]
     held: dict[str, str] = {}  # unit -> sliver, across all workers
     lock = threading.Lock()
@@ -80,8 +81,8 @@ def two_workers(tmp_path, hook):
     from slicex.store.sqlite_store import SqliteStore
 
     store = SqliteStore(str(tmp_path / "s.db"))
-    a = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY, name="worker-a", fault=hook)
-    b = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY, name="worker-b")
+    a = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY, authority_key=AKEY, name="worker-a", fault=hook)
+    b = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY, authority_key=AKEY, name="worker-b")
     return store, a, b, ActorSliceManager
 
 

@@ -41,31 +41,29 @@ def actor_main(role: str, home_dir: str, prefix: str, port: int, conn) -> None:
     from am.authority import Authority, authority_handlers
     from am.substrate.emulated import EmulatedDriver
     from broker.remote import broker_handlers
-    from slicex import pki
     from slicex.actor_rpc import ActorServer
-    from slicex.devpki import roots_bundle
+    from slicex.devpki import actor_files, actor_public_key
     from slicex.home import Home
     from slicex.store.redis_store import RedisStore
     from slicex.ticket import load_signing_key
 
     h = Home(Path(home_dir))
-    key = load_signing_key(h.am_key.read_bytes())
+    cert, key_file = actor_files(h, role)
+    key = load_signing_key(key_file.read_bytes())
     store = RedisStore(REDIS_URL, prefix=prefix)
     if role == "broker":
         actor = Broker("broker", store, key, authority=AUTH)
         handlers = broker_handlers(actor)
     else:
-        actor = Authority(AUTH, EmulatedDriver(SUB), {"broker": key.public_key()}, store=store, key=key,
-                          inventory=export_substrate(SUB, AUTH, "broker"))
+        actor = Authority(AUTH, EmulatedDriver(SUB), {"broker": actor_public_key(h, "broker", "t.org")}, store=store,
+                          key=key, inventory=export_substrate(SUB, AUTH, "broker"))
         handlers = authority_handlers(actor)
     def fault(boundary: str) -> None:
         if (store.get(FAULTS, role) or {}).get("at") == boundary:
             os._exit(137)
 
     actor.fault = fault
-    me = pki.cert_urn(pki.load_cert(h.am_cert.read_bytes()))
-    server = ActorServer(role, handlers, {me}, ("127.0.0.1", port), str(h.am_cert), str(h.am_key),
-                         str(roots_bundle(h)))
+    server = ActorServer(role, handlers, {AUTH}, ("127.0.0.1", port), str(cert), str(key_file), str(h.ca_cert))
     server.start()
     conn.send(server.url)
     threading.Event().wait()
@@ -117,9 +115,9 @@ def home(tmp_path_factory):
 def cluster(home):
     """A broker and an authority process over one Redis prefix, for the whole module."""
     from slicex.actor_rpc import ActorClient
+    from slicex.devpki import actor_public_key, actor_urn
     from slicex.home import Home
     from slicex.store.redis_store import RedisStore
-    from slicex.ticket import load_signing_key
 
     prefix = f"dist-{uuid.uuid4().hex[:8]}"
     store = RedisStore(REDIS_URL, prefix=prefix)
@@ -131,14 +129,16 @@ def cluster(home):
     actors = Actors(home, prefix)
     actors.start("broker")
     actors.start("authority")
-    creds = (str(h.am_cert), str(h.am_key))
-    key = load_signing_key(h.am_key.read_bytes())
-    owner = Authority(AUTH, None, {"broker": key.public_key()}, inventory=export_substrate(SUB, AUTH, "broker"))
-    owner.delegate(RemoteBroker(ActorClient("broker", actors.urls["broker"], *creds)))  # ORCA claim, over mTLS
+    creds = (str(h.am_cert), str(h.am_key), str(h.ca_cert))
+    pin = {role: actor_urn("t.org", role) for role in ("broker", "authority")}
+    owner = Authority(AUTH, None, {}, store=store, inventory=export_substrate(SUB, AUTH, "broker"))
+    owner.delegate(RemoteBroker(ActorClient("broker", actors.urls["broker"], *creds, pin["broker"])))  # ORCA claim
 
     def connect() -> ActorSliceManager:
-        return ActorSliceManager(store, SUB, RemoteBroker(ActorClient("broker", actors.urls["broker"], *creds, timeout=10)),
-                                 RemoteAuthority(ActorClient("authority", actors.urls["authority"], *creds, timeout=10)))
+        return ActorSliceManager(
+            store, SUB, RemoteBroker(ActorClient("broker", actors.urls["broker"], *creds, pin["broker"], timeout=10)),
+            RemoteAuthority(ActorClient("authority", actors.urls["authority"], *creds, pin["authority"], timeout=10)),
+            lease_key=actor_public_key(h, "authority", "t.org"))
 
     yield store, actors, connect
     actors.stop()
