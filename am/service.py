@@ -30,7 +30,7 @@ from slicex import pki
 from slicex.clock import Clock, SystemClock
 from slicex.credentials import CredentialVerifier
 from slicex.devpki import actor_public_key, actor_urn, ensure_actor_identities, roots_bundle
-from slicex.errors import BadArgs, GeniError, TooBig
+from slicex.errors import BadArgs, GeniError, Refused, TooBig
 from slicex.home import Home
 from slicex.store import Store, open_store
 from slicex.ticket import load_signing_key
@@ -59,6 +59,28 @@ def warm_caches() -> None:
     validate.warm()
     with validate.compile_lock:
         rspec_ext.schema()
+
+
+def bind_store(store: Store, deployment_id: str, home: Home, create: bool) -> None:
+    """Refuse to run on a store that is not this deployment's. The first `slicex up` writes the deployment's
+    id (from slicex.yaml) into its store (create=True); every later process, `up` or an actor started by hand,
+    checks it. An actor that reads another store (another URL, SQLite instead of Redis) stops here instead of
+    splitting the deployment's state in two."""
+    from slicex.store.redis_store import redact
+
+    url = redact(home.config()["store"])
+    doc = store.get("deployment", "id")
+    if doc is None:
+        if not create:
+            raise Refused(f"the store {url} has no deployment record, so `slicex up` of {home.root} has never "
+                          f"run on it: it is not this deployment's store. Check `store` in "
+                          f"{home.config_file} and SLICEX_STORE, then start `slicex up` first")
+        store.put("deployment", "id", {"id": deployment_id, "home": str(home.root)})
+        return
+    if doc.get("id") != deployment_id:
+        raise Refused(f"the store {url} belongs to deployment {doc.get('id')} (home {doc.get('home')}), not to "
+                      f"this one ({deployment_id}, home {home.root}). Point `store` in {home.config_file} at "
+                      f"this deployment's store, or give this deployment a store of its own")
 
 
 @dataclass

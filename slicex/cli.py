@@ -5,13 +5,23 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import yaml
+
+from slicex import procs
+from slicex.errors import BadArgs, GeniError, Refused, Unavailable
 from slicex.home import Home
+from slicex.store.redis_store import redact
 
 
 def _home(args: argparse.Namespace) -> Home:
@@ -86,13 +96,88 @@ def _answering(home: Home, timeout: float = 1.0) -> bool:
         return False
 
 
-def _pid(home: Home) -> int | None:
+ACTORS = ("broker", "authority")
+DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
+
+
+def _pid_path(home: Home, role: str) -> Path:
+    """run/slicex.pid for the deployment's own process (AM + slice authority), run/<role>.pid for an actor."""
+    return home.pid_file if role == "slicex" else home.pid_file.with_name(f"{role}.pid")
+
+
+def _record_config(home: Home, key: str, value: Any) -> None:
+    """Set one top-level key of slicex.yaml, keeping the rest of the file (and the operator's comments)."""
+    line = yaml.safe_dump({key: value}, default_flow_style=True).strip().removeprefix("{").removesuffix("}")
+    text = home.config_file.read_text() if home.config_file.exists() else ""
+    pattern = re.compile(rf"^{re.escape(key)}:.*$", re.MULTILINE)
+    text = pattern.sub(lambda _m: line, text, count=1) if pattern.search(text) else \
+        text + ("" if text.endswith("\n") or not text else "\n") + line + "\n"
+    home.config_file.write_text(text)
+
+
+def _configure_store(home: Home, distributed: bool) -> str:
+    """The store this deployment runs on, recorded in slicex.yaml so every process of it (actors started by
+    hand included) reads the same one. SLICEX_STORE overrides the file and is written into it."""
+    raw = (yaml.safe_load(home.config_file.read_text()) or {}).get("store") if home.config_file.exists() else None
+    store = os.environ.get("SLICEX_STORE") or raw
+    if distributed and not store:
+        store = DEFAULT_REDIS
+    if distributed and not str(store).startswith(("redis://", "rediss://")):
+        raise BadArgs(f"`slicex up --distributed` keeps all state in Redis, but the store is {store}; set "
+                      f"`store: redis://HOST:PORT/DB` in {home.config_file}")
+    if store and store != raw:
+        _record_config(home, "store", store)
+        print(f"store {redact(store)} recorded in {home.config_file}: every process of this deployment reads it",
+              flush=True)
+    return home.config()["store"]
+
+
+def _deployment_id(home: Home) -> str:
+    """This deployment's id (slicex.yaml `deployment_id`, made on the first `up`); its store carries it too."""
+    dep = home.config().get("deployment_id")
+    if not dep:
+        dep = uuid.uuid4().hex[:16]
+        _record_config(home, "deployment_id", dep)
+    return str(dep)
+
+
+def _port_taken(host: str, port: int) -> bool:
+    """Something listens on host:port (tested by binding, so the listener sees no connection)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _prepare(home: Home, distributed: bool) -> None:
+    """Before a deployment starts: its store and id recorded and checked, actors left running by an `up`
+    that was killed (or started by hand) stopped, and its ports free. Refused (an error naming the cause)
+    when it cannot start."""
+    from am.service import bind_store
+    from slicex.store import open_store
+
+    url = _configure_store(home, distributed)
+    store = open_store(url)
     try:
-        pid = int(home.pid_file.read_text().strip())
-        os.kill(pid, 0)
-        return pid
-    except (OSError, ValueError):
-        return None
+        bind_store(store, _deployment_id(home), home, create=True)
+    finally:
+        store.close()
+    for role in ACTORS:
+        leftover = procs.running(_pid_path(home, role))
+        if leftover is not None:
+            print(f"stopping the {role} actor left running (pid {leftover.pid}); this deployment starts its own",
+                  flush=True)
+            procs.stop(leftover)
+        _pid_path(home, role).unlink(missing_ok=True)
+    cfg = home.config()
+    keys = ["sa_port", "am_port"] + ([f"{r}_port" for r in ACTORS] if distributed else [])
+    for key in keys:
+        if cfg.get(key) and _port_taken(cfg["host"], int(cfg[key])):
+            raise Refused(f"port {cfg[key]} ({key}) on {cfg['host']} is in use by a process that is not part of "
+                          f"this deployment; stop it or set another {key} in {home.config_file}")
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -100,70 +185,104 @@ def cmd_up(args: argparse.Namespace) -> int:
     if not home.ca_cert.exists():
         print(f"no CA in {home.root}: run `slicex ca init` and `slicex user add NAME` first", file=sys.stderr)
         return 2
-    if _pid(home):
-        print(f"slicex is already running (pid {_pid(home)}); `slicex down` stops it", file=sys.stderr)
+    running = procs.running(home.pid_file)
+    if running is not None:
+        print(f"slicex is already running (pid {running.pid}); `slicex down` stops it", file=sys.stderr)
         return 1
-    if args.distributed:
-        os.environ["SLICEX_STORE"] = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/0")
-    if args.detach:
-        home.log_file.parent.mkdir(parents=True, exist_ok=True)
-        with open(home.log_file, "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "slicex.cli", "--home", str(home.root), "up"]
-                                    + (["--distributed"] if args.distributed else []),
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                print(f"slicex exited with {proc.returncode}; see {home.log_file}", file=sys.stderr)
-                return 1
-            if _answering(home):
-                path = _write_omni_config(home, None)
-                print(f"slicex is up (pid {proc.pid}); omni config: {path}")
-                return 0
-            time.sleep(0.2)
-        print(f"slicex did not answer within 30 s; see {home.log_file}", file=sys.stderr)
-        return 1
-    return _run_foreground(home, print_config=args.print_config, distributed=args.distributed)
-
-
-def _wait_for_port(host: str, port: int, proc: subprocess.Popen, what: str, timeout: float = 30) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout
+    home.pid_file.unlink(missing_ok=True)  # a dead process's (or a reused pid's) file
+    if not args.detach:
+        return _run_foreground(home, print_config=args.print_config, distributed=args.distributed)
+    try:
+        _prepare(home, args.distributed)
+    except GeniError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    home.log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(home.log_file, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "slicex.cli", "--home", str(home.root), "up"]
+                                + (["--distributed"] if args.distributed else []),
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"{what} exited with {proc.returncode}; see its log")
-        try:
-            socket.create_connection((host, port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit(f"{what} did not listen on {host}:{port} within {timeout:.0f} s")
+            print(f"slicex exited with {proc.returncode}; see {home.log_file}", file=sys.stderr)
+            return 1
+        record = procs.read(home.pid_file)
+        if record is not None and record.pid == proc.pid and _answering(home):  # its own servers, not others'
+            path = _write_omni_config(home, None)
+            print(f"slicex is up (pid {proc.pid}); omni config: {path}")
+            return 0
+        time.sleep(0.2)
+    print(f"slicex did not answer within 60 s; see {home.log_file}", file=sys.stderr)
+    return 1
 
 
-def _start_actors(home: Home) -> tuple[list[subprocess.Popen], dict[str, str]]:
-    """Start the broker and the authority as processes of their own; return them and their URLs."""
-    cfg = home.config()
-    procs, urls = [], {}
-    home.log_file.parent.mkdir(parents=True, exist_ok=True)
-    for role in ("broker", "authority"):
-        port = cfg[f"{role}_port"]
-        with open(home.log_file.with_name(f"{role}.log"), "ab") as log:
+class _Supervisor:
+    """The actor processes a deployment owns: started as its children (they die with it, even by kill -9),
+    restarted when they die, stopped with it."""
+
+    def __init__(self, home: Home):
+        self.home = home
+        self.procs: dict[str, subprocess.Popen] = {}
+        self._retry_at: dict[str, float] = {}
+
+    def start(self, role: str, timeout: float = 30) -> subprocess.Popen:
+        """Start one actor and wait until it serves (it writes its pid file once it listens)."""
+        home = self.home
+        log_path = home.log_file.with_name(f"{role}.log")
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
             proc = subprocess.Popen([sys.executable, "-m", "slicex.cli", "--home", str(home.root), "actor", role],
-                                    stdout=log, stderr=subprocess.STDOUT)
-        procs.append(proc)
-        _wait_for_port(cfg["host"], port, proc, f"the {role} actor")
-        urls[f"{role}_url"] = f"https://{cfg['host']}:{port}/"
-    return procs, urls
+                                    stdout=log, stderr=subprocess.STDOUT,
+                                    env={**os.environ, "SLICEX_SUPERVISOR_PID": str(os.getpid())})
+        self.procs[role] = proc
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise Unavailable(f"the {role} actor exited with {proc.returncode}; see {log_path}")
+            record = procs.read(_pid_path(home, role))
+            if record is not None and record.pid == proc.pid:
+                return proc
+            time.sleep(0.05)
+        raise Unavailable(f"the {role} actor did not start within {timeout:.0f} s; see {log_path}")
+
+    def check(self) -> None:
+        """Restart an actor that died (kill -9, a crash); one that fails to start is tried again in 2 s."""
+        for role, proc in list(self.procs.items()):
+            if proc.poll() is None or time.monotonic() < self._retry_at.get(role, 0):
+                continue
+            logging.getLogger("slicex.supervisor").warning("the %s actor (pid %d) exited with %s; restarting it",
+                                                           role, proc.pid, proc.returncode)
+            try:
+                self.start(role)
+            except GeniError as exc:
+                logging.getLogger("slicex.supervisor").error("%s; trying again in 2 s", exc.message)
+                self._retry_at[role] = time.monotonic() + 2
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for role, proc in self.procs.items():
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+            record = procs.read(_pid_path(self.home, role))
+            if record is not None and record.pid == proc.pid:
+                _pid_path(self.home, role).unlink(missing_ok=True)
 
 
-def _serve_until_stopped() -> None:
-    """Block until SIGTERM (`slicex down`) or Ctrl-C."""
+def _serve_until_stopped(every: Callable[[], None] | None = None) -> None:
+    """Block until SIGTERM (`slicex down`) or Ctrl-C, calling `every` about twice a second."""
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     try:
         while not stopping:
             time.sleep(0.2)
+            if every is not None and not stopping:
+                every()
     except KeyboardInterrupt:
         pass
 
@@ -172,81 +291,188 @@ def _run_foreground(home: Home, print_config: bool = False, distributed: bool = 
     from am.service import EmbeddedDeployment
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    actors: list[subprocess.Popen] = []
+    try:
+        _prepare(home, distributed)
+    except GeniError as exc:
+        print(f"error: {exc.message}", file=sys.stderr, flush=True)
+        return 2
+    supervisor = _Supervisor(home)
     urls: dict[str, str] = {}
-    if distributed:
-        actors, urls = _start_actors(home)
-    deployment = EmbeddedDeployment(home, **urls)
-    endpoints = deployment.start()
-    home.pid_file.parent.mkdir(parents=True, exist_ok=True)
-    home.pid_file.write_text(str(os.getpid()))
+    cfg = home.config()
+    try:
+        if distributed:
+            for role in ACTORS:
+                supervisor.start(role)
+                urls[f"{role}_url"] = f"https://{cfg['host']}:{cfg[f'{role}_port']}/"
+        deployment = EmbeddedDeployment(home, **urls)
+        endpoints = deployment.start()
+    except (GeniError, OSError) as exc:
+        supervisor.stop()
+        print(f"error: slicex cannot start: {getattr(exc, 'message', exc)}", file=sys.stderr, flush=True)
+        return 1
+    procs.write(home.pid_file, procs.this_process({"role": "slicex", "distributed": distributed,
+                                                   "am_url": endpoints.am_url, "sa_url": endpoints.sa_url,
+                                                   "dashboard_url": deployment.dashboard_url}))
     path = _write_omni_config(home, None)
     print(f"slice authority: {endpoints.sa_url}\naggregate:       {endpoints.am_url}", flush=True)
     print(f"substrate:       {deployment.driver.description}", flush=True)
     if deployment.dashboard_url:
         print(f"dashboard:       {deployment.dashboard_url}", flush=True)
-    if distributed:
-        print(f"store:           {home.config()['store']}", flush=True)
-        print(f"broker actor:    {urls['broker_url']} (pid {actors[0].pid})", flush=True)
-        print(f"authority actor: {urls['authority_url']} (pid {actors[1].pid})", flush=True)
+    print(f"store:           {redact(cfg['store'])}", flush=True)
+    for role, proc in supervisor.procs.items():
+        print(f"{role} actor:{' ' * (6 - len(role) + 3)}{urls[f'{role}_url']} (pid {proc.pid})", flush=True)
     if path:
         print(f"omni config:     {path}", flush=True)
         if print_config:
             print("\n" + path.read_text(), flush=True)
-    _serve_until_stopped()
+    _serve_until_stopped(supervisor.check if distributed else None)
     deployment.stop()
-    for proc in actors:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    home.pid_file.unlink(missing_ok=True)
+    supervisor.stop()
+    procs.remove_if_mine(home.pid_file)
     print("slicex stopped", flush=True)
     return 0
 
 
 def cmd_actor(args: argparse.Namespace) -> int:
-    """Run one actor (broker or authority) over mutual TLS until stopped (used by `up --distributed`)."""
-    from am.service import ActorProcess
+    """Run one actor (broker or authority) over mutual TLS until stopped (`up --distributed` starts them)."""
+    from am.service import ActorProcess, bind_store
+    from slicex.store import open_store
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     home = _home(args)
-    actor = ActorProcess(home, args.role)
-    print(f"{args.role} actor at {actor.start()} (store {home.config()['store']})", flush=True)
+    supervisor = os.environ.get("SLICEX_SUPERVISOR_PID")
+    if supervisor and not procs.die_with_parent(int(supervisor)):
+        print(f"the {args.role} actor's `slicex up` (pid {supervisor}) is gone; not starting", file=sys.stderr)
+        return 1
+    path = _pid_path(home, args.role)
+    running = procs.running(path)
+    if running is not None:
+        print(f"the {args.role} actor is already running (pid {running.pid})", file=sys.stderr)
+        return 1
+    cfg = home.config()
+    store = open_store(cfg["store"])
+    try:
+        bind_store(store, str(cfg.get("deployment_id") or ""), home, create=False)
+        actor = ActorProcess(home, args.role, store=store)
+        url = actor.start()
+    except (GeniError, OSError) as exc:
+        print(f"error: the {args.role} actor will not start: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 2
+    procs.write(path, procs.this_process({"role": args.role, "url": url}))
+    print(f"{args.role} actor at {url} (store {redact(cfg['store'])})", flush=True)
     _serve_until_stopped()
     actor.stop()
+    procs.remove_if_mine(path)
     return 0
 
 
 def cmd_down(args: argparse.Namespace) -> int:
+    """Stop the deployment and every actor it (or an earlier, killed `up`) started; clear the pid files."""
     home = _home(args)
-    pid = _pid(home)
-    if pid is None:
-        print("slicex is not running")
-        return 0
-    os.kill(pid, signal.SIGTERM)
-    for _ in range(100):
-        if _pid(home) is None:
-            break
-        time.sleep(0.1)
-    else:
-        os.kill(pid, signal.SIGKILL)
-    home.pid_file.unlink(missing_ok=True)
-    print(f"slicex stopped (pid {pid})")
+    stopped = []
+    for role in ("slicex", *ACTORS):  # the deployment first: it stops its own actors
+        record = procs.running(_pid_path(home, role))
+        if record is not None:
+            killed = procs.stop(record, grace=20 if role == "slicex" else 10)
+            stopped.append(f"{role} pid {record.pid}" + (" (killed)" if killed else ""))
+        _pid_path(home, role).unlink(missing_ok=True)
+    print(f"slicex stopped ({', '.join(stopped)})" if stopped else "slicex is not running")
     return 0
 
 
+def _actor_answering(home: Home, url: str) -> str:
+    """Whether an actor answers a call over mutual TLS, made as the aggregate (an unknown method: a live
+    actor answers with a fault)."""
+    import xmlrpc.client
+
+    from slicex.tls_xmlrpc import client
+
+    try:
+        client(url, str(home.am_cert), str(home.am_key), timeout=3).slicex_status_ping()
+    except xmlrpc.client.Fault:
+        pass  # it answered
+    except (OSError, xmlrpc.client.ProtocolError) as exc:
+        return f"not answering: {exc}"
+    return "answering"
+
+
+def _health(record: procs.ProcessRecord) -> str:
+    """The deployment's own verdict (dashboard /health): serving, or why not."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    url = record.info.get("dashboard_url")
+    if not url:
+        return "unknown (the dashboard, which serves /health, is off)"
+    try:
+        with urllib.request.urlopen(url + "health", timeout=5) as reply:
+            report = json.load(reply)
+    except urllib.error.HTTPError as exc:
+        report = json.load(exc)
+    except (OSError, ValueError) as exc:
+        return f"unknown ({url}health: {exc})"
+    if report.get("serving"):
+        return "serving"
+    return "NOT SERVING: " + "; ".join(f"{k}: {v}" for k, v in report.get("checks", {}).items() if v != "ok")
+
+
+def _store_status(home: Home) -> tuple[bool, str]:
+    from am.service import bind_store
+    from slicex.store import open_store
+
+    cfg = home.config()
+    try:
+        store = open_store(cfg["store"])
+        try:
+            bind_store(store, str(cfg.get("deployment_id") or ""), home, create=False)
+        finally:
+            store.close()
+    except GeniError as exc:
+        return False, f"{redact(cfg['store'])}: {exc.message}"
+    except Exception as exc:  # noqa: BLE001 - status reports whatever is wrong
+        return False, f"{redact(cfg['store'])}: {type(exc).__name__}: {exc}"
+    return True, f"{redact(cfg['store'])} (answering, this deployment's)"
+
+
 def cmd_status(args: argparse.Namespace) -> int:
+    """Each process of the deployment (by pid file identity), whether it answers, and the store."""
     home = _home(args)
-    pid = _pid(home)
     sa_url, am_url = _urls(home)
+    good = True
     print(f"home:       {home.root}")
-    print(f"process:    {'running, pid ' + str(pid) if pid else 'not running'}")
-    print(f"aggregate:  {am_url} ({'answering' if _answering(home) else 'not answering'})")
+    record = procs.running(home.pid_file)
+    if record is None:
+        stale = procs.read(home.pid_file)
+        print("process:    not running" + (f" (stale pid file: pid {stale.pid} is gone)" if stale else ""))
+        good = False
+    else:
+        print(f"process:    running, pid {record.pid}")
+    answering = _answering(home)
+    good = good and answering
+    print(f"aggregate:  {am_url} ({'answering' if answering else 'not answering'})")
     print(f"slice auth: {sa_url}")
+    if record is not None:
+        health = _health(record)
+        good = good and not health.startswith("NOT")
+        print(f"health:     {health}")
+    last = record or procs.read(home.pid_file)
+    distributed = bool(last and last.info.get("distributed"))
+    for role in ACTORS:
+        actor = procs.running(_pid_path(home, role))
+        if actor is None:
+            if distributed:
+                good = False
+                print(f"{role}:{' ' * (11 - len(role))}not running")
+            continue
+        state = _actor_answering(home, actor.info.get("url", ""))
+        good = good and state == "answering"
+        print(f"{role}:{' ' * (11 - len(role))}running, pid {actor.pid}, {actor.info.get('url')} ({state})")
+    store_ok, store_text = _store_status(home)
+    good = good and store_ok
+    print(f"store:      {store_text}")
     print(f"users:      {', '.join(home.users()) or 'none'}")
-    return 0 if pid else 3
+    return 0 if good else 3
 
 
 def _catalogue(args: argparse.Namespace):
@@ -363,18 +589,20 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--print-config", action="store_true", help="also print the omni config")
     up.add_argument("--distributed", action="store_true",
                     help="run the broker and the authority as processes of their own (actor calls over mutual "
-                         "TLS) with all state in the Redis named by SLICEX_REDIS_URL (default "
-                         "redis://127.0.0.1:6379/0)")
+                         "TLS), restarted if they die, with all state in the Redis that `store` in slicex.yaml "
+                         "names (default redis://127.0.0.1:6379/0, recorded there)")
     up.set_defaults(func=cmd_up)
 
-    down = sub.add_parser("down", help="stop a deployment started with `up --detach`")
+    down = sub.add_parser("down", help="stop the deployment and every actor it started")
     down.set_defaults(func=cmd_down)
 
-    actor = sub.add_parser("actor", help="run one actor over mutual TLS (started by `up --distributed`)")
+    actor = sub.add_parser("actor", help="run one actor over mutual TLS on the deployment's store (`up "
+                                         "--distributed` starts and supervises them)")
     actor.add_argument("role", choices=["broker", "authority"])
     actor.set_defaults(func=cmd_actor)
 
-    st = sub.add_parser("status", help="is it running and answering?")
+    st = sub.add_parser("status", help="each process (running? answering? serving?) and the store; exit 3 if "
+                                       "anything is wrong")
     st.set_defaults(func=cmd_status)
 
     fpga = sub.add_parser("fpga", help="bitstream catalogue of the FPGA aggregate")

@@ -54,7 +54,7 @@ def test_up_distributed_detach_runs_actor_processes_and_down_stops_them(tmp_path
     cfg.update({"sa_port": sa, "am_port": am, "broker_port": broker, "authority_port": authority, "dashboard_port": 0})
     (home / "slicex.yaml").write_text(yaml.safe_dump(cfg))
     assert slicex(home, "user", "add", "alice").returncode == 0
-    up = slicex(home, "up", "--distributed", "--detach", env={"SLICEX_REDIS_URL": REDIS})
+    up = slicex(home, "up", "--distributed", "--detach", env={"SLICEX_STORE": REDIS})
     assert up.returncode == 0, up.stderr + up.stdout
     try:
         h = Home(home)
@@ -106,3 +106,176 @@ def test_maintenance_takes_a_host_out_of_the_running_aggregates_inventory(tmp_pa
         assert am_proxy.Allocate(urn, creds, request_rspec([bm1]), {})["code"]["geni_code"] == 0
     finally:
         slicex(home, "down")
+
+
+# ---- one configuration source, supervision, pid files by identity ---------------------------------------------------
+def _env_without_store() -> dict:
+    """The environment an operator's fresh shell has: no store override."""
+    return {k: v for k, v in os.environ.items() if k not in ("SLICEX_STORE", "SLICEX_REDIS_URL")}
+
+
+def _run(home: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "slicex.cli", "--home", str(home), *args], capture_output=True,
+                          text=True, timeout=120, env=env if env is not None else _env_without_store())
+
+
+def _record(home: Path, role: str) -> dict:
+    import json
+
+    return json.loads((home / "run" / f"{role}.pid").read_text())
+
+
+def _wait(predicate, timeout: float = 15.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _gone(pid: int) -> bool:
+    from slicex.procs import _stat
+
+    stat = _stat(pid)
+    return stat is None or stat[0] in ("Z", "X")
+
+
+def test_an_actor_started_by_hand_uses_the_deployments_redis_and_refuses_another_store(tmp_path):
+    import signal
+
+    from slicex.store.redis_store import RedisStore
+
+    RedisStore(REDIS).flush()
+    home = tmp_path / "home"
+    configure(home, "hand.test")
+    up = _run(home, "up", "--distributed", "--detach", env={**_env_without_store(), "SLICEX_STORE": REDIS})
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert yaml.safe_load((home / "slicex.yaml").read_text())["store"] == REDIS  # recorded for every process
+    assert _run(home, "down").returncode == 0
+    try:
+        hand = subprocess.Popen([sys.executable, "-m", "slicex.cli", "--home", str(home), "actor", "broker"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env_without_store())
+        try:
+            assert _wait(lambda: (home / "run" / "broker.pid").exists() or hand.poll() is not None)
+            assert hand.poll() is None and _record(home, "broker")["pid"] == hand.pid
+            status = _run(home, "status")
+            assert "broker:" in status.stdout and f"running, pid {hand.pid}" in status.stdout, status.stdout
+            assert f"store:      {REDIS} (answering, this deployment's)" in status.stdout
+        finally:
+            hand.send_signal(signal.SIGTERM)
+            out, _ = hand.communicate(timeout=20)
+        assert f"(store {REDIS})" in out
+        assert not (home / "run" / "broker.pid").exists()
+        # an override that points elsewhere (the split the old `slicex actor` made) is refused
+        other = _run(home, "actor", "broker", env={**_env_without_store(),
+                                                   "SLICEX_STORE": f"sqlite:///{tmp_path / 'other.db'}"})
+        assert other.returncode == 2 and "not this deployment's store" in other.stderr, other.stderr
+    finally:
+        RedisStore(REDIS).flush()
+
+
+def test_kill_9_of_the_deployment_takes_its_actors_with_it_and_the_next_up_is_its_own(tmp_path):
+    import signal
+
+    from slicex.store.redis_store import RedisStore
+
+    RedisStore(REDIS).flush()
+    home = tmp_path / "home"
+    ports = configure(home, "kill.test", store=REDIS)
+    assert _run(home, "up", "--distributed", "--detach").returncode == 0
+    try:
+        first = {role: _record(home, role)["pid"] for role in ("slicex", "broker", "authority")}
+        os.kill(first["slicex"], signal.SIGKILL)
+        assert _wait(lambda: _gone(first["broker"]) and _gone(first["authority"])), "actors outlived their deployment"
+        assert _run(home, "status").returncode == 3
+        up = _run(home, "up", "--distributed", "--detach")
+        assert up.returncode == 0, up.stdout + up.stderr
+        second = {role: _record(home, role)["pid"] for role in ("slicex", "broker", "authority")}
+        assert not set(second.values()) & set(first.values())
+        status = _run(home, "status")
+        assert status.returncode == 0 and status.stdout.count("(answering") == 4, status.stdout
+        # an actor that dies is restarted by its deployment
+        os.kill(second["broker"], signal.SIGKILL)
+        assert _wait(lambda: _record(home, "broker")["pid"] != second["broker"])
+        assert _wait(lambda: _run(home, "status").returncode == 0)
+    finally:
+        down = _run(home, "down")
+    assert down.returncode == 0 and not list((home / "run").glob("*.pid")), down.stdout
+    for key in ("sa_port", "am_port", "broker_port", "authority_port"):
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", ports[key])) != 0
+    RedisStore(REDIS).flush()
+
+
+def test_up_stops_actors_left_running_and_refuses_ports_held_by_strangers(tmp_path):
+    import signal
+
+    from slicex.store.redis_store import RedisStore
+
+    RedisStore(REDIS).flush()
+    home = tmp_path / "home"
+    ports = configure(home, "orphan.test", store=REDIS)
+    assert _run(home, "up", "--distributed", "--detach").returncode == 0
+    assert _run(home, "down").returncode == 0
+    # an actor that no `up` supervises (started by hand, or one whose `up` died without taking it along)
+    orphan = subprocess.Popen([sys.executable, "-m", "slicex.cli", "--home", str(home), "actor", "broker"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env_without_store())
+    try:
+        assert _wait(lambda: (home / "run" / "broker.pid").exists())
+        up = _run(home, "up", "--distributed", "--detach")
+        assert up.returncode == 0 and "stopping the broker actor left running" in up.stdout, up.stdout + up.stderr
+        assert orphan.wait(20) is not None and _record(home, "broker")["pid"] != orphan.pid
+        assert _run(home, "status").returncode == 0
+        assert _run(home, "down").returncode == 0
+        # a listener that is not this deployment's: `up` says so instead of reporting "up" on it
+        with socket.socket() as stranger:
+            stranger.bind(("127.0.0.1", ports["am_port"]))
+            stranger.listen()
+            up = _run(home, "up", "--distributed", "--detach")
+            assert up.returncode == 2 and f"port {ports['am_port']} (am_port)" in up.stderr, up.stdout + up.stderr
+            assert not (home / "run" / "slicex.pid").exists()
+    finally:
+        if orphan.poll() is None:
+            orphan.send_signal(signal.SIGKILL)
+        _run(home, "down")
+        RedisStore(REDIS).flush()
+
+
+def test_a_zombie_or_a_reused_pid_is_not_running(tmp_path):
+    import json
+    import signal
+    import time
+
+    from slicex import procs
+
+    home = tmp_path / "home"
+    configure(home, "pid.test")
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        record = procs.ProcessRecord(sleeper.pid, procs._stat(sleeper.pid)[1], procs._cmdline(sleeper.pid))
+        assert procs.alive(record)
+        # the same pid with another start time (a reused pid) or another command line is someone else
+        assert not procs.alive(procs.ProcessRecord(record.pid, record.start + 1, record.cmdline))
+        assert not procs.alive(procs.ProcessRecord(record.pid, record.start, ("python", "-m", "slicex.cli")))
+        # `down` leaves a stranger whose pid is in a stale pid file alone
+        (home / "run").mkdir(exist_ok=True)
+        (home / "run" / "slicex.pid").write_text(json.dumps({"pid": sleeper.pid, "start": record.start + 1,
+                                                             "cmdline": list(record.cmdline)}))
+        down = _run(home, "down")
+        assert down.returncode == 0 and "not running" in down.stdout and sleeper.poll() is None
+        assert not (home / "run" / "slicex.pid").exists()  # the stale file is gone
+        os.kill(sleeper.pid, signal.SIGKILL)
+        assert _wait(lambda: procs._stat(sleeper.pid)[0] == "Z")  # not reaped yet: a zombie
+        assert not procs.alive(record)
+        procs.write(home / "run" / "slicex.pid", record)
+        start = time.monotonic()
+        up = _run(home, "up", "--detach")
+        assert up.returncode == 0, up.stdout + up.stderr  # not "already running (pid N)"
+        assert time.monotonic() - start < 60
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        _run(home, "down")
