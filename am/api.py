@@ -21,11 +21,13 @@ from am.slice_manager import SliceManager, Sliver
 from rspec import namespaces as ns
 from rspec.manifest import SliverView, build_manifest, empty_manifest
 from rspec.request import parse_request
-from slicex import __version__
+from slicex import __version__, pki
 from slicex.clock import Clock, parse_time, rfc3339
+from slicex.credentials import parse_credential
 from slicex.errors import (
     BadArgs,
     BadVersion,
+    CredentialInvalid,
     GeniError,
     OutOfRange,
     Refused,
@@ -33,7 +35,7 @@ from slicex.errors import (
     ServerError,
     Unsupported,
 )
-from slicex.urn import parse_urn
+from slicex.urn import Urn, canonical_urn, parse_urn
 
 log = logging.getLogger("slicex.am")
 AM_TYPE = "slicex"
@@ -51,6 +53,7 @@ class AmPolicy:
     max_lease: timedelta = timedelta(days=30)
     max_request_bytes: int = 2 * 1024 * 1024
     max_urns: int = 1000
+    operators: frozenset[str] = frozenset()  # canonical user URNs that may Shutdown any slice (`operators:`)
 
 
 @dataclass
@@ -134,8 +137,6 @@ class AggregateManager:
         if not isinstance(credentials, list):
             raise BadArgs(f"credentials must be a list, got {type(credentials).__name__}")
         if not credentials:
-            from slicex.errors import CredentialInvalid
-
             raise CredentialInvalid("no credentials were passed; send your user or slice credential")
         return credentials
 
@@ -155,37 +156,95 @@ class AggregateManager:
                 or str(version.get("version", "")) != "3":
             raise BadVersion(f"RSpec version {version!r} is not supported; use {{'type': 'GENI', 'version': '3'}}")
 
-    def _resolve(self, urns: Any, now: datetime) -> tuple[str, list[Sliver], bool]:
-        """(slice URN, slivers named, whether a whole slice was named) for a URN list; one slice only."""
+    def _named(self, urns: Any) -> tuple[str | None, list[Urn]]:
+        """Parse a URN list without looking anything up: (the one slice URN named, canonical, or None; the
+        sliver URNs named). Nothing here depends on what exists, so its errors reveal nothing."""
         if not isinstance(urns, list) or not urns:
             raise BadArgs("expected a non-empty list of slice or sliver URNs")
         if len(urns) > self.policy.max_urns:
             raise BadArgs(f"{len(urns)} URNs in one call; at most {self.policy.max_urns}")
-        slice_urns: set[str] = set()
-        slivers: dict[str, Sliver] = {}
-        whole = False
+        slices: dict[str, str] = {}
+        slivers: list[Urn] = []
         for text in urns:
             urn = parse_urn(text)
             if urn.type == "slice":
-                slice_urns.add(str(urn))
-                whole = True
+                slices.setdefault(urn.canonical, text)
             elif urn.type == "sliver":
-                s = self.sm.sliver(str(urn), now)
-                if s is None:
-                    raise SearchFailed(f"no sliver {text} here (deleted, expired or never allocated)")
-                slice_urns.add(s.slice_urn)
-                slivers[s.urn] = s
+                slivers.append(urn)
             else:
                 raise BadArgs(f"{text} is a {urn.type} URN; name a slice or slivers")
-        canonical = {u.lower() for u in slice_urns}
-        if len(canonical) > 1:
-            raise BadArgs(f"URNs span {len(canonical)} slices ({', '.join(sorted(slice_urns))}); one call acts "
+        if len(slices) > 1:
+            raise BadArgs(f"URNs span {len(slices)} slices ({', '.join(sorted(slices.values()))}); one call acts "
                           f"on one slice")
-        slice_urn = next(iter(slice_urns))
-        if whole:
+        return next(iter(slices), None), slivers
+
+    def _credential_slices(self, credentials: Any) -> list[str]:
+        """The slices the SFA credentials passed claim to be for (canonical, unverified): the targets to try
+        when a call names only slivers. The verifier then checks each claim in full."""
+        targets: list[str] = []
+        for entry in credentials if isinstance(credentials, list) else []:
+            text = entry.get("geni_value") if isinstance(entry, dict) and entry.get("geni_type") == "geni_sfa" \
+                else entry
+            if not isinstance(text, str):
+                continue
+            try:
+                urn = parse_urn(parse_credential(text).target_urn)
+            except Exception:  # noqa: BLE001 - only a candidate; the verifier gives the refusal
+                continue
+            if urn.type == "slice" and urn.canonical not in targets:
+                targets.append(urn.canonical)
+        return targets
+
+    def _authorised_slivers(self, cert: x509.Certificate, urns: Any, credentials: Any, privilege: str,
+                            options: dict[str, Any], now: datetime) -> tuple[str, list[Sliver], Any]:
+        """Authorise first, then resolve: (canonical slice URN, slivers named, verified credential).
+
+        The credential is checked against the slice named, or when only slivers are named, against the slice
+        a credential passed is for; only then are slivers looked up, and a sliver of another slice is answered
+        exactly as one that does not exist (SEARCHFAILED), so no caller learns which slivers exist elsewhere."""
+        slice_urn, sliver_urns = self._named(urns)
+        if slice_urn is not None:
+            verified = self._authorise(cert, credentials, slice_urn, privilege, options)
+        else:
+            verified, slice_urn = self._authorise_any(cert, credentials, privilege, options)
+        slivers: dict[str, Sliver] = {}
+        for urn in sliver_urns:
+            s = self._sliver(urn, now)
+            if s is None or canonical_urn(s.slice_urn) != slice_urn:
+                raise SearchFailed(f"no sliver {urn} in slice {slice_urn} here (deleted, expired, never "
+                                   f"allocated, or of another slice)")
+            slivers[s.urn] = s
+        if not sliver_urns:
             for s in self.sm.slivers(slice_urn, now):
                 slivers[s.urn] = s
-        return slice_urn, list(slivers.values()), whole
+        return slice_urn, list(slivers.values()), verified
+
+    def _authorise_any(self, cert: x509.Certificate, credentials: Any, privilege: str,
+                       options: dict[str, Any]) -> tuple[Any, str]:
+        """Verify against each slice the credentials claim, first success wins; the refusal depends only on
+        the credentials, never on the slivers named."""
+        targets = self._credential_slices(credentials)
+        if not targets:
+            self._cred_list(credentials)
+            raise CredentialInvalid("naming slivers needs a slice credential for their slice; none of the "
+                                    "credentials passed is a slice credential")
+        first: GeniError | None = None
+        for target in targets:
+            try:
+                return self._authorise(cert, credentials, target, privilege, options), target
+            except GeniError as err:
+                first = first or err
+        assert first is not None
+        raise first
+
+    def _sliver(self, urn: Urn, now: datetime) -> Sliver | None:
+        """A sliver by URN: as spelled, else with this aggregate's spelling of its own authority (the
+        authority part compares case-insensitively)."""
+        found = self.sm.sliver(str(urn), now)
+        ours = parse_urn(self.identity.urn).authority
+        if found is None and urn.authority.lower() == ours.lower() and urn.authority != ours:
+            found = self.sm.sliver(str(Urn(ours, urn.type, urn.name)), now)
+        return found
 
     @staticmethod
     def _struct(s: Sliver) -> dict[str, Any]:
@@ -223,6 +282,22 @@ class AggregateManager:
                              f"(slice credential expires {rfc3339(cred_expires)}; aggregate maximum "
                              f"{self.policy.max_lease.days} days)")
         return end
+
+    @staticmethod
+    def _start_time(options: dict[str, Any], now: datetime) -> None:
+        """geni_start_time: now or past means start now; a future start is an advance reservation, which this
+        aggregate cannot book through the AM API yet, so it is refused plainly rather than ignored."""
+        asked = options.get("geni_start_time")
+        if asked is None:
+            return
+        try:
+            start = parse_time(asked)
+        except BadArgs:
+            raise BadArgs(f"geni_start_time {asked!r} is not an RFC 3339 time (e.g. 2030-01-01T12:00:00Z)") from None
+        if start > now:
+            raise Unsupported(f"geni_start_time {rfc3339(start)} is in the future: this aggregate cannot yet book a "
+                              f"future start through the AM API (advance reservations are not offered here). Omit "
+                              f"geni_start_time to start now, or Allocate at that time")
 
     @staticmethod
     def _cred_expiry(verified: Any) -> datetime:
@@ -280,8 +355,7 @@ class AggregateManager:
     def _Describe(self, cert, urns, credentials, options) -> dict[str, Any]:
         options = self._options(options)
         now = self.clock.now()
-        slice_urn, slivers, _ = self._resolve(urns, now)
-        self._authorise(cert, credentials, slice_urn, "getsliceresources", options)
+        slice_urn, slivers, _ = self._authorised_slivers(cert, urns, credentials, "getsliceresources", options, now)
         self._rspec_version(options)
         manifest = self._manifest(slice_urn, slivers, now)
         return result({"geni_rspec": self._maybe_compress(manifest, options), "geni_urn": slice_urn,
@@ -290,9 +364,10 @@ class AggregateManager:
     def _Allocate(self, cert, slice_urn, credentials, rspec, options) -> dict[str, Any]:
         options = self._options(options)
         now = self.clock.now()
-        urn = str(parse_urn(slice_urn, "slice"))
+        urn = canonical_urn(slice_urn, "slice")
         verified = self._authorise(cert, credentials, urn, "createsliver", options)
         self._check_not_shut_down(urn)
+        self._start_time(options, now)
         if not isinstance(rspec, str):
             raise BadArgs(f"rspec must be a string of XML, got {type(rspec).__name__}")
         request = parse_request(rspec, self.policy.max_request_bytes).for_aggregate(self._cm_id())
@@ -308,8 +383,7 @@ class AggregateManager:
     def _Renew(self, cert, urns, credentials, expiration, options) -> dict[str, Any]:
         options = self._options(options)
         now = self.clock.now()
-        slice_urn, slivers, _ = self._resolve(urns, now)
-        verified = self._authorise(cert, credentials, slice_urn, "renewsliver", options)
+        slice_urn, slivers, verified = self._authorised_slivers(cert, urns, credentials, "renewsliver", options, now)
         self._check_not_shut_down(slice_urn)
         if not slivers:
             raise SearchFailed(f"slice {slice_urn} has no slivers here to renew")
@@ -332,8 +406,7 @@ class AggregateManager:
     def _Provision(self, cert, urns, credentials, options) -> dict[str, Any]:
         options = self._options(options)
         now = self.clock.now()
-        slice_urn, slivers, _ = self._resolve(urns, now)
-        verified = self._authorise(cert, credentials, slice_urn, "createsliver", options)
+        slice_urn, slivers, verified = self._authorised_slivers(cert, urns, credentials, "createsliver", options, now)
         self._check_not_shut_down(slice_urn)
         self._rspec_version(options) if "geni_rspec_version" in options else None
         if not slivers:
@@ -346,8 +419,7 @@ class AggregateManager:
     def _Status(self, cert, urns, credentials, options) -> dict[str, Any]:
         options = self._options(options)
         now = self.clock.now()
-        slice_urn, slivers, _ = self._resolve(urns, now)
-        self._authorise(cert, credentials, slice_urn, "getsliceresources", options)
+        slice_urn, slivers, _ = self._authorised_slivers(cert, urns, credentials, "getsliceresources", options, now)
         if not slivers:
             raise SearchFailed(f"slice {slice_urn} has no slivers here")
         return result({"geni_urn": slice_urn, "geni_slivers": [self._struct(s) for s in slivers]})
@@ -355,8 +427,7 @@ class AggregateManager:
     def _PerformOperationalAction(self, cert, urns, credentials, action, options) -> dict[str, Any]:
         options = self._options(options)
         now = self.clock.now()
-        slice_urn, slivers, _ = self._resolve(urns, now)
-        self._authorise(cert, credentials, slice_urn, "createsliver", options)
+        slice_urn, slivers, _ = self._authorised_slivers(cert, urns, credentials, "createsliver", options, now)
         self._check_not_shut_down(slice_urn)
         if not isinstance(action, str) or action not in sm.ACTIONS:
             raise Unsupported(f"operational action {action!r} is not supported; supported: {', '.join(sm.ACTIONS)}")
@@ -369,8 +440,7 @@ class AggregateManager:
     def _Delete(self, cert, urns, credentials, options) -> dict[str, Any]:
         options = self._options(options)
         now = self.clock.now()
-        slice_urn, slivers, _ = self._resolve(urns, now)
-        self._authorise(cert, credentials, slice_urn, "deleteslice", options)
+        slice_urn, slivers, _ = self._authorised_slivers(cert, urns, credentials, "deleteslice", options, now)
         if not slivers:
             raise SearchFailed(f"slice {slice_urn} has no slivers here to delete")
         deleted = self.sm.delete([s.urn for s in slivers], now)
@@ -379,7 +449,25 @@ class AggregateManager:
     def _Shutdown(self, cert, slice_urn, credentials, options) -> dict[str, Any]:
         options = self._options(options)
         now = self.clock.now()
-        urn = str(parse_urn(slice_urn, "slice"))
-        self._authorise(cert, credentials, urn, "shutdown", options)
+        urn = canonical_urn(slice_urn, "slice")
+        operator = self._operator(cert, options)
+        try:
+            self._authorise(cert, credentials, urn, "shutdown", options)
+        except GeniError:
+            if operator is None:
+                raise
+            # an operator listed in slicex.yaml shuts down any slice on their own valid user credential
+            self._authorise(cert, credentials, operator, "listresources", options)
         self.sm.shutdown(urn, now)
         return result(True)
+
+    def _operator(self, cert: x509.Certificate, options: dict[str, Any]) -> str | None:
+        """The caller's canonical user URN (the spoken-for user's with geni_speaking_for) when it is one of
+        the operators configured in slicex.yaml; else None."""
+        spoken = options.get("geni_speaking_for")
+        text = spoken if isinstance(spoken, str) else pki.cert_urn(cert)
+        try:
+            urn = canonical_urn(text, "user")
+        except BadArgs:
+            return None
+        return urn if urn in {canonical_urn(o) for o in self.policy.operators} else None

@@ -140,7 +140,8 @@ class EmbeddedDeployment:
         self.verifier = CredentialVerifier(trust)
         am_policy = AmPolicy(allocation_lifetime=timedelta(minutes=self.cfg["am"]["allocation_lifetime_minutes"]),
                              default_lease=timedelta(hours=self.cfg["am"]["default_lease_hours"]),
-                             max_lease=timedelta(days=self.cfg["am"]["max_lease_days"]))
+                             max_lease=timedelta(days=self.cfg["am"]["max_lease_days"]),
+                             operators=frozenset(self.cfg.get("operators") or ()))
         ca_file = str(roots_bundle(home))
         self._sa_server = TlsXmlRpcServer((host, self.cfg["sa_port"] if sa_port is None else sa_port),
                                           server_context(str(home.sa_cert), str(home.sa_key), ca_file),

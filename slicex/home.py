@@ -39,6 +39,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "trusted_root_namespaces": {},
     "broker_policy": "first-fit",  # first-fit | best-fit | worst-fit
     "dashboard_port": 8004,  # read-only operator dashboard, plain HTTP on `host` (0: any free port; null: off)
+    "operators": [],  # user URNs that may Shutdown any slice with their own user credential
 }
 
 

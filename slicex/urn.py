@@ -13,6 +13,7 @@ _AUTHORITY = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.:]*$")
 _NAME = re.compile(r"^[^\s+]+$")
 KNOWN_TYPES = {"authority", "user", "slice", "sliver", "node", "interface", "link", "image", "vlan", "tool",
                "stitching", "service", "member", "project"}
+CASE_FOLDED_NAMES = {"slice"}
 
 
 @dataclass(frozen=True)
@@ -29,8 +30,17 @@ class Urn:
         """The authority without its sub-authority part, lower-cased (authorities compare case-insensitively)."""
         return self.authority.split(":")[0].lower()
 
+    @property
+    def canonical(self) -> str:
+        """The one spelling used as a key and in comparisons: authority case-folded (authorities compare
+        case-insensitively) and, for slices, the name too (the slice authority keys slices by the lower-cased
+        URN, so `Exp1` and `exp1` are one slice). Without this, a shut-down slice comes back under another
+        spelling."""
+        name = self.name.lower() if self.type in CASE_FOLDED_NAMES else self.name
+        return f"{_PREFIX}{self.authority.lower()}+{self.type}+{name}"
+
     def same_as(self, other: Urn) -> bool:
-        return (self.authority.lower(), self.type, self.name) == (other.authority.lower(), other.type, other.name)
+        return self.canonical == other.canonical
 
 
 def parse_urn(text: object, expect_type: str | None = None) -> Urn:
@@ -56,6 +66,11 @@ def parse_urn(text: object, expect_type: str | None = None) -> Urn:
     if kind == "slice" and not _SLICE_NAME.match(name):
         raise BadArgs(f"{text!r}: slice name {name!r} must match {_SLICE_NAME.pattern}")
     return Urn(authority, kind, name)
+
+
+def canonical_urn(text: object, expect_type: str | None = None) -> str:
+    """Parse a URN received at an edge and return its canonical spelling (see `Urn.canonical`)."""
+    return parse_urn(text, expect_type).canonical
 
 
 def slice_urn(authority: str, name: str) -> Urn:

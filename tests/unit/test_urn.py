@@ -3,7 +3,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slicex.errors import BadArgs
-from slicex.urn import is_valid_slice_name, parse_urn
+from slicex.urn import canonical_urn, is_valid_slice_name, parse_urn
 
 
 def test_parse_slice_urn():
@@ -52,3 +52,22 @@ def test_parse_never_crashes(text):
 def test_valid_slice_names_round_trip(name):
     assert is_valid_slice_name(name)
     assert parse_urn(f"urn:publicid:IDN+x.org+slice+{name}", "slice").name == name
+
+
+@pytest.mark.parametrize("spelling", [
+    "urn:publicid:IDN+slicex.local+slice+Exp1",
+    "urn:publicid:IDN+SLICEX.LOCAL+slice+exp1",
+    "urn:publicid:IDN+SliceX.Local+slice+EXP1",
+])
+def test_slice_urns_differing_only_in_case_have_one_canonical_form(spelling):
+    assert canonical_urn(spelling, "slice") == "urn:publicid:IDN+slicex.local+slice+exp1"
+    assert parse_urn(spelling).same_as(parse_urn("urn:publicid:IDN+slicex.local+slice+exp1"))
+
+
+def test_canonical_form_folds_sub_authorities_but_keeps_non_slice_names():
+    assert canonical_urn("urn:publicid:IDN+Rack.Net:Proj+sliver+AbC") == "urn:publicid:IDN+rack.net:proj+sliver+AbC"
+
+
+def test_canonical_form_is_a_fixed_point():
+    text = "urn:publicid:IDN+A.b:C+slice+MiXeD-1"
+    assert canonical_urn(canonical_urn(text)) == canonical_urn(text)
