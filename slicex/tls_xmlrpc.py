@@ -1,7 +1,18 @@
 """XML-RPC over mutually authenticated TLS: the edge both the AM and the slice authority stand behind.
 
 The client certificate is the caller's identity: a handler receives it with every call. Oversize bodies,
-DTDs and unparseable XML-RPC get an answer built by the service (a GENI result for the AM), not a fault."""
+DTDs and unparseable XML-RPC get an answer built by the service's `reject`: a GENI result for the AM (TOOBIG 6
+for an oversize body, BADARGS 1 otherwise), an XML-RPC fault with the same codes for the slice authority and
+the actor servers, whose protocols speak in faults.
+
+Faults: when `dispatch` (or `reject`) returns or raises an `xmlrpc.client.Fault`, the reply is an XML-RPC fault
+response, so clients raise `xmlrpc.client.Fault`; anything else is marshalled as the call's value.
+
+Oversize bodies are answered, not dropped: the decision is made from Content-Length before the body is read,
+the answer is sent at once, then up to `DRAIN_BYTES` of the body are read and thrown away (for at most
+`DRAIN_SECONDS`) so a client still sending its body can finish and read the answer; then the connection is
+closed. Without the drain the server closed a socket with unread data, the kernel answered with a reset, and
+the client's send failed before it ever saw the answer."""
 
 from __future__ import annotations
 
@@ -10,6 +21,7 @@ import socket
 import socketserver
 import ssl
 import threading
+import time
 import xmlrpc.client
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
@@ -23,6 +35,8 @@ Dispatch = Callable[[str, tuple, x509.Certificate | None], Any]
 Rejection = Callable[[str], Any]
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+DRAIN_BYTES = 64 * 1024 * 1024
+DRAIN_SECONDS = 15.0
 
 
 def server_context(cert_file: str, key_file: str, ca_file: str) -> ssl.SSLContext:
@@ -59,13 +73,13 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             length = -1
         if length < 0:
-            self._reply(xmlrpc.client.dumps((self.server.reject("request has no valid Content-Length"),),
-                                            methodresponse=True, allow_none=True), close=True)
+            self._reply(self._marshal(self._rejection("request has no valid Content-Length")), close=True)
             return
         if length > self.server.max_body:
-            self._reply(xmlrpc.client.dumps(
-                (self.server.reject(f"request body is {length} bytes; at most {self.server.max_body} accepted",
-                                    too_big=True),), methodresponse=True, allow_none=True), close=True)
+            self._reply(self._marshal(self._rejection(
+                f"request body is {length} bytes; at most {self.server.max_body} accepted", too_big=True)),
+                close=True)
+            self._drain(length)
             return
         body = self.rfile.read(length)
         cert = None
@@ -73,21 +87,56 @@ class _Handler(BaseHTTPRequestHandler):
         if der:
             cert = x509.load_der_x509_certificate(der)
         if b"<!DOCTYPE" in body[:4096].upper() or b"<!ENTITY" in body.upper():
-            response = (self.server.reject("XML-RPC request carries a DTD or entity declaration; refused"),)
+            response = self._rejection("XML-RPC request carries a DTD or entity declaration; refused")
         else:
             try:
                 params, method = xmlrpc.client.loads(body, use_builtin_types=False)
             except Exception as exc:  # noqa: BLE001 - any parse failure becomes a result
-                response = (self.server.reject(f"request is not valid XML-RPC: {exc}"),)
+                response = self._rejection(f"request is not valid XML-RPC: {exc}")
             else:
-                response = (self.server.dispatch(method or "", params, cert),)
+                try:
+                    response = self.server.dispatch(method or "", params, cert)
+                except xmlrpc.client.Fault as fault:
+                    response = fault
+                except Exception as exc:  # noqa: BLE001 - the last boundary: answer, never drop the connection
+                    log.exception("%s failed", method)
+                    response = self._rejection(f"server failed in {method}: {type(exc).__name__}")
+        self._reply(self._marshal(response))
+
+    def _rejection(self, message: str, too_big: bool = False) -> Any:
         try:
-            text = xmlrpc.client.dumps(response, methodresponse=True, allow_none=True)
+            return self.server.reject(message, too_big=too_big)
+        except xmlrpc.client.Fault as fault:
+            return fault
+
+    def _marshal(self, response: Any) -> str:
+        """A fault response for a Fault, else a one-value method response."""
+        try:
+            if isinstance(response, xmlrpc.client.Fault):
+                return xmlrpc.client.dumps(response, methodresponse=True, allow_none=True)
+            return xmlrpc.client.dumps((response,), methodresponse=True, allow_none=True)
         except Exception as exc:  # noqa: BLE001
-            log.error("cannot marshal response of %s: %s", body[:80], exc)
-            text = xmlrpc.client.dumps((self.server.reject(f"server could not encode its answer: {exc}"),),
-                                       methodresponse=True, allow_none=True)
-        self._reply(text)
+            log.error("cannot marshal a response: %s", exc)
+            return self._marshal(self._rejection(f"server could not encode its answer: {exc}"))
+
+    def _drain(self, length: int) -> None:
+        """Read and discard what the client is still sending (bounded in bytes and time) so it can finish
+        sending and then read the answer already sent."""
+        self.wfile.flush()
+        deadline = time.monotonic() + DRAIN_SECONDS
+        left = min(length, DRAIN_BYTES)
+        try:
+            while left > 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self.connection.settimeout(remaining)
+                chunk = self.rfile.read1(min(left, 256 * 1024))
+                if not chunk:
+                    break
+                left -= len(chunk)
+        except (OSError, ssl.SSLError):
+            pass  # the client gave up; the connection closes either way
 
     def do_GET(self) -> None:
         self.send_error(405, "AM API speaks XML-RPC over POST")
