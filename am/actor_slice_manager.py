@@ -58,6 +58,9 @@ from slicex.term import Term
 from slicex.ticket import Lease, Ticket, verify_lease
 
 log = logging.getLogger("slicex.sm")
+# what puts a sliver back after an operational action that must be undone (all-or-nothing without
+# geni_best_effort); geni_restart and geni_update_users have none, so a partial change is reported instead
+UNDO_ACTIONS = {"geni_start": "geni_stop", "geni_stop": "geni_start"}
 RESERVATIONS = "sm-reservations"
 REQUESTS = "sm-requests"
 SLICES = "sm-slices"
@@ -244,8 +247,13 @@ class ActorSliceManager:
         self._release_locks(taken)  # not on a crash (BaseException): a killed process holds its locks
 
     def _release_locks(self, rids: Iterable[str]) -> None:
-        for rid in rids:
-            self.store.release(f"sm-lock:{rid}", self.name)
+        """Locks a store outage keeps stay with this slice manager, which takes them back on its next call;
+        the caller hears what the call did (or its first failure), not this."""
+        try:
+            for rid in rids:
+                self.store.release(f"sm-lock:{rid}", self.name)
+        except GeniError as exc:
+            log.warning("could not release sliver locks %s: %s", list(rids), exc.message)
 
     # ---- the message plumbing ----------------------------------------------------------------------------------
     def _drive(self, recs: dict[str, Record], now: datetime) -> None:
@@ -669,7 +677,8 @@ class ActorSliceManager:
                                 f"{', '.join(sorted(ALLOWED_ACTIONS[action]))}")
         if problems and not best_effort:
             raise BadArgs(f"cannot {action}: " + "; ".join(problems))
-        out = []
+        out: list[Sliver] = []
+        changed: list[Record] = []
         for rec in recs:
             s = slivers[rec.id]
             if s.allocation_state != sm.PROVISIONED or s.operational_state not in ALLOWED_ACTIONS[action]:
@@ -677,13 +686,43 @@ class ActorSliceManager:
                            if s.allocation_state == sm.PROVISIONED else f"cannot {action}: not provisioned")
                 out.append(s)
                 continue
-            self.authority.modify(rec.ticket_id, action, now)
-            if action == "geni_update_users" and rec.kind == "node":
-                self._set_users(rec, users)
-            rec.shutdown = False
-            self._save(rec)
-            out.append(self._sliver(rec, now))
+            try:
+                self.authority.modify(rec.ticket_id, action, now)
+                changed.append(rec)
+                if action == "geni_update_users" and rec.kind == "node":
+                    self._set_users(rec, users)
+                rec.shutdown = False
+                self._save(rec)
+                out.append(self._sliver(rec, now))
+            except GeniError as exc:
+                if not best_effort:
+                    raise self._undo_perform(changed, action, rec, exc, now) from None
+                s.error = (f"{action} was done but could not be recorded: {exc.message}" if rec in changed
+                           else f"{action} failed: {exc.message}")
+                out.append(s)
         return out
+
+    def _undo_perform(self, changed: list[Record], action: str, failed: Record, exc: GeniError,
+                      now: datetime) -> GeniError:
+        """All or nothing: put back the slivers an action already changed before `failed` failed, and say
+        which could not be put back (the caller must never see a failure code after a silent partial change)."""
+        undo = UNDO_ACTIONS.get(action)
+        stuck = []
+        for rec in changed:
+            try:
+                if undo is None:
+                    raise Unsupported(f"{action} cannot be undone")
+                self.authority.modify(rec.ticket_id, undo, now)
+            except GeniError as why:
+                stuck.append(f"{rec.client_id} ({rec.id}): {why.message}")
+        told = f"{action} failed on {failed.client_id} ({failed.id}): {exc.message}; "
+        if not changed:
+            told += "no sliver was changed"
+        elif not stuck:
+            told += f"undone ({undo}) on {', '.join(r.client_id for r in changed)}: no sliver was changed"
+        else:
+            told += f"these slivers did change and could not be put back: {'; '.join(stuck)}"
+        return type(exc)(told)
 
     def delete(self, sliver_urns: list[str], now: datetime) -> list[Sliver]:
         with self._lock:
