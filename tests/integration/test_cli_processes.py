@@ -279,3 +279,12 @@ def test_a_zombie_or_a_reused_pid_is_not_running(tmp_path):
         sleeper.kill()
         sleeper.wait()
         _run(home, "down")
+
+
+def test_ca_init_port_base_gives_a_second_home_ports_of_its_own(tmp_path):
+    home = tmp_path / "second"
+    assert _run(home, "ca", "init", "--port-base", "18100").returncode == 0
+    cfg = yaml.safe_load((home / "slicex.yaml").read_text())
+    assert [cfg[k] for k in ("sa_port", "am_port", "broker_port", "authority_port", "dashboard_port")] == \
+        [18100, 18101, 18102, 18103, 18104]
+    assert _run(home, "ca", "init", "--port-base", "18200").returncode == 2  # the config exists: not rewritten
