@@ -3,11 +3,19 @@ issue user and slice credentials signed with xmlsec, renew, delete and list slic
 
 A new user needs no external portal: `slicex user add NAME` issues a certificate from the dev CA, and omni
 gets credentials here. Errors are XML-RPC faults on this interface (the gcf clearinghouse protocol has no
-result codes); messages say what to do."""
+result codes; the fault code is the GENI code of the cause); messages say what to do. A store outage is a
+fault saying the store is unavailable and to retry, never a value a client could take for a credential.
+
+Slice names are claimed atomically in the store (`store.claim`) before the slow work (the slice's key and
+certificate), so two users asking for one name at once get one owner and one clear refusal. The claim's
+owner is a token unique to that creation; it is released with the record (DeleteSlice, or a later
+CreateSlice finding the record expired), so an expired slice's name becomes claimable again."""
 
 from __future__ import annotations
 
 import logging
+import time
+import uuid
 import xmlrpc.client
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -18,12 +26,28 @@ from cryptography import x509
 from slicex import pki
 from slicex.clock import Clock, parse_time, rfc3339
 from slicex.credentials import create_credential
-from slicex.errors import BadArgs, GeniError
+from slicex.errors import AlreadyExists, BadArgs, Busy, GeniError, TimedOut, Unavailable
 from slicex.store import Store
-from slicex.urn import parse_urn
+from slicex.urn import Urn, parse_urn
 
 log = logging.getLogger("slicex.sa")
 SLICES = "sa_slices"
+NAME_CLAIM = "sa_slice:"  # + slice key: held by the token of the creation that owns the name
+CREATE_WAIT_SECONDS = 10.0  # how long a CreateSlice waits for a concurrent creation of the same name
+LEFTOVER_CLAIM_SECONDS = 60.0  # a name claim with no live record after this long was left by a crash
+
+
+def _key(urn: Urn) -> str:
+    """Slices are keyed by the lower-cased URN: one slice under every spelling."""
+    return str(urn).lower()
+
+
+def _claim_age(token: str) -> float:
+    """Seconds since a name-claim token (owner|uuid|unix time) was taken; infinite if unreadable."""
+    try:
+        return time.time() - float(token.rsplit("|", 1)[1])
+    except (IndexError, ValueError):
+        return float("inf")
 
 
 @dataclass
@@ -63,6 +87,10 @@ class SliceAuthority:
             return getattr(self, method)(caller, *params)
         except TypeError as exc:
             return xmlrpc.client.Fault(1, f"{method}: wrong arguments ({exc})")
+        except (Unavailable, TimedOut) as exc:
+            log.warning("%s: store unavailable: %s", method, exc.message)
+            return xmlrpc.client.Fault(exc.code, f"{method}: the slice authority's store is unavailable, retry in a "
+                                                 f"moment ({exc.message})")
         except GeniError as exc:
             return xmlrpc.client.Fault(exc.code, exc.message)
         except Exception as exc:  # noqa: BLE001 - the boundary
@@ -101,26 +129,52 @@ class SliceAuthority:
                                  signer_cert_chain=self._chain(), signer_key_pem=self.sa_key_pem)
 
     def CreateSlice(self, caller: x509.Certificate, slice_urn: str) -> str:
-        """Create the slice if new (the caller owns it) and return a slice credential."""
+        """Create the slice if new (the caller owns it) and return a slice credential.
+
+        The name is claimed in the store before the key is generated; a caller that loses the claim waits for
+        the winner's record and then gets the answer for an existing slice (its credential if it is the owner,
+        AlreadyExists if not)."""
         owner = self._caller_urn(caller)
         urn = parse_urn(slice_urn, "slice")
         if urn.top_authority != self.authority.lower():
             raise BadArgs(f"{slice_urn} belongs to authority {urn.authority}; this slice authority issues slices "
                           f"under {self.authority}")
-        now = self.clock.now()
-        record = self.store.get(SLICES, str(urn).lower())
-        if record and parse_time(record["expires"]) <= now:
-            self.store.delete(SLICES, str(urn).lower())
-            record = None
-        if record is None:
-            cert_pem, _key = pki.issue_certificate(self.ca_cert_pem, self.ca_key_pem, str(urn), urn.name,
+        key, claim = _key(urn), NAME_CLAIM + _key(urn)
+        deadline = time.monotonic() + CREATE_WAIT_SECONDS
+        while True:
+            now = self.clock.now()
+            record = self.store.get(SLICES, key)
+            if record is not None and parse_time(record["expires"]) > now:
+                if record["owner"].lower() != owner.lower():
+                    raise AlreadyExists(f"slice {slice_urn} already exists and belongs to {record['owner']}; "
+                                        f"choose another slice name")
+                return self._slice_credential(caller, record)
+            if record is not None:  # expired: free its name (a no-op if another caller already did)
+                self.store.release(claim, record.get("claim", ""))
+            token = f"{owner}|{uuid.uuid4().hex}|{time.time():.3f}"
+            if self.store.claim(claim, token):
+                try:
+                    return self._slice_credential(caller, self._create(urn, owner, token, now))
+                except BaseException:
+                    self.store.release(claim, token)
+                    raise
+            holder = self.store.owner_of(claim)
+            if holder is not None and _claim_age(holder) > LEFTOVER_CLAIM_SECONDS \
+                    and self.store.get(SLICES, key) is None:
+                self.store.release(claim, holder)  # left by a creation that died before writing its record
+                continue
+            if time.monotonic() > deadline:
+                raise Busy(f"slice {slice_urn} is being created by another request; retry in a moment")
+            time.sleep(0.05)
+
+    def _create(self, urn: Urn, owner: str, token: str, now: datetime) -> dict[str, Any]:
+        """The slow part, done only by the holder of the name claim: the slice's certificate and record."""
+        cert_pem, _key_pem = pki.issue_certificate(self.ca_cert_pem, self.ca_key_pem, str(urn), urn.name,
                                                    days=self.policy.max_slice_lifetime.days + 1)
-            record = {"urn": str(urn), "owner": owner, "created": rfc3339(now),
-                      "expires": rfc3339(now + self.policy.slice_lifetime), "cert": cert_pem.decode()}
-            self.store.put(SLICES, str(urn).lower(), record)
-        elif record["owner"].lower() != owner.lower():
-            raise BadArgs(f"slice {slice_urn} exists and belongs to {record['owner']}")
-        return self._slice_credential(caller, record)
+        record = {"urn": str(urn), "owner": owner, "created": rfc3339(now), "claim": token,
+                  "expires": rfc3339(now + self.policy.slice_lifetime), "cert": cert_pem.decode()}
+        self.store.put(SLICES, _key(urn), record)
+        return record
 
     def _slice_credential(self, caller: x509.Certificate, record: dict[str, Any]) -> str:
         return create_credential(owner_cert=caller.public_bytes(pki.serialization.Encoding.PEM),
@@ -137,7 +191,7 @@ class SliceAuthority:
     def _owned(self, caller: x509.Certificate, slice_urn: str) -> dict[str, Any]:
         owner = self._caller_urn(caller)
         urn = parse_urn(slice_urn, "slice")
-        record = self.store.get(SLICES, str(urn).lower())
+        record = self.store.get(SLICES, _key(urn))
         if record is None or parse_time(record["expires"]) <= self.clock.now():
             raise BadArgs(f"no slice {slice_urn} at this slice authority (or it expired)")
         if record["owner"].lower() != owner.lower():
@@ -155,8 +209,11 @@ class SliceAuthority:
         return True
 
     def DeleteSlice(self, caller: x509.Certificate, slice_urn: str) -> bool:
+        """Forget the slice, then free its name (in that order, so a new claimant never loses its record)."""
         record = self._owned(caller, slice_urn)
-        return self.store.delete(SLICES, record["urn"].lower())
+        deleted = self.store.delete(SLICES, record["urn"].lower())
+        self.store.release(NAME_CLAIM + record["urn"].lower(), record.get("claim", ""))
+        return deleted
 
     def ListAggregates(self, caller: x509.Certificate) -> dict[str, str]:
         return dict(self.aggregates)

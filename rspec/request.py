@@ -1,10 +1,15 @@
 """Request RSpecs (GENI v3): parse untrusted XML into plain data the slice manager embeds.
 
 The original document is kept (`Request.xml`) because the manifest is the request annotated: unknown
-extension elements pass through unchanged."""
+extension elements pass through unchanged.
+
+Numbers are untrusted too: every numeric attribute is parsed as a finite number inside a stated range, or the
+request is BADARGS saying which attribute and what is allowed (`1e999`, `nan`, `inf`, negatives and absurd
+sizes never reach the embedding, where they used to surface as SERVERERROR)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from lxml import etree
@@ -16,6 +21,9 @@ from slicex.xmlsafe import parse_xml
 
 MAX_REQUEST_BYTES = 2 * 1024 * 1024
 MAX_ELEMENTS = 5000
+MAX_CAPACITY_KBPS = 10**9  # 1 Tbps: beyond any link this aggregate could offer
+MAX_LATENCY_MS = 60_000
+MAX_NUMBER_TEXT = 64  # characters; longer "numbers" are refused before parsing
 
 
 @dataclass(frozen=True)
@@ -83,13 +91,28 @@ def _bool(text: str | None) -> bool | None:
     raise BadArgs(f"{text!r} is not a boolean (true/false)")
 
 
-def _int(text: str | None, what: str) -> int | None:
-    if text is None or text == "":
+def _number(text: str | None, what: str, low: float, high: float, unit: str = "",
+            integer: bool = False) -> float | None:
+    """A finite number in [low, high] (None when absent), else BadArgs naming the attribute and the range."""
+    if text is None or text.strip() == "":
         return None
+    allowed = f"{low:g}–{high:g}{' ' + unit if unit else ''}"
+    if len(text) > MAX_NUMBER_TEXT:
+        raise BadArgs(f"{what} {text[:20]!r}… is not a number in {allowed}")
     try:
-        return int(float(text))
+        value = float(text)
     except ValueError:
-        raise BadArgs(f"{what} {text!r} is not a number") from None
+        raise BadArgs(f"{what} {text!r} is not a number; give a number in {allowed}") from None
+    if not math.isfinite(value) or not low <= value <= high:
+        raise BadArgs(f"{what} {text!r} is out of range; give a number in {allowed}")
+    if integer and value != int(value):
+        raise BadArgs(f"{what} {text!r} must be a whole number in {allowed}")
+    return value
+
+
+def _int(text: str | None, what: str, low: int, high: int, unit: str = "", integer: bool = False) -> int | None:
+    value = _number(text, what, low, high, unit, integer)
+    return None if value is None else int(value)
 
 
 def parse_request(text: str | bytes, max_bytes: int = MAX_REQUEST_BYTES) -> Request:
@@ -163,20 +186,15 @@ def _link(el: etree._Element, seen: set[str]) -> RequestLink:
     cap = lat = None
     loss = None
     for p in el.findall(q(RSPEC3, "property")):
-        cap = max(cap or 0, _int(p.get("capacity"), f"link {cid} capacity") or 0) or cap
-        lat = _int(p.get("latency"), f"link {cid} latency") if p.get("latency") else lat
+        cap = max(cap or 0, _int(p.get("capacity"), f"link {cid} capacity", 0, MAX_CAPACITY_KBPS, "kbps") or 0) or cap
+        lat = _int(p.get("latency"), f"link {cid} latency", 0, MAX_LATENCY_MS, "ms") if p.get("latency") else lat
         if p.get("packet_loss"):
-            try:
-                loss = float(p.get("packet_loss"))
-            except ValueError:
-                raise BadArgs(f"link {cid} packet_loss {p.get('packet_loss')!r} is not a number") from None
+            loss = _number(p.get("packet_loss"), f"link {cid} packet_loss", 0, 1, "(a fraction)")
     lt = el.find(q(RSPEC3, "link_type"))
     shared = None
     for ns in (SHARED_VLAN, SHARED_VLAN_GENI):
         sv = el.find(q(ns, "link_shared_vlan"))
         if sv is not None:
             shared = sv.get("name")
-    tag = _int(el.get("vlantag"), f"link {cid} vlantag")
-    if tag is not None and not 1 <= tag <= 4094:
-        raise BadArgs(f"link {cid} asks for VLAN tag {tag}; tags are 1–4094")
+    tag = _int(el.get("vlantag"), f"link {cid} vlantag", 1, 4094, integer=True)
     return RequestLink(cid, refs, cms, cap, lat, loss, lt.get("name") if lt is not None else None, shared, tag)
