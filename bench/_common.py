@@ -3,37 +3,38 @@
 from __future__ import annotations
 
 import json
-import statistics
-from collections.abc import Sequence
+import os
 from typing import Any
 
+from bench.stats import cell, percentile, summarise
 
-def percentile(samples: Sequence[float], p: float) -> float:
-    if not samples:
-        return float("nan")
-    ordered = sorted(samples)
-    k = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
-    return ordered[k]
+__all__ = ["machine", "percentile", "report", "summarise"]
 
 
-def summarise(latencies: Sequence[float], wall: float) -> dict[str, float]:
-    return {"calls": len(latencies), "per_second": len(latencies) / wall if wall else float("nan"),
-            "p50_ms": percentile(latencies, 50) * 1000, "p99_ms": percentile(latencies, 99) * 1000,
-            "mean_ms": statistics.fmean(latencies) * 1000 if latencies else float("nan")}
+def machine() -> str:
+    """What the figures were measured on (the load average says whether the machine was shared)."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return f"{os.cpu_count()} CPUs, load average {load:.2f} at the start"
 
 
-def report(rows: list[dict[str, Any]], columns: list[str]) -> None:
-    widths = {c: max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns}
-    print("  ".join(c.ljust(widths[c]) for c in columns))
-    print("  ".join("-" * widths[c] for c in columns))
-    for r in rows:
-        print("  ".join(_fmt(r.get(c)).ljust(widths[c]) for c in columns))
+def report(rows: list[dict[str, Any]], columns: list[str], title: str | None = None, json_lines: bool = True) -> None:
+    """Print `rows` as a table (None shows as "n/a (n=<samples>)", a column the row lacks as "-"), then each
+    row as one JSON line."""
+    if title:
+        print(title)
+    if rows:
+        text = [[cell(r[c], r.get("samples")) if c in r else "-" for c in columns] for r in rows]
+        widths = [max(len(c), *(len(t[i]) for t in text)) for i, c in enumerate(columns)]
+        print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
+        print("  ".join("-" * w for w in widths))
+        for t in text:
+            print("  ".join(v.ljust(w) for v, w in zip(t, widths, strict=True)))
     print()
+    if json_lines:
+        emit(rows)
+
+
+def emit(rows: list[dict[str, Any]]) -> None:
+    """One JSON object per measurement, one per line."""
     for r in rows:
         print(json.dumps(r, sort_keys=True))
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.2f}"
-    return str(v)

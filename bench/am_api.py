@@ -1,114 +1,348 @@
-"""AM API throughput: GetVersion and full-lifecycle (Allocate→Provision→Status→Delete) calls per second with
-p50/p99 latency at concurrency 1, 4 and 16, against a real deployment on 127.0.0.1 over mutual TLS.
+"""AM API over mutual TLS against a deployment started with `slicex up` in processes of its own.
 
-Run: .venv/bin/python bench/am_api.py [--seconds N]"""
+Measures, at each concurrency (default 1, 4, 16):
+  GetVersion        calls/s and per-call latency
+  lifecycle         1-node Allocate → Provision → Status → Delete: cycles/s, cycle latency, and each call's
+                    latency on its own rows (those rows have no rate: every cycle makes one call of each)
+each with a NEW TLS connection per call (a TCP connect and full handshake per call, as omni and geni-lib do)
+and with one kept-alive connection per client.
+
+Setup is outside the timed window: the CA, the user's certificate and key, the deployment, each client's
+slice and slice credential and its TLS context exist before the clock starts. Each client is a process of
+its own (multiprocessing) by default, so the load generator's GIL neither limits the clients nor shares the
+server's; the deployment is another process again (`slicex up`), or two (`--deployments redis-2workers`: two
+AM workers on one Redis store, clients split between them). The clients and the deployment share this
+machine's CPUs, so on a small machine the figures include the clients' own cost.
+
+A cell runs at least --seconds and until it has --min-cycles samples (so p99 of a cycle is supported) or
+--max-seconds pass; a percentile the samples cannot support prints as "n/a (n=…)".
+
+Run: .venv/bin/python bench/am_api.py [--deployments embedded,redis-2workers] [--connections new,keepalive]
+     [--concurrency 1,4,16] [--seconds S] [--min-cycles N] [--clients processes|threads]
+Redis (redis-2workers): SLICEX_REDIS_URL, default redis://127.0.0.1:6379/7."""
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
+import os
+import queue
+import shutil
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+import xmlrpc.client
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml  # noqa: E402
 
-from am.service import EmbeddedDeployment  # noqa: E402
-from bench._common import report, summarise  # noqa: E402
-from slicex.devpki import add_user, init_ca  # noqa: E402
-from slicex.home import Home  # noqa: E402
-from slicex.tls_xmlrpc import client  # noqa: E402
+from bench._common import emit, machine, report  # noqa: E402
+from bench.stats import summarise  # noqa: E402
 
 AUTH = "bench.slicex"
+USER = "bench"
 REQUEST = ('<rspec xmlns="http://www.geni.net/resources/rspec/3" type="request">'
            '<node client_id="n1"><sliver_type name="default-vm"/></node></rspec>')
+LIFECYCLE = ("Allocate", "Provision", "Status", "Delete")
 
 
-def setup(root: Path) -> tuple[Home, EmbeddedDeployment]:
-    home = Home(root)
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "slicex.yaml").write_text(yaml.safe_dump({"authority": AUTH, "sa_port": 0, "am_port": 0, "dashboard_port": None}))
-    init_ca(home, AUTH)
-    add_user(home, AUTH, "bench")
-    d = EmbeddedDeployment(home)
-    d.start()
-    return home, d
+# ---- the deployment, in processes of its own ------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
-def run(concurrency: int, seconds: float, work) -> tuple[list[float], float]:
-    latencies: list[float] = []
-    lock = threading.Lock()
-    stop = time.monotonic() + seconds
+def _slicex(home: Path, *args: str) -> None:
+    subprocess.run([sys.executable, "-m", "slicex.cli", "--home", str(home), *args], check=True,
+                   stdout=subprocess.DEVNULL)
 
-    def worker(i: int) -> None:
-        state = work.prepare(i)
-        while time.monotonic() < stop:
+
+class Deployment:
+    """`slicex up` on a temporary SLICEX_HOME with free ports; `workers` AM processes share one store."""
+
+    def __init__(self, root: Path, name: str, store: str | None = None, workers: int = 1):
+        self.root, self.name, self.store, self.workers = root, name, store, workers
+        self.procs: list[subprocess.Popen] = []
+        self.homes: list[Path] = []
+        self.am_urls: list[str] = []
+        self.sa_url = ""
+
+    def start(self) -> Deployment:
+        home = self.root / f"{self.name}-0"
+        home.mkdir(parents=True)
+        cfg = {"authority": AUTH, "host": "127.0.0.1", "dashboard_port": None}
+        if self.store:
+            cfg["store"] = self.store
+        (home / "slicex.yaml").write_text(yaml.safe_dump(cfg))
+        _slicex(home, "ca", "init", "--authority", AUTH)
+        _slicex(home, "user", "add", USER)
+        self._up(home)
+        for w in range(1, self.workers):  # same CA, users, config and deployment id; ports of its own
+            other = self.root / f"{self.name}-{w}"
+            shutil.copytree(home, other, ignore=shutil.ignore_patterns("run", "logs", "state.db*"))
+            self._up(other)
+        return self
+
+    def _up(self, home: Path) -> None:
+        text = yaml.safe_load((home / "slicex.yaml").read_text())
+        text.update({"sa_port": _free_port(), "am_port": _free_port()})
+        (home / "slicex.yaml").write_text(yaml.safe_dump(text))
+        (home / "logs").mkdir(exist_ok=True)
+        log = open(home / "logs" / "bench-up.log", "ab")  # noqa: SIM115 - open while the process runs
+        proc = subprocess.Popen([sys.executable, "-m", "slicex.cli", "--home", str(home), "up"],
+                                stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.procs.append(proc)
+        self.homes.append(home)
+        pid_file = home / "run" / "slicex.pid"
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"`slicex up` exited with {proc.returncode}: "
+                                   f"{(home / 'logs' / 'bench-up.log').read_text()[-2000:]}")
+            try:
+                doc = yaml.safe_load(pid_file.read_text())
+            except (OSError, yaml.YAMLError):
+                doc = None
+            if isinstance(doc, dict) and doc.get("pid") == proc.pid and doc.get("am_url"):
+                self.am_urls.append(doc["am_url"])
+                self.sa_url = self.sa_url or doc["sa_url"]
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"`slicex up` in {home} did not serve within 90 s")
+
+    @property
+    def cert(self) -> str:
+        return str(self.homes[0] / f"{USER}-cert.pem")
+
+    @property
+    def key(self) -> str:
+        return str(self.homes[0] / f"{USER}-key.pem")
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+# ---- one client ---------------------------------------------------------------------------------------------
+class _Caller:
+    """Calls AM API methods over one kept-alive connection, or a new connection (TCP + TLS handshake) each."""
+
+    def __init__(self, url: str, cert: str, key: str, new_connection: bool):
+        from slicex.tls_xmlrpc import SafeTransport, client_context
+
+        self.url, self.new_connection = url, new_connection
+        self.context = client_context(cert, key)  # omni does not verify the server either
+        self._transport = SafeTransport
+        self.proxy = None if new_connection else self._proxy()
+
+    def _proxy(self) -> xmlrpc.client.ServerProxy:
+        return xmlrpc.client.ServerProxy(self.url, transport=self._transport(self.context, 120), allow_none=True)
+
+    def __call__(self, method: str, *args):
+        if not self.new_connection:
+            return getattr(self.proxy, method)(*args)
+        proxy = self._proxy()
+        try:
+            return getattr(proxy, method)(*args)
+        finally:
+            proxy("close")()
+
+
+class _Count:
+    """A shared counter for client threads (processes share a multiprocessing.Value)."""
+
+    def __init__(self):
+        self.value = 0
+        self._lock = threading.Lock()
+
+    def get_lock(self) -> threading.Lock:
+        return self._lock
+
+
+def client_main(spec: dict, ready, go, stop, done, results) -> None:
+    """One client: set up (caller, slice credential), report ready, loop until told to stop, send samples.
+    Samples are (operation, end time, seconds, error or "")."""
+    try:
+        call = _Caller(spec["am_url"], spec["cert"], spec["key"], spec["new_connection"])
+        urn = creds = None
+        if spec["operation"] == "lifecycle":
+            sa = _Caller(spec["sa_url"], spec["cert"], spec["key"], False)
+            urn = f"urn:publicid:IDN+{AUTH}+slice+{spec['slice']}"
+            creds = [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": sa("CreateSlice", urn)}]
+            call("Delete", [urn], creds, {})  # nothing left from an earlier cell (not timed)
+    except Exception as exc:  # noqa: BLE001 - reported to the coordinator
+        ready.put(f"client {spec['index']} setup failed: {type(exc).__name__}: {exc}")
+        return
+    ready.put("")
+    go.wait()
+    samples: list[tuple[str, float, float, str]] = []
+    while not stop.is_set():
+        if spec["operation"] == "GetVersion":
             t0 = time.perf_counter()
-            work.call(state)
-            dt = time.perf_counter() - t0
-            with lock:
-                latencies.append(dt)
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(concurrency)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return latencies, time.perf_counter() - t0
-
-
-class GetVersion:
-    def __init__(self, home: Home, d: EmbeddedDeployment):
-        self.home, self.d = home, d
-
-    def prepare(self, i: int):
-        return client(self.d.endpoints.am_url, str(self.home.user_cert("bench")), str(self.home.user_key("bench")))
-
-    def call(self, am) -> None:
-        assert am.GetVersion()["code"]["geni_code"] == 0
-
-
-class Lifecycle:
-    def __init__(self, home: Home, d: EmbeddedDeployment):
-        self.home, self.d = home, d
-
-    def prepare(self, i: int):
-        cert, key = str(self.home.user_cert("bench")), str(self.home.user_key("bench"))
-        am = client(self.d.endpoints.am_url, cert, key)
-        sa = client(self.d.endpoints.sa_url, cert, key)
-        urn = f"urn:publicid:IDN+{AUTH}+slice+bench{i}"
-        creds = [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": sa.CreateSlice(urn)}]
-        return am, urn, creds
-
-    def call(self, state) -> None:
-        am, urn, creds = state
-        for reply in (am.Allocate(urn, creds, REQUEST, {}), am.Provision([urn], creds, {}),
-                      am.Status([urn], creds, {}), am.Delete([urn], creds, {})):
-            if reply["code"]["geni_code"] != 0:
-                raise RuntimeError(reply["output"])
+            reply = call("GetVersion")
+            t1 = time.perf_counter()
+            samples.append(("GetVersion", time.monotonic(), t1 - t0, _error(reply)))
+            _count(done, samples[-1])
+            continue
+        steps = (("Allocate", (urn, creds, REQUEST, {})), ("Provision", ([urn], creds, {})),
+                 ("Status", ([urn], creds, {})), ("Delete", ([urn], creds, {})))
+        c0 = time.perf_counter()
+        failed = ""
+        for method, args in steps:
+            if failed and method != "Delete":
+                continue  # after a failure only clean up
+            t0 = time.perf_counter()
+            try:
+                reply = call(method, *args)
+                err = _error(reply)
+            except Exception as exc:  # noqa: BLE001 - counted, the run goes on
+                err = f"{type(exc).__name__}: {exc}"
+            t1 = time.perf_counter()
+            samples.append((method, time.monotonic(), t1 - t0, err))
+            failed = failed or (f"{method}: {err}" if err else "")
+        samples.append(("lifecycle", time.monotonic(), time.perf_counter() - c0, failed))
+        _count(done, samples[-1])
+    results.put(samples)
 
 
+def _count(done, sample: tuple[str, float, float, str]) -> None:
+    if not sample[3]:
+        with done.get_lock():
+            done.value += 1
+
+
+def _error(reply) -> str:
+    code = reply.get("code", {}).get("geni_code") if isinstance(reply, dict) else None
+    return "" if code == 0 else f"geni_code {code}: {str(reply.get('output', ''))[:200]}"
+
+
+# ---- one cell ------------------------------------------------------------------------------------------------
+def run_cell(dep: Deployment, operation: str, concurrency: int, new_connection: bool, args, tag: str) -> list[dict]:
+    """`concurrency` clients against `dep` until the cell has enough samples; rows for the table."""
+    if args.clients == "processes":
+        ctx = mp.get_context("spawn")
+        ready, results, go, stop, done = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Event(), ctx.Value("i", 0)
+        start = ctx.Process
+    else:
+        ready, results, go, stop, done = queue.Queue(), queue.Queue(), threading.Event(), threading.Event(), _Count()
+        start = threading.Thread
+    workers = []
+    for i in range(concurrency):
+        spec = {"index": i, "am_url": dep.am_urls[i % len(dep.am_urls)], "sa_url": dep.sa_url, "cert": dep.cert,
+                "key": dep.key, "new_connection": new_connection, "operation": operation, "slice": f"{tag}w{i}"}
+        w = start(target=client_main, args=(spec, ready, go, stop, done, results), daemon=True)
+        w.start()
+        workers.append(w)
+    problems = [p for p in (ready.get(timeout=120) for _ in workers) if p]
+    if problems:
+        stop.set()
+        go.set()
+        raise RuntimeError(problems[0])
+    unit = "lifecycle" if operation == "lifecycle" else "GetVersion"
+    need = args.min_cycles if operation == "lifecycle" else args.min_calls
+    t0 = time.monotonic()
+    go.set()
+    samples: list[tuple[str, float, float, str]] = []
+    collected = 0
+    while collected < len(workers):  # stop once the cell has enough samples (and ran --seconds), or at the limit
+        elapsed = time.monotonic() - t0
+        if elapsed >= args.max_seconds or (elapsed >= args.seconds and done.value >= need):
+            stop.set()
+        try:
+            batch = results.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        samples += batch
+        collected += 1
+    for w in workers:
+        w.join(timeout=30)
+    done = [s for s in samples if s[0] == unit]
+    wall = (max(s[1] for s in done) if done else time.monotonic()) - t0
+    ok = [s[2] for s in done if not s[3]]
+    errors = [s[3] for s in done if s[3]]
+    if errors:
+        print(f"{dep.name} {operation} x{concurrency}: {len(errors)} failed, e.g. {errors[0]}", file=sys.stderr)
+    common = {"bench": "am_api", "deployment": dep.name, "am_workers": len(dep.am_urls),
+              "connection": "new per call" if new_connection else "keep-alive", "concurrency": concurrency,
+              "clients": f"{concurrency} client {args.clients}" if concurrency > 1 else
+              f"1 client {dict(processes='process', threads='thread')[args.clients]}"}
+    rows = [{**common, "operation": "lifecycle (1 node)" if unit == "lifecycle" else "GetVersion",
+             **summarise(ok, wall, rate_unit="cycles/s" if unit == "lifecycle" else "calls/s"), "errors": len(errors),
+             "wall_s": round(wall, 2)}]
+    if unit == "lifecycle":
+        for method in LIFECYCLE:
+            lat = [s[2] for s in samples if s[0] == method and not s[3]]
+            rows.append({**common, "operation": f"  {method} (per call)", **summarise(lat, None, rate_unit=None),
+                         "errors": sum(1 for s in samples if s[0] == method and s[3])})
+    return rows
+
+
+# ---- main -----------------------------------------------------------------------------------------------------
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seconds", type=float, default=5.0, help="measurement time per cell (default 5)")
+    p.add_argument("--deployments", default="embedded",
+                   help="embedded (one `slicex up`, SQLite) and/or redis-2workers (two `slicex up` on one Redis)")
+    p.add_argument("--connections", default="new,keepalive", help="new (a TLS connection per call), keepalive")
     p.add_argument("--concurrency", default="1,4,16", help="comma-separated client counts")
+    p.add_argument("--operations", default="GetVersion,lifecycle")
+    p.add_argument("--seconds", type=float, default=3.0, help="least measurement time per cell (default 3)")
+    p.add_argument("--max-seconds", type=float, default=25.0, help="most measurement time per cell (default 25)")
+    p.add_argument("--min-cycles", type=int, default=100, help="lifecycle samples wanted per cell (default 100)")
+    p.add_argument("--min-calls", type=int, default=300, help="GetVersion samples wanted per cell (default 300)")
+    p.add_argument("--clients", choices=["processes", "threads"], default="processes")
     args = p.parse_args()
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        home, d = setup(Path(tmp))
-        try:
-            for name, work in (("GetVersion", GetVersion(home, d)), ("lifecycle", Lifecycle(home, d))):
-                for c in (int(x) for x in args.concurrency.split(",")):
-                    lat, wall = run(c, args.seconds, work)
-                    rows.append({"bench": "am_api", "operation": name, "concurrency": c, **summarise(lat, wall)})
-        finally:
-            d.stop()
-    report(rows, ["operation", "concurrency", "calls", "per_second", "p50_ms", "p99_ms"])
+    redis_url = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/7")
+    rows: list[dict] = []
+    print(f"machine: {machine()}; clients are {args.clients}; the deployment runs in its own process(es)\n")
+    with tempfile.TemporaryDirectory(prefix="slicex-bench-") as tmp:
+        for name in args.deployments.split(","):
+            if name == "embedded":
+                dep = Deployment(Path(tmp), name)
+            elif name == "redis-2workers":
+                _flush(redis_url)
+                dep = Deployment(Path(tmp), name, store=redis_url, workers=2)
+            else:
+                p.error(f"unknown deployment {name}")
+            dep.start()
+            try:
+                n = 0
+                for conn in args.connections.split(","):
+                    for op in args.operations.split(","):
+                        for c in (int(x) for x in args.concurrency.split(",")):
+                            n += 1
+                            cell_rows = run_cell(dep, op, c, conn == "new", args, f"b{n}")
+                            rows += cell_rows
+                            head = cell_rows[0]
+                            print(f"  {name} {conn} {op} x{c}: {head['samples']} in {head['wall_s']} s",
+                                  file=sys.stderr, flush=True)
+            finally:
+                dep.stop()
+                if dep.store:
+                    _flush(redis_url)
+    report(rows, ["deployment", "connection", "operation", "concurrency", "rate", "rate_unit", "samples", "p50_ms",
+                  "p99_ms", "mean_ms", "errors"], title="AM API over mutual TLS", json_lines=False)
+    emit(rows)
     return 0
+
+
+def _flush(url: str) -> None:
+    from slicex.store.redis_store import RedisStore
+
+    RedisStore(url).flush()
 
 
 if __name__ == "__main__":

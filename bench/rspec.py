@@ -1,7 +1,13 @@
 """RSpec benchmarks: advertisement generation (cold and cached) for 1,000- and 10,000-node substrates, the
 NDL-OWL graph of the 1,000-node one, and parse + validate, embed, and all three for a 100-node request.
 
-Run: .venv/bin/python bench/rspec.py [--repeat N]
+Every row is timed on its own, one call after another in this process (the rate is 1 / mean latency), from
+at least --min-samples calls and for at least --seconds (at most --max-samples calls), and on to 100 calls
+when that costs at most --p99-budget seconds more: cheap operations collect enough calls for p99, costly ones (a cold 10,000-node advertisement) print p50, min and max and
+"n/a (n=…)" for a p99 their sample count cannot support. Substrates and requests are built, and each
+operation run once to warm imports and schema caches, before any clock starts.
+
+Run: .venv/bin/python bench/rspec.py [--seconds S] [--min-samples N]
 Prints a table, then one JSON object per measurement per line."""
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from am.embed import plan  # noqa: E402
-from bench._common import report, summarise  # noqa: E402
+from bench._common import machine, report  # noqa: E402
+from bench.stats import summarise  # noqa: E402
 from rspec.advertisement import AdvertisementCache, Usage, build_advertisement  # noqa: E402
 from rspec.ndl import substrate_graph  # noqa: E402
 from rspec.request import parse_request  # noqa: E402
@@ -48,9 +55,22 @@ def request(nodes: int) -> str:
             f'<link client_id="lan">{refs}</link></rspec>')
 
 
-def timed(fn, repeat: int) -> list[float]:
-    out = []
-    for _ in range(repeat):
+def timed(fn, args) -> list[float]:
+    """Latencies of consecutive calls of `fn` (after one untimed call): at least --min-samples and --seconds,
+    and on to the 100 calls a p99 needs when that takes at most --p99-budget seconds more."""
+    fn()
+    out: list[float] = []
+    t_end = time.perf_counter() + args.seconds
+
+    def more() -> bool:
+        n = len(out)
+        if n < args.min_samples:
+            return True
+        if n >= args.max_samples:
+            return False
+        return time.perf_counter() < t_end or (n < 100 and sum(out) / n * (100 - n) <= args.p99_budget)
+
+    while more():
         t0 = time.perf_counter()
         fn()
         out.append(time.perf_counter() - t0)
@@ -58,33 +78,38 @@ def timed(fn, repeat: int) -> list[float]:
 
 
 def row(operation: str, nodes: int, lat: list[float], **extra) -> dict:
-    return {"bench": "rspec", "operation": operation, "nodes": nodes, **summarise(lat, sum(lat)), **extra}
+    return {"bench": "rspec", "operation": operation, "nodes": nodes, **summarise(lat, sum(lat)),
+            "min_ms": min(lat) * 1000, "max_ms": max(lat) * 1000, **extra}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeat", type=int, default=5, help="cold runs for the 1,000-node substrate (default 5)")
+    p.add_argument("--seconds", type=float, default=2.0, help="least time per row (default 2)")
+    p.add_argument("--min-samples", type=int, default=5, help="least calls per row (default 5)")
+    p.add_argument("--p99-budget", type=float, default=4.0,
+                   help="extra seconds a row may take to reach the 100 calls p99 needs (default 4)")
+    p.add_argument("--max-samples", type=int, default=2000, help="most calls per row (default 2000)")
     args = p.parse_args()
+    print(f"machine: {machine()}; one call at a time, in this process\n")
     rows = []
     for n in (1000, 10000):
         sub = substrate(n)
         ad = build_advertisement(sub, Usage(), NOW)
         size = {"ad_kib": len(ad) // 1024, "compressed_kib": len(zlib.compress(ad.encode())) // 1024}
-        lat = timed(lambda sub=sub: build_advertisement(sub, Usage(), NOW), max(1, args.repeat * 1000 // n))
-        rows.append(row("advertisement cold", n, lat, **size))
+        rows.append(row("advertisement cold", n, timed(lambda sub=sub: build_advertisement(sub, Usage(), NOW), args),
+                        **size))
         cache = AdvertisementCache()
-        cache.get(sub, Usage(), NOW)
-        lat = timed(lambda sub=sub, cache=cache: cache.get(sub, Usage(), NOW), 1000)
-        rows.append(row("advertisement cached", n, lat))
+        rows.append(row("advertisement cached", n, timed(lambda sub=sub, cache=cache: cache.get(sub, Usage(), NOW),
+                                                         args)))
     sub = substrate(1000)
-    rows.append(row("NDL-OWL substrate graph", 1000, timed(lambda: substrate_graph(sub), max(1, args.repeat // 2))))
+    rows.append(row("NDL-OWL substrate graph", 1000, timed(lambda: substrate_graph(sub), args)))
     text = request(100)
     parsed = parse_request(text)
-    rows.append(row("parse+validate", 100, timed(lambda: parse_request(text), args.repeat * 4)))
-    rows.append(row("embed", 100, timed(lambda: plan(sub, parsed, set()), args.repeat * 4)))
-    rows.append(row("parse+validate+embed", 100, timed(lambda: plan(sub, parse_request(text), set()),
-                                                       args.repeat * 4)))
-    report(rows, ["operation", "nodes", "calls", "per_second", "p50_ms", "p99_ms", "ad_kib", "compressed_kib"])
+    rows.append(row("parse+validate", 100, timed(lambda: parse_request(text), args)))
+    rows.append(row("embed", 100, timed(lambda: plan(sub, parsed, set()), args)))
+    rows.append(row("parse+validate+embed", 100, timed(lambda: plan(sub, parse_request(text), set()), args)))
+    report(rows, ["operation", "nodes", "samples", "rate", "rate_unit", "p50_ms", "p99_ms", "min_ms", "max_ms",
+                  "ad_kib", "compressed_kib"])
     return 0
 
 
