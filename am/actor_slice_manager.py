@@ -851,7 +851,8 @@ class ActorSliceManager:
             return ended
 
     def usage_keys(self) -> set[str]:
-        return {k for k in self.store.all_claims() if not k.startswith(("leased:", "sm-lock:"))}
+        # not units: lease markers, reservation locks, and the slice authority's slice-name claims
+        return {k for k in self.store.all_claims() if not k.startswith(("leased:", "sm-lock:", "sa_slice:"))}
 
     def views(self, slivers: list[Sliver]):
         from rspec.manifest import SliverView

@@ -207,10 +207,15 @@ class AggregateManager:
             verified = self._authorise(cert, credentials, slice_urn, privilege, options)
         else:
             verified, slice_urn = self._authorise_any(cert, credentials, privilege, options)
+        claimed = self._credential_slices(credentials) if sliver_urns else []
         slivers: dict[str, Sliver] = {}
         for urn in sliver_urns:
             s = self._sliver(urn, now)
-            if s is None or canonical_urn(s.slice_urn) != slice_urn:
+            other = canonical_urn(s.slice_urn) if s is not None else slice_urn
+            if s is not None and other != slice_urn and other in claimed \
+                    and self._may(cert, credentials, other, privilege, options):
+                raise BadArgs(f"URNs span 2 slices ({slice_urn}, {other}); one call acts on one slice")
+            if s is None or other != slice_urn:
                 raise SearchFailed(f"no sliver {urn} in slice {slice_urn} here (deleted, expired, never "
                                    f"allocated, or of another slice)")
             slivers[s.urn] = s
@@ -218,6 +223,16 @@ class AggregateManager:
             for s in self.sm.slivers(slice_urn, now):
                 slivers[s.urn] = s
         return slice_urn, list(slivers.values()), verified
+
+    def _may(self, cert: x509.Certificate, credentials: Any, slice_urn: str, privilege: str,
+             options: dict[str, Any]) -> bool:
+        """Whether the credentials passed also authorise this call on another slice (then, and only then, a
+        caller may learn that the URNs named span two slices)."""
+        try:
+            self._authorise(cert, credentials, slice_urn, privilege, options)
+        except GeniError:
+            return False
+        return True
 
     def _authorise_any(self, cert: x509.Certificate, credentials: Any, privilege: str,
                        options: dict[str, Any]) -> tuple[Any, str]:

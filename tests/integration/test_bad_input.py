@@ -116,8 +116,10 @@ def test_urns_spanning_two_slices_are_badargs(world):
     ok(alice.am.Allocate(other, ocreds, request_rspec([vm("o")]), {}))
     mine = ok(alice.am.Status([urn], creds, {}))["geni_slivers"][0]["geni_sliver_urn"]
     theirs = ok(alice.am.Status([other], ocreds, {}))["geni_slivers"][0]["geni_sliver_urn"]
-    reply = alice.am.Delete([mine, theirs], creds, {})
+    reply = alice.am.Delete([mine, theirs], creds + ocreds, {})
     assert code(reply) == 1 and "span" in reply["output"]
+    # with only one slice's credential the other slice's sliver is answered as unknown (existence not revealed)
+    assert code(alice.am.Delete([mine, theirs], creds, {})) == 12
 
 
 def test_unknown_operational_action_is_unsupported(world):
