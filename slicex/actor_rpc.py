@@ -124,7 +124,7 @@ class ActorClient:
         except TimeoutError as exc:
             raise TimedOut(f"{self.name} at {self.url} did not answer {method} in {self._timeout:.0f} s ({exc})") from None
         except (ConnectionError, OSError, ssl.SSLError) as exc:
-            raise Unavailable(f"{self.name} at {self.url} is not reachable for {method}: {exc}") from None
+            raise Unavailable(f"the {self.name} actor at {self.url} is not reachable ({exc}); retry when it is back") from None
         except xmlrpc.client.ProtocolError as exc:
             raise RpcError(f"{self.name} at {self.url} answered {method} with HTTP {exc.errcode}") from None
 
