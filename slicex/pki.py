@@ -28,6 +28,10 @@ from slicex.errors import CredentialExpired, CredentialInvalid, CredentialSigner
 
 log = logging.getLogger("slicex.pki")
 
+BACKDATE = timedelta(hours=1)
+"""Certificates start an hour before they are issued (as public CAs do): a peer whose clock is behind ours, or
+a credential checked against a time taken a little earlier, still finds them valid."""
+
 __all__ = ["create_ca", "issue_certificate", "write_key", "write_cert", "cert_urn", "cert_uuid", "cert_email",
            "subject_key_id_hex", "load_certs", "load_cert", "TrustStore", "TrustedRoot", "namespace_covers",
            "urn_authority", "serialization"]
@@ -49,7 +53,7 @@ def _name(cn: str) -> x509.Name:
 def create_ca(authority: str, common_name: str, days: int = 3650) -> tuple[bytes, bytes]:
     """A self-signed root CA for `authority`; returns (cert PEM, key PEM)."""
     key = _key()
-    now = datetime.now(UTC) - timedelta(minutes=5)
+    now = datetime.now(UTC) - BACKDATE
     ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
     cert = (x509.CertificateBuilder()
             .subject_name(_name(common_name)).issuer_name(_name(common_name))
@@ -73,7 +77,7 @@ def issue_certificate(ca_cert_pem: bytes, ca_key_pem: bytes, urn: str, common_na
     ca = x509.load_pem_x509_certificate(ca_cert_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, None)
     key = serialization.load_pem_private_key(key_pem, None) if key_pem else _key()
-    now = datetime.now(UTC) - timedelta(minutes=5)
+    now = datetime.now(UTC) - BACKDATE
     not_after = min(now + timedelta(days=days), ca.not_valid_after_utc)
     names: list[x509.GeneralName] = [x509.UniformResourceIdentifier(urn),
                                      x509.UniformResourceIdentifier(f"urn:uuid:{uuid.uuid4()}")]

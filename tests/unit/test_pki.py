@@ -49,3 +49,12 @@ def test_trust_store_reads_directories(tmp_path):
     ca, _ = pki.create_ca("p.test", "CA")
     (tmp_path / "a.pem").write_bytes(ca)
     assert len(pki.TrustStore([tmp_path]).roots) == 1
+
+
+def test_a_certificate_is_valid_at_a_time_taken_before_it_was_issued():
+    """Suites and peers take `now` before certificates exist (a module's NOW, a peer's slow clock): a
+    certificate issued later must still verify at that time (it failed 5 minutes into a long test run)."""
+    earlier = datetime.now(UTC) - timedelta(minutes=30)
+    ca, key = pki.create_ca("p.test", "CA")
+    leaf, _ = pki.issue_certificate(ca, key, "urn:publicid:IDN+p.test+user+x", "x")
+    assert len(pki.TrustStore(certs=pki.load_certs(ca)).verify_chain(pki.load_cert(leaf), [], earlier)) == 2
