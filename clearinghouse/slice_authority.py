@@ -26,7 +26,15 @@ from cryptography import x509
 from slicex import pki
 from slicex.clock import Clock, parse_time, rfc3339
 from slicex.credentials import create_credential
-from slicex.errors import AlreadyExists, BadArgs, Busy, GeniError, TimedOut, Unavailable
+from slicex.errors import (
+    AlreadyExists,
+    BadArgs,
+    Busy,
+    CredentialSignerUntrusted,
+    GeniError,
+    TimedOut,
+    Unavailable,
+)
 from slicex.store import Store
 from slicex.urn import Urn, parse_urn
 
@@ -72,6 +80,9 @@ class SliceAuthority:
         self.url = url
         self.policy = policy or SaPolicy()
         self.urn = f"urn:publicid:IDN+{authority}+authority+sa"
+        # Members are the users our own CA certified in our namespace. TLS also admits federation peers'
+        # users (their roots are trusted for their namespaces), who must not get credentials here.
+        self._members = pki.TrustStore(certs=pki.load_certs(ca_cert_pem))
 
     # ---- edge: XML-RPC dispatch -------------------------------------------------------------------------------
     METHODS = ("GetVersion", "CreateUserCredential", "CreateSlice", "RenewSlice", "DeleteSlice",
@@ -106,9 +117,15 @@ class SliceAuthority:
                 "authority": self.authority}
 
     def _caller_urn(self, caller: x509.Certificate) -> str:
+        """The caller's URN, once their certificate is shown to be one our CA issued in our namespace."""
         urn = pki.cert_urn(caller)
         if not urn:
             raise BadArgs("your certificate carries no GENI URN in subjectAltName")
+        try:
+            self._members.verify_chain(caller, [], self.clock.now())
+        except CredentialSignerUntrusted as exc:
+            raise CredentialSignerUntrusted(f"this slice authority serves members of {self.authority} only, "
+                                            f"certified by its own CA: {exc.message}") from None
         return urn
 
     def _chain(self) -> list[bytes]:

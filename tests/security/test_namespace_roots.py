@@ -162,3 +162,24 @@ def test_peer_minted_slice_authority_cannot_delete_our_users_slice(with_peer, tm
             assert "outside the namespace" in reply["output"], (name, reply)
     status = alice.am.Status([victim], creds, {})
     assert status["code"]["geni_code"] == 0 and len(status["value"]["geni_slivers"]) == 1
+
+
+def test_the_slice_authority_serves_its_own_members_only(with_peer, tmp_path):
+    """TLS admits a trusted peer's users; the slice authority must not hand them credentials, least of all a
+    peer-minted "alice" of our namespace asking for alice's slice (its owner check compares URNs)."""
+    import xmlrpc.client
+
+    running, peer = with_peer
+    alice = running.user("alice")
+    victim, _creds = alice.slice_credential("victim")
+    for name, urn in {"mallory": "urn:publicid:IDN+peer.test+user+mallory",
+                      "fake-alice": f"urn:publicid:IDN+{AUTHORITY}+user+alice"}.items():
+        cert, key = peer.mint(urn)
+        (tmp_path / f"{name}.pem").write_bytes(cert)
+        (tmp_path / f"{name}.key").write_bytes(key)
+        sa = client(running.deployment.endpoints.sa_url, str(tmp_path / f"{name}.pem"), str(tmp_path / f"{name}.key"))
+        for call in (lambda: sa.CreateSlice(victim), lambda: sa.CreateUserCredential(cert.decode()),
+                     lambda: sa.ListMySlices(urn)):
+            with pytest.raises(xmlrpc.client.Fault) as refused:
+                call()
+            assert refused.value.faultCode == 23 and "members of" in refused.value.faultString, name
