@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
@@ -37,6 +39,7 @@ from am import slice_manager as sm
 from am.authority import SliverSpec
 from am.embed import mac_for, plan
 from am.slice_manager import Sliver
+from am.sm_locks import PlannedUnits, SliceLocks
 from am.substrate.emulated import ALLOWED_ACTIONS
 from broker.broker import Demand
 from rspec.request import Request
@@ -69,6 +72,11 @@ LIVENESS = timedelta(minutes=2)
 """A slice manager that has not been heard of for this long is presumed dead: others take over its work."""
 PLAN_RETRIES = 5
 DRIVE_ROUNDS = 64
+SLICE_WAIT = 120.0
+"""Seconds a call waits for another call on the same slice in this process (actor calls time out sooner)."""
+WORKER_WAIT = 3.0
+"""Seconds a call waits for a sliver another AM worker holds before it is Busy: another worker's reaper takes
+a sliver's lock for a moment, which is no reason to refuse a call."""
 
 
 class Crash(BaseException):
@@ -186,8 +194,15 @@ class ActorSliceManager:
         self.fault = fault or (lambda boundary: None)
         self.run_actor_clocks = run_actor_clocks  # in-process actors: run their clocks from the reaper
         self.tick = tick  # the actor clock's tick: calls catch up with the clock at most once per tick
+        # Concurrency: a call holds its slice's in-process lock (sm_locks) and its reservations' store locks;
+        # nothing process-wide is held across an actor call or a blocking store round trip. The reaper takes
+        # a slice only when no call holds it, and a call settles its own reservations with the clock.
+        self._slices = SliceLocks()
+        self._planned = PlannedUnits()
+        self._guard = threading.Lock()  # in-memory bookkeeping only: _reaped_at, _claimed_here
+        self._reaping = threading.RLock()  # one reap at a time; calls skip theirs while another runs
         self._reaped_at: datetime | None = None
-        self._lock = threading.RLock()
+        self._claimed_here: set[str] = set()  # reservations whose store lock a thread of this process holds
 
     # ---- records ---------------------------------------------------------------------------------------------
     def _load(self, rid: str) -> Record | None:
@@ -217,6 +232,15 @@ class ActorSliceManager:
 
     def _take(self, rid: str, now: datetime) -> str | None:
         """Lock a reservation for this slice manager; None, or the live slice manager that holds it."""
+        with self._guard:  # noted before the claim, so recover never drops a lock a call is taking
+            self._claimed_here.add(rid)
+        other = self._claim(rid, now)
+        if other is not None:
+            with self._guard:
+                self._claimed_here.discard(rid)
+        return other
+
+    def _claim(self, rid: str, now: datetime) -> str | None:
         key = f"sm-lock:{rid}"
         if self.store.claim(key, self.name):
             return None
@@ -236,6 +260,8 @@ class ActorSliceManager:
         try:
             for rid in dict.fromkeys(rids):
                 other = self._take(rid, now)
+                if other is not None and strict:
+                    other = self._wait_for(rid, now)
                 if other is None:
                     taken.append(rid)
                 elif strict:
@@ -246,14 +272,71 @@ class ActorSliceManager:
             raise
         self._release_locks(taken)  # not on a crash (BaseException): a killed process holds its locks
 
+    def _wait_for(self, rid: str, now: datetime) -> str | None:
+        """Try to lock `rid` for up to WORKER_WAIT seconds; None, or who still holds it."""
+        deadline = time.monotonic() + WORKER_WAIT
+        pause = 0.005
+        other: str | None = "another slice manager"
+        while time.monotonic() < deadline:
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+            other = self._take(rid, now)
+            if other is None:
+                return None
+        return other
+
     def _release_locks(self, rids: Iterable[str]) -> None:
         """Locks a store outage keeps stay with this slice manager, which takes them back on its next call;
         the caller hears what the call did (or its first failure), not this."""
+        rids = list(rids)
         try:
             for rid in rids:
                 self.store.release(f"sm-lock:{rid}", self.name)
         except GeniError as exc:
-            log.warning("could not release sliver locks %s: %s", list(rids), exc.message)
+            log.warning("could not release sliver locks %s: %s", rids, exc.message)
+        finally:
+            with self._guard:
+                self._claimed_here.difference_update(rids)
+
+    def _drop_leftover_locks(self) -> None:
+        """Release reservation locks an earlier life of this slice manager (same name) left in the store, or
+        a store outage kept; never one a thread of this process holds now."""
+        for key in self.store.claims_of(self.name):
+            if not key.startswith("sm-lock:"):
+                continue
+            rid = key[len("sm-lock:"):]
+            with self._guard:
+                if rid in self._claimed_here:
+                    continue
+            rec = self._load(rid)
+            if rec is None:  # its record is gone; a lock being taken for a new one is in _claimed_here
+                self.store.release(key, self.name)
+            elif self._slices.acquire(rec.slice_urn):  # callers claim only while holding their slice
+                try:
+                    with self._guard:
+                        busy = rid in self._claimed_here
+                    if not busy:
+                        self.store.release(key, self.name)
+                finally:
+                    self._slices.release(rec.slice_urn)
+
+    @contextmanager
+    def _on_slices(self, slice_urns: Iterable[str]):
+        """Hold the in-process locks of these slices for a call (calls on other slices go on meanwhile)."""
+        with self._slices.hold(slice_urns, SLICE_WAIT):
+            yield
+
+    def _slices_of(self, sliver_urns: Iterable[str]) -> set[str]:
+        """The slices these slivers belong to (unknown ones: none; the call says SEARCHFAILED for them)."""
+        return {rec.slice_urn for u in dict.fromkeys(sliver_urns) if (rec := self._load(u)) is not None}
+
+    def _settle(self, rids: Iterable[str], now: datetime) -> None:
+        """Apply the clock to a call's own reservations (whose locks it holds) before it acts: the reaper
+        skips a slice while a call on it runs, and a call must not act on what the clock already ended."""
+        recs = {rid: rec for rid in dict.fromkeys(rids) if (rec := self._load(rid)) is not None}
+        due = {rid for rid, rec in recs.items() if self._needs_work(rec, now)}
+        if due and self._recover(due, now):
+            self._forget_requests({recs[rid].slice_urn for rid in due})
 
     # ---- the message plumbing ----------------------------------------------------------------------------------
     def _drive(self, recs: dict[str, Record], now: datetime) -> None:
@@ -281,8 +364,13 @@ class ActorSliceManager:
                     if ev is None:
                         stuck.add((rec.id, m))
             for rid, msgs in sending.items():
-                for m in msgs:
+                # a ticket's units go back to the broker only once the authority let go of them: relinquished
+                # first, they could be promised and redeemed for another slice while still leased
+                for m in sorted(msgs, key=lambda m: m.kind != "close"):
                     if m.kind == "ticket":
+                        continue
+                    if m.kind == "relinquish" and any(x.kind == "close" for x in recs[rid].outbox):
+                        stuck.add((rid, m))  # the close was not delivered: this waits for it
                         continue
                     rec = recs[rid]
                     self.fault(f"{m.kind}:pending")
@@ -424,17 +512,30 @@ class ActorSliceManager:
     def recover(self, now: datetime) -> list[str]:
         """Finish what a previous slice manager over this store left: deliver every outbox message again
         (actors answer repeats with the same result), then end whatever is still pending past its deadline,
-        giving back what it may hold. Returns the slivers that ended."""
-        with self._lock:
-            self._heartbeat(now)
-            for key in self.store.claims_of(self.name):  # left by an earlier life of this slice manager
-                if key.startswith("sm-lock:"):
-                    self.store.release(key, self.name)
-            due = [rec.id for rec in self.records() if self._needs_work(rec, now)]
-            if not due:
-                return []
-            with self._holding(due, now, strict=False) as mine:
-                return self._recover(mine, now)
+        giving back what it may hold. Returns the slivers that ended.
+
+        A slice that a call of this process is working on is skipped (the call settles its own reservations,
+        the next tick gets the rest): the reaper never waits for a call, and no call waits for the reaper's
+        actor calls on other slices."""
+        self._heartbeat(now)
+        self._drop_leftover_locks()
+        due: dict[str, list[str]] = {}
+        for rec in self.records():
+            if self._needs_work(rec, now):
+                due.setdefault(rec.slice_urn, []).append(rec.id)
+        ended: list[str] = []
+        for slice_urn, rids in due.items():
+            if not self._slices.acquire(slice_urn):
+                continue
+            try:
+                with self._holding(rids, now, strict=False) as mine:
+                    gone = self._recover(mine, now)
+                if gone:
+                    self._forget_requests({slice_urn})
+                ended += gone
+            finally:
+                self._slices.release(slice_urn)
+        return ended
 
     @staticmethod
     def _needs_work(rec: Record, now: datetime) -> bool:
@@ -463,14 +564,28 @@ class ActorSliceManager:
     # ---- SliceManager: allocate -----------------------------------------------------------------------------
     def allocate(self, slice_urn: str, owner_urn: str, request: Request, end: datetime,
                  now: datetime) -> list[Sliver]:
-        with self._lock:
-            self._catch_up(now)
-            term = Term(now, end)
-            for _attempt in range(PLAN_RETRIES):
+        self._catch_up(now)
+        with self._on_slices([slice_urn]):
+            return self._allocate(slice_urn, owner_urn, request, end, now)
+
+    def _allocate(self, slice_urn: str, owner_urn: str, request: Request, end: datetime,
+                  now: datetime) -> list[Sliver]:
+        term = Term(now, end)
+        parts = self._bitstream_parts(owner_urn)
+        for attempt in range(PLAN_RETRIES):
+            if attempt:  # lost a race to another AM worker: let the winners' claims land before asking again
+                time.sleep(random.uniform(0, 0.005 * 2 ** attempt))
+            token = self._planned.begin()
+            try:
                 used = self.broker.unavailable(term) | self._out_of_inventory()
-                placements = plan(self.substrate, request, used, self.image_policy, self._bitstream_parts(owner_urn),
-                                  getattr(self.broker, "policy", None))
-                group = f"ticket:{uuid.uuid4().hex}"
+                with self._planned.choosing(token) as (planned, note):  # planning is pure: no actor, no store
+                    placements = plan(self.substrate, request, used | planned, self.image_policy, parts,
+                                      getattr(self.broker, "policy", None))
+                    group = f"ticket:{uuid.uuid4().hex}"
+                    note(group, (k for p in placements for k in p.keys))
+            finally:
+                self._planned.end(token)
+            try:
                 recs = self._records(placements, slice_urn, owner_urn, group, request)
                 for rec in recs.values():
                     rec.r, rec.outbox = rs.demand(rec.r, now, end)
@@ -479,18 +594,20 @@ class ActorSliceManager:
                     failed = [rec for rec in recs.values() if rec.r.state != rs.TICKETED]
                     if failed:
                         self._abandon(recs, now)
-                if not failed:
-                    break
-                first = next((rec for rec in failed if rec.error_type), failed[0])  # the root cause
-                if first.error_type == "Busy":
-                    continue  # lost a race for a unit: plan again with what is taken now
-                raise _error(first.error_type, first.r.reason or f"{first.client_id}: not granted ({first.r.state})")
-            else:
-                raise Busy("resources changed under this request five times in a row; try again")
-            key = f"{slice_urn}#{rfc3339(now)}-{uuid.uuid4().hex[:8]}"
-            self.store.put(REQUESTS, key, {"key": key, "slice_urn": slice_urn, "xml": request.xml,
-                                           "client_ids": [p.client_id for p in placements]})
-            return [self._sliver(rec, now) for rec in recs.values()]
+            finally:
+                self._planned.finish(group)
+            if not failed:
+                break
+            first = next((rec for rec in failed if rec.error_type), failed[0])  # the root cause
+            if first.error_type == "Busy":
+                continue  # lost a race for a unit: plan again with what is taken now
+            raise _error(first.error_type, first.r.reason or f"{first.client_id}: not granted ({first.r.state})")
+        else:
+            raise Busy("resources changed under this request five times in a row; try again")
+        key = f"{slice_urn}#{rfc3339(now)}-{uuid.uuid4().hex[:8]}"
+        self.store.put(REQUESTS, key, {"key": key, "slice_urn": slice_urn, "xml": request.xml,
+                                       "client_ids": [p.client_id for p in placements]})
+        return [self._sliver(rec, now) for rec in recs.values()]
 
     def _records(self, placements, slice_urn: str, owner_urn: str, group: str,
                  request: Request) -> dict[str, Record]:
@@ -548,10 +665,11 @@ class ActorSliceManager:
     # ---- provision -------------------------------------------------------------------------------------------
     def provision(self, sliver_urns: list[str], end: datetime, users: list[dict[str, Any]],
                   now: datetime) -> list[Sliver]:
-        with self._lock:
-            self._catch_up(now)
+        self._catch_up(now)
+        with self._on_slices(self._slices_of(sliver_urns)):
             deps = [d for u in sliver_urns for d in self._require(u, now).r.depends_on]
             with self._holding(list(sliver_urns) + deps, now):
+                self._settle(list(sliver_urns) + deps, now)
                 return self._provision(sliver_urns, end, users, now)
 
     def _provision(self, sliver_urns: list[str], end: datetime, users: list[dict[str, Any]],
@@ -622,10 +740,10 @@ class ActorSliceManager:
 
     # ---- renew, perform, delete --------------------------------------------------------------------------------
     def renew(self, sliver_urns: list[str], end: datetime, now: datetime, best_effort: bool) -> list[Sliver]:
-        with self._lock:
-            self._catch_up(now)
-            with self._holding(sliver_urns, now):
-                return self._renew(sliver_urns, end, now, best_effort)
+        self._catch_up(now)
+        with self._on_slices(self._slices_of(sliver_urns)), self._holding(sliver_urns, now):
+            self._settle(sliver_urns, now)
+            return self._renew(sliver_urns, end, now, best_effort)
 
     def _renew(self, sliver_urns: list[str], end: datetime, now: datetime, best_effort: bool) -> list[Sliver]:
         recs = {u: self._require(u, now) for u in sliver_urns}
@@ -658,10 +776,10 @@ class ActorSliceManager:
         if action not in sm.ACTIONS:
             raise Unsupported(f"operational action {action!r} is not supported here; supported: "
                               f"{', '.join(sm.ACTIONS)}")
-        with self._lock:
-            self._catch_up(now)
-            with self._holding(sliver_urns, now):
-                return self._perform(sliver_urns, action, now, best_effort, users)
+        self._catch_up(now)
+        with self._on_slices(self._slices_of(sliver_urns)), self._holding(sliver_urns, now):
+            self._settle(sliver_urns, now)
+            return self._perform(sliver_urns, action, now, best_effort, users)
 
     def _perform(self, sliver_urns: list[str], action: str, now: datetime, best_effort: bool,
                  users: list[dict[str, Any]]) -> list[Sliver]:
@@ -725,10 +843,10 @@ class ActorSliceManager:
         return type(exc)(told)
 
     def delete(self, sliver_urns: list[str], now: datetime) -> list[Sliver]:
-        with self._lock:
-            self._catch_up(now)
-            with self._holding(sliver_urns, now):
-                return self._delete(sliver_urns, now)
+        self._catch_up(now)
+        with self._on_slices(self._slices_of(sliver_urns)), self._holding(sliver_urns, now):
+            self._settle(sliver_urns, now)
+            return self._delete(sliver_urns, now)
 
     def _delete(self, sliver_urns: list[str], now: datetime) -> list[Sliver]:
         recs = {u: self._require(u, now) for u in sliver_urns}
@@ -743,13 +861,15 @@ class ActorSliceManager:
             s.allocation_state, s.operational_state = sm.UNALLOCATED, sm.PENDING_ALLOCATION
             out.append(s)
             self._save(rec)
-        self._forget_requests()
+        self._forget_requests({rec.slice_urn for rec in recs.values()})
         return out
 
-    def _forget_requests(self) -> None:
-        live = {(d["slice_urn"], d["client_id"]) for d in self.store.scan(RESERVATIONS)}
+    def _forget_requests(self, slice_urns: set[str]) -> None:
+        """Drop the stored requests of these slices (whose locks the caller holds) that no live sliver is
+        from any more; another slice's request may belong to an allocation still being made."""
+        live = {(d["slice_urn"], d["client_id"]) for d in self.store.scan(RESERVATIONS) if d["slice_urn"] in slice_urns}
         for doc in self.store.scan(REQUESTS):
-            if not any((doc["slice_urn"], c) in live for c in doc["client_ids"]):
+            if doc["slice_urn"] in slice_urns and not any((doc["slice_urn"], c) in live for c in doc["client_ids"]):
                 self.store.delete(REQUESTS, doc["key"])
 
     # ---- views -----------------------------------------------------------------------------------------------
@@ -781,16 +901,26 @@ class ActorSliceManager:
                       rec.component_id, rec.owner_urn, details)
 
     def slivers(self, slice_urn: str, now: datetime) -> list[Sliver]:
-        with self._lock:
-            self._catch_up(now)
-            return sorted((self._sliver(rec, now) for rec in self.records(slice_urn)
+        self._catch_up(now)
+        with self._on_slices([slice_urn]):
+            recs = self.records(slice_urn)
+            due = [rec.id for rec in recs if self._needs_work(rec, now)]
+            if due:
+                with self._holding(due, now, strict=False) as mine:
+                    self._settle(mine, now)
+                recs = self.records(slice_urn)
+            return sorted((self._sliver(rec, now) for rec in recs
                            if rec.r.state not in (rs.CLOSE_WAIT, rs.CLOSED) and not rec.discard),
                           key=lambda s: s.client_id)
 
     def sliver(self, sliver_urn: str, now: datetime) -> Sliver | None:
-        with self._lock:
-            self._catch_up(now)
+        self._catch_up(now)
+        with self._on_slices(self._slices_of([sliver_urn])):
             rec = self._load(sliver_urn)
+            if rec is not None and self._needs_work(rec, now):
+                with self._holding([sliver_urn], now, strict=False) as mine:
+                    self._settle(mine, now)
+                rec = self._load(sliver_urn)
             if rec is None or rec.discard or rec.r.state in (rs.CLOSE_WAIT, rs.CLOSED):
                 return None
             return self._sliver(rec, now)
@@ -803,7 +933,7 @@ class ActorSliceManager:
 
     def shutdown(self, slice_urn: str, now: datetime) -> None:
         """Operator stop: provisioned slivers are stopped where they can be and shown as shut down."""
-        with self._lock:
+        with self._on_slices([slice_urn]):
             self.store.put(SLICES, slice_urn, {"slice_urn": slice_urn, "shutdown": True, "at": rfc3339(now)})
             ids = [rec.id for rec in self.records(slice_urn)]
             with self._holding(ids, now, strict=False) as mine:
@@ -828,27 +958,35 @@ class ActorSliceManager:
     def _catch_up(self, now: datetime) -> None:
         """Before a call acts, apply what the clock did since the last tick (expiry, timeouts, undelivered
         releases). Once per tick is enough: the reaper runs every tick too, and scanning every reservation
-        on every call made the AM slower the more slivers it held."""
-        if self._reaped_at is None or now - self._reaped_at >= self.tick or now < self._reaped_at:
-            self.reap(now)
+        on every call made the AM slower the more slivers it held. A call never waits for a reap another
+        thread is running (its actor calls may be for other slices): the call settles its own slivers."""
+        with self._guard:
+            due = self._reaped_at is None or now - self._reaped_at >= self.tick or now < self._reaped_at
+        if due and self._reaping.acquire(blocking=False):
+            try:
+                self._reap(now)
+            finally:
+                self._reaping.release()
 
     def reap(self, now: datetime) -> list[str]:
         """The slice manager's clock: deliver what is still in outboxes, time out pending operations, close
         reservations whose term ended, forget closed ones; in-process actors run their clocks too. Returns
         the slivers that ended on this tick."""
-        with self._lock:
+        with self._reaping:
+            return self._reap(now)
+
+    def _reap(self, now: datetime) -> list[str]:
+        with self._guard:
             self._reaped_at = now
-            ended = self.recover(now)
-            if self.run_actor_clocks:
-                for clock in (getattr(self.broker, "tick", None), getattr(self.authority, "reap", None)):
-                    try:
-                        if clock is not None:
-                            clock(now)
-                    except GeniError as exc:  # an actor that is down runs its clock when it is back
-                        log.warning("actor clock: %s", exc.message)
-            if ended:
-                self._forget_requests()
-            return ended
+        ended = self.recover(now)
+        if self.run_actor_clocks:
+            for clock in (getattr(self.broker, "tick", None), getattr(self.authority, "reap", None)):
+                try:
+                    if clock is not None:
+                        clock(now)
+                except GeniError as exc:  # an actor that is down runs its clock when it is back
+                    log.warning("actor clock: %s", exc.message)
+        return ended
 
     def usage_keys(self) -> set[str]:
         # not units: lease markers, reservation locks, and the slice authority's slice-name claims
