@@ -704,6 +704,11 @@ class ActorSliceManager:
         if failed:
             raise _error(failed[0].error_type or "GeniError",
                          f"provisioning {failed[0].client_id} failed: {failed[0].r.reason}")
+        # a sliver that failed before this call is not provisioned by it: never answer success for it
+        earlier = [rec for u, rec in recs.items() if u not in todo and rec.r.state == rs.FAILED]
+        if earlier:
+            raise GeniError(f"{earlier[0].client_id} failed earlier and cannot be provisioned "
+                            f"({earlier[0].r.reason}); Delete its slivers and Allocate again")
         return [self._sliver(recs[u], now) for u in sliver_urns]
 
     def _producers(self, recs: dict[str, Record]) -> dict[str, rs.Reservation]:

@@ -1,0 +1,41 @@
+"""Provision never answers success for slivers it did not provision. Found by the chaos test's outputs: with
+the authority down, Provision fails ("... not reachable; retry when it is back") and the slivers are failed;
+the retry it invites answered SUCCESS while every sliver stayed geni_allocated / geni_failed."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from am import slice_manager as sm
+from am.actor_slice_manager import ActorSliceManager, in_process
+from rspec.request import parse_request
+from slicex.clock import ManualClock
+from slicex.errors import GeniError
+from slicex.store.sqlite_store import SqliteStore
+from tests.factories import three_node_lan
+from tests.unit.test_reservation_slice_manager import KEY, MIN, SLICE, SUB, Flaky, everything_released
+
+
+def test_provision_again_after_the_authority_was_down_says_the_slivers_failed(tmp_path):
+    from am.substrate.emulated import EmulatedDriver
+
+    store = SqliteStore(str(tmp_path / "s.db"))
+    clock = ManualClock()
+    real = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY)
+    authority = Flaky(real.authority, only=("redeem",))
+    asm = ActorSliceManager(store, SUB, real.broker, authority)
+    now = clock.now()
+    urns = [s.urn for s in asm.allocate(SLICE, "o", parse_request(three_node_lan()), now + 10 * MIN, now)]
+    authority.down = True
+    with pytest.raises(GeniError, match="not answering"):
+        asm.provision(urns, now + timedelta(hours=1), [], now)
+    authority.down = False
+    with pytest.raises(GeniError, match="failed earlier") as again:  # before: returned the failed slivers
+        asm.provision(urns, now + timedelta(hours=1), [], now)
+    assert "Allocate again" in again.value.message
+    assert {s.allocation_state for s in asm.slivers(SLICE, now)} == {sm.ALLOCATED}
+    asm.delete(urns, now)
+    asm.reap(now + MIN)
+    everything_released(store, real)
