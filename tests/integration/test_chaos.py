@@ -164,7 +164,7 @@ class Call:
     ended: float
     code: int | None  # the GENI code of a result or a fault; None: no answer (the process was not there)
     output: str
-    kind: str  # "result", "fault" (slice authority), "no answer"
+    kind: str  # "result", "fault" (slice authority), "no answer", "false success" (code 0, not done)
 
 
 @dataclass
@@ -233,8 +233,16 @@ class Loops:
                              ("PerformOperationalAction", ([urn], creds, "geni_start", {})),
                              ("Status", ([urn], creds, {}))):
             reply = self._call(i, am, method, urn, *args)
+            if method == "Provision" and reply is not None and reply["code"]["geni_code"] != 0:
+                reply = self._call(i, am, method, urn, *args)  # the retry a transient error invites
             if reply is None or reply["code"]["geni_code"] != 0:
                 break
+            if method == "Provision":  # success means provisioned: every sliver, nothing failed
+                states = {(s["geni_allocation_status"], s["geni_operational_status"]) for s in reply["value"]["geni_slivers"]}
+                if any(a != "geni_provisioned" or o == "geni_failed" for a, o in states):
+                    self._record(Call(i, "Provision", urn, time.monotonic(), -1, f"SUCCESS with slivers {states}",
+                                      "false success"))
+                    break
         self._call(i, am, "Delete", urn, [urn], creds, {})
 
 
@@ -313,7 +321,9 @@ def _judge(calls: list[Call], down: list[tuple[float, float]]) -> list[str]:
     bad = []
     for c in calls:
         where = f"client {c.client} {c.method} {c.slice_urn.rsplit('+', 1)[-1]}"
-        if c.kind == "no answer":
+        if c.kind == "false success":
+            bad.append(f"{where}: {c.output}")
+        elif c.kind == "no answer":
             if not any(a <= c.ended <= b for a, b in down):
                 bad.append(f"{where}: no answer while the AM was up: {c.output}")
         elif c.code != 0:
