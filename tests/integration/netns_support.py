@@ -1,0 +1,74 @@
+"""Shared by the netns integration tests: the capability gate, per-test object prefixes, and measurement
+helpers run inside namespaces. Every object a test creates carries its prefix, and `cleanup` removes all of
+them (reconcile with no live sliver, then the private switch and its run directory) even when it failed."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from am.substrate import hostnet
+from am.substrate.netns import NEEDED, NetnsDriver
+from am.substrate.ovs import missing_tools
+
+
+def require_host() -> None:
+    """Skip, saying which, only when this host truly lacks something the netns substrate needs."""
+    caps = hostnet.capabilities()
+    missing = [f"{k}: {caps.get(k, 'not probed')}" for k in NEEDED if caps.get(k) != "ok"]
+    missing += missing_tools()
+    if missing:
+        pytest.skip("netns substrate needs: " + "; ".join(missing) + " (make test installs the packages)")
+
+
+def new_prefix() -> str:
+    return "t" + uuid.uuid4().hex[:4]
+
+
+def cleanup(driver: NetnsDriver) -> None:
+    try:
+        if driver.ovs.running():
+            driver.reconcile([])
+        else:
+            for ns in hostnet.namespaces():
+                if ns.startswith(driver.prefix + "-"):
+                    hostnet.del_namespace(ns)
+    finally:
+        driver.shutdown(remove=True)
+        for name in hostnet.links():
+            if name.startswith(driver.prefix):
+                hostnet.del_link(name)
+
+
+def ping(ns: str, address: str, count: int = 3) -> tuple[bool, float | None]:
+    """(all answered, average RTT ms)."""
+    out = hostnet.exec_in(ns, ["ping", "-c", str(count), "-i", "0.2", "-W", "1", address], timeout=count + 5)
+    m = re.search(r"= [\d.]+/([\d.]+)/", out.stdout)
+    return out.returncode == 0, float(m.group(1)) if m else None
+
+
+def iperf3_mbps(server_ns: str, server_ip: str, client_ns: str, seconds: int = 3) -> float:
+    """TCP goodput the receiver measured, Mbit/s."""
+    srv = subprocess.Popen(["ip", "netns", "exec", server_ns, "iperf3", "-s", "-1", "-B", server_ip],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(50):
+            if hostnet.exec_in(server_ns, ["ss", "-ltn"]).stdout.count(":5201"):
+                break
+            time.sleep(0.1)
+        out = hostnet.exec_in(client_ns, ["iperf3", "-c", server_ip, "-t", str(seconds), "-O", "1", "-J"],
+                              timeout=seconds + 20)
+        return json.loads(out.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
+    finally:
+        srv.kill()
+        srv.wait(5)
+
+
+def have_iperf3() -> bool:
+    return Path("/usr/bin/iperf3").exists()
