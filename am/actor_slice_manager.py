@@ -70,7 +70,8 @@ SLICES = "sm-slices"
 INSTANCES = "sm-instances"
 LIVENESS = timedelta(minutes=2)
 """A slice manager that has not been heard of for this long is presumed dead: others take over its work."""
-PLAN_RETRIES = 5
+PLAN_RETRIES = 8
+"""Plans per Allocate: each lost race to another AM worker (Busy at the broker) plans again after a backoff."""
 DRIVE_ROUNDS = 64
 SLICE_WAIT = 120.0
 """Seconds a call waits for another call on the same slice in this process (actor calls time out sooner)."""
@@ -574,7 +575,7 @@ class ActorSliceManager:
         parts = self._bitstream_parts(owner_urn)
         for attempt in range(PLAN_RETRIES):
             if attempt:  # lost a race to another AM worker: let the winners' claims land before asking again
-                time.sleep(random.uniform(0, 0.005 * 2 ** attempt))
+                time.sleep(random.uniform(0, min(0.1, 0.005 * 2 ** attempt)))
             token = self._planned.begin()
             try:
                 used = self.broker.unavailable(term) | self._out_of_inventory()
@@ -603,7 +604,8 @@ class ActorSliceManager:
                 continue  # lost a race for a unit: plan again with what is taken now
             raise _error(first.error_type, first.r.reason or f"{first.client_id}: not granted ({first.r.state})")
         else:
-            raise Busy("resources changed under this request five times in a row; try again")
+            raise Busy(f"resources changed under this request {PLAN_RETRIES} times in a row (other AM workers won "
+                       f"the units it chose); try again")
         key = f"{slice_urn}#{rfc3339(now)}-{uuid.uuid4().hex[:8]}"
         self.store.put(REQUESTS, key, {"key": key, "slice_urn": slice_urn, "xml": request.xml,
                                        "client_ids": [p.client_id for p in placements]})
@@ -731,6 +733,8 @@ class ActorSliceManager:
         rec.details["hostname"] = host
 
     def _add_interface_details(self, rec: Record) -> None:
+        if not rec.details.get("interfaces"):
+            return  # no scan of the slice's records for a node without interfaces
         links = [r for r in self.records(rec.slice_urn) if r.kind == "link"]
         for cid, info in rec.details.get("interfaces", {}).items():
             info["sliver_id"] = f"{rec.id}:{cid}"
