@@ -178,8 +178,8 @@ def test_the_slice_authority_serves_its_own_members_only(with_peer, tmp_path):
         (tmp_path / f"{name}.pem").write_bytes(cert)
         (tmp_path / f"{name}.key").write_bytes(key)
         sa = client(running.deployment.endpoints.sa_url, str(tmp_path / f"{name}.pem"), str(tmp_path / f"{name}.key"))
-        for call in (lambda: sa.CreateSlice(victim), lambda: sa.CreateUserCredential(cert.decode()),
-                     lambda: sa.ListMySlices(urn)):
+        for method, args in (("CreateSlice", (victim,)), ("CreateUserCredential", (cert.decode(),)),
+                             ("ListMySlices", (urn,))):
             with pytest.raises(xmlrpc.client.Fault) as refused:
-                call()
+                getattr(sa, method)(*args)
             assert refused.value.faultCode == 23 and "members of" in refused.value.faultString, name
