@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -185,6 +188,33 @@ def urn_authority(cert: x509.Certificate) -> str | None:
     return parts[0] if len(parts) == 3 and parts[0] else None
 
 
+class LruCache:
+    """A bounded, thread-safe map that forgets the least recently used entry: for verification results that
+    are expensive to compute and asked for again with every call."""
+
+    def __init__(self, size: int = 4096):
+        self.size = size
+        self._items: OrderedDict[Any, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: Any, value: Any) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
 @dataclass(frozen=True)
 class TrustedRoot:
     """A root certificate and the URN namespaces it may vouch for (its own authority unless configured)."""
@@ -211,6 +241,7 @@ class TrustStore:
     def __init__(self, roots: list[str | Path] | None = None, certs: list[x509.Certificate] | None = None,
                  namespaces: Mapping[str, str | list[str]] | None = None):
         configured = {name: (ns,) if isinstance(ns, str) else tuple(ns) for name, ns in (namespaces or {}).items()}
+        self._paths = LruCache(4096)  # (leaf, intermediates) → (path, valid from, valid until)
         self.trusted: list[TrustedRoot] = []
         self.ignored: list[str] = []
         for cert in certs or []:
@@ -252,6 +283,10 @@ class TrustStore:
                                     f"to {leaf.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}, not at {at:%Y-%m-%dT%H:%M:%SZ}")
         if not self.trusted:
             raise CredentialSignerUntrusted("this aggregate trusts no root certificate")
+        key = (leaf.fingerprint(hashes.SHA256()), *(c.fingerprint(hashes.SHA256()) for c in intermediates))
+        known = self._paths.get(key)
+        if known is not None and known[1] <= at <= known[2]:
+            return list(known[0])
         verifier = (PolicyBuilder().store(Store(self.roots)).time(at).max_chain_depth(8)
                     .extension_policies(ca_policy=_CA_POLICY, ee_policy=_EE_POLICY).build_client_verifier())
         try:
@@ -271,4 +306,6 @@ class TrustStore:
                 raise CredentialSignerUntrusted(
                     f"{cert_urn(cert)} is outside the namespace its root {root.cert.subject.rfc4514_string()} "
                     f"({root.source}) may vouch for ({', '.join(root.namespaces)})")
+        self._paths.put(key, (tuple(path), max(c.not_valid_before_utc for c in path),
+                              min(c.not_valid_after_utc for c in path)))
         return path

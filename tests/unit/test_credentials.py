@@ -251,3 +251,27 @@ def test_any_byte_change_inside_the_credential_is_rejected(home, data):
 
 
 _SIGNED: dict[str, str] = {}
+
+
+def test_a_credential_sent_again_is_not_verified_again_but_time_still_counts(home, monkeypatch):
+    """omni sends the same slice credential with every call: its signatures are verified once per verifier,
+    while expiry (credential and certificates) is still checked at every call's time."""
+    import slicex.credentials as credentials
+
+    a, (alice, _), _ = home
+    xml = a.credential(alice, expires=NOW + timedelta(hours=1))
+    verifier = a.verifier()
+    calls = []
+    real = credentials._check_signatures
+    monkeypatch.setattr(credentials, "_check_signatures", lambda *args: calls.append(1) or real(*args))
+    for _ in range(3):
+        verifier.verify(sfa(xml), pki.load_cert(alice), SLICE, "createsliver", NOW)
+    assert len(calls) == 1
+    with pytest.raises(CredentialExpired):
+        verifier.verify(sfa(xml), pki.load_cert(alice), SLICE, "createsliver", NOW + timedelta(hours=2))
+    with pytest.raises(CredentialExpired):  # past the certificates' end: the cached path does not outlive them
+        verifier.verify(sfa(xml), pki.load_cert(alice), SLICE, "createsliver", NOW + timedelta(days=4000))
+    altered = xml.replace("<can_delegate>true</can_delegate>", "<can_delegate>false</can_delegate>", 1)
+    with pytest.raises(CredentialInvalid):
+        verifier.verify(sfa(altered), pki.load_cert(alice), SLICE, "createsliver", NOW)
+    assert len(calls) == 2
