@@ -68,6 +68,8 @@ RESERVATIONS = "sm-reservations"
 REQUESTS = "sm-requests"
 SLICES = "sm-slices"
 INSTANCES = "sm-instances"
+ENDED = "sm-ended"  # slice → why its last slivers ended on their own (expiry, failure): for a clear Status
+ENDED_KEPT = timedelta(days=1)
 LIVENESS = timedelta(minutes=2)
 """A slice manager that has not been heard of for this long is presumed dead: others take over its work."""
 PLAN_RETRIES = 8
@@ -212,6 +214,9 @@ class ActorSliceManager:
 
     def _save(self, rec: Record) -> None:
         if (rec.r.state == rs.CLOSED or rec.discard) and not rec.outbox:
+            if not rec.discard and rec.r.reason:  # ended by itself, not deleted by its owner: remember why
+                self.store.put(ENDED, rec.slice_urn, {"slice_urn": rec.slice_urn, "reason": rec.r.reason,
+                                                      "end": rfc3339(rec.r.end) if rec.r.end else ""})
             self.store.delete(RESERVATIONS, rec.id)
         else:
             self.store.put(RESERVATIONS, rec.id, rec.to_doc())
@@ -571,6 +576,7 @@ class ActorSliceManager:
 
     def _allocate(self, slice_urn: str, owner_urn: str, request: Request, end: datetime,
                   now: datetime) -> list[Sliver]:
+        self.store.delete(ENDED, slice_urn)
         term = Term(now, end)
         parts = self._bitstream_parts(owner_urn)
         for attempt in range(PLAN_RETRIES):
@@ -859,6 +865,8 @@ class ActorSliceManager:
 
     def _delete(self, sliver_urns: list[str], now: datetime) -> list[Sliver]:
         recs = {u: self._require(u, now) for u in sliver_urns}
+        for slice_urn in {rec.slice_urn for rec in recs.values()}:
+            self.store.delete(ENDED, slice_urn)  # what is gone now went by the owner's hand
         for rec in recs.values():
             rec.r, msgs = rs.close(rec.r, now)
             rec.outbox += [m for m in msgs if m not in rec.outbox]
@@ -996,6 +1004,17 @@ class ActorSliceManager:
                 except GeniError as exc:  # an actor that is down runs its clock when it is back
                     log.warning("actor clock: %s", exc.message)
         return ended
+
+    def ended(self, slice_urn: str, now: datetime) -> str | None:
+        """Why a slice that has no slivers here lost its last ones by itself (term ended, failure), if that
+        happened within the last day; None if it never had any or its owner deleted them."""
+        doc = self.store.get(ENDED, slice_urn)
+        if doc is None:
+            return None
+        if doc.get("end") and parse_time(doc["end"]) < now - ENDED_KEPT:
+            self.store.delete(ENDED, slice_urn)
+            return None
+        return doc["reason"]
 
     def usage_keys(self) -> set[str]:
         # not units: lease markers, reservation locks, and the slice authority's slice-name claims

@@ -261,6 +261,15 @@ class AggregateManager:
             found = self.sm.sliver(str(Urn(ours, urn.type, urn.name)), now)
         return found
 
+    def _no_slivers(self, slice_urn: str, now: datetime, what: str = "") -> SearchFailed:
+        """SEARCHFAILED for a slice without slivers here, saying so when they ended by themselves (expired or
+        failed) rather than leaving the user to guess."""
+        ended = self.sm.ended(slice_urn, now)
+        if ended:
+            return SearchFailed(f"slice {slice_urn} has no slivers here {what}".rstrip() +
+                                f": they ended by themselves ({ended}); Allocate again")
+        return SearchFailed(f"slice {slice_urn} has no slivers here {what}".rstrip())
+
     @staticmethod
     def _struct(s: Sliver) -> dict[str, Any]:
         return {"geni_sliver_urn": s.urn, "geni_allocation_status": s.allocation_state,
@@ -401,7 +410,7 @@ class AggregateManager:
         slice_urn, slivers, verified = self._authorised_slivers(cert, urns, credentials, "renewsliver", options, now)
         self._check_not_shut_down(slice_urn)
         if not slivers:
-            raise SearchFailed(f"slice {slice_urn} has no slivers here to renew")
+            raise self._no_slivers(slice_urn, now, "to renew")
         end = parse_time(expiration)
         if end <= now:
             raise BadArgs(f"renewal time {expiration} is in the past")
@@ -425,7 +434,7 @@ class AggregateManager:
         self._check_not_shut_down(slice_urn)
         self._rspec_version(options) if "geni_rspec_version" in options else None
         if not slivers:
-            raise SearchFailed(f"slice {slice_urn} has no slivers here to provision; Allocate first")
+            raise self._no_slivers(slice_urn, now, "to provision; Allocate first")
         end = self._end_time(options, self.policy.default_lease, self._cred_expiry(verified), now, "Provision")
         provisioned = self.sm.provision([s.urn for s in slivers], end, self._users(options), now)
         return result({"geni_rspec": self._manifest(slice_urn, provisioned, now),
@@ -436,7 +445,7 @@ class AggregateManager:
         now = self.clock.now()
         slice_urn, slivers, _ = self._authorised_slivers(cert, urns, credentials, "getsliceresources", options, now)
         if not slivers:
-            raise SearchFailed(f"slice {slice_urn} has no slivers here")
+            raise self._no_slivers(slice_urn, now)
         return result({"geni_urn": slice_urn, "geni_slivers": [self._struct(s) for s in slivers]})
 
     def _PerformOperationalAction(self, cert, urns, credentials, action, options) -> dict[str, Any]:
@@ -447,7 +456,7 @@ class AggregateManager:
         if not isinstance(action, str) or action not in sm.ACTIONS:
             raise Unsupported(f"operational action {action!r} is not supported; supported: {', '.join(sm.ACTIONS)}")
         if not slivers:
-            raise SearchFailed(f"slice {slice_urn} has no slivers here")
+            raise self._no_slivers(slice_urn, now)
         done = self.sm.perform([s.urn for s in slivers], action, now, bool(options.get("geni_best_effort")),
                                self._users(options))
         return result([self._struct(s) for s in done])
@@ -457,7 +466,7 @@ class AggregateManager:
         now = self.clock.now()
         slice_urn, slivers, _ = self._authorised_slivers(cert, urns, credentials, "deleteslice", options, now)
         if not slivers:
-            raise SearchFailed(f"slice {slice_urn} has no slivers here to delete")
+            raise self._no_slivers(slice_urn, now, "to delete")
         deleted = self.sm.delete([s.urn for s in slivers], now)
         return result([self._struct(s) for s in deleted])
 

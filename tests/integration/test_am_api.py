@@ -238,6 +238,24 @@ def test_allocation_expires_and_reaper_releases_without_any_call(running):
     assert running.deployment.sm.usage_keys() == set()
 
 
+def test_status_of_an_expired_allocation_says_it_expired(running):
+    """Status after the allocation's term ended says so (it said "has no slivers here", as for a slice that
+    never had any); after the owner's Delete it does not claim expiry."""
+    alice = running.user("alice")
+    urn, creds = alice.slice_credential("lapsed")
+    ok(alice.am.Allocate(urn, creds, request_rspec([vm("a")]), {}))
+    running.clock.advance(timedelta(minutes=11))
+    deadline = time.monotonic() + 5
+    while running.deployment.sm.usage_keys() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    reply = alice.am.Status([urn], creds, {})
+    assert code(reply) == 12 and "ended by themselves" in reply["output"] and "term ended" in reply["output"], reply
+    ok(alice.am.Allocate(urn, creds, request_rspec([vm("b")]), {}))
+    ok(alice.am.Delete([urn], creds, {}))
+    reply = alice.am.Status([urn], creds, {})
+    assert code(reply) == 12 and "ended by themselves" not in reply["output"], reply
+
+
 def test_insufficient_nodes_names_what_was_short(running):
     alice = running.user("alice")
     urn, creds = alice.slice_credential("toomany")
