@@ -38,7 +38,9 @@ setup(
         "numpy>=1.26",  # the FPGA aggregate's FIB compiler
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.5"],
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.5", "os-ken>=4.2"],
+        # the netns substrate's OpenFlow controller (without it the driver pushes rules with ovs-ofctl)
+        "netns": ["os-ken>=4.2"],
     },
     entry_points={"console_scripts": ["slicex = slicex.cli:main"]},
 )

@@ -345,6 +345,14 @@ class Authority:
             self._forget(lease_id, [f"leased:{u}" for u in spec.units])
             return True
 
+    def live_slivers(self) -> list[tuple[SliverSpec, dict[str, Any]]]:
+        """The spec and driver record of every active lease: what a driver that owns real objects reconciles
+        the host against when it starts (remove what no lease holds, adopt the rest)."""
+        if self.store is None:
+            return []
+        return [(SliverSpec.from_doc(d["spec"]), d["status"]) for d in self.store.scan(LEASES)
+                if d.get("state") == "active" and d["lease"]["authority"] == self.name]
+
     def leases(self) -> list[Lease]:
         if self.store is None:
             return []

@@ -246,7 +246,10 @@ def _place_link(substrate: Substrate, link, index: int, iface_owner: Mapping[str
     subnet = f"10.{10 + (index // 250)}.{index % 250}"
     return Placement(link.client_id, "link", switches[0].component_id if (switches and tag) else "", tuple(keys),
                      {"vlan_tag": tag, "capacity_kbps": link.capacity_kbps or 0, "subnet": subnet,
-                      "endpoints": [n for n, _ in endpoints], "interface_refs": list(link.interface_refs)})
+                      "endpoints": [n for n, _ in endpoints], "interface_refs": list(link.interface_refs),
+                      # asked-for link properties a real driver must enforce or refuse (netns: netem)
+                      **({"latency_ms": link.latency_ms} if link.latency_ms else {}),
+                      **({"packet_loss": link.packet_loss} if link.packet_loss else {})})
 
 
 def _switches_of(substrate: Substrate, host_ifaces: list[str]) -> list:

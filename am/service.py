@@ -40,13 +40,45 @@ log = logging.getLogger("slicex.service")
 
 
 def substrate_driver(substrate: Substrate, bitstreams: BitstreamCatalogue, fpga_backend: FpgaBackend,
-                     failures: FailurePlan | None = None) -> SubstrateDriver:
-    """The authority's driver: the emulated substrate, with FPGA boards programmed through `fpga_backend`
-    when the substrate has any."""
-    driver = as_driver(EmulatedDriver(substrate, failures))
+                     failures: FailurePlan | None = None, base: SubstrateDriver | None = None) -> SubstrateDriver:
+    """The authority's driver: `base` (a host driver such as netns) or the emulated substrate, with FPGA
+    boards programmed through `fpga_backend` when the substrate has any."""
+    driver = base or as_driver(EmulatedDriver(substrate, failures))
     if not substrate.fpga_boards:
         return driver
     return FpgaDriver(driver, boards_from_config(substrate.fpga_boards), bitstreams, fpga_backend)
+
+
+def host_driver(cfg: dict[str, Any], home: Home) -> Any:
+    """The driver that makes real slivers on this host when slicex.yaml says `substrate_driver: netns`
+    (`slicex up --substrate netns` records it), else None. Options under `netns:`: `prefix` of every host
+    object (default from the deployment id), `run_dir` of the private Open vSwitch, `controller`
+    (auto | os-ken | ovs-ofctl)."""
+    kind = cfg.get("substrate_driver") or "emulated"
+    if kind == "emulated":
+        return None
+    if kind != "netns":
+        raise BadArgs(f"substrate_driver {kind!r} in {home.config_file}: emulated or netns")
+    from pathlib import Path
+
+    from am.substrate.netns import NetnsDriver
+    from am.substrate.netns_plan import deployment_prefix
+
+    opts = cfg.get("netns") or {}
+    prefix = opts.get("prefix") or deployment_prefix(str(cfg.get("deployment_id") or home.root.resolve()))
+    return NetnsDriver(prefix, Path(opts["run_dir"]) if opts.get("run_dir") else None,
+                       opts.get("controller", "auto"))
+
+
+def start_host_driver(driver: Any, authority: Authority) -> None:
+    """Start a host driver (its switch and controller) and reconcile the host with the authority's leases,
+    before the authority serves: leftovers of a crash go, live slivers are adopted."""
+    if driver is None:
+        return
+    driver.start()
+    report = driver.reconcile(authority.live_slivers())
+    log.info("%s: adopted %d slivers, removed %d leftover objects", driver.description.split(":")[0],
+             len(report["adopted"]), len(report["removed"]))
 
 
 def warm_caches() -> None:
@@ -106,7 +138,14 @@ class EmbeddedDeployment:
                                        else default_substrate(self.authority))
         self.bitstreams = BitstreamCatalogue(self.store, home.root / "bitstreams")
         self.fpga_backend = EmulatedFpgaBackend()
-        self.driver = substrate_driver(self.substrate, self.bitstreams, self.fpga_backend, failures)
+        # real slivers on this host (netns) when configured; in the distributed deployment the authority
+        # actor's process owns them
+        self.host_driver = None if broker_url else host_driver(self.cfg, home)
+        self.driver = substrate_driver(self.substrate, self.bitstreams, self.fpga_backend, failures, self.host_driver)
+        if broker_url and self.cfg.get("substrate_driver") == "netns":  # what GetVersion says the substrate is
+            from am.substrate.netns import DESCRIPTION
+
+            self.driver.description = DESCRIPTION
         # Each actor its own key (devpki): the broker's signs tickets, the authority's signs leases, the AM's
         # is only this process's TLS identity. Keys persist across restarts, so what was signed before still
         # verifies; a home from an older version gets the missing ones here.
@@ -218,6 +257,8 @@ class EmbeddedDeployment:
 
     def start(self) -> Endpoints:
         warm_caches()
+        if self.host_driver is not None:
+            start_host_driver(self.host_driver, self.authority_actor)
         self._threads = [self._sa_server.start_background(), self._am_server.start_background()]
         reaper = threading.Thread(target=self._reap_loop, name="reaper", daemon=True)
         reaper.start()
@@ -247,6 +288,8 @@ class EmbeddedDeployment:
             server.close()
         if self._dashboard is not None:
             self._dashboard.close()
+        if self.host_driver is not None:
+            self.host_driver.shutdown()
         self.store.close()
 
     @property
@@ -265,6 +308,7 @@ class ActorProcess:
         from slicex.actor_rpc import ActorServer
 
         cfg = home.config()
+        self.host_driver: Any = None  # the authority's netns driver, when configured
         authority = cfg["authority"]
         am_urn = actor_urn(authority, "am")  # also the name of the aggregate's inventory in tickets and leases
         self.store = store or open_store(cfg["store"])
@@ -279,8 +323,9 @@ class ActorProcess:
             callers = {am_urn, actor_urn(authority, "authority")}  # the slice manager; the authority delegating
         else:
             substrate = load_substrate(cfg["substrate"]) if cfg["substrate"] else default_substrate(authority)
+            self.host_driver = host_driver(cfg, home)
             driver = substrate_driver(substrate, BitstreamCatalogue(self.store, home.root / "bitstreams"),
-                                      EmulatedFpgaBackend(), failures)
+                                      EmulatedFpgaBackend(), failures, self.host_driver)
             self.actor = Authority(am_urn, driver, {"broker": actor_public_key(home, "broker", authority)},
                                    store=self.store, key=load_signing_key(home.authority_key.read_bytes()),
                                    inventory=export_substrate(substrate, am_urn, "broker"), clock=self.clock)
@@ -311,6 +356,8 @@ class ActorProcess:
 
     def start(self) -> str:
         warm_caches()
+        if self.host_driver is not None:
+            start_host_driver(self.host_driver, self.actor)
         self.server.start()
         threading.Thread(target=self._tick_loop, name=f"{self.server.name}-clock", daemon=True).start()
         return self.url
@@ -318,3 +365,5 @@ class ActorProcess:
     def stop(self) -> None:
         self._stop.set()
         self.server.stop()
+        if self.host_driver is not None:
+            self.host_driver.shutdown()

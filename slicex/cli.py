@@ -197,6 +197,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"slicex is already running (pid {running.pid}); `slicex down` stops it", file=sys.stderr)
         return 1
     home.pid_file.unlink(missing_ok=True)  # a dead process's (or a reused pid's) file
+    if getattr(args, "substrate", None):  # recorded, so the detached child and the authority actor read it too
+        _record_config(home, "substrate_driver", args.substrate)
     if not args.detach:
         return _run_foreground(home, print_config=args.print_config, distributed=args.distributed)
     try:
@@ -383,8 +385,24 @@ def cmd_down(args: argparse.Namespace) -> int:
             killed = procs.stop(record, grace=20 if role == "slicex" else 10)
             stopped.append(f"{role} pid {record.pid}" + (" (killed)" if killed else ""))
         _pid_path(home, role).unlink(missing_ok=True)
+    stopped += _stop_host_switch(home)
     print(f"slicex stopped ({', '.join(stopped)})" if stopped else "slicex is not running")
     return 0
+
+
+def _stop_host_switch(home: Home) -> list[str]:
+    """The netns substrate's private Open vSwitch and OpenFlow controller, if an `up` killed before it could
+    stop them left them running (slivers' namespaces stay: their leases are live, the next `up` adopts them)."""
+    cfg = home.config()
+    if cfg.get("substrate_driver") != "netns":
+        return []
+    from am.service import host_driver
+
+    driver = host_driver(cfg, home)
+    if not driver.ovs.running():
+        return []
+    driver.shutdown()
+    return [f"Open vSwitch and OpenFlow controller in {driver.ovs.run_dir}"]
 
 
 def _actor_answering(home: Home, url: str) -> str:
@@ -600,6 +618,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run the broker and the authority as processes of their own (actor calls over mutual "
                          "TLS), restarted if they die, with all state in the Redis that `store` in slicex.yaml "
                          "names (default redis://127.0.0.1:6379/0, recorded there)")
+    up.add_argument("--substrate", choices=["emulated", "netns"],
+                    help="netns: real slivers on this host (namespaces, veths, a private Open vSwitch programmed "
+                         "by an os-ken controller, tc rates; needs root; docs/substrate-netns.md); recorded in "
+                         "slicex.yaml as substrate_driver")
     up.set_defaults(func=cmd_up)
 
     down = sub.add_parser("down", help="stop the deployment and every actor it started")
