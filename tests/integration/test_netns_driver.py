@@ -155,3 +155,20 @@ def test_after_sigkill_a_restart_removes_dead_slivers_and_adopts_live_ones(drive
     for s, st in live:
         restarted.destroy(s, st, NOW)
     assert restarted.leftovers() == []
+
+
+def test_ovs_ofctl_programs_the_same_rules_where_os_ken_is_missing():
+    """The fallback behind the same interface: rules pushed with ovs-ofctl, the bridge without a controller."""
+    require_host()
+    d = NetnsDriver(new_prefix(), controller="ovs-ofctl")
+    try:
+        d.start()
+        assert d.flows.name == "ovs-ofctl" and "ovs-ofctl" in d.description
+        link, nodes = lan_specs("o", 1007, n=2)
+        st = provision_and_start(d, link, nodes)
+        assert ping(st[nodes[0].id]["netns"], "10.10.0.2", count=2)[0]
+        st[link.id] = d.modify(link, st[link.id], "geni_stop", NOW)
+        assert not ping(st[nodes[0].id]["netns"], "10.10.0.2", count=2)[0]
+    finally:
+        cleanup(d)
+    assert not d.leftovers()
