@@ -44,6 +44,9 @@ def cleanup(driver: NetnsDriver) -> None:
         for name in hostnet.links():
             if name.startswith(driver.prefix):
                 hostnet.del_link(name)
+        # the userspace datapath's own tap, shared by every ovs-vswitchd on the host: only when none runs
+        if subprocess.run(["pgrep", "-x", "ovs-vswitchd"], capture_output=True).returncode != 0:
+            hostnet.del_link("ovs-netdev")
 
 
 def ping(ns: str, address: str, count: int = 3) -> tuple[bool, float | None]:
