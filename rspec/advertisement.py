@@ -349,7 +349,7 @@ def _stitching(root, sub: Substrate, usage: Usage, now: datetime, url: str) -> N
         _text(info, "vlanTranslation", "true" if ext.vlan_translation else "false")
         if ext.qinq:
             etree.SubElement(info, q(QINQ, "tunneling"), nsmap={"qinq": QINQ}, tpid="0x88a8",
-                             sTagRange=format_ranges(ext.vlan_range))
+                             sTagRange=format_ranges(ext.s_vlan_range or ext.vlan_range))
 
 
 def _capacities(parent, ext: ExternalLink, free_kbps: int) -> None:

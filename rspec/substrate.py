@@ -126,6 +126,7 @@ class ExternalLink:
     min_capacity_kbps: int = 1
     granularity_kbps: int = 1
     te_metric: int = 10
+    s_vlan_range: tuple[tuple[int, int], ...] = ()  # S-tags a Q-in-Q port pushes (empty: its vlan_range)
 
     @property
     def switch_id(self) -> str:
@@ -271,7 +272,8 @@ TRUNK_KEYS = {"name", "between", "bandwidth_kbps"}
 SIZE_KEYS = {"name", "cores", "memory_mb", "disk_gb"}
 IMAGE_KEYS = {"name", "urn", "os", "version", "description", "url"}
 EXT_KEYS = {"name", "switch", "port", "remote_aggregate", "remote_aggregate_url", "remote_port", "vlan_range",
-            "capacity_kbps", "min_capacity_kbps", "granularity_kbps", "mtu", "te_metric", "vlan_translation", "qinq"}
+            "capacity_kbps", "min_capacity_kbps", "granularity_kbps", "mtu", "te_metric", "vlan_translation", "qinq",
+            "s_vlan_range"}
 STATIC_KEYS = {"name", "tag", "switch", "shared", "description"}
 ROLES = ("experimental", "control")
 
@@ -610,6 +612,11 @@ def _externals(r: _Reader, data: dict[str, Any], auth: str, port_ids: set[str], 
         if minimum > capacity:
             raise r.fail(e, f"{what}: min_capacity_kbps {minimum} exceeds capacity_kbps {capacity}",
                          "lower min_capacity_kbps")
+        qinq = r.flag(e, "qinq", what)
+        if "s_vlan_range" in e and not qinq:
+            raise r.fail(e, f"{what}: s_vlan_range is given but qinq is not true", "add 'qinq: true' or drop it")
+        s_range = r.vlan_ranges({"vlan_range": e["s_vlan_range"], "__line__": e.get("__line__")}, what + " S-tags",
+                                []) if "s_vlan_range" in e else ()
         url = r.text(e, "remote_aggregate_url")
         if url and not url.startswith(("https://", "http://")):
             raise r.fail(e, f"{what}: remote_aggregate_url {url!r} is not a URL", "write https://host:port/path")
@@ -617,7 +624,8 @@ def _externals(r: _Reader, data: dict[str, Any], auth: str, port_ids: set[str], 
                                       r.vlan_ranges(e, what, ["3000-3099"]), capacity,
                                       r.flag(e, "vlan_translation", what), r.flag(e, "qinq", what), url,
                                       r.number(e, "mtu", 9000, what, 576), minimum,
-                                      r.number(e, "granularity_kbps", 1, what), r.number(e, "te_metric", 10, what)))
+                                      r.number(e, "granularity_kbps", 1, what), r.number(e, "te_metric", 10, what),
+                                      s_range))
     return externals
 
 

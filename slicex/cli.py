@@ -570,6 +570,19 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_scs(args: argparse.Namespace) -> int:
+    """Serve ComputePath over the topology file (stitching/server.py)."""
+    from stitching.server import serve
+    from stitching.topology import TopologyError
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        return serve(Path(args.topology), args.host, args.port)
+    except TopologyError as exc:
+        print(f"slicex scs: {exc}", file=sys.stderr)
+        return 2
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Everything a first-time user needs: CA, a user `alice`, then the deployment in the foreground."""
     from slicex.devpki import add_user, init_ca
@@ -653,6 +666,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="create a CA and user alice if needed, then run in the foreground")
     demo.set_defaults(func=cmd_demo)
+
+    scs = sub.add_parser("scs", help="the stitching path computation service (plain-HTTP XML-RPC ComputePath, "
+                                     "for stitcher.py --scsURL); docs/stitching.md")
+    scs.add_argument("--topology", required=True, help="topology file (YAML) naming the aggregates' substrate "
+                                                       "files, advertisements or ports")
+    scs.add_argument("--host", default="127.0.0.1")
+    scs.add_argument("--port", type=int, default=8081)
+    scs.set_defaults(func=cmd_scs)
 
     try:
         from rspec.cli import add_substrate_commands

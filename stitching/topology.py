@@ -31,7 +31,7 @@ def from_substrate(sub: Substrate, url: str = "") -> Topology:
     ports = []
     for e in sub.external_links:
         vlans = frozenset(t for lo, hi in e.vlan_range for t in range(lo, hi + 1))
-        s_range = getattr(e, "s_vlan_range", ()) or e.vlan_range
+        s_range = e.s_vlan_range or e.vlan_range
         s_vlans = frozenset(t for lo, hi in s_range for t in range(lo, hi + 1)) if e.qinq else frozenset()
         ports.append(Port(e.local_port, agg.urn, e.remote_port, vlans, e.vlan_translation, e.qinq, s_vlans,
                           e.capacity_kbps, e.mtu, e.te_metric))
