@@ -510,7 +510,7 @@ class ActorSliceManager:
                                     f"{ticket.id} ({', '.join(wrong)} differ); refused")
 
     def _spec(self, rec: Record, inputs: Iterable[tuple[str, int]]) -> SliverSpec:
-        details = {k: v for k, v in rec.details.items() if k not in ("reservation", "logins")}
+        details = {k: v for k, v in rec.details.items() if k != "reservation"}  # logins: a driver with sshd needs them
         return SliverSpec(rec.id, rec.kind, rec.client_id, rec.ticket.units if rec.ticket else (),
                           tuple(inputs) or (rec.ticket.labels if rec.ticket else ()), details)
 
@@ -699,6 +699,9 @@ class ActorSliceManager:
         whole_fpgas = [rec for rec in todo.values() if rec.details.get("sliver_type") == "fpga-bitstream"]
         for rec in whole_fpgas:  # the authority programs them; together they take the time of this many at once
             rec.details.update(owner=rec.owner_urn, programming_batch=len(whole_fpgas))
+        for rec in todo.values():  # a driver that runs a login service sets it up with the users' keys
+            if rec.kind == "node":
+                self._set_users(rec, users)
         producers = self._producers(todo)
         for rec in todo.values():
             rec.r, rec.outbox = rs.redeem(rec.r, now, producers)
@@ -734,7 +737,8 @@ class ActorSliceManager:
         logins = []
         for n, u in enumerate(users):
             name = str(u.get("urn", "")).split("+")[-1] or f"user{n}"
-            logins.append({"username": name, "hostname": host, "port": 22, "keys": list(u.get("keys", []))})
+            logins.append({"username": name, "urn": str(u.get("urn", "")), "hostname": host, "port": 22,
+                           "keys": list(u.get("keys", []))})
         rec.details["logins"] = logins
         rec.details["hostname"] = host
 
@@ -820,10 +824,12 @@ class ActorSliceManager:
                 out.append(s)
                 continue
             try:
-                self.authority.modify(rec.ticket_id, action, now)
-                changed.append(rec)
                 if action == "geni_update_users" and rec.kind == "node":
-                    self._set_users(rec, users)
+                    self._set_users(rec, users)  # the driver gets the new users with the action
+                    self.authority.modify(rec.ticket_id, action, now, properties={"logins": rec.details["logins"]})
+                else:
+                    self.authority.modify(rec.ticket_id, action, now)
+                changed.append(rec)
                 rec.shutdown = False
                 self._save(rec)
                 out.append(self._sliver(rec, now))
@@ -899,6 +905,7 @@ class ActorSliceManager:
         else:
             alloc, op = sm.ALLOCATED, sm.PENDING_ALLOCATION
         error = ""
+        extra: dict[str, Any] = {}
         if r.state == rs.FAILED:
             op, error = sm.FAILED, r.reason
         elif r.state in rs.HOLDS_LEASE:
@@ -906,12 +913,18 @@ class ActorSliceManager:
                 op, error = self.authority.status(rec.ticket_id, now)
             except GeniError as exc:
                 op, error = sm.FAILED, exc.message
+            view = getattr(self.authority, "view", None) if rec.kind == "node" else None
+            if view is not None:  # a driver's own login endpoints and service results (netns sshd)
+                try:
+                    extra = view(rec.ticket_id)
+                except GeniError:
+                    extra = {}
             if rec.shutdown:
                 error = error or "slice shut down by operator"
             error = error or r.reason  # e.g. a refused renewal: it still runs until its old end
         elif r.reason:
             error = r.reason
-        details = {**rec.details, "keys": list(rec.ticket.units) if rec.ticket else [],
+        details = {**rec.details, **extra, "keys": list(rec.ticket.units) if rec.ticket else [],
                    "reservation": {"state": r.state, "pending": r.pending, "sequence": r.sequence,
                                    "request": r.request, "reason": r.reason}}
         return Sliver(rec.id, rec.slice_urn, rec.client_id, rec.kind, alloc, op, r.end or now, error,

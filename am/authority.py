@@ -302,16 +302,30 @@ class Authority:
             self.store.put(LEASES, longer.id, doc)
             return longer
 
-    def modify(self, lease_id: str, action: str, now: datetime) -> dict[str, Any]:
-        """An operational action on a leased unit (ORCA modifyLease): the driver's new record."""
+    def modify(self, lease_id: str, action: str, now: datetime,
+               properties: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """An operational action on a leased unit (ORCA modifyLease): the driver's new record. `properties`
+        (ORCA's modify properties; e.g. the new `logins` of geni_update_users) replace those keys of the
+        lease's details before the driver acts, and stay with the lease (a restart adopts them)."""
         with self._lock:
             doc = self._doc(lease_id)
             if doc is None or doc["state"] != "active":
                 raise SearchFailed(f"authority {self.name}: no active lease {lease_id}")
+            if properties:
+                doc["spec"] = {**doc["spec"], "details": {**doc["spec"].get("details", {}), **properties}}
             status = self.substrate.modify(SliverSpec.from_doc(doc["spec"]), doc["status"], action, now)
             doc["status"] = status
             self.store.put(LEASES, lease_id, doc)
             return status
+
+    def view(self, lease_id: str) -> dict[str, Any]:
+        """What the driver adds to the manifest of a leased unit (login endpoints, service results); empty
+        for drivers that add nothing."""
+        doc = self._doc(lease_id)
+        view = getattr(self.substrate, "view", None)
+        if doc is None or doc["state"] != "active" or view is None:
+            return {}
+        return view(SliverSpec.from_doc(doc["spec"]), doc["status"])
 
     def status(self, lease_id: str, now: datetime) -> tuple[str, str]:
         """(GENI operational state, error) of a leased unit, as of `now`."""
@@ -389,8 +403,11 @@ def authority_handlers(authority: Authority) -> dict[str, Any]:
         lease = authority.extend_lease(None, Ticket.from_doc(doc), parse_time(now) if now else None)
         return {"ticket": doc, "lease": lease.to_doc(), "sequence": lease.sequence}
 
-    def modify(lease_id, action, now):
-        return authority.modify(lease_id, action, parse_time(now))
+    def modify(lease_id, action, now, properties=None):
+        return authority.modify(lease_id, action, parse_time(now), properties)
+
+    def view(lease_id):
+        return authority.view(lease_id)
 
     def status(lease_id, now):
         return list(authority.status(lease_id, parse_time(now)))
@@ -398,7 +415,8 @@ def authority_handlers(authority: Authority) -> dict[str, Any]:
     def close(lease_id, now):
         return authority.close(lease_id, parse_time(now))
 
-    return {"redeem": redeem, "extend_lease": extend_lease, "modify": modify, "status": status, "close": close}
+    return {"redeem": redeem, "extend_lease": extend_lease, "modify": modify, "status": status, "close": close,
+            "view": view}
 
 
 class RemoteAuthority:
@@ -415,8 +433,14 @@ class RemoteAuthority:
         out = self.client.call("extend_lease", ticket.to_doc(), rfc3339(now) if now else "")
         return Lease.from_doc(out["lease"])
 
-    def modify(self, lease_id: str, action: str, now: datetime) -> dict[str, Any]:
+    def modify(self, lease_id: str, action: str, now: datetime,
+               properties: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        if properties:
+            return self.client.call("modify", lease_id, action, rfc3339(now), dict(properties))
         return self.client.call("modify", lease_id, action, rfc3339(now))
+
+    def view(self, lease_id: str) -> dict[str, Any]:
+        return self.client.call("view", lease_id)
 
     def status(self, lease_id: str, now: datetime) -> tuple[str, str]:
         state, error = self.client.call("status", lease_id, rfc3339(now))

@@ -90,7 +90,9 @@ def plan(substrate: Substrate, request: Request, used: Set[str], image_policy: s
                 hi = next(i for i in host.interfaces if i.component_id.lower() == ri.component_id.lower())
             iface_owner[ri.client_id] = (node.client_id, hi.component_id)
             ifaces[ri.client_id] = {"component_id": hi.component_id, "ip": ri.ip or "", "netmask": ri.netmask or ""}
-        placements.append(Placement(p.client_id, "node", p.component_id, p.keys, {**p.details, "interfaces": ifaces}))
+        execute = {"execute": [{"shell": sh, "command": c} for sh, c in node.execute]} if node.execute else {}
+        placements.append(Placement(p.client_id, "node", p.component_id, p.keys,
+                                    {**p.details, "interfaces": ifaces, **execute}))
     for index, link in enumerate(request.links):
         p = _place_link(substrate, link, index, iface_owner, taken)
         taken.update(p.keys)

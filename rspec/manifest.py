@@ -17,6 +17,10 @@ from rspec.namespaces import MANIFEST_XSD, RSPEC3, XSI, q
 from slicex.clock import rfc3339
 from slicex.xmlsafe import parse_xml
 
+SERVICES_EXT = "http://slicex.dev/rspec/ext/services/1"
+"""slicex's manifest extension for what an `execute` service did: a `result` child of each execute element
+(state, exit_code, the tail of its output as text)."""
+
 
 @dataclass(frozen=True)
 class SliverView:
@@ -110,6 +114,15 @@ def _annotate_node(el: etree._Element, v: SliverView, cm: str) -> None:
             login.set("hostname", lg["hostname"])
             login.set("port", str(lg.get("port", 22)))
             login.set("username", lg["username"])
+    results = d.get("execute") or []
+    for x, r in zip(el.findall(f"{q(RSPEC3, 'services')}/{q(RSPEC3, 'execute')}"), results, strict=False):
+        for old in x.findall(q(SERVICES_EXT, "result")):
+            x.remove(old)
+        res = etree.SubElement(x, q(SERVICES_EXT, "result"), nsmap={"sx": SERVICES_EXT})
+        res.set("state", str(r.get("state", "")))
+        if r.get("exit_code") is not None:
+            res.set("exit_code", str(r["exit_code"]))
+        res.text = _xml_text(str(r.get("output") or ""))
     fpga = el.find("{http://slicex.dev/rspec/ext/fpga/1}sliver")
     if fpga is not None and d.get("fpga"):
         fpga.set("fpga", d["fpga"])
@@ -119,6 +132,11 @@ def _annotate_node(el: etree._Element, v: SliverView, cm: str) -> None:
         if host is None:
             host = etree.SubElement(el, q(RSPEC3, "host"))
         host.set("name", d["hostname"])
+
+
+def _xml_text(text: str) -> str:
+    """Output as XML can carry it (control characters other than tab/newline are not allowed in XML 1.0)."""
+    return "".join(c if c in "\t\n\r" or ord(c) >= 32 else "\ufffd" for c in text)
 
 
 def _annotate_link(el: etree._Element, v: SliverView, cm: str) -> None:

@@ -46,6 +46,7 @@ class RequestNode:
     interfaces: tuple[RequestInterface, ...] = ()
     extensions: tuple[str, ...] = ()  # tags of foreign-namespace children, e.g. '{ns}fpga'
     fpga: FpgaRequest | None = None
+    execute: tuple[tuple[str, str], ...] = ()  # post-boot services/execute: (shell, command)
 
 
 @dataclass(frozen=True)
@@ -174,9 +175,12 @@ def _node(el: etree._Element, seen: set[str]) -> RequestNode:
         ifaces.append(RequestInterface(icid, i.get("component_id"), ip.get("address") if ip is not None else None,
                                        ip.get("netmask") if ip is not None else None))
     ext = tuple(str(c.tag) for c in el if isinstance(c.tag, str) and etree.QName(c).namespace != RSPEC3)
+    execute = tuple((x.get("shell") or "sh", x.get("command") or "")
+                    for x in el.findall(f"{q(RSPEC3, 'services')}/{q(RSPEC3, 'execute')}"))
     return RequestNode(cid, el.get("component_id"), el.get("component_manager_id"), _bool(el.get("exclusive")),
                        st.get("name") if st is not None else None, image.get("name") if image is not None else None,
-                       hw.get("name") if hw is not None else None, tuple(ifaces), ext, parse_fpga_request(el, cid))
+                       hw.get("name") if hw is not None else None, tuple(ifaces), ext, parse_fpga_request(el, cid),
+                       execute)
 
 
 def _link(el: etree._Element, seen: set[str]) -> RequestLink:

@@ -9,6 +9,11 @@
   them. Ports of different segments never exchange a frame, so slices are isolated.
 - Link capacity is a token bucket on both ends of every interface on the link (egress of the namespace end
   and of the bridge end). Latency and loss need netem; where the kernel lacks it they are refused.
+- Login (am/substrate/login.py): each node has its own sshd inside its namespace, started by geni_start,
+  reached through a port on the host (127.0.0.1 by default) with the slice users' keys (geni_users at
+  Provision, geni_update_users after); the manifest's login service names that host and port. Post-boot
+  `execute` services (am/substrate/execute.py) run at every start, as the node's user; the node is
+  configuring while they run and failed, naming the command, if one exits non-zero.
 
 Every object name starts with the deployment's prefix (netns_plan.py), so `reconcile` can remove what belongs
 to no live lease after a crash and adopt the rest. Status checks the real objects: a node whose namespace
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 from collections.abc import Iterable
 from datetime import datetime
@@ -26,7 +32,9 @@ from typing import Any
 
 from am.authority import SliverSpec
 from am.substrate import hostnet
+from am.substrate.execute import NodeServices, services_of, verdict
 from am.substrate.flows import AccessPort, Segment, segment_flows
+from am.substrate.login import NodeLogin, accounts, kill_netns_processes
 from am.substrate.netns_plan import LinkPlan, NodePlan, check_prefix, link_plan, node_plan, owned, tbf_args
 from am.substrate.openflow import FlowProgrammer, OfctlProgrammer, OsKenController, osken_available
 from am.substrate.ovs import OvsSwitch, default_run_dir
@@ -35,8 +43,8 @@ from slicex.errors import BadArgs, GeniError, ServerError, Unsupported
 log = logging.getLogger("slicex.netns")
 
 DESCRIPTION = ("netns substrate: each node is a Linux network namespace on this host, each link a VLAN segment of "
-               "a private Open vSwitch bridge programmed over OpenFlow, capacity enforced with tc; no VM, no "
-               "login service yet")
+               "a private Open vSwitch bridge programmed over OpenFlow, capacity enforced with tc, an sshd per "
+               "node on a host port; no VM: nodes share the host's kernel and file system")
 NEEDED = ("root", "ip", "tc", "ethtool", "netns", "veth", "tbf")
 READY, NOTREADY, FAILED = "geni_ready", "geni_notready", "geni_failed"
 
@@ -44,7 +52,8 @@ READY, NOTREADY, FAILED = "geni_ready", "geni_notready", "geni_failed"
 class NetnsDriver:
     """SubstrateDriver over namespaces, veths, tc and a private OVS. `start` before use, `shutdown` after."""
 
-    def __init__(self, prefix: str, run_dir: Path | None = None, controller: str = "auto", timeout: float = 15.0):
+    def __init__(self, prefix: str, run_dir: Path | None = None, controller: str = "auto", timeout: float = 15.0,
+                 login_address: str = "127.0.0.1", login_host: str | None = None):
         self.prefix = check_prefix(prefix)
         self.bridge = f"{prefix}-br"
         self.dpid = int(hashlib.sha256(prefix.encode()).hexdigest()[:12], 16)
@@ -62,6 +71,10 @@ class NetnsDriver:
         self.enabled: set[int] = set()  # segments started (their rules installed)
         self.ports: dict[str, tuple[int, int, str]] = {}  # bridge port -> (ofport, vlan, mac)
         self.netem = False
+        # per-node login and services (readable by the nodes' users: the switch's run directory is root-only)
+        self.nodes_dir = Path(f"{self.ovs.run_dir}-nodes")
+        self.login_address = login_address  # where the login ports listen
+        self.login_host = login_host or login_address  # what the manifest tells users to connect to
         self._lock = threading.RLock()
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
@@ -103,19 +116,26 @@ class NetnsDriver:
             if spec.kind != "node":
                 raise BadArgs(f"the netns substrate has no {spec.kind} slivers")
             plan = self._node_plan(spec)
+            services_of(spec.details, spec.client_id)  # refuse an unknown shell now, not at boot
+            accts = accounts(spec.details.get("logins") or ())
             try:
                 self._build(plan, up=False)
+                login = self._login(plan)
+                login.prepare(accts)
+                port = login.ensure_forward(None)
             except GeniError:
                 self._teardown(plan)
                 raise
-            return {"state": NOTREADY, "netns": plan.netns,
+            return {"state": NOTREADY, "netns": plan.netns, "login_port": port,
                     "interfaces": {i.client_id: {"device": i.ns_if, "address": i.address, "vlan": i.vlan,
                                                  "rate_kbps": i.rate_kbps} for i in plan.interfaces}}
 
     def modify(self, spec: SliverSpec, status: dict[str, Any], action: str, now: datetime) -> dict[str, Any]:
         with self._lock:
             if action == "geni_update_users":
-                return {**status, "state": READY}  # no login service yet: nothing to change inside
+                if spec.kind == "node":  # the authority merged the new users into the spec's logins
+                    self._login(self._node_plan(spec)).set_accounts(accounts(spec.details.get("logins") or ()))
+                return {**status, "error": ""}
             if action not in ("geni_start", "geni_stop", "geni_restart"):
                 raise Unsupported(f"{action} is not an action of the netns substrate")
             up = action != "geni_stop"
@@ -138,6 +158,7 @@ class NetnsDriver:
                     if slow:
                         raise ServerError(f"node {spec.client_id}: interfaces {', '.join(slow)} of namespace "
                                           f"{plan.netns} did not come up")
+                self._node_services(spec, plan, status, up, restart=action == "geni_restart", boot=True)
             return {**status, "state": READY if up else NOTREADY, "error": ""}
 
     def destroy(self, spec: SliverSpec, status: dict[str, Any], now: datetime) -> None:
@@ -167,7 +188,36 @@ class NetnsDriver:
             down = [d["device"] for d in status.get("interfaces", {}).values() if not hostnet.is_up(ns, d["device"])]
             if down:
                 return FAILED, f"interfaces {', '.join(down)} of namespace {ns} are down"
+            plan = self._node_plan(spec)
+            login = self._login(plan)
+            if not login.sshd_running():
+                return FAILED, f"the sshd of node {spec.client_id} (namespace {ns}) is not running"
+            if status.get("login_port") and not login.forward_running():
+                return FAILED, (f"the login port {self.login_address}:{status['login_port']} of node "
+                                f"{spec.client_id} has no relay to its sshd")
+            services = services_of(spec.details, spec.client_id)
+            if services:
+                how, why = verdict(self._services(plan).results(services))
+                if how == "running":
+                    return "geni_configuring", ""
+                if how == "failed":
+                    return FAILED, f"node {spec.client_id}: {why}"
         return state, status.get("error", "")
+
+    def view(self, spec: SliverSpec, status: dict[str, Any]) -> dict[str, Any]:
+        """What the manifest shows of a node beyond the slice manager's record: where its users log in
+        (this host's login port, not port 22 of a name nobody resolves) and its execute services' results."""
+        if spec.kind != "node":
+            return {}
+        out: dict[str, Any] = {}
+        port = status.get("login_port")
+        if port:
+            out["logins"] = [{"username": a.name, "hostname": self.login_host, "port": port}
+                             for a in accounts(spec.details.get("logins") or ())]
+        services = services_of(spec.details, spec.client_id)
+        if services:
+            out["execute"] = self._services(self._node_plan(spec)).results(services)
+        return out
 
     # ---- reconcile -------------------------------------------------------------------------------------------
     def reconcile(self, live: Iterable[tuple[SliverSpec, dict[str, Any]]]) -> dict[str, list[str]]:
@@ -191,8 +241,14 @@ class NetnsDriver:
             removed: list[str] = []
             for ns in sorted(hostnet.namespaces()):
                 if ns.startswith(self.prefix + "-") and ns not in keep:
+                    self._login_of(ns).remove()
                     hostnet.del_namespace(ns)
                     removed.append(f"namespace {ns}")
+            if self.nodes_dir.exists():
+                for d in self.nodes_dir.iterdir():
+                    if d.name not in keep:
+                        self._login_of(d.name).remove()
+                        removed.append(f"node directory {d}")
             if hostnet.NETNS_ETC.exists():
                 for d in hostnet.NETNS_ETC.glob(f"{self.prefix}-*"):
                     if d.name not in keep:
@@ -206,8 +262,14 @@ class NetnsDriver:
                     hostnet.del_link(name)
                     removed.append(f"veth {name}")
             adopted = []
+            records = {self._node_plan(spec).netns: (spec, status) for spec, status in live if spec.kind == "node"}
             for plan, up in plans:
                 self._build(plan, up=up)
+                spec, status = records[plan.netns]
+                login = self._login(plan)
+                login.prepare(accounts(spec.details.get("logins") or ()))
+                login.ensure_forward(status.get("login_port"))
+                self._node_services(spec, plan, status, up, restart=False, boot=False)
                 adopted.append(plan.netns)
             self._push()
             if removed:
@@ -222,6 +284,24 @@ class NetnsDriver:
             out += [f"port {p}" for p in self.ovs.ports(self.bridge)]
         if hostnet.NETNS_ETC.exists():
             out += [f"/etc/netns/{d.name}" for d in hostnet.NETNS_ETC.glob(f"{self.prefix}-*")]
+        if self.nodes_dir.exists():
+            out += [f"node directory {d}" for d in self.nodes_dir.iterdir()]
+        out += [f"process {pid} ({cmd})" for pid, cmd in self.processes()]
+        return out
+
+    def processes(self) -> list[tuple[int, str]]:
+        """This deployment's node processes (sshd, login relays, services), by their command lines."""
+        marks = (str(self.nodes_dir) + "/", f"--netns {self.prefix}-")
+        out = []
+        for p in Path("/proc").iterdir():
+            if not p.name.isdigit():
+                continue
+            try:
+                cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            except OSError:
+                continue
+            if cmd and any(m in cmd for m in marks) and int(p.name) != os.getpid():
+                out.append((int(p.name), cmd[:120]))
         return out
 
     # ---- helpers ---------------------------------------------------------------------------------------------
@@ -246,7 +326,32 @@ class NetnsDriver:
                 self.ports[i.host_if] = (self.ovs.add_port(self.bridge, i.host_if, i.vlan), i.vlan, i.mac)
         self._push()
 
+    def _login(self, plan: NodePlan) -> NodeLogin:
+        return NodeLogin(self.nodes_dir, plan.netns, plan.hostname, self.login_address)
+
+    def _login_of(self, ns: str) -> NodeLogin:
+        return NodeLogin(self.nodes_dir, ns, ns, self.login_address)
+
+    def _services(self, plan: NodePlan) -> NodeServices:
+        return NodeServices(self.nodes_dir, plan.netns, plan.hostname)
+
+    def _node_services(self, spec: SliverSpec, plan: NodePlan, status: dict[str, Any], up: bool, restart: bool,
+                       boot: bool) -> None:
+        """sshd and execute services follow the node: started with it (services run at each boot, not when
+        a restarted aggregate adopts a running node), stopped with it."""
+        login, services = self._login(plan), self._services(plan)
+        if not up or restart:
+            services.stop()
+            login.stop_sshd()
+        if up:
+            login.start_sshd()
+            if boot:
+                accts = accounts(spec.details.get("logins") or ())
+                services.start(services_of(spec.details, spec.client_id), accts[0] if accts else None)
+
     def _teardown(self, plan: NodePlan) -> None:
+        self._login(plan).remove()  # sshd, sessions, relay and services: nothing may hold the namespace
+        kill_netns_processes(plan.netns)
         for i in plan.interfaces:
             self.ovs.del_port(self.bridge, i.host_if)
             self.ports.pop(i.host_if, None)
