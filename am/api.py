@@ -40,7 +40,10 @@ from slicex.urn import Urn, canonical_urn, parse_urn
 log = logging.getLogger("slicex.am")
 AM_TYPE = "slicex"
 
-REQUEST_EXTENSIONS = [ns.STITCH2, ns.SHARED_VLAN, ns.SHARED_VLAN_GENI, ns.OPSTATE, ns.QINQ,
+# What the aggregate acts on: stitching v2 hops (stitching/am_hops.py: the hop's tag is held and reported).
+# Not Q-in-Q: the path service (`slicex scs`) computes tunnels, but this aggregate cannot yet hold S-tags on
+# its ports, so it refuses Q-in-Q hops and does not advertise the extension (docs/stitching.md).
+REQUEST_EXTENSIONS = [ns.STITCH2, ns.SHARED_VLAN, ns.SHARED_VLAN_GENI, ns.OPSTATE,
                       "http://slicex.dev/rspec/ext/fpga/1"]
 
 
@@ -280,7 +283,15 @@ class AggregateManager:
         if not slivers:
             return empty_manifest(now)
         views = [SliverView(s.client_id, s.urn, s.kind, s.component_id, s.details) for s in slivers]
-        return build_manifest([r.xml for r in self.sm.request_of(slice_urn)], views, self._cm_id(), now)
+        manifest = build_manifest([r.xml for r in self.sm.request_of(slice_urn)], views, self._cm_id(), now)
+        substrate = getattr(self.sm, "substrate", None)
+        if substrate is not None and substrate.external_links:
+            from stitching.am_hops import annotate_manifest
+
+            tags = {s.client_id: s.details["vlan_tag"] for s in slivers
+                    if s.kind == "link" and s.details.get("vlan_tag") is not None}
+            manifest = annotate_manifest(manifest, substrate, tags)  # own hops say the tag assigned
+        return manifest
 
     def _cm_id(self) -> str:
         return self.identity.urn
@@ -361,7 +372,6 @@ class AggregateManager:
             "urn": self.identity.urn,
             "hostname": self.identity.hostname,
             "slicex_substrate": self.identity.substrate_description,
-            "slicex_extensions": {"qinq": ns.QINQ},
         }
         value.update(self.identity.extra_version)
         return result(value)
@@ -395,6 +405,11 @@ class AggregateManager:
         if not isinstance(rspec, str):
             raise BadArgs(f"rspec must be a string of XML, got {type(rspec).__name__}")
         request = parse_request(rspec, self.policy.max_request_bytes).for_aggregate(self._cm_id())
+        substrate = getattr(self.sm, "substrate", None)
+        if substrate is not None and substrate.external_links:
+            from stitching.am_hops import apply_hops
+
+            request = apply_hops(substrate, request)  # own stitching hops: their tags become the links' VLANs
         if not request.nodes and not request.links:
             raise BadArgs(f"the request has no nodes or links for this aggregate ({self._cm_id()}); check "
                           f"component_manager_id")
