@@ -713,6 +713,8 @@ class ActorSliceManager:
                 self._add_interface_details(rec)
             self._save(rec)
         if failed:
+            # name the root cause: a sliver that failed because its producer did carries no error type of its own
+            failed.sort(key=lambda rec: not rec.error_type)
             raise _error(failed[0].error_type or "GeniError",
                          f"provisioning {failed[0].client_id} failed: {failed[0].r.reason}")
         # a sliver that failed before this call is not provisioned by it: never answer success for it

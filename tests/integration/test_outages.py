@@ -174,3 +174,29 @@ def test_slow_broker_is_timedout_and_its_late_ticket_is_given_back(pki_home):
         stop(r)
         RedisStore(REDIS_URL).flush()
         (pki_home.root / "slicex.yaml").write_text(yaml.safe_dump(cfg))
+
+
+def test_authority_outage_at_provision_is_unavailable_naming_the_authority(pki_home, tmp_path):
+    """A node and its link provisioned while the authority is down: the answer is UNAVAILABLE (11) naming
+    the authority, not ERROR (2) from the node that failed only because its link did."""
+    from slicex.store.redis_store import RedisStore
+
+    cfg = yaml.safe_load((pki_home.root / "slicex.yaml").read_text())
+    cfg["store"] = REDIS_URL
+    (pki_home.root / "slicex.yaml").write_text(yaml.safe_dump(cfg))
+    RedisStore(REDIS_URL).flush()
+    r = start(pki_home, distributed=True)
+    try:
+        alice = r.user("alice")
+        urn, creds = alice.slice_credential("authdown")
+        lan = [{"client_id": "l0", "ifaces": ["a:if0", "b:if0"]}]
+        ok(alice.am.Allocate(urn, creds, request_rspec([vm("a", ifaces=["a:if0"]), vm("b", ifaces=["b:if0"])],
+                                                       lan), {}))
+        r.actors[1].stop()
+        reply = alice.am.Provision([urn], creds, {})
+        assert code(reply) == 11 and "authority" in reply["output"], reply
+    finally:
+        stop(r)
+        RedisStore(REDIS_URL).flush()
+        cfg.pop("store")
+        (pki_home.root / "slicex.yaml").write_text(yaml.safe_dump(cfg))
