@@ -14,7 +14,7 @@ on either side. Several links are reserved all-or-nothing: a failure returns the
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -126,18 +126,26 @@ class Book:
 
 def candidate_paths(topo: Topology, a: str, b: str, usable=lambda port: True,
                     limit: int = MAX_CANDIDATE_PATHS) -> list[tuple[tuple[Port, Port], ...]]:
+    return list(iter_paths(topo, a, b, usable, limit))
+
+
+def iter_paths(topo: Topology, a: str, b: str, usable=lambda port: True,
+               limit: int = MAX_CANDIDATE_PATHS) -> Iterator[tuple[tuple[Port, Port], ...]]:
     """Simple paths (no aggregate twice: geni-tools #784) from a to b as cable lists, cheapest first by summed
     TE metric then hop count; at most `limit`. `usable(port)` filters ports (exclusions, capacity)."""
     src, dst = authority_of(a), authority_of(b)
-    out: list[tuple[tuple[Port, Port], ...]] = []
+    found = 0
     heap: list[tuple[int, int, int, str, tuple[str, ...], tuple[tuple[Port, Port], ...]]] = [(0, 0, 0, src, (src,), ())]
     counter = 1
-    pops = 0
-    while heap and len(out) < limit and pops < limit * 200:
+    popped: dict[str, int] = {}  # each aggregate expanded at most `limit` times (k-shortest walks' bound)
+    while heap and found < limit:
         cost, length, _, here, seen, cables = heapq.heappop(heap)
-        pops += 1
+        if popped.get(here, 0) >= limit:
+            continue
+        popped[here] = popped.get(here, 0) + 1
         if here == dst and cables:
-            out.append(cables)
+            found += 1
+            yield cables
             continue
         for own, far in topo.cables_from(here):
             nxt = authority_of(far.aggregate)
@@ -146,7 +154,6 @@ def candidate_paths(topo: Topology, a: str, b: str, usable=lambda port: True,
             heapq.heappush(heap, (cost + own.metric + far.metric, length + 1, counter, nxt, seen + (nxt,),
                                   cables + ((own, far),)))
             counter += 1
-    return out
 
 
 # ---- tags along one path -----------------------------------------------------------------------------------
@@ -277,7 +284,14 @@ def plan_link(topo: Topology, req: LinkRequest, used: Mapping[tuple[str, str], s
     def fits(port: Port) -> bool:
         return allowed(port) and port.capacity_kbps - used_kbps.get(port.urn, 0) >= req.capacity_kbps
 
-    paths = candidate_paths(topo, req.a, req.b, fits)
+    paths: list[tuple[tuple[Port, Port], ...]] = []
+    first_reason = ""
+    for cables in iter_paths(topo, req.a, req.b, fits):  # lazily: the cheapest path usually negotiates
+        paths.append(cables)
+        got = _plan(req, cables, None, used)
+        if isinstance(got, PathPlan):
+            return got
+        first_reason = first_reason or got
     if not paths:
         if candidate_paths(topo, req.a, req.b, allowed, 1):
             raise StitchingError(
@@ -285,12 +299,6 @@ def plan_link(topo: Topology, req: LinkRequest, used: Mapping[tuple[str, str], s
                 f"port", "bandwidth", req.link_id)
         raise StitchingError(f"link {req.link_id}: no path from {req.a} to {req.b} in the topology"
                              f"{' without the excluded hops' if req.excluded else ''}", "path", req.link_id)
-    first_reason = ""
-    for cables in paths:
-        got = _plan(req, cables, None, used)
-        if isinstance(got, PathPlan):
-            return got
-        first_reason = first_reason or got
     if req.allow_qinq:
         for cables in paths:
             for span in tunnels(cables):
@@ -336,3 +344,38 @@ def with_exclusions(req: LinkRequest, extra: Mapping[str, frozenset[int] | None]
         else:
             merged[port] = (merged.get(port) or frozenset()) | tags
     return replace(req, excluded=merged)
+
+
+class SharedBook:
+    """A Book shared by threads (one process's path service or SDK): plans are computed outside the lock on
+    a snapshot and committed only if no one committed in between, else planned again (optimistic, so slow
+    path searches do not serialise each other). The only edge in this module: it holds state."""
+
+    def __init__(self, topo: Topology, book: Book | None = None):
+        import threading
+
+        self.topo = topo
+        self._book = book or Book()
+        self._lock = threading.Lock()
+        self._serial = 0
+
+    @property
+    def book(self) -> Book:
+        return self._book
+
+    def reserve(self, requests: list[LinkRequest], now: datetime, end: datetime, hold_prefix: str,
+                retries: int = 1000) -> list[PathPlan]:
+        for _ in range(retries):
+            with self._lock:
+                snapshot, serial = self._book, self._serial
+            new, plans = reserve(self.topo, snapshot, requests, now, end, hold_prefix)  # raises: nothing held
+            with self._lock:
+                if self._serial == serial:
+                    self._book, self._serial = new, serial + 1
+                    return plans
+        raise StitchingError(f"{hold_prefix}: the book changed under this request {retries} times in a row; "
+                             f"try again", "args")
+
+    def release(self, ids: Iterable[str]) -> None:
+        with self._lock:
+            self._book, self._serial = self._book.release(ids), self._serial + 1
