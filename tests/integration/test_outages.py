@@ -3,6 +3,8 @@ when they are back."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import yaml
@@ -13,15 +15,26 @@ from tests.integration.conftest import REDIS_URL, start, stop
 from tests.integration.test_am_api import code, ok
 
 
-def test_broker_outage_is_unavailable_and_recovers(pki_home, tmp_path):
+@contextmanager
+def distributed_on_redis(pki_home) -> Iterator:
+    """The distributed deployment (broker and authority actor servers) on the test Redis, emptied before and
+    after; the home's config is put back."""
     from slicex.store.redis_store import RedisStore
 
     cfg = yaml.safe_load((pki_home.root / "slicex.yaml").read_text())
-    cfg["store"] = REDIS_URL
-    (pki_home.root / "slicex.yaml").write_text(yaml.safe_dump(cfg))
+    (pki_home.root / "slicex.yaml").write_text(yaml.safe_dump({**cfg, "store": REDIS_URL}))
     RedisStore(REDIS_URL).flush()
     r = start(pki_home, distributed=True)
     try:
+        yield r
+    finally:
+        stop(r)
+        RedisStore(REDIS_URL).flush()
+        (pki_home.root / "slicex.yaml").write_text(yaml.safe_dump(cfg))
+
+
+def test_broker_outage_is_unavailable_and_recovers(pki_home, tmp_path):
+    with distributed_on_redis(pki_home) as r:
         alice = r.user("alice")
         urn, creds = alice.slice_credential("outage")
         ok(alice.am.Allocate(urn, creds, request_rspec([vm("kept")]), {}))
@@ -37,11 +50,6 @@ def test_broker_outage_is_unavailable_and_recovers(pki_home, tmp_path):
         r.actors = (again, r.actors[1])
         ok(alice.am.Allocate(urn, creds, request_rspec([vm("more")]), {}))
         assert len(ok(alice.am.Status([urn], creds, {}))["geni_slivers"]) == 2
-    finally:
-        stop(r)
-        RedisStore(REDIS_URL).flush()
-        cfg.pop("store")
-        (pki_home.root / "slicex.yaml").write_text(yaml.safe_dump(cfg))
 
 
 def test_store_outage_is_a_result_not_a_crash(pki_home):
@@ -179,14 +187,7 @@ def test_slow_broker_is_timedout_and_its_late_ticket_is_given_back(pki_home):
 def test_authority_outage_at_provision_is_unavailable_naming_the_authority(pki_home, tmp_path):
     """A node and its link provisioned while the authority is down: the answer is UNAVAILABLE (11) naming
     the authority, not ERROR (2) from the node that failed only because its link did."""
-    from slicex.store.redis_store import RedisStore
-
-    cfg = yaml.safe_load((pki_home.root / "slicex.yaml").read_text())
-    cfg["store"] = REDIS_URL
-    (pki_home.root / "slicex.yaml").write_text(yaml.safe_dump(cfg))
-    RedisStore(REDIS_URL).flush()
-    r = start(pki_home, distributed=True)
-    try:
+    with distributed_on_redis(pki_home) as r:
         alice = r.user("alice")
         urn, creds = alice.slice_credential("authdown")
         lan = [{"client_id": "l0", "ifaces": ["a:if0", "b:if0"]}]
@@ -195,8 +196,3 @@ def test_authority_outage_at_provision_is_unavailable_naming_the_authority(pki_h
         r.actors[1].stop()
         reply = alice.am.Provision([urn], creds, {})
         assert code(reply) == 11 and "authority" in reply["output"], reply
-    finally:
-        stop(r)
-        RedisStore(REDIS_URL).flush()
-        cfg.pop("store")
-        (pki_home.root / "slicex.yaml").write_text(yaml.safe_dump(cfg))

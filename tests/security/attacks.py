@@ -62,35 +62,29 @@ def _forged_copy(signed: etree._Element, a: Attacker) -> etree._Element:
     return forged
 
 
+def _hide_signed(a: Attacker, hide: Callable[[etree._Element, etree._Element], None]) -> str:
+    """Move the signed credential where `hide` puts it, and put first a forged copy claiming the victim's
+    slice under the signed one's id as a plain `id` attribute (what a lenient reader looks up)."""
+    root = _root(a.own_credential)
+    signed = root.find("credential")
+    forged = _forged_copy(signed, a)
+    forged.set("id", forged.attrib.pop(XML_ID))
+    root.remove(signed)
+    hide(root, signed)
+    root.insert(0, forged)
+    return _text(root)
+
+
 def wrap_plain_id_first(a: Attacker) -> str:
     """The reported attack: the signed <credential xml:id=R> moved into another element, a forged first
     <credential id="R"> claiming * on the victim's slice."""
-    root = _root(a.own_credential)
-    signed = root.find("credential")
-    ref = signed.get(XML_ID)
-    forged = _forged_copy(signed, a)
-    del forged.attrib[XML_ID]
-    forged.set("id", ref)
-    root.remove(signed)
-    wrapper = etree.SubElement(root, "wrapper")
-    wrapper.append(signed)
-    root.insert(0, forged)
-    return _text(root)
+    return _hide_signed(a, lambda root, signed: etree.SubElement(root, "wrapper").append(signed))
 
 
 def wrap_in_signature_object(a: Attacker) -> str:
     """The classic position: the signed element hidden in <ds:Signature><ds:Object>, forged one in its place."""
-    root = _root(a.own_credential)
-    signed = root.find("credential")
-    ref = signed.get(XML_ID)
-    forged = _forged_copy(signed, a)
-    del forged.attrib[XML_ID]
-    forged.set("id", ref)
-    root.remove(signed)
-    sig = root.find("signatures").find(SIG)
-    etree.SubElement(sig, f"{{{DS}}}Object").append(signed)
-    root.insert(0, forged)
-    return _text(root)
+    return _hide_signed(a, lambda root, signed: etree.SubElement(
+        root.find("signatures").find(SIG), f"{{{DS}}}Object").append(signed))
 
 
 def wrap_in_forged_parent(a: Attacker) -> str:
@@ -107,16 +101,7 @@ def wrap_in_forged_parent(a: Attacker) -> str:
 
 def wrap_in_signatures(a: Attacker) -> str:
     """The signed credential moved inside <signatures>, a forged first credential with the same plain id."""
-    root = _root(a.own_credential)
-    signed = root.find("credential")
-    ref = signed.get(XML_ID)
-    forged = _forged_copy(signed, a)
-    del forged.attrib[XML_ID]
-    forged.set("id", ref)
-    root.remove(signed)
-    root.find("signatures").append(signed)
-    root.insert(0, forged)
-    return _text(root)
+    return _hide_signed(a, lambda root, signed: root.find("signatures").append(signed))
 
 
 def second_credential_after(a: Attacker) -> str:
