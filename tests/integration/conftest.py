@@ -101,22 +101,27 @@ def stop(r: Running) -> None:
 REDIS_URL = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/12")
 
 
-@pytest.fixture(params=["embedded", "distributed"])
-def running(request, pki_home: Home, tmp_path: Path) -> Iterator[Running]:
-    """A fresh deployment sharing the session's PKI: embedded (SQLite, in-process actors) or distributed
-    (Redis, broker and authority as actor servers over mutual TLS). The same tests run against both."""
+def deployment(kind: str, pki_home: Home, tmp_path: Path, **config) -> Iterator[Running]:
+    """A fresh deployment of `kind` sharing the session's PKI: embedded (SQLite, in-process actors) or
+    distributed (Redis, broker and authority as actor servers over mutual TLS); `config` adds slicex.yaml keys."""
+    from slicex.store.redis_store import RedisStore
+
     cfg = pki_home.config()
-    distributed = request.param == "distributed"
+    distributed = kind == "distributed"
     store = REDIS_URL if distributed else f"sqlite:///{tmp_path / 'state.db'}"
     if distributed:
-        from slicex.store.redis_store import RedisStore
-
         RedisStore(REDIS_URL).flush()
     (pki_home.root / "slicex.yaml").write_text(yaml.safe_dump(
         {"authority": AUTHORITY, "sa_port": 0, "am_port": 0, "tick_seconds": 0.05, "store": store,
-         "am": cfg["am"], "dashboard_port": None}))
+         "am": cfg["am"], "dashboard_port": None, **config}))
     r = start(pki_home, distributed=distributed)
     yield r
     stop(r)
     if distributed:
         RedisStore(REDIS_URL).flush()
+
+
+@pytest.fixture(params=["embedded", "distributed"])
+def running(request, pki_home: Home, tmp_path: Path) -> Iterator[Running]:
+    """The same tests run against both deployments."""
+    yield from deployment(request.param, pki_home, tmp_path)

@@ -11,13 +11,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-import yaml
 
 from slicex.clock import rfc3339
 from slicex.devpki import add_user
 from slicex.home import Home
 from tests.factories import request_rspec, vm
-from tests.integration.conftest import AUTHORITY, REDIS_URL, Running, start, stop
+from tests.integration.conftest import AUTHORITY, Running, deployment
 from tests.integration.test_am_api import RSPEC_V3, code, ok
 
 FAKE_SLIVER = f"urn:publicid:IDN+{AUTHORITY}+sliver+{uuid.uuid4().hex[:16]}"
@@ -119,22 +118,8 @@ def operated(request, pki_home: Home, tmp_path: Path) -> Iterator[Running]:
     for name in ("carol", "dave"):
         if not pki_home.user_cert(name).exists():
             add_user(pki_home, AUTHORITY, name)
-    cfg = pki_home.config()
-    distributed = request.param == "distributed"
-    store = REDIS_URL if distributed else f"sqlite:///{tmp_path / 'state.db'}"
-    if distributed:
-        from slicex.store.redis_store import RedisStore
-
-        RedisStore(REDIS_URL).flush()
-    (pki_home.root / "slicex.yaml").write_text(yaml.safe_dump(
-        {"authority": AUTHORITY, "sa_port": 0, "am_port": 0, "tick_seconds": 0.05, "store": store,
-         "am": cfg["am"], "dashboard_port": None,
-         "operators": [f"urn:publicid:IDN+{AUTHORITY.upper()}+user+carol"]}))
-    r = start(pki_home, distributed=distributed)
-    yield r
-    stop(r)
-    if distributed:
-        RedisStore(REDIS_URL).flush()
+    yield from deployment(request.param, pki_home, tmp_path,
+                          operators=[f"urn:publicid:IDN+{AUTHORITY.upper()}+user+carol"])
 
 
 def test_slice_owner_may_shut_down_own_slice(running):
