@@ -20,6 +20,7 @@ from broker.broker import Broker
 from broker.delegation import export_substrate
 from broker.policy import policy_named
 from clearinghouse.slice_authority import SaPolicy, SliceAuthority
+from federation import chapi_edge
 from fpga_aggregate.backend import EmulatedFpgaBackend, FpgaBackend
 from fpga_aggregate.bitstreams import BitstreamCatalogue
 from fpga_aggregate.boards import boards_from_config
@@ -207,6 +208,10 @@ class EmbeddedDeployment:
                                  {self.am_urn: self.endpoints.am_url}, self.endpoints.sa_url,
                                  SaPolicy(slice_lifetime=timedelta(days=self.cfg["sa"]["slice_lifetime_days"]),
                                           max_slice_lifetime=timedelta(days=self.cfg["sa"]["max_slice_lifetime_days"])))
+        # the Common Federation API (CH, SA, MA at /CH /SA /MA) for omni's `chapi` framework and geni-lib,
+        # on its own port, over the same slice records (docs/federation.md)
+        self.chapi = chapi_edge.serve(home, self.sa, host, chapi_edge.chapi_port(self.cfg) if sa_port is None else 0,
+                                      ca_file, {self.am_urn: self.endpoints.am_url})
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._dashboard: DashboardServer | None = None
@@ -260,6 +265,7 @@ class EmbeddedDeployment:
         if self.host_driver is not None:
             start_host_driver(self.host_driver, self.authority_actor)
         self._threads = [self._sa_server.start_background(), self._am_server.start_background()]
+        self._threads.append(self.chapi.start())
         reaper = threading.Thread(target=self._reap_loop, name="reaper", daemon=True)
         reaper.start()
         self._threads.append(reaper)
@@ -286,6 +292,7 @@ class EmbeddedDeployment:
         self._stop.set()
         for server in (self._sa_server, self._am_server):
             server.close()
+        self.chapi.close()
         if self._dashboard is not None:
             self._dashboard.close()
         if self.host_driver is not None:

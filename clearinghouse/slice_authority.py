@@ -156,22 +156,29 @@ class SliceAuthority:
         if urn.top_authority != self.authority.lower():
             raise BadArgs(f"{slice_urn} belongs to authority {urn.authority}; this slice authority issues slices "
                           f"under {self.authority}")
+        record, _created = self.claim_slice(urn, owner)
+        if record["owner"].lower() != owner.lower():
+            raise AlreadyExists(f"slice {slice_urn} already exists and belongs to {record['owner']}; "
+                                f"choose another slice name")
+        return self._slice_credential(caller, record)
+
+    def claim_slice(self, urn: Urn, owner: str, extra: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
+        """The live record of slice `urn` and whether this call created it (for `owner`, with `extra` fields
+        such as a CH API project or expiration). Shared by CreateSlice and the CH API's create_slice, so both
+        interfaces keep one record per slice and one atomic name claim."""
         key, claim = _key(urn), NAME_CLAIM + _key(urn)
         deadline = time.monotonic() + CREATE_WAIT_SECONDS
         while True:
             now = self.clock.now()
             record = self.store.get(SLICES, key)
             if record is not None and parse_time(record["expires"]) > now:
-                if record["owner"].lower() != owner.lower():
-                    raise AlreadyExists(f"slice {slice_urn} already exists and belongs to {record['owner']}; "
-                                        f"choose another slice name")
-                return self._slice_credential(caller, record)
+                return record, False
             if record is not None:  # expired: free its name (a no-op if another caller already did)
                 self.store.release(claim, record.get("claim", ""))
             token = f"{owner}|{uuid.uuid4().hex}|{time.time():.3f}"
             if self.store.claim(claim, token):
                 try:
-                    return self._slice_credential(caller, self._create(urn, owner, token, now))
+                    return self._create(urn, owner, token, now, extra), True
                 except BaseException:
                     self.store.release(claim, token)
                     raise
@@ -181,15 +188,17 @@ class SliceAuthority:
                 self.store.release(claim, holder)  # left by a creation that died before writing its record
                 continue
             if time.monotonic() > deadline:
-                raise Busy(f"slice {slice_urn} is being created by another request; retry in a moment")
+                raise Busy(f"slice {urn} is being created by another request; retry in a moment")
             time.sleep(0.05)
 
-    def _create(self, urn: Urn, owner: str, token: str, now: datetime) -> dict[str, Any]:
+    def _create(self, urn: Urn, owner: str, token: str, now: datetime,
+                extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """The slow part, done only by the holder of the name claim: the slice's certificate and record."""
         cert_pem, _key_pem = pki.issue_certificate(self.ca_cert_pem, self.ca_key_pem, str(urn), urn.name,
                                                    days=self.policy.max_slice_lifetime.days + 1)
         record = {"urn": str(urn), "owner": owner, "created": rfc3339(now), "claim": token,
                   "expires": rfc3339(now + self.policy.slice_lifetime), "cert": cert_pem.decode()}
+        record.update(extra or {})
         self.store.put(SLICES, _key(urn), record)
         return record
 

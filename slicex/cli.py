@@ -81,12 +81,69 @@ def _write_omni_config(home: Home, user: str | None) -> Path | None:
 
 def cmd_omni_config(args: argparse.Namespace) -> int:
     home = _home(args)
+    if args.framework == "chapi":
+        return _chapi_omni_config(home, args)
     path = _write_omni_config(home, args.user)
     if path is None:
         print("no users yet: run `slicex user add NAME` first", file=sys.stderr)
         return 2
     print(path.read_text() if args.show else path)
     return 0
+
+
+def _chapi(home: Home, user: str, service: str, timeout: float = 10.0) -> Any:
+    """An XML-RPC client of the deployment's CH API (`/CH`, `/SA`, `/MA`) as `user`."""
+    from federation.chapi_edge import chapi_port
+    from slicex.tls_xmlrpc import client
+
+    cfg = home.config()
+    url = f"https://{cfg['host']}:{chapi_port(cfg)}/{service}"
+    return client(url, str(home.user_cert(user)), str(home.user_key(user)), timeout=timeout)
+
+
+def _project_exists_or_create(home: Home, user: str, project: str) -> tuple[bool, str]:
+    """Make sure `project` exists at the running deployment (created with `user` as lead if new)."""
+    try:
+        reply = _chapi(home, user, "SA").create_project([], {"fields": {"PROJECT_NAME": project}})
+    except Exception as exc:  # noqa: BLE001 - not running, or not answering
+        return False, f"could not reach the CH API ({type(exc).__name__}: {exc}); start `slicex up` and run " \
+                      f"`slicex project create {project}`"
+    if reply["code"] in (0, 5):  # created, or it already exists
+        return True, "created" if reply["code"] == 0 else "exists"
+    return False, reply["output"]
+
+
+def _chapi_omni_config(home: Home, args: argparse.Namespace) -> int:
+    from federation.chapi_edge import chapi_port
+    from slicex import omniconfig
+
+    users = home.users()
+    if not users:
+        print("no users yet: run `slicex user add NAME` first", file=sys.stderr)
+        return 2
+    user = args.user or ("alice" if "alice" in users else users[0])
+    cfg = home.config()
+    _sa, am_url = _urls(home)
+    path = omniconfig.write_chapi(home, user, cfg["authority"], f"https://{cfg['host']}:{chapi_port(cfg)}", am_url,
+                                  args.project, home.root / "omni_config_chapi")
+    if args.project:
+        ok, how = _project_exists_or_create(home, user, args.project)
+        print(f"project {args.project}: {how}", file=sys.stderr)
+        if not ok:
+            return 3
+    print(path.read_text() if args.show else path)
+    return 0
+
+
+def cmd_project_create(args: argparse.Namespace) -> int:
+    home = _home(args)
+    user = args.user or ("alice" if "alice" in home.users() else (home.users() or [""])[0])
+    if not user:
+        print("no users yet: run `slicex user add NAME` first", file=sys.stderr)
+        return 2
+    ok, how = _project_exists_or_create(home, user, args.name)
+    print(f"project {args.name}: {how}", file=sys.stderr if not ok else sys.stdout)
+    return 0 if ok else 3
 
 
 def _answering(home: Home, timeout: float = 1.0) -> bool:
@@ -621,7 +678,19 @@ def build_parser() -> argparse.ArgumentParser:
     oc = sub.add_parser("omni-config", help="write $SLICEX_HOME/omni_config for a user and print its path")
     oc.add_argument("--user", help="which user (default alice, else the first)")
     oc.add_argument("--show", action="store_true", help="print the config instead of its path")
+    oc.add_argument("--framework", choices=["gcf", "chapi"], default="gcf",
+                    help="chapi: omni's Common Federation API framework (CH, SA, MA on chapi_port), written to "
+                         "$SLICEX_HOME/omni_config_chapi (docs/federation.md)")
+    oc.add_argument("--project", help="chapi: default project (created at the running deployment if new); "
+                                      "without it the config says useprojects = false")
     oc.set_defaults(func=cmd_omni_config)
+
+    proj = sub.add_parser("project", help="CH API projects (slices of omni's chapi framework live in one)")
+    proj_sub = proj.add_subparsers(dest="project_command", required=True)
+    pc = proj_sub.add_parser("create", help="create a project at the running deployment, the user as its lead")
+    pc.add_argument("name")
+    pc.add_argument("--user", help="the project's lead (default alice, else the first user)")
+    pc.set_defaults(func=cmd_project_create)
 
     up = sub.add_parser("up", help="run the aggregate, slice authority, broker and authority (foreground unless "
                                    "--detach)")
