@@ -66,6 +66,7 @@ class AmIdentity:
     hostname: str = "127.0.0.1"
     substrate_description: str = ""
     extra_version: dict[str, Any] = field(default_factory=dict)
+    v2_url: str = ""  # where am/api_v2.py serves AM API v2 (listed under "2" only when served: omni recurses else)
 
 
 class Verifier:
@@ -359,7 +360,8 @@ class AggregateManager:
                         "extensions": REQUEST_EXTENSIONS}]
         value = {
             "geni_api": 3,
-            "geni_api_versions": {"3": self.identity.url},
+            "geni_api_versions": {"3": self.identity.url, **({"2": self.identity.v2_url} if self.identity.v2_url
+                                                             else {})},
             "geni_request_rspec_versions": rspec_versions,
             "geni_ad_rspec_versions": ad_versions,
             "geni_credential_types": [{"geni_type": "geni_sfa", "geni_version": "3"},
@@ -404,12 +406,14 @@ class AggregateManager:
         self._start_time(options, now)
         if not isinstance(rspec, str):
             raise BadArgs(f"rspec must be a string of XML, got {type(rspec).__name__}")
-        request = parse_request(rspec, self.policy.max_request_bytes).for_aggregate(self._cm_id())
+        whole = parse_request(rspec, self.policy.max_request_bytes)
+        request = whole.for_aggregate(self._cm_id())
         substrate = getattr(self.sm, "substrate", None)
         if substrate is not None and substrate.external_links:
             from stitching.am_hops import apply_hops
 
-            request = apply_hops(substrate, request)  # own stitching hops: their tags become the links' VLANs
+            # own stitching hops: their tags become the links' VLANs (transit links included)
+            request = apply_hops(substrate, request, whole)
         if not request.nodes and not request.links:
             raise BadArgs(f"the request has no nodes or links for this aggregate ({self._cm_id()}); check "
                           f"component_manager_id")

@@ -12,6 +12,7 @@ from typing import Any
 
 from am.actor_slice_manager import ActorSliceManager
 from am.api import AggregateManager, AmIdentity, AmPolicy, error_result
+from am.api_v2 import AggregateManagerV2
 from am.authority import Authority, SubstrateDriver, as_driver
 from am.dashboard import Aggregate, Dashboard, DashboardServer, start_dashboard, take_snapshot
 from am.embed import usage_counts
@@ -120,6 +121,7 @@ def bind_store(store: Store, deployment_id: str, home: Home, create: bool) -> No
 class Endpoints:
     sa_url: str
     am_url: str
+    am_v2_url: str = ""  # AM API v2 (for omni's stitcher in its default mode); "" when `am_v2_port: null`
 
 
 class EmbeddedDeployment:
@@ -189,8 +191,15 @@ class EmbeddedDeployment:
         self._am_server = TlsXmlRpcServer((host, self.cfg["am_port"] if am_port is None else am_port),
                                           server_context(str(home.am_cert), str(home.am_key), ca_file),
                                           self._am_dispatch, self._am_reject)
+        # AM API v2 (am/api_v2.py) on a port of its own: omni's stitcher needs a "2" URL that really speaks v2
+        v2_port = self.cfg.get("am_v2_port", (int(self.cfg["am_port"]) + 5) if self.cfg["am_port"] else 0) \
+            if am_port is None else 0
+        self._am_v2_server = None if v2_port is None else TlsXmlRpcServer(
+            (host, int(v2_port)), server_context(str(home.am_cert), str(home.am_key), ca_file),
+            self._am_v2_dispatch, self._am_reject)
         self.endpoints = Endpoints(f"https://{host}:{self._sa_server.port}/",
-                                   f"https://{host}:{self._am_server.port}/")
+                                   f"https://{host}:{self._am_server.port}/",
+                                   f"https://{host}:{self._am_v2_server.port}/" if self._am_v2_server else "")
         # The slice manager's name locks the reservations it works on; the same name after a restart takes its
         # own unfinished work back at once (AM workers sharing a store differ by port or by `sm_name`).
         self.sm = ActorSliceManager(self.store, self.substrate, self.broker, self.authority_actor,
@@ -201,8 +210,10 @@ class EmbeddedDeployment:
                                     lease_key=lease_key)
         self.am_urn = f"urn:publicid:IDN+{self.authority}+authority+am"
         self._ads = AdvertisementCache()
-        self.am = AggregateManager(AmIdentity(self.am_urn, self.endpoints.am_url, host, self.driver.description),
+        self.am = AggregateManager(AmIdentity(self.am_urn, self.endpoints.am_url, host, self.driver.description,
+                                              v2_url=self.endpoints.am_v2_url),
                                    self.sm, self.verifier, self.clock, self._advertise, am_policy)
+        self.am_v2 = AggregateManagerV2(self.am, self.endpoints.am_v2_url)
         self.sa = SliceAuthority(self.authority, home.sa_cert.read_bytes(), home.sa_key.read_bytes(),
                                  home.ca_cert.read_bytes(), home.ca_key.read_bytes(), self.store, self.clock,
                                  {self.am_urn: self.endpoints.am_url}, self.endpoints.sa_url,
@@ -225,6 +236,9 @@ class EmbeddedDeployment:
     # ---- edges -------------------------------------------------------------------------------------------------
     def _am_dispatch(self, method: str, params: tuple, cert) -> Any:
         return self.am.dispatch(method, params, cert)
+
+    def _am_v2_dispatch(self, method: str, params: tuple, cert) -> Any:
+        return self.am_v2.dispatch(method, params, cert)
 
     @staticmethod
     def _am_reject(message: str, too_big: bool = False) -> Any:
@@ -265,6 +279,8 @@ class EmbeddedDeployment:
         if self.host_driver is not None:
             start_host_driver(self.host_driver, self.authority_actor)
         self._threads = [self._sa_server.start_background(), self._am_server.start_background()]
+        if self._am_v2_server is not None:
+            self._threads.append(self._am_v2_server.start_background())
         self._threads.append(self.chapi.start())
         reaper = threading.Thread(target=self._reap_loop, name="reaper", daemon=True)
         reaper.start()
@@ -290,8 +306,9 @@ class EmbeddedDeployment:
         if self._stop.is_set():
             return
         self._stop.set()
-        for server in (self._sa_server, self._am_server):
-            server.close()
+        for server in (self._sa_server, self._am_server, self._am_v2_server):
+            if server is not None:
+                server.close()
         self.chapi.close()
         if self._dashboard is not None:
             self._dashboard.close()

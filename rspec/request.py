@@ -72,14 +72,24 @@ class Request:
         return next((n for n in self.nodes if n.client_id == client_id), None)
 
     def for_aggregate(self, component_manager_id: str) -> Request:
-        """The part of a multi-aggregate request this aggregate must satisfy."""
-        cm = component_manager_id.lower()
-        nodes = tuple(n for n in self.nodes if not n.component_manager_id or n.component_manager_id.lower() == cm)
+        """The part of a multi-aggregate request this aggregate must satisfy. Managers are matched by URN
+        authority, as omni's stitcher and the path service match them: `…+authority+cm` names the aggregate
+        whose URN is `…+authority+am` (users copy either spelling from other testbeds' examples)."""
+        cm = manager_key(component_manager_id)
+        nodes = tuple(n for n in self.nodes
+                      if not n.component_manager_id or manager_key(n.component_manager_id) == cm)
         ours = {i.client_id for n in nodes for i in n.interfaces}
         links = tuple(lk for lk in self.links
-                      if (not lk.component_managers or cm in {c.lower() for c in lk.component_managers})
+                      if (not lk.component_managers or cm in {manager_key(c) for c in lk.component_managers})
                       and (not lk.interface_refs or any(r in ours for r in lk.interface_refs)))
         return Request(nodes, links, self.xml)
+
+
+def manager_key(urn: str) -> str:
+    """What identifies a component manager: its URN's authority, lower-cased (the text itself when it is
+    not a URN)."""
+    parts = urn.split("+")
+    return parts[1].lower() if len(parts) > 2 and parts[0].lower() == "urn:publicid:idn" else urn.lower()
 
 
 def _bool(text: str | None) -> bool | None:

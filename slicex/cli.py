@@ -33,11 +33,11 @@ def cmd_ca_init(args: argparse.Namespace) -> int:
 
     home = _home(args)
     overrides: dict[str, Any] = {"authority": args.authority} if args.authority else {}
-    if args.port_base is not None:  # two homes on one machine: each its own five ports
+    if args.port_base is not None:  # two homes on one machine: each its own six ports
         if home.config_file.exists():
             print(f"{home.config_file} exists: set the ports there", file=sys.stderr)
             return 2
-        keys = ("sa_port", "am_port", "broker_port", "authority_port", "dashboard_port")
+        keys = ("sa_port", "am_port", "broker_port", "authority_port", "dashboard_port", "am_v2_port")
         overrides.update({key: args.port_base + i for i, key in enumerate(keys)})
     home.write_default_config(**overrides)
     written = init_ca(home, home.config()["authority"], force=args.force)
@@ -664,7 +664,8 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--authority", help="GENI authority name (default slicex.local)")
     init.add_argument("--force", action="store_true", help="replace an existing CA")
     init.add_argument("--port-base", type=int, metavar="N",
-                      help="listen on N..N+4 (slice authority, AM, broker, authority, dashboard) instead of 8000-8004")
+                      help="listen on N..N+5 (slice authority, AM, broker, authority, dashboard, AM API v2) "
+                           "instead of 8000-8004 and 8006")
     init.set_defaults(func=cmd_ca_init)
 
     user = sub.add_parser("user", help="experimenter accounts")

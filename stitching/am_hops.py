@@ -84,12 +84,19 @@ def own_hops(substrate: Substrate, xml: str) -> list[OwnHop]:
     return out
 
 
-def apply_hops(substrate: Substrate, request: Request) -> Request:
+def apply_hops(substrate: Substrate, request: Request, whole: Request | None = None) -> Request:
     """The request with each stitched link's VLAN set to its own hop's tag (so the ordinary embedding holds
-    exactly that tag, or answers VLAN_UNAVAILABLE), after checking capacity against the external port."""
+    exactly that tag, or answers VLAN_UNAVAILABLE), after checking capacity against the external port.
+
+    `whole` is the request before it was cut to this aggregate: a link this aggregate only carries (transit:
+    its hops are here, none of its interfaces) is taken from it, so the transit holds the tag too."""
     hops = own_hops(substrate, request.xml) if request.xml else []
     if not hops:
         return request
+    have = {lk.client_id for lk in request.links}
+    carried = tuple(lk for lk in (whole.links if whole is not None else ())
+                    if lk.client_id not in have and any(h.path_id == lk.client_id for h in hops))
+    request = replace(request, links=request.links + carried)
     by_path: dict[str, OwnHop] = {}
     for h in hops:
         if h.path_id in by_path and by_path[h.path_id].tag != h.tag:
