@@ -109,6 +109,17 @@ EOF
 }
 request request-2am.xml 1 2
 request request-3am.xml 1 3
+# for a forced tag conflict: another slice's LAN holding VLAN 100 on sx2's switch
+cat > "$OUT/hold-100-at-sx2.xml" <<EOF
+<?xml version="1.0" encoding="UTF-8"?>
+<rspec xmlns="http://www.geni.net/resources/rspec/3" type="request">
+  <node client_id="h1" component_manager_id="$(urn 2 authority+am)" exclusive="false">
+    <sliver_type name="default-vm"/><interface client_id="h1:if0"/></node>
+  <node client_id="h2" component_manager_id="$(urn 2 authority+am)" exclusive="false">
+    <sliver_type name="default-vm"/><interface client_id="h2:if0"/></node>
+  <link client_id="lan100" vlantag="100"><interface_ref client_id="h1:if0"/><interface_ref client_id="h2:if0"/></link>
+</rspec>
+EOF
 
 for _ in $(seq 50); do
   "$PYTHON" -c "import socket,sys; socket.create_connection(('127.0.0.1', $SCS_PORT), 0.2)" 2>/dev/null && break
