@@ -13,6 +13,7 @@ PACKAGES = [
     "stitching",
     "federation",
     "fpga_aggregate",
+    "experiment",
 ]
 
 setup(

@@ -745,6 +745,10 @@ def build_parser() -> argparse.ArgumentParser:
     scs.add_argument("--port", type=int, default=8081)
     scs.set_defaults(func=cmd_scs)
 
+    from experiment.runner import add_command as add_experiment_command
+
+    add_experiment_command(sub)
+
     try:
         from rspec.cli import add_substrate_commands
     except ImportError:
