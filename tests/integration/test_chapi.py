@@ -14,6 +14,7 @@ from slicex.clock import parse_time, rfc3339
 from slicex.tls_xmlrpc import client
 from tests.factories import request_rspec, vm
 from tests.integration.conftest import AUTHORITY
+from tests.security.test_namespace_roots import with_peer  # noqa: F401 - the fixture
 
 PROJECT = f"urn:publicid:IDN+{AUTHORITY}+project+proj1"
 FILTER_SERVICE = {"filter": ["SERVICE_URN", "SERVICE_URL"]}
@@ -231,3 +232,28 @@ def test_without_projects_slices_take_the_gcf_urn_form(running):
     created = ok(alice.sa.create_slice([], {"fields": {"SLICE_NAME": "noproj"}}))
     assert created["SLICE_URN"] == slice_urn("noproj", None)
     assert parse_time(created["SLICE_EXPIRATION"]) > running.clock.now()
+
+
+def test_a_trusted_peers_users_get_nothing_from_our_sa_and_ma(with_peer, tmp_path):  # noqa: F811 - the fixture
+    """TLS admits a trusted peer's users (for the AM); the CH API's SA and MA, like the gcf one, serve our own
+    members only, so neither a peer user nor a peer-minted "alice" of our namespace gets a credential."""
+    running, peer = with_peer
+    alice = chapi_user(running, "alice")
+    urn = new_slice_without_project(alice, "victim")
+    for name, member in {"mallory": "urn:publicid:IDN+peer.test+user+mallory",
+                         "fake-alice": alice.urn}.items():
+        cert, key = peer.mint(member)
+        (tmp_path / f"{name}.pem").write_bytes(cert)
+        (tmp_path / f"{name}.key").write_bytes(key)
+        base = running.deployment.chapi.url
+        sa = client(f"{base}/SA", str(tmp_path / f"{name}.pem"), str(tmp_path / f"{name}.key"))
+        ma = client(f"{base}/MA", str(tmp_path / f"{name}.pem"), str(tmp_path / f"{name}.key"))
+        fails(sa.get_credentials(urn, [], {}), 1, "serves members of")
+        fails(sa.create_slice([], {"fields": {"SLICE_NAME": f"{name[:4]}1"}}), 1, "serves members of")
+        fails(ma.get_credentials(member, [], {}), 1, "serves members of")
+        ch = client(f"{base}/CH", str(tmp_path / f"{name}.pem"), str(tmp_path / f"{name}.key"))
+        assert ok(ch.lookup_aggregates({}))[0]["SERVICE_URN"] == running.deployment.am_urn  # the registry is public
+
+
+def new_slice_without_project(u: Chapi, name: str) -> str:
+    return ok(u.sa.create_slice([], {"fields": {"SLICE_NAME": name}}))["SLICE_URN"]
