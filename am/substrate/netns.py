@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shutil
 import threading
 from collections.abc import Iterable
 from datetime import datetime
@@ -99,6 +100,7 @@ class NetnsDriver:
             self.ovs.vsctl("--if-exists", "del-br", self.bridge)
         self.ovs.stop(remove=remove)
         if remove:
+            shutil.rmtree(self.nodes_dir, ignore_errors=True)  # node directories went with their slivers
             hostnet.del_link(self.bridge)  # the netdev datapath's tap for the bridge may outlive the daemon
 
     # ---- the SubstrateDriver seam ----------------------------------------------------------------------------
