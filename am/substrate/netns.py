@@ -53,7 +53,7 @@ READY, NOTREADY, FAILED = "geni_ready", "geni_notready", "geni_failed"
 class NetnsDriver:
     """SubstrateDriver over namespaces, veths, tc and a private OVS. `start` before use, `shutdown` after."""
 
-    def __init__(self, prefix: str, run_dir: Path | None = None, controller: str = "auto", timeout: float = 15.0,
+    def __init__(self, prefix: str, run_dir: Path | None = None, controller: str = "auto", timeout: float = 30.0,
                  login_address: str = "127.0.0.1", login_host: str | None = None):
         self.prefix = check_prefix(prefix)
         self.bridge = f"{prefix}-br"

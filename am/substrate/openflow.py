@@ -57,7 +57,7 @@ class OsKenController:
 
     name = "os-ken"
 
-    def __init__(self, run_dir: Path, timeout: float = 15.0):
+    def __init__(self, run_dir: Path, timeout: float = 30.0):
         self.run_dir = Path(run_dir)
         self.state = self.run_dir / "flows-state.json"
         self.ack = self.run_dir / "flows-ack.json"
