@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import secrets
+import xmlrpc.client
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -482,6 +483,12 @@ def _check_delegation(cred: Credential, signers: dict[str, list[x509.Certificate
                                         f"its namespace {signer.authority})")
 
 
+def _xml_value(value: Any) -> Any:
+    """A credential's XML as the client sent it: geni-lib sends it as XML-RPC base64 (Binary), omni as a
+    string; both are the same signed bytes."""
+    return value.data if isinstance(value, xmlrpc.client.Binary) else value
+
+
 # error ranks: a credential that got further explains the refusal better
 _RANK = {CredentialInvalid: 1, CredentialSignerUntrusted: 2, CredentialExpired: 3, CredentialMismatch: 4, Forbidden: 5}
 
@@ -506,9 +513,9 @@ class CredentialVerifier:
             elif isinstance(entry, dict):
                 kind, version = entry.get("geni_type"), str(entry.get("geni_version", ""))
                 if kind == "geni_sfa" and version in ("2", "3"):
-                    sfa.append(entry.get("geni_value"))
+                    sfa.append(_xml_value(entry.get("geni_value")))
                 elif kind == "geni_abac" and version == "1":
-                    abac.append(entry.get("geni_value"))
+                    abac.append(_xml_value(entry.get("geni_value")))
                 else:
                     errors.append(CredentialInvalid(f"unknown credential type {kind} {version}; this aggregate "
                                                     f"accepts geni_sfa 2/3 and geni_abac 1"))

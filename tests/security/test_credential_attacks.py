@@ -172,3 +172,19 @@ def test_a_credential_is_never_an_xmlrpc_fault(running):
                   xmlrpc.client.Binary(b"\xff\xfe"), 12, None):
         reply = bob.am.Status([urn], [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": value}], {})
         assert _code(reply) in (1, 20), (value, reply)
+
+
+def test_a_credential_sent_as_xmlrpc_base64_is_read_like_a_string(running):
+    """geni-lib sends AM credentials as XML-RPC base64 (with geni_version as an integer): the same signed
+    bytes, so the same answer as omni's string; a forged one sent that way is still refused."""
+    alice = running.user("alice")
+    urn, creds = alice.slice_credential("base64")
+    as_binary = [{"geni_type": "geni_sfa", "geni_version": 3,
+                  "geni_value": xmlrpc.client.Binary(creds[0]["geni_value"].encode())}]
+    reply = alice.am.Allocate(urn, as_binary, request_rspec([vm("n1")]), {})
+    assert _code(reply) == 0, reply
+    altered = creds[0]["geni_value"].replace("<can_delegate>true</can_delegate>",
+                                            "<can_delegate>false</can_delegate>", 1)
+    refused = alice.am.Delete([urn], [{"geni_type": "geni_sfa", "geni_version": 3,
+                                        "geni_value": xmlrpc.client.Binary(altered.encode())}], {})
+    assert _code(refused) == 20, refused
