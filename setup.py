@@ -39,9 +39,12 @@ setup(
         "numpy>=1.26",  # the FPGA aggregate's FIB compiler
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.5", "os-ken>=4.2"],
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.5", "os-ken>=4.2",
+                 "openstacksdk>=3.0", "requests-mock>=1.11"],
         # the netns substrate's OpenFlow controller (without it the driver pushes rules with ovs-ofctl)
         "netns": ["os-ken>=4.2"],
+        # the OpenStack substrate driver (am/substrate/openstack.py; docs/substrate-openstack.md)
+        "openstack": ["openstacksdk>=3.0"],
     },
     entry_points={"console_scripts": ["slicex = slicex.cli:main"]},
 )
