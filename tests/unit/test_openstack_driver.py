@@ -27,7 +27,9 @@ from am.substrate.openstack_plan import (  # noqa: E402
 )
 from slicex.errors import Unsupported  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # openstacksdk's own, about itself
+# openstacksdk's warnings about its own deprecations
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")]
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "openstack"
 NOW = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 PREFIX = "xab12"
@@ -486,4 +488,49 @@ def test_an_unreachable_cloud_stops_start_with_the_reason(tmp_path, monkeypatch)
     (tmp_path / "clouds.yaml").write_text("clouds:\n  other:\n    auth:\n      auth_url: https://identity.example.com\n")
     monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", str(tmp_path / "clouds.yaml"))
     with pytest.raises(Unsupported, match="testcloud"):
+        OpenStackDriver(settings()).start()
+
+
+# ---- wiring: slicex.yaml's substrate_driver: openstack -------------------------------------------------------------
+def _home(tmp_path, section: str):
+    from slicex.home import Home
+
+    root = tmp_path / "home"
+    root.mkdir()
+    (root / "slicex.yaml").write_text("deployment_id: dep-1\nsubstrate_driver: openstack\n" + section)
+    return Home(root)
+
+
+def test_slicex_yaml_selects_the_openstack_driver_and_up_starts_and_reconciles_it(cloud, tmp_path):
+    from am.service import host_driver, start_host_driver
+
+    home = _home(tmp_path, "openstack:\n  cloud: testcloud\n  physical_network: physnet1\n"
+                           "  flavors: {XOSmall: m1.small}\n  images: {ubuntu: ubuntu-22.04}\n")
+    driver = host_driver(home.config(), home)
+    assert isinstance(driver, OpenStackDriver)
+    assert (driver.settings.cloud, driver.settings.physical_network) == ("testcloud", "physnet1")
+    assert driver.settings.flavors == {"XOSmall": "m1.small"}
+
+    class NoLeases:
+        def live_slivers(self):
+            return []
+
+    start_host_driver(driver, NoLeases())  # what `slicex up` does before serving
+    assert driver.conn is not None
+
+
+def test_slicex_yaml_without_a_cloud_is_refused_naming_the_section(tmp_path):
+    from am.service import host_driver
+    from slicex.errors import BadArgs
+
+    home = _home(tmp_path, "openstack:\n  physical_network: physnet1\n")
+    with pytest.raises(BadArgs, match="cloud under `openstack:`"):
+        host_driver(home.config(), home)
+
+
+def test_without_openstacksdk_start_names_the_extra(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "openstack", None)  # `import openstack` now fails as if not installed
+    with pytest.raises(Unsupported, match=r"slicex\[openstack\]"):
         OpenStackDriver(settings()).start()
