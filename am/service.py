@@ -59,8 +59,10 @@ def host_driver(cfg: dict[str, Any], home: Home) -> Any:
     kind = cfg.get("substrate_driver") or "emulated"
     if kind == "emulated":
         return None
+    if kind == "openstack":
+        return openstack_driver(cfg, home)
     if kind != "netns":
-        raise BadArgs(f"substrate_driver {kind!r} in {home.config_file}: emulated or netns")
+        raise BadArgs(f"substrate_driver {kind!r} in {home.config_file}: emulated, netns or openstack")
     from pathlib import Path
 
     from am.substrate.netns import NetnsDriver
@@ -70,6 +72,19 @@ def host_driver(cfg: dict[str, Any], home: Home) -> Any:
     prefix = opts.get("prefix") or deployment_prefix(str(cfg.get("deployment_id") or home.root.resolve()))
     return NetnsDriver(prefix, Path(opts["run_dir"]) if opts.get("run_dir") else None,
                        opts.get("controller", "auto"))
+
+
+def openstack_driver(cfg: dict[str, Any], home: Home) -> Any:
+    """The OpenStack driver of `substrate_driver: openstack`, from the `openstack:` section (cloud: a
+    clouds.yaml entry, physical_network, flavors, images; docs/substrate-openstack.md). openstacksdk is
+    imported only when it starts, so a missing one is reported by `slicex up`, naming the extra to install."""
+    from am.substrate.netns_plan import deployment_prefix
+    from am.substrate.openstack import OpenStackDriver
+    from am.substrate.openstack_plan import OpenStackSettings
+
+    opts = cfg.get("openstack") or {}
+    prefix = deployment_prefix(str(cfg.get("deployment_id") or home.root.resolve()))
+    return OpenStackDriver(OpenStackSettings.from_config(opts, prefix))
 
 
 def start_host_driver(driver: Any, authority: Authority) -> None:
@@ -149,6 +164,10 @@ class EmbeddedDeployment:
             from am.substrate.netns import DESCRIPTION
 
             self.driver.description = DESCRIPTION
+        if broker_url and self.cfg.get("substrate_driver") == "openstack":
+            from am.substrate.openstack import DESCRIPTION as OPENSTACK
+
+            self.driver.description = OPENSTACK
         # Each actor its own key (devpki): the broker's signs tickets, the authority's signs leases, the AM's
         # is only this process's TLS identity. Keys persist across restarts, so what was signed before still
         # verifies; a home from an older version gets the missing ones here.

@@ -701,9 +701,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run the broker and the authority as processes of their own (actor calls over mutual "
                          "TLS), restarted if they die, with all state in the Redis that `store` in slicex.yaml "
                          "names (default redis://127.0.0.1:6379/0, recorded there)")
-    up.add_argument("--substrate", choices=["emulated", "netns"],
+    up.add_argument("--substrate", choices=["emulated", "netns", "openstack"],
                     help="netns: real slivers on this host (namespaces, veths, a private Open vSwitch programmed "
-                         "by an os-ken controller, tc rates; needs root; docs/substrate-netns.md); recorded in "
+                         "by an os-ken controller, tc rates; needs root; docs/substrate-netns.md); openstack: "
+                         "servers and VLAN networks of the clouds.yaml entry in slicex.yaml's `openstack:` "
+                         "(docs/substrate-openstack.md); recorded in "
                          "slicex.yaml as substrate_driver")
     up.set_defaults(func=cmd_up)
 
