@@ -37,6 +37,7 @@ setup(
         "tqdm>=4.60",
         "matplotlib>=3.8",
         "numpy>=1.26",  # the FPGA aggregate's FIB compiler
+        "prometheus-client>=0.20",  # /metrics on the dashboard's port (am/metrics.py)
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.5", "os-ken>=4.2",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import time
 import traceback
 import zlib
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from am.slice_manager import SliceManager, Sliver
 from rspec import namespaces as ns
 from rspec.manifest import SliverView, build_manifest, empty_manifest
 from rspec.request import parse_request
-from slicex import __version__, pki
+from slicex import __version__, logs, pki
 from slicex.clock import Clock, parse_time, rfc3339
 from slicex.credentials import parse_credential
 from slicex.errors import (
@@ -40,10 +41,10 @@ from slicex.urn import Urn, canonical_urn, parse_urn
 log = logging.getLogger("slicex.am")
 AM_TYPE = "slicex"
 
-# What the aggregate acts on: stitching v2 hops (stitching/am_hops.py: the hop's tag is held and reported).
-# Not Q-in-Q: the path service (`slicex scs`) computes tunnels, but this aggregate cannot yet hold S-tags on
-# its ports, so it refuses Q-in-Q hops and does not advertise the extension (docs/stitching.md).
-REQUEST_EXTENSIONS = [ns.STITCH2, ns.SHARED_VLAN, ns.SHARED_VLAN_GENI, ns.OPSTATE,
+# What the aggregate acts on: stitching v2 hops (stitching/am_hops.py: each hop's tag is held on its port's
+# wire and reported, translated where a port translates) and the Q-in-Q extension (the broker holds the
+# S-tag on the port; the netns data plane pushes/pops it: docs/stitching.md).
+REQUEST_EXTENSIONS = [ns.STITCH2, ns.QINQ, ns.SHARED_VLAN, ns.SHARED_VLAN_GENI, ns.OPSTATE,
                       "http://slicex.dev/rspec/ext/fpga/1"]
 
 
@@ -86,20 +87,39 @@ def error_result(err: GeniError) -> dict[str, Any]:
 
 class AggregateManager:
     def __init__(self, identity: AmIdentity, slice_manager: SliceManager, verifier: Verifier, clock: Clock,
-                 advertise: Callable[[bool, datetime], str], policy: AmPolicy | None = None):
+                 advertise: Callable[[bool, datetime], str], policy: AmPolicy | None = None,
+                 metrics: Any = None, dry_run: Callable[..., dict[str, Any]] | None = None):
         self.identity = identity
         self.sm = slice_manager
         self.verifier = verifier
         self.clock = clock
         self.advertise = advertise
         self.policy = policy or AmPolicy()
+        self.metrics = metrics  # am.metrics.Metrics: every call counted and timed by method and GENI code
+        # am.dry_run: Allocate with slicex_dry_run answers where the request would go, holding nothing
+        self.dry_run = dry_run
 
     # ---- dispatch ---------------------------------------------------------------------------------------------
     METHODS = ("GetVersion", "ListResources", "Describe", "Allocate", "Renew", "Provision", "Status",
                "PerformOperationalAction", "Delete", "Shutdown")
 
     def dispatch(self, method: str, params: tuple, caller_cert: x509.Certificate | None) -> dict[str, Any]:
-        """Run one AM API call; whatever happens, return a GENI result."""
+        """Run one AM API call under a fresh request id (slicex.logs: it follows the call to the slice manager
+        and the actors); count and time it; whatever happens, return a GENI result."""
+        with logs.bound(""):
+            started = time.perf_counter()
+            out, error_type = self._dispatch(method, params, caller_cert)
+            seconds = time.perf_counter() - started
+            code = int(out["code"]["geni_code"])
+            log.info("%s -> %d%s in %.1f ms", method if method in self.METHODS else "(unknown method)", code,
+                     f" {error_type}" if error_type else "", seconds * 1000)
+            if self.metrics is not None:
+                self.metrics.observe(method, code, seconds, error_type)
+            return out
+
+    def _dispatch(self, method: str, params: tuple,
+                  caller_cert: x509.Certificate | None) -> tuple[dict[str, Any], str]:
+        """(the GENI result, the GeniError type that refused the call, "" when none did)."""
         try:
             if method not in self.METHODS:
                 raise Unsupported(f"method {method!r} is not part of this aggregate's AM API v3 "
@@ -115,17 +135,18 @@ class AggregateManager:
             out = handler(caller_cert, *params)
             if method == "GetVersion":
                 out["geni_api"] = 3
-            return out
+            return out, ""
         except GeniError as err:
             log.info("%s -> %s %s", method, type(err).__name__, err.message)
-            out = error_result(err)
+            out, error_type = error_result(err), type(err).__name__
         except Exception as exc:  # noqa: BLE001 - the boundary: nothing escapes as a fault
             log.error("%s failed: %s", method, traceback.format_exc())
             out = error_result(ServerError(f"internal error in {method}: {type(exc).__name__}: {exc}; "
                                            f"the operator's log has the details"))
+            error_type = "ServerError"
         if method == "GetVersion":
             out["geni_api"] = 3
-        return out
+        return out, error_type
 
     # ---- common helpers ------------------------------------------------------------------------------------
     @staticmethod
@@ -289,8 +310,11 @@ class AggregateManager:
         if substrate is not None and substrate.external_links:
             from stitching.am_hops import annotate_manifest
 
-            tags = {s.client_id: s.details["vlan_tag"] for s in slivers
-                    if s.kind == "link" and s.details.get("vlan_tag") is not None}
+            tags: dict[str, Any] = {s.client_id: s.details["vlan_tag"] for s in slivers
+                                    if s.kind == "link" and s.details.get("vlan_tag") is not None}
+            for s in slivers:  # each own hop's outer wire tag (translated, or the S-tag of a Q-in-Q port)
+                if s.kind == "link" and s.details.get("uplinks"):
+                    tags[s.client_id] = {u["port"].lower(): u["tags"][0][1] for u in s.details["uplinks"]}
             manifest = annotate_manifest(manifest, substrate, tags)  # own hops say the tag assigned
         return manifest
 
@@ -419,6 +443,13 @@ class AggregateManager:
                           f"component_manager_id")
         end = self._end_time(options, self.policy.allocation_lifetime, self._cred_expiry(verified), now, "Allocate")
         end = min(end, now + self.policy.allocation_lifetime)
+        if options.get("slicex_dry_run"):
+            if self.dry_run is None:
+                raise Unsupported("slicex_dry_run is not offered by this aggregate")
+            # where the request would go and what is short; nothing is held (docs/operator-guide.md §10)
+            plan = self.dry_run(request, verified.effective_caller_urn, now, end)
+            return result(plan, output="dry run: nothing was allocated" + ("" if plan["fits"] else
+                                                                           "; " + plan["summary"]))
         slivers = self.sm.allocate(urn, verified.effective_caller_urn, request, end, now)
         return result({"geni_rspec": self._manifest(urn, slivers, now),
                        "geni_slivers": [self._struct(s) for s in slivers]})

@@ -479,21 +479,25 @@ class Dashboard:
     """Routes a request to the page, the picture or the JSON, taking a fresh snapshot each time."""
 
     def __init__(self, substrate: Substrate, aggregate: Aggregate, state: Callable[[], Snapshot],
-                 health: Callable[[], dict[str, Any]] | None = None):
+                 health: Callable[[], dict[str, Any]] | None = None, metrics: Any = None):
         self.substrate = substrate
         self.aggregate = aggregate
         self.state = state
         self.health = health
+        self.metrics = metrics  # am.metrics.Metrics: /metrics, which reads its own cached sample, not state()
 
     def respond(self, method: str, target: str) -> Response:
         path = urlsplit(target).path
         routes = {"/": self._page, "/topology.svg": self._svg, "/api/state": self._json}
-        if path not in routes and not (path == "/health" and self.health is not None):
+        if path not in routes and not (path == "/health" and self.health is not None) \
+                and not (path == "/metrics" and self.metrics is not None):
             return Response(404, "text/plain; charset=utf-8", f"not found: {path}\n".encode())
         if method != "GET":
             return Response(405, "text/plain; charset=utf-8", b"read-only dashboard: GET only\n")
         if path == "/health":
             return self._health()
+        if path == "/metrics":
+            return Response(200, self.metrics.content_type, self.metrics.exposition())
         try:
             return routes[path](self.state())
         except Exception as exc:  # noqa: BLE001 - a store outage is a 503 page, not a dead server

@@ -15,7 +15,7 @@ from typing import Any
 
 from rspec.request import Request, RequestNode
 from rspec.substrate import Host, Substrate, VmSize
-from slicex.errors import BadArgs, InsufficientBandwidth, InsufficientNodes, VlanUnavailable
+from slicex.errors import BadArgs, GeniError, InsufficientBandwidth, InsufficientNodes, VlanUnavailable
 
 MEM_CHUNK_MB = 512
 BW_CHUNK_KBPS = 100_000
@@ -30,6 +30,21 @@ class Placement:
     component_id: str
     keys: tuple[str, ...]
     details: Mapping[str, Any] = field(default_factory=dict)
+
+
+SHORT = (InsufficientNodes, InsufficientBandwidth, VlanUnavailable)  # capacity errors a dry run collects
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """A requested node or link that did not fit (dry run): the planner's error and the units taken when it
+    was tried; `blocked_by` names the nodes that did not fit when a link was not tried because of them."""
+
+    client_id: str
+    kind: str  # node | link
+    error: GeniError | None
+    taken: frozenset[str]
+    blocked_by: tuple[str, ...] = ()
 
 
 def host_keys(host: Host, size: VmSize, used: Set[str]) -> tuple[str, ...] | None:
@@ -60,20 +75,31 @@ def mac_for(sliver_urn: str, iface: str) -> str:
 
 
 def plan(substrate: Substrate, request: Request, used: Set[str], image_policy: str = "reject",
-         bitstream_parts: Mapping[str, str] | None = None, policy: Any = None) -> list[Placement]:
+         bitstream_parts: Mapping[str, str] | None = None, policy: Any = None,
+         shortfalls: list[Shortfall] | None = None) -> list[Placement]:
     """Place every node and link of `request` given the keys already claimed; raise a GeniError naming what
-    was short. `bitstream_parts` maps the requester's bitstream refs to the FPGA part they were built for."""
+    was short. `bitstream_parts` maps the requester's bitstream refs to the FPGA part they were built for.
+    With `shortfalls` (a dry run), a node or link short of capacity is recorded there and skipped instead,
+    so one answer names everything that does not fit; request errors (BADARGS) still raise."""
     taken: set[str] = set(used)
     placements: list[Placement] = []
     node_host: dict[str, Host] = {}
     iface_owner: dict[str, tuple[str, str]] = {}  # request iface client_id -> (node client_id, host iface cid)
+    short_iface: dict[str, str] = {}  # request iface client_id -> its node, which did not fit
     for node in request.nodes:
+        try:
+            p = place_fpga(substrate, node, taken, bitstream_parts or {}) if node.fpga is not None \
+                else _place_node(substrate, node, taken, image_policy, policy)
+        except SHORT as err:
+            if shortfalls is None:
+                raise
+            shortfalls.append(Shortfall(node.client_id, "node", err, frozenset(taken)))
+            short_iface.update((ri.client_id, node.client_id) for ri in node.interfaces)
+            continue
         if node.fpga is not None:
-            p = place_fpga(substrate, node, taken, bitstream_parts or {})
             taken.update(p.keys)
             placements.append(p)
             continue
-        p = _place_node(substrate, node, taken, image_policy, policy)
         taken.update(p.keys)
         host = substrate.host(p.component_id)
         assert host is not None
@@ -94,7 +120,18 @@ def plan(substrate: Substrate, request: Request, used: Set[str], image_policy: s
         placements.append(Placement(p.client_id, "node", p.component_id, p.keys,
                                     {**p.details, "interfaces": ifaces, **execute}))
     for index, link in enumerate(request.links):
-        p = _place_link(substrate, link, index, iface_owner, taken)
+        blocked = tuple(dict.fromkeys(short_iface[r] for r in link.interface_refs if r in short_iface))
+        if blocked:
+            assert shortfalls is not None
+            shortfalls.append(Shortfall(link.client_id, "link", None, frozenset(taken), blocked))
+            continue
+        try:
+            p = _place_link(substrate, link, index, iface_owner, taken)
+        except SHORT as err:
+            if shortfalls is None:
+                raise
+            shortfalls.append(Shortfall(link.client_id, "link", err, frozenset(taken)))
+            continue
         taken.update(p.keys)
         placements.append(p)
     return placements
@@ -245,10 +282,18 @@ def _place_link(substrate: Substrate, link, index: int, iface_owner: Mapping[str
             raise VlanUnavailable(f"link {link.client_id}: asked for {asked} across {where}; {reason}")
         tag = free[0]
         keys.extend(f"vlan:{sw.component_id}:{tag}" for sw in switches)
+    for port, wire in link.uplinks:  # stitching: the outer tag on each own external port's wire (broker: wire:<port>)
+        key = f"wire:{port}:{wire[0][1]}"
+        if key in taken or key in keys:
+            raise VlanUnavailable(f"link {link.client_id}: tag {wire[0][1]} on the wire of port {port} is held by "
+                                  f"another link")
+        keys.append(key)
     subnet = f"10.{10 + (index // 250)}.{index % 250}"
     return Placement(link.client_id, "link", switches[0].component_id if (switches and tag) else "", tuple(keys),
                      {"vlan_tag": tag, "capacity_kbps": link.capacity_kbps or 0, "subnet": subnet,
                       "endpoints": [n for n, _ in endpoints], "interface_refs": list(link.interface_refs),
+                      **({"uplinks": [{"port": p, "tags": [list(t) for t in w]} for p, w in link.uplinks]}
+                         if link.uplinks else {}),
                       # asked-for link properties a real driver must enforce or refuse (netns: netem)
                       **({"latency_ms": link.latency_ms} if link.latency_ms else {}),
                       **({"packet_loss": link.packet_loss} if link.packet_loss else {})})

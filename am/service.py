@@ -15,7 +15,9 @@ from am.api import AggregateManager, AmIdentity, AmPolicy, error_result
 from am.api_v2 import AggregateManagerV2
 from am.authority import Authority, SubstrateDriver, as_driver
 from am.dashboard import Aggregate, Dashboard, DashboardServer, start_dashboard, take_snapshot
+from am.dry_run import for_slice_manager as dry_run_for
 from am.embed import usage_counts
+from am.metrics import for_slice_manager as metrics_for
 from am.substrate.emulated import EmulatedDriver, FailurePlan
 from broker.broker import Broker
 from broker.delegation import export_substrate
@@ -34,6 +36,7 @@ from slicex.credentials import CredentialVerifier
 from slicex.devpki import actor_public_key, actor_urn, ensure_actor_identities, roots_bundle
 from slicex.errors import BadArgs, GeniError, Refused, TooBig
 from slicex.home import Home
+from slicex.logs import Traced
 from slicex.store import Store, open_store
 from slicex.ticket import load_signing_key
 from slicex.tls_xmlrpc import TlsXmlRpcServer, server_context
@@ -221,7 +224,10 @@ class EmbeddedDeployment:
                                    f"https://{host}:{self._am_v2_server.port}/" if self._am_v2_server else "")
         # The slice manager's name locks the reservations it works on; the same name after a restart takes its
         # own unfinished work back at once (AM workers sharing a store differ by port or by `sm_name`).
-        self.sm = ActorSliceManager(self.store, self.substrate, self.broker, self.authority_actor,
+        # in-process actors log each call under their own logger, as actor servers do (slicex.logs)
+        traced = (self.broker, self.authority_actor) if broker_url else \
+            (Traced("broker", self.broker), Traced("authority", self.authority_actor))
+        self.sm = ActorSliceManager(self.store, self.substrate, *traced,
                                     name=self.cfg.get("sm_name") or f"sm-{socket.gethostname()}-{self._am_server.port}",
                                     image_policy=self.cfg["image_policy"], bitstreams=self.bitstreams,
                                     run_actor_clocks=not broker_url,
@@ -229,9 +235,13 @@ class EmbeddedDeployment:
                                     lease_key=lease_key)
         self.am_urn = f"urn:publicid:IDN+{self.authority}+authority+am"
         self._ads = AdvertisementCache()
+        # this deployment's own registry: /metrics on the dashboard's port (am/metrics.py)
+        self.metrics = metrics_for(self.substrate, self.sm, self.clock.now,
+                                   float(self.cfg.get("metrics_interval_seconds", 5)))
         self.am = AggregateManager(AmIdentity(self.am_urn, self.endpoints.am_url, host, self.driver.description,
                                               v2_url=self.endpoints.am_v2_url),
-                                   self.sm, self.verifier, self.clock, self._advertise, am_policy)
+                                   self.sm, self.verifier, self.clock, self._advertise, am_policy,
+                                   metrics=self.metrics, dry_run=dry_run_for(self.sm, self.authority_name()))
         self.am_v2 = AggregateManagerV2(self.am, self.endpoints.am_v2_url)
         self.sa = SliceAuthority(self.authority, home.sa_cert.read_bytes(), home.sa_key.read_bytes(),
                                  home.ca_cert.read_bytes(), home.ca_key.read_bytes(), self.store, self.clock,
@@ -306,7 +316,7 @@ class EmbeddedDeployment:
         self._threads.append(reaper)
         if self.cfg.get("dashboard_port") is not None:
             dashboard = Dashboard(self.substrate, Aggregate(self.am_urn, self.endpoints.am_url, self.driver.description),
-                                  lambda: take_snapshot(self.sm, self.clock.now()), self.health)
+                                  lambda: take_snapshot(self.sm, self.clock.now()), self.health, self.metrics)
             self._dashboard = start_dashboard(self.cfg["host"], int(self.cfg["dashboard_port"]), dashboard)
         log.info("slice authority at %s, aggregate at %s", self.endpoints.sa_url, self.endpoints.am_url)
         return self.endpoints

@@ -18,7 +18,7 @@ from typing import Any
 
 from cryptography import x509
 
-from slicex import pki
+from slicex import logs, pki
 from slicex.errors import GeniError, RpcError, TimedOut, Unavailable
 from slicex.tls_xmlrpc import SafeTransport, TlsXmlRpcServer, client_context, server_context
 
@@ -41,12 +41,21 @@ class ActorServer:
         return f"https://{host}:{port}/"
 
     def _dispatch(self, method: str, params: tuple, cert: x509.Certificate | None) -> Any:
+        rid = ""
+        if params and isinstance(params[-1], dict) and set(params[-1]) == {logs.WIRE_KEY}:
+            rid, params = str(params[-1][logs.WIRE_KEY]), params[:-1]  # the caller's request id (slicex.logs)
+        with logs.bound(rid):
+            return self._serve(method, params, cert)
+
+    def _serve(self, method: str, params: tuple, cert: x509.Certificate | None) -> Any:
         caller = pki.cert_urn(cert) if cert is not None else ""
         if caller.lower() not in self.allowed:
             return xmlrpc.client.Fault(3, f"{self.name}: {caller or 'an unnamed peer'} may not call actor methods")
         handler = self.handlers.get(method)
         if handler is None:
             return xmlrpc.client.Fault(13, f"{self.name} has no method {method!r}")
+        logging.getLogger(f"slicex.{self.name}").log(logging.INFO if logs.request_id() else logging.DEBUG,
+                                                     "%s.%s from %s", self.name, method, caller)
         try:
             return handler(*params)
         except GeniError as exc:
@@ -133,6 +142,9 @@ class ActorClient:
         if proxy is None:
             proxy = self._local.proxy = xmlrpc.client.ServerProxy(
                 self.url, transport=_PinnedTransport(self._context, self.peer_urn, self._timeout), allow_none=True)
+        rid = logs.request_id()
+        if rid:  # one trailing struct carries the request id to the actor's logs (slicex.logs)
+            args = (*args, {logs.WIRE_KEY: rid})
         try:
             return getattr(proxy, method)(*args)
         except xmlrpc.client.Fault:

@@ -355,8 +355,9 @@ def _serve_until_stopped(every: Callable[[], None] | None = None) -> None:
 
 def _run_foreground(home: Home, print_config: bool = False, distributed: bool = False) -> int:
     from am.service import EmbeddedDeployment
+    from slicex import logs
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logs.configure(home.config())  # log_format: text | json (slicex.logs)
     try:
         _prepare(home, distributed)
     except GeniError as exc:
@@ -402,10 +403,11 @@ def _run_foreground(home: Home, print_config: bool = False, distributed: bool = 
 def cmd_actor(args: argparse.Namespace) -> int:
     """Run one actor (broker or authority) over mutual TLS until stopped (`up --distributed` starts them)."""
     from am.service import ActorProcess, bind_store
+    from slicex import logs
     from slicex.store import open_store
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     home = _home(args)
+    logs.configure(home.config())  # log_format: text | json (slicex.logs)
     supervisor = os.environ.get("SLICEX_SUPERVISOR_PID")
     if supervisor and not procs.die_with_parent(int(supervisor)):
         print(f"the {args.role} actor's `slicex up` (pid {supervisor}) is gone; not starting", file=sys.stderr)
@@ -627,6 +629,27 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Dry-run placement of a request RSpec against the deployment's current state; nothing is held.
+    Exit 0: it fits; 1: something is short (named); 2: the request itself is wrong."""
+    import json
+    from datetime import UTC, datetime
+
+    from am.dry_run import plan_at_home, plan_text
+
+    home = _home(args)
+    try:
+        answer = plan_at_home(home, Path(args.request).read_text(), datetime.now(UTC), args.user)
+    except GeniError as exc:
+        print(f"slicex plan: {type(exc).__name__}: {exc.message}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"slicex plan: cannot read {args.request}: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(answer, indent=1) if args.json else plan_text(answer))
+    return 0 if answer["fits"] else 1
+
+
 def cmd_scs(args: argparse.Namespace) -> int:
     """Serve ComputePath over the topology file (stitching/server.py)."""
     from stitching.server import serve
@@ -735,6 +758,13 @@ def build_parser() -> argparse.ArgumentParser:
     mnt.add_argument("host", help="host name or component id")
     mnt.add_argument("--end", action="store_true", help="return the host to the inventory")
     mnt.set_defaults(func=cmd_maintenance)
+
+    pl = sub.add_parser("plan", help="dry-run placement: does a request RSpec fit now, where would each node and "
+                                     "link go, what is short (nothing is allocated)")
+    pl.add_argument("request", help="request RSpec (GENI v3)")
+    pl.add_argument("--user", help="whose bitstream catalogue FPGA nodes use")
+    pl.add_argument("--json", action="store_true", help="the answer as JSON (as Allocate with slicex_dry_run)")
+    pl.set_defaults(func=cmd_plan)
 
     demo = sub.add_parser("demo", help="create a CA and user alice if needed, then run in the foreground")
     demo.set_defaults(func=cmd_demo)
