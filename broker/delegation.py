@@ -76,6 +76,9 @@ def export_substrate(substrate, authority: str, broker: str) -> Delegation:
             pools.append(Pool(f"bw:{i.component_id}", "bw",
                               tuple(f"bw:{i.component_id}:{k}" for k in range(i.bandwidth_kbps // BW_CHUNK_KBPS)), cid))
     labels = [LabelSet(f"vlan:{sw.component_id}", tuple(sw.vlan_range)) for sw in substrate.switches]
+    # stitching: the outer tag on each external port's wire (802.1Q tags, and the S-tags of a Q-in-Q port)
+    labels += [LabelSet(f"wire:{e.local_port}", tuple(sorted(set(e.vlan_range) | set(e.s_vlan_range))))
+               for e in substrate.external_links]
     if substrate.fpga_boards:
         from fpga_aggregate.boards import boards_from_config
 

@@ -60,6 +60,9 @@ class RequestLink:
     link_type: str | None = None
     shared_vlan: str | None = None
     vlan_tag: int | None = None
+    # stitching: (external port URN, tags on its wire outermost first as (TPID, VID)), set by the aggregate
+    # from its own hops (stitching/am_hops.py), never read from the RSpec
+    uplinks: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,20 @@ def add_veth(ns: str, ns_if: str, host_if: str, mac: str) -> None:
     run(["ip", "link", "set", host_if, "up"])
 
 
+def add_trunk(a: str, b: str, mtu: int = 9000) -> None:
+    """A veth "trunk" between two aggregates' bridges on this host (a stitched cable): both ends up, in the
+    host's namespace, checksum offload off, and an MTU above 1500 so a full frame fits under an S-tag and a
+    C-tag (a veth drops a frame longer than MTU + one VLAN tag)."""
+    if a in links() and b in links():
+        return
+    run(["ip", "link", "del", a], check=False)
+    run(["ip", "link", "del", b], check=False)
+    run(["ip", "link", "add", a, "mtu", str(mtu), "type", "veth", "peer", "name", b, "mtu", str(mtu)])
+    for end in (a, b):
+        run(["ethtool", "-K", end, "tx", "off"], check=False)
+        run(["ip", "link", "set", end, "up"])
+
+
 def set_address(ns: str, ifname: str, address: str) -> None:
     run(["ip", "-n", ns, "addr", "replace", address, "dev", ifname])
 

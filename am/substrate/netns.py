@@ -34,9 +34,18 @@ from typing import Any
 from am.authority import SliverSpec
 from am.substrate import hostnet
 from am.substrate.execute import NodeServices, services_of, verdict
-from am.substrate.flows import AccessPort, Segment, segment_flows
+from am.substrate.flows import AccessPort, Segment, Uplink, segment_flows
 from am.substrate.login import NodeLogin, accounts, kill_netns_processes
-from am.substrate.netns_plan import LinkPlan, NodePlan, check_prefix, link_plan, node_plan, owned, tbf_args
+from am.substrate.netns_plan import (
+    LinkPlan,
+    NodePlan,
+    check_prefix,
+    link_plan,
+    node_plan,
+    owned,
+    tbf_args,
+    trunk_name,
+)
 from am.substrate.openflow import FlowProgrammer, OfctlProgrammer, OsKenController, osken_available
 from am.substrate.ovs import OvsSwitch, default_run_dir
 from slicex.errors import BadArgs, GeniError, ServerError, Unsupported
@@ -54,18 +63,23 @@ class NetnsDriver:
     """SubstrateDriver over namespaces, veths, tc and a private OVS. `start` before use, `shutdown` after."""
 
     def __init__(self, prefix: str, run_dir: Path | None = None, controller: str = "auto", timeout: float = 30.0,
-                 login_address: str = "127.0.0.1", login_host: str | None = None):
+                 login_address: str = "127.0.0.1", login_host: str | None = None, switch_dir: Path | None = None):
+        """`switch_dir`: the run directory of an Open vSwitch shared with other deployments on this host (one
+        bridge each). Two ovs-vswitchd with the userspace datapath cannot run on one host: the second cannot
+        create its `ovs-netdev` tap ("Device or resource busy") and its bridges never come up."""
         self.prefix = check_prefix(prefix)
         self.bridge = f"{prefix}-br"
         self.dpid = int(hashlib.sha256(prefix.encode()).hexdigest()[:12], 16)
-        self.ovs = OvsSwitch(run_dir or default_run_dir(prefix), timeout=timeout)
+        self.run_dir = Path(run_dir or default_run_dir(prefix))
+        self.shared_switch = switch_dir is not None
+        self.ovs = OvsSwitch(switch_dir or self.run_dir, timeout=timeout)
         if controller not in ("auto", "os-ken", "ovs-ofctl"):
             raise BadArgs(f"netns controller {controller!r}: auto, os-ken or ovs-ofctl")
         why = osken_available() if controller != "ovs-ofctl" else "not asked for"
         if controller == "os-ken" and why:
             raise Unsupported(f"the os-ken controller cannot be imported here ({why}); pip install os-ken, or use "
                               f"controller ovs-ofctl")
-        self.flows: FlowProgrammer = (OsKenController(self.ovs.run_dir, timeout) if why is None
+        self.flows: FlowProgrammer = (OsKenController(self.run_dir, timeout) if why is None
                                       else OfctlProgrammer(self.ovs))
         self.description = f"{DESCRIPTION} (OpenFlow rules from {self.flows.name})"
         self.links: dict[int, LinkPlan] = {}  # live link segments by VLAN
@@ -73,7 +87,8 @@ class NetnsDriver:
         self.ports: dict[str, tuple[int, int, str]] = {}  # bridge port -> (ofport, vlan, mac)
         self.netem = False
         # per-node login and services (readable by the nodes' users: the switch's run directory is root-only)
-        self.nodes_dir = Path(f"{self.ovs.run_dir}-nodes")
+        self.nodes_dir = Path(f"{self.run_dir}-nodes")
+        self.trunks: dict[str, int] = {}  # external port URN (lower case) -> ofport of its trunk device
         self.login_address = login_address  # where the login ports listen
         self.login_host = login_host or login_address  # what the manifest tells users to connect to
         self._lock = threading.RLock()
@@ -98,7 +113,11 @@ class NetnsDriver:
         self.flows.stop()
         if remove and self.ovs.running():
             self.ovs.vsctl("--if-exists", "del-br", self.bridge)
-        self.ovs.stop(remove=remove)
+        if self.shared_switch:  # the switch is the host's: its owner stops it; this deployment only its bridge
+            if remove:
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+        else:
+            self.ovs.stop(remove=remove)
         if remove:
             shutil.rmtree(self.nodes_dir, ignore_errors=True)  # node directories went with their slivers
             hostnet.del_link(self.bridge)  # the netdev datapath's tap for the bridge may outlive the daemon
@@ -145,6 +164,9 @@ class NetnsDriver:
                 plan = self._link_plan(spec)
                 if plan.vlan is not None:
                     self.links.setdefault(plan.vlan, plan)
+                    if up:
+                        for port, _tags in plan.uplinks:
+                            self._trunk(port)
                     (self.enabled.add if up else self.enabled.discard)(plan.vlan)
                     self._push()
             else:
@@ -230,6 +252,7 @@ class NetnsDriver:
             self.links.clear()
             self.enabled.clear()
             self.ports.clear()
+            self.trunks.clear()
             for spec, status in live:
                 if spec.kind == "link":
                     plan = self._link_plan(spec, check=False)
@@ -239,7 +262,11 @@ class NetnsDriver:
                             self.enabled.add(plan.vlan)
             plans: list[tuple[NodePlan, bool]] = [(self._node_plan(spec), status.get("state") == READY)
                                                   for spec, status in live if spec.kind == "node"]
-            keep = set().union(*(p.names() for p, _ in plans)) | {self.bridge}
+            for vlan in self.enabled:
+                for port, _tags in self.links[vlan].uplinks:
+                    self._trunk(port)
+            keep = set().union(*(p.names() for p, _ in plans)) | {self.bridge} | {
+                trunk_name(self.prefix, port) for lk in self.links.values() for port, _t in lk.uplinks}
             removed: list[str] = []
             for ns in sorted(hostnet.namespaces()):
                 if ns.startswith(self.prefix + "-") and ns not in keep:
@@ -328,6 +355,18 @@ class NetnsDriver:
                 self.ports[i.host_if] = (self.ovs.add_port(self.bridge, i.host_if, i.vlan), i.vlan, i.mac)
         self._push()
 
+    def _trunk(self, port: str) -> int:
+        """The OpenFlow port of the trunk toward another aggregate (a device `trunk_name(prefix, port)` the
+        operator, or `hostnet.add_trunk`, made); added to the bridge the first time a stitched link uses it."""
+        key = port.lower()
+        if key not in self.trunks:
+            dev = trunk_name(self.prefix, port)
+            if dev not in hostnet.links():
+                raise ServerError(f"stitched port {port}: its trunk device {dev} does not exist on this host; "
+                                  f"join the aggregates first (hostnet.add_trunk, docs/stitching.md)")
+            self.trunks[key] = self.ovs.add_port(self.bridge, dev)
+        return self.trunks[key]
+
     def _login(self, plan: NodePlan) -> NodeLogin:
         return NodeLogin(self.nodes_dir, plan.netns, plan.hostname, self.login_address)
 
@@ -367,5 +406,7 @@ class NetnsDriver:
         segments = []
         for vlan in sorted(self.enabled):
             ports = tuple(AccessPort(ofport, mac) for ofport, v, mac in self.ports.values() if v == vlan)
-            segments.append(Segment(vlan, ports))
+            uplinks = tuple(Uplink(self.trunks[p.lower()], tags) for p, tags in self.links[vlan].uplinks
+                            if p.lower() in self.trunks)
+            segments.append(Segment(vlan, ports, uplinks))
         self.flows.apply(self.bridge, self.dpid, segment_flows(segments))

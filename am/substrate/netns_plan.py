@@ -49,6 +49,12 @@ def veth_names(prefix: str, sliver_id: str, iface: str) -> tuple[str, str]:
     return base + NS_SIDE, base + HOST_SIDE
 
 
+def trunk_name(prefix: str, port_urn: str) -> str:
+    """The host device of an external port's trunk: prefix + 8 hex of the port URN + 't' (not a sliver's
+    object: reconcile leaves it; whoever joined the aggregates removes it)."""
+    return f"{prefix}{_h(port_urn.lower())}t"
+
+
 def hostname_for(client_id: str) -> str:
     """A valid host name from a request client_id (letters, digits, '-'; at most 63)."""
     name = re.sub(r"[^a-zA-Z0-9-]", "-", client_id).strip("-")[:63]
@@ -65,6 +71,8 @@ class LinkPlan:
     capacity_kbps: int
     subnet: str
     interface_refs: tuple[str, ...]
+    # stitching: (external port URN, ((TPID, VID), ...) outermost first) per own hop: the trunk rules
+    uplinks: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = ()
 
     def to_doc(self) -> dict:
         return {"sliver_id": self.sliver_id, "client_id": self.client_id, "vlan": self.vlan,
@@ -113,8 +121,10 @@ def link_plan(sliver_id: str, client_id: str, labels: Iterable[tuple[str, int]],
         vlan = int(details["vlan_tag"])
     if vlan is not None and not 1 <= vlan <= 4094:
         raise BadArgs(f"link {client_id or sliver_id}: VLAN {vlan} is outside 1-4094")
+    uplinks = tuple((str(u["port"]), tuple((int(t), int(v)) for t, v in u["tags"]))
+                    for u in details.get("uplinks") or ())
     return LinkPlan(sliver_id, client_id, vlan, int(details.get("capacity_kbps") or 0),
-                    str(details.get("subnet") or ""), tuple(details.get("interface_refs") or ()))
+                    str(details.get("subnet") or ""), tuple(details.get("interface_refs") or ()), uplinks)
 
 
 def _address(iface: str, info: Mapping, link: LinkPlan | None) -> str:

@@ -129,8 +129,10 @@ class OvsSwitch:
     def ensure_bridge(self, bridge: str, dpid: int, controller: str | None) -> None:
         """A netdev bridge in secure fail mode (no rule, no forwarding) speaking OpenFlow 1.3."""
         self.vsctl("--may-exist", "add-br", bridge, "--", "set", "bridge", bridge, "datapath_type=netdev",
-                   "fail_mode=secure", "protocols=OpenFlow13", f"other-config:datapath-id={dpid:016x}",
-                   "other-config:vlan-limit=2")
+                   "fail_mode=secure", "protocols=OpenFlow13", f"other-config:datapath-id={dpid:016x}")
+        # Q-in-Q: match the C-tag after popping the S-tag. vlan-limit is a switch-wide setting (Open_vSwitch
+        # table; the default 1 parses only the outer tag, so the inner one never matches)
+        self.vsctl("set", "Open_vSwitch", ".", "other_config:vlan-limit=2")
         if controller:
             self.vsctl("set-controller", bridge, controller)
         else:

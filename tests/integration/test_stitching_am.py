@@ -67,12 +67,12 @@ def allocate(r, user: str, slice_name: str, rspec: str) -> dict:
     return u.am.Allocate(urn, creds, rspec, {})
 
 
-def test_get_version_advertises_stitching_v2_and_not_qinq(deployment):
+def test_get_version_advertises_stitching_v2_and_qinq(deployment):
     r, _ = deployment
     v = r.user("alice").am.GetVersion()["value"]
     exts = v["geni_request_rspec_versions"][0]["extensions"]
     assert "http://www.geni.net/resources/rspec/ext/stitch/2/" in exts
-    assert "http://slicex.dev/rspec/ext/qinq/1" not in exts and "slicex_extensions" not in v
+    assert "http://slicex.dev/rspec/ext/qinq/1" in exts
 
 
 def test_own_hop_tag_is_held_and_the_manifest_reports_it_without_empty_elements(deployment):
