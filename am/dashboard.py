@@ -583,7 +583,8 @@ class DashboardServer(ThreadingMixIn, HTTPServer):
         return f"http://{f'[{host}]' if ':' in host else host}:{self.server_address[1]}/"
 
     def start(self) -> str:
-        threading.Thread(target=self.serve_forever, name="dashboard", daemon=True).start()
+        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, name="dashboard",
+                         daemon=True).start()
         return self.url
 
     def handle_error(self, request: Any, client_address: Any) -> None:

@@ -35,6 +35,9 @@ Dispatch = Callable[[str, tuple, x509.Certificate | None], Any]
 Rejection = Callable[[str], Any]
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+STOP_POLL_SECONDS = 0.05
+"""How often a serving loop looks for a stop request: socketserver's default (0.5 s) made every stop of a
+deployment with five servers take two seconds."""
 DRAIN_BYTES = 64 * 1024 * 1024
 DRAIN_SECONDS = 15.0
 
@@ -218,7 +221,8 @@ class TlsXmlRpcServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
         return self.server_address[1]
 
     def start_background(self) -> threading.Thread:
-        t = threading.Thread(target=self.serve_forever, name=f"xmlrpc-{self.port}", daemon=True)
+        t = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": STOP_POLL_SECONDS},
+                             name=f"xmlrpc-{self.port}", daemon=True)
         t.start()
         return t
 
