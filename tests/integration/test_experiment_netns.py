@@ -39,7 +39,7 @@ def test_runner_repeats_a_pinned_3_node_lan_measures_it_and_records_failures(net
     client = AmClient(info["am_url"], info["sa_url"], str(home.user_cert("alice")), str(home.user_key("alice")),
                       AUTHORITY, "alice", [home.user_ssh_pub("alice").read_text().strip()])
     out = tmp_path / "results"
-    exp = Experiment(client, lan3(), 3, netns_execs(prefix), duration=1, pings=3, pin=True)
+    exp = Experiment(client, lan3(), 3, netns_execs(prefix), duration=2, pings=3, pin=True)  # 2 s: 1 omitted
     reps = run(exp, out, progress=False)
     assert [r["ok"] for r in reps] == [True] * 3, [r["error"] for r in reps]
     first = reps[0]["placement"]
