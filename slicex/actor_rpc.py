@@ -15,6 +15,7 @@ import threading
 import xmlrpc.client
 from collections.abc import Callable
 from typing import Any
+from xml.parsers.expat import ExpatError
 
 from cryptography import x509
 
@@ -136,6 +137,10 @@ class ActorClient:
             raise Unavailable(f"the {self.name} actor at {self.url} is not reachable ({exc}); retry when it is back") from None
         except xmlrpc.client.ProtocolError as exc:
             raise RpcError(f"{self.name} at {self.url} answered {method} with HTTP {exc.errcode}") from None
+        except (ExpatError, http.client.HTTPException, xmlrpc.client.ResponseError) as exc:
+            # an actor killed while answering leaves a cut-off or empty reply: an outage, not a bug of ours
+            raise Unavailable(f"the {self.name} actor at {self.url} stopped in the middle of its answer "
+                              f"({type(exc).__name__}: {exc}); retry when it is back") from None
 
     def _call(self, method: str, *args: Any) -> Any:
         proxy = getattr(self._local, "proxy", None)

@@ -27,3 +27,38 @@ def test_an_actor_that_is_down_is_unavailable_with_a_message_for_people(tmp_path
     message = refused.value.message
     assert message.startswith(f"the broker actor at https://127.0.0.1:{port}/ is not reachable")
     assert "for unavailable" not in message and "retry" in message
+
+
+def test_an_actor_killed_while_answering_is_unavailable_not_an_internal_error(tmp_path):
+    """The chaos test saw `ExpatError: no element found` become SERVERERROR (5) when the broker died between
+    its status line and its body; a cut-off answer is an outage (11)."""
+    import ssl
+    import threading
+
+    ca, ca_key = pki.create_ca("rpc.test", "rpc CA")
+    am, am_key = pki.issue_certificate(ca, ca_key, "urn:publicid:IDN+rpc.test+authority+am", "am")
+    broker, broker_key = pki.issue_certificate(ca, ca_key, "urn:publicid:IDN+rpc.test+authority+broker", "broker")
+    for name, data in (("ca.pem", ca), ("am.pem", am), ("am.key", am_key), ("broker.pem", broker),
+                       ("broker.key", broker_key)):
+        (tmp_path / name).write_bytes(data)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(tmp_path / "broker.pem"), str(tmp_path / "broker.key"))
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+
+    def answer_nothing() -> None:
+        conn, _ = listener.accept()
+        with ctx.wrap_socket(conn, server_side=True) as tls:
+            tls.recv(65536)
+            tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=answer_nothing, daemon=True).start()
+    client = ActorClient("broker", f"https://127.0.0.1:{port}/", str(tmp_path / "am.pem"), str(tmp_path / "am.key"),
+                         str(tmp_path / "ca.pem"), "urn:publicid:IDN+rpc.test+authority+broker", timeout=5)
+    try:
+        with pytest.raises(Unavailable, match="stopped in the middle of its answer"):
+            client.call("issue")
+    finally:
+        listener.close()
