@@ -913,6 +913,8 @@ class ActorSliceManager:
         elif r.state in rs.HOLDS_LEASE:
             try:
                 op, error = self.authority.status(rec.ticket_id, now)
+            except (Unavailable, TimedOut) as exc:  # its state is unknown for now, not failed: say why
+                op, error = sm.NOTREADY, f"operational state unknown: {exc.message}"
             except GeniError as exc:
                 op, error = sm.FAILED, exc.message
             view = getattr(self.authority, "view", None) if rec.kind == "node" else None

@@ -39,3 +39,26 @@ def test_provision_again_after_the_authority_was_down_says_the_slivers_failed(tm
     asm.delete(urns, now)
     asm.reap(now + MIN)
     everything_released(store, real)
+
+
+def test_a_provisioned_sliver_whose_state_cannot_be_read_is_not_reported_failed(tmp_path):
+    """The chaos test saw Provision succeed and, the authority killed just then, the answer show a provisioned
+    sliver as geni_failed: its state was unknown, not failed (a user told "failed" deletes a good sliver)."""
+    from am.substrate.emulated import EmulatedDriver
+
+    store = SqliteStore(str(tmp_path / "s.db"))
+    clock = ManualClock()
+    real = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY)
+    authority = Flaky(real.authority, only=("status",))
+    asm = ActorSliceManager(store, SUB, real.broker, authority)
+    now = clock.now()
+    urns = [s.urn for s in asm.allocate(SLICE, "o", parse_request(three_node_lan()), now + 10 * MIN, now)]
+    asm.provision(urns, now + timedelta(hours=1), [], now)
+    authority.down = True
+    slivers = asm.slivers(SLICE, now)
+    assert {s.allocation_state for s in slivers} == {sm.PROVISIONED}
+    assert sm.FAILED not in {s.operational_state for s in slivers}
+    assert all("operational state unknown" in s.error and "not answering" in s.error for s in slivers)
+    authority.down = False
+    assert sm.FAILED not in {s.operational_state for s in asm.slivers(SLICE, now)}
+    asm.delete(urns, now)
