@@ -4,7 +4,7 @@ Each cycle: createslice → allocate (3-node LAN by default) → provision → p
 all through stock omni. Before and after, the advertisement is fetched and compared (timestamps aside):
 the loop fails if a single core, node or VLAN is still held. Per-cycle timings go to a JSON file and a plot.
 
-Usage: python scripts/omni_loop.py --omni "/work/interop/py2/bin/python /work/interop/geni-tools/src/omni.py"
+Usage: python scripts/omni_loop.py --omni "$INTEROP/py2/bin/python $INTEROP/geni-tools/src/omni.py"
        [--cycles 50] [--config $SLICEX_HOME/omni_config] [--rspec FILE] [--plot loop.png]"""
 
 from __future__ import annotations

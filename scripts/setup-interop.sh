@@ -2,18 +2,18 @@
 # Prepare a Python 2.7 environment in which geni-tools' omni and its GENI AM API acceptance suite
 # (acceptance_tests/AM_API/am_api_accept.py) run, for interop testing of slicex. Idempotent.
 #
-# Usage: scripts/setup-interop.sh [GENI_TOOLS_TREE]      (default: /work/interop/geni-tools)
+# Usage: scripts/setup-interop.sh [GENI_TOOLS_TREE]      (default: $INTEROP/geni-tools, INTEROP defaulting to ~/interop)
 #   GENI_TOOLS_TREE must ALREADY exist: a work tree of the public repo GENI-NSF/geni-tools (any checkout or
 #   `git archive HEAD | tar -x`). This script does not fetch it and contains none of its code; it only
 #   installs what that code needs. For compatibility, a directory holding geni-tools/ is also accepted.
-# Environment: PY2_VENV  virtualenv to create   (default: <parent of GENI_TOOLS_TREE>/py2, i.e. /work/interop/py2)
+# Environment: PY2_VENV  virtualenv to create   (default: <parent of GENI_TOOLS_TREE>/py2, i.e. $INTEROP/py2)
 #              PY27      Python 2.7 interpreter (default: pyenv's ~/.pyenv/versions/2.7.18/bin/python)
 # Afterwards:
 #   $PY2_VENV/bin/python $GENI_TOOLS_TREE/src/omni.py --version
 #   cd $GENI_TOOLS_TREE/acceptance_tests/AM_API && PYTHONPATH=../../src $PY2_VENV/bin/python am_api_accept.py --help
 set -euo pipefail
 
-tree=${1:-/work/interop/geni-tools}
+tree=${1:-${INTEROP:-$HOME/interop}/geni-tools}
 if [ ! -f "$tree/src/omni.py" ] && [ -f "$tree/geni-tools/src/omni.py" ]; then tree=$tree/geni-tools; fi
 if [ ! -f "$tree/src/omni.py" ]; then
   echo "setup-interop: no geni-tools work tree at $tree (expected $tree/src/omni.py)." >&2
