@@ -4,6 +4,7 @@ from setuptools import setup
 
 PACKAGES = [
     "slicex",
+    "cli",
     "slicex.store",
     "am",
     "am.substrate",
@@ -24,7 +25,7 @@ setup(
     packages=PACKAGES,
     package_dir={"fpga_aggregate": "fpga-aggregate"},
     package_data={"rspec": ["schemas/*.xsd", "schemas/*/*.xsd"], "am": ["substrate/*.yaml"],
-                  "fpga_aggregate": ["schemas/*.xsd"]},
+                  },
     include_package_data=True,
     install_requires=[
         # lxml and xmlsec must carry the same libxml2 (both 2.14.6 in these wheels): pin the pair.
@@ -47,5 +48,5 @@ setup(
         # the OpenStack substrate driver (am/substrate/openstack.py; docs/substrate-openstack.md)
         "openstack": ["openstacksdk>=3.0"],
     },
-    entry_points={"console_scripts": ["slicex = slicex.cli:main"]},
+    entry_points={"console_scripts": ["slicex = cli.main:main"]},
 )

@@ -19,15 +19,15 @@ from am.dry_run import for_slice_manager as dry_run_for
 from am.embed import usage_counts
 from am.metrics import for_slice_manager as metrics_for
 from am.substrate.emulated import EmulatedDriver, FailurePlan
+from am.substrate.fpga import FpgaDriver
 from broker.broker import Broker
 from broker.delegation import export_substrate
 from broker.policy import policy_named
+from clearinghouse import chapi_edge
 from clearinghouse.slice_authority import SaPolicy, SliceAuthority
-from federation import chapi_edge
 from fpga_aggregate.backend import EmulatedFpgaBackend, FpgaBackend
 from fpga_aggregate.bitstreams import BitstreamCatalogue
 from fpga_aggregate.boards import boards_from_config
-from fpga_aggregate.driver import FpgaDriver
 from rspec.advertisement import AdvertisementCache, Usage
 from rspec.substrate import Substrate, default_substrate, load_substrate
 from slicex import pki
@@ -105,7 +105,7 @@ def warm_caches() -> None:
     """Start-up work done once, in one thread, before a process serves: compile every schema slicex
     validates with (libxml2's first schema compile is not thread-safe, and a corrupted one breaks Allocate
     until restart). ServerError if this process cannot validate requests: it must not serve."""
-    from fpga_aggregate import rspec_ext
+    from rspec import fpga_ext as rspec_ext
     from rspec import validate
 
     validate.warm()

@@ -118,11 +118,11 @@ class Distributed:
             "authority": AUTHORITY, "host": "127.0.0.1", "store": store_url, "dashboard_port": None,
             "substrate": str(home / "substrate.yaml"), **ports}))
         open_store(store_url).flush()
-        subprocess.run([sys.executable, "-m", "slicex.cli", "--home", str(home), "ca", "init", "--authority",
+        subprocess.run([sys.executable, "-m", "cli", "--home", str(home), "ca", "init", "--authority",
                         AUTHORITY], check=True, stdout=subprocess.DEVNULL)
         (home / "logs").mkdir()
         log = open(home / "logs" / "bench-up.log", "ab")  # noqa: SIM115 - open while the process runs
-        self.proc = subprocess.Popen([sys.executable, "-m", "slicex.cli", "--home", str(home), "up",
+        self.proc = subprocess.Popen([sys.executable, "-m", "cli", "--home", str(home), "up",
                                       "--distributed"], stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + 120

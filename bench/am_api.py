@@ -59,7 +59,7 @@ def _free_port() -> int:
 
 
 def _slicex(home: Path, *args: str) -> None:
-    subprocess.run([sys.executable, "-m", "slicex.cli", "--home", str(home), *args], check=True,
+    subprocess.run([sys.executable, "-m", "cli", "--home", str(home), *args], check=True,
                    stdout=subprocess.DEVNULL)
 
 
@@ -95,7 +95,7 @@ class Deployment:
         (home / "slicex.yaml").write_text(yaml.safe_dump(text))
         (home / "logs").mkdir(exist_ok=True)
         log = open(home / "logs" / "bench-up.log", "ab")  # noqa: SIM115 - open while the process runs
-        proc = subprocess.Popen([sys.executable, "-m", "slicex.cli", "--home", str(home), "up"],
+        proc = subprocess.Popen([sys.executable, "-m", "cli", "--home", str(home), "up"],
                                 stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self.procs.append(proc)

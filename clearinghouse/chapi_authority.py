@@ -5,10 +5,10 @@ They live here, next to the gcf slice authority, because they are the same autho
 protocol: one slice record per slice (the `sa_slices` table, created through `SliceAuthority.claim_slice` with
 its atomic name claim), the same members rule (users our CA certified in our namespace), the same slice and
 user credentials. A slice made through either interface is visible through the other. The CH API's records,
-options and permission rules are the pure functions of federation/chapi.py; this module reads and writes the
+options and permission rules are the pure functions of clearinghouse/chapi.py; this module reads and writes the
 store and calls them.
 
-Every method answers `{code, value, output}` (federation.chapi.ok/error), never a fault."""
+Every method answers `{code, value, output}` (clearinghouse.chapi.ok/error), never a fault."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from typing import Any
 
 from cryptography import x509
 
+from clearinghouse import chapi
+from clearinghouse.chapi import ChError, argument, authorization
 from clearinghouse.slice_authority import SLICES, SliceAuthority
-from federation import chapi
-from federation.chapi import ChError, argument, authorization
 from slicex import pki
 from slicex.clock import parse_time, rfc3339
 from slicex.errors import GeniError

@@ -137,7 +137,7 @@ def run(exp: Experiment, out: Path | None = None, progress: bool = True) -> list
 
 # ---- the command line: slicex experiment ------------------------------------------------------------------------
 def add_command(sub: Any) -> None:
-    """`slicex experiment` (added to slicex/cli.py's subcommands)."""
+    """`slicex experiment` (added to cli/main.py's subcommands)."""
     p = sub.add_parser("experiment", help="create a topology N times through the AM API, measure RTT/TCP/UDP per "
                                           "link inside its nodes, delete; CSV, JSON, plots (docs/experiments.md)")
     p.add_argument("rspec", help="request RSpec file")

@@ -37,7 +37,7 @@ from fpga_aggregate.migration import (
 )
 from fpga_aggregate.placement import SOFTWARE, Capacity, HardwareSlot, Placement, VirtualNetwork, schedule
 from fpga_aggregate.programming import programming_seconds
-from fpga_aggregate.rspec_ext import FpgaRequest, sliver_element
+from rspec.fpga_ext import FpgaRequest, sliver_element
 from slicex.clock import Clock, parse_time, rfc3339
 from slicex.errors import BadArgs, InsufficientBandwidth, InsufficientNodes, SearchFailed, Unsupported
 from slicex.store import Store

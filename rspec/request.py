@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from lxml import etree
 
-from fpga_aggregate.rspec_ext import FpgaRequest, parse_fpga_request
+from rspec.fpga_ext import FpgaRequest, parse_fpga_request
 from rspec.namespaces import PGV2, RSPEC3, SHARED_VLAN, SHARED_VLAN_GENI, q
 from slicex.errors import BadArgs, BadVersion
 from slicex.xmlsafe import parse_xml

@@ -105,7 +105,7 @@ class Deployment:
         self.sa_url = f"https://127.0.0.1:{self.cfg['sa_port']}/"
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        out = subprocess.run([sys.executable, "-m", "slicex.cli", "--home", str(self.root), *args],
+        out = subprocess.run([sys.executable, "-m", "cli", "--home", str(self.root), *args],
                              capture_output=True, text=True, timeout=90, env=self.env)
         assert not check or out.returncode == 0, f"slicex {' '.join(args)}: {out.stdout}{out.stderr}"
         return out

@@ -28,7 +28,7 @@ def free_ports(n: int) -> list[int]:
 
 
 def slicex(home: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "slicex.cli", "--home", str(home), *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "cli", "--home", str(home), *args], capture_output=True,
                           text=True, timeout=120, env={**os.environ, **(env or {})})
 
 
@@ -118,7 +118,7 @@ def _env_without_store() -> dict:
 
 
 def _run(home: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "slicex.cli", "--home", str(home), *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "cli", "--home", str(home), *args], capture_output=True,
                           text=True, timeout=120, env=env if env is not None else _env_without_store())
 
 
@@ -159,7 +159,7 @@ def test_an_actor_started_by_hand_uses_the_deployments_redis_and_refuses_another
     assert yaml.safe_load((home / "slicex.yaml").read_text())["store"] == REDIS  # recorded for every process
     assert _run(home, "down").returncode == 0
     try:
-        hand = subprocess.Popen([sys.executable, "-m", "slicex.cli", "--home", str(home), "actor", "broker"],
+        hand = subprocess.Popen([sys.executable, "-m", "cli", "--home", str(home), "actor", "broker"],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env_without_store())
         try:
             assert _wait(lambda: (home / "run" / "broker.pid").exists() or hand.poll() is not None)
@@ -224,7 +224,7 @@ def test_up_stops_actors_left_running_and_refuses_ports_held_by_strangers(tmp_pa
     assert _run(home, "up", "--distributed", "--detach").returncode == 0
     assert _run(home, "down").returncode == 0
     # an actor that no `up` supervises (started by hand, or one whose `up` died without taking it along)
-    orphan = subprocess.Popen([sys.executable, "-m", "slicex.cli", "--home", str(home), "actor", "broker"],
+    orphan = subprocess.Popen([sys.executable, "-m", "cli", "--home", str(home), "actor", "broker"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env_without_store())
     try:
         assert _wait(lambda: (home / "run" / "broker.pid").exists())
@@ -262,7 +262,7 @@ def test_a_zombie_or_a_reused_pid_is_not_running(tmp_path):
         assert procs.alive(record)
         # the same pid with another start time (a reused pid) or another command line is someone else
         assert not procs.alive(procs.ProcessRecord(record.pid, record.start + 1, record.cmdline))
-        assert not procs.alive(procs.ProcessRecord(record.pid, record.start, ("python", "-m", "slicex.cli")))
+        assert not procs.alive(procs.ProcessRecord(record.pid, record.start, ("python", "-m", "cli")))
         # `down` leaves a stranger whose pid is in a stale pid file alone
         (home / "run").mkdir(exist_ok=True)
         (home / "run" / "slicex.pid").write_text(json.dumps({"pid": sleeper.pid, "start": record.start + 1,

@@ -71,7 +71,7 @@ def test_runner_repeats_a_pinned_3_node_lan_measures_it_and_records_failures(net
     # the command line, over ssh through the manifest's login service, one repetition
     rspec = tmp_path / "lan3.xml"
     rspec.write_text(lan3())
-    cli = subprocess.run([sys.executable, "-m", "slicex.cli", "--home", str(home.root), "experiment", str(rspec),
+    cli = subprocess.run([sys.executable, "-m", "cli", "--home", str(home.root), "experiment", str(rspec),
                           "-n", "1", "--exec", "ssh", "--duration", "1", "--pings", "2", "--quiet",
                           "-o", str(tmp_path / "cli")], capture_output=True, text=True, timeout=120)
     assert cli.returncode == 0, cli.stdout + cli.stderr

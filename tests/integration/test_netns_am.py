@@ -47,7 +47,7 @@ class Up:
 
     def start(self) -> str:
         log = open(self.home.root / "up.log", "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "slicex.cli", "--home", str(self.home.root), "up",
+        self.proc = subprocess.Popen([sys.executable, "-m", "cli", "--home", str(self.home.root), "up",
                                       "--substrate", "netns"], stdout=log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         log.close()
@@ -84,7 +84,7 @@ def netns_home(tmp_path: Path):
         yield home, up, prefix
     finally:
         up.stop()
-        subprocess.run([sys.executable, "-m", "slicex.cli", "--home", str(home.root), "down"], capture_output=True,
+        subprocess.run([sys.executable, "-m", "cli", "--home", str(home.root), "down"], capture_output=True,
                        timeout=60)
         cleanup(NetnsDriver(prefix))
 
@@ -157,7 +157,7 @@ def test_slices_through_the_am_api_are_real_isolated_survive_sigkill_and_leave_n
     ok(am_a.Delete([urn_a], cred_a, {}))
     ok(am_b.Delete([urn_b], cred_b, {}))
     assert NetnsDriver(prefix).leftovers() == []
-    down = subprocess.run([sys.executable, "-m", "slicex.cli", "--home", str(home.root), "down"],
+    down = subprocess.run([sys.executable, "-m", "cli", "--home", str(home.root), "down"],
                           capture_output=True, text=True, timeout=60)
     assert down.returncode == 0, down.stderr
     assert not NetnsDriver(prefix).ovs.running()

@@ -54,7 +54,7 @@ def netns_up(tmp_path: Path):
         yield home, up, prefix
     finally:
         up.stop()
-        subprocess.run([sys.executable, "-m", "slicex.cli", "--home", str(home.root), "down"], capture_output=True,
+        subprocess.run([sys.executable, "-m", "cli", "--home", str(home.root), "down"], capture_output=True,
                        timeout=60)
         try:
             cleanup(NetnsDriver(prefix))

@@ -7,7 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from slicex.cli import main
+from cli.main import main
 from slicex.term import Term
 from tests.factories import request_rspec, three_node_lan, vm
 from tests.integration.conftest import Running

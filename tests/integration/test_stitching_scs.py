@@ -75,7 +75,7 @@ def scs(tmp_path):
         topo = tmp_path / "topology.yaml"
         topo.write_text(yaml.safe_dump({"aggregates": entries + (extra or [])}))
         port = free_port()
-        p = subprocess.Popen([sys.executable, "-m", "slicex.cli", "scs", "--topology", str(topo), "--port",
+        p = subprocess.Popen([sys.executable, "-m", "cli", "scs", "--topology", str(topo), "--port",
                               str(port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
         procs.append(p)

@@ -1,4 +1,4 @@
-"""The CH API core (federation/chapi.py): result shapes, options, times, slice URNs and expirations, roles,
+"""The CH API core (clearinghouse/chapi.py): result shapes, options, times, slice URNs and expirations, roles,
 and the v2 → v1 method mapping."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from federation import chapi
+from clearinghouse import chapi
 from slicex.errors import AlreadyExists, BadArgs, CredentialSignerUntrusted, Forbidden, Unavailable
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)

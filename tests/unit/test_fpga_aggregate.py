@@ -12,7 +12,8 @@ from fpga_aggregate.aggregate import FpgaAggregate
 from fpga_aggregate.backend import EmulatedFpgaBackend
 from fpga_aggregate.bitstreams import BitstreamCatalogue, build_bitfile
 from fpga_aggregate.boards import boards_from_config
-from fpga_aggregate.rspec_ext import (
+from fpga_aggregate.tables import ReferenceLpm, bgp_like, probe_addresses, random_table
+from rspec.fpga_ext import (
     FPGA_NS,
     FpgaRequest,
     board_element,
@@ -20,7 +21,6 @@ from fpga_aggregate.rspec_ext import (
     sliver_element,
     validate,
 )
-from fpga_aggregate.tables import ReferenceLpm, bgp_like, probe_addresses, random_table
 from slicex.clock import ManualClock
 from slicex.errors import BadArgs, InsufficientBandwidth, InsufficientNodes, SearchFailed, Unsupported
 from slicex.store.sqlite_store import SqliteStore

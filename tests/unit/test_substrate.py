@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from am.embed import plan
-from rspec.cli import add_substrate_commands
+from cli.substrate import add_substrate_commands
 from rspec.request import parse_request
 from rspec.substrate import (
     SubstrateError,

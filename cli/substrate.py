@@ -1,7 +1,7 @@
 """`slicex substrate check|ad|ndl FILE`: check an operator's substrate file and show what it yields.
 
 Each command is a function of parsed arguments returning an exit status (0 fine, 1 a mistake in the file),
-so `slicex/cli.py` only has to call `add_substrate_commands(subparsers)`."""
+so `cli/main.py` only has to call `add_substrate_commands(subparsers)`."""
 
 from __future__ import annotations
 

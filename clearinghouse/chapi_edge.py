@@ -17,9 +17,9 @@ from urllib.parse import urlsplit
 
 from cryptography import x509
 
+from clearinghouse import chapi
 from clearinghouse.chapi_authority import ChapiAuthority, Member
 from clearinghouse.slice_authority import SliceAuthority
-from federation import chapi
 from slicex import pki
 from slicex.home import Home
 from slicex.tls_xmlrpc import TlsXmlRpcServer, _Handler, server_context

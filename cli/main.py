@@ -93,7 +93,7 @@ def cmd_omni_config(args: argparse.Namespace) -> int:
 
 def _chapi(home: Home, user: str, service: str, timeout: float = 10.0) -> Any:
     """An XML-RPC client of the deployment's CH API (`/CH`, `/SA`, `/MA`) as `user`."""
-    from federation.chapi_edge import chapi_port
+    from clearinghouse.chapi_edge import chapi_port
     from slicex.tls_xmlrpc import client
 
     cfg = home.config()
@@ -114,7 +114,7 @@ def _project_exists_or_create(home: Home, user: str, project: str) -> tuple[bool
 
 
 def _chapi_omni_config(home: Home, args: argparse.Namespace) -> int:
-    from federation.chapi_edge import chapi_port
+    from clearinghouse.chapi_edge import chapi_port
     from slicex import omniconfig
 
     users = home.users()
@@ -265,7 +265,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         return 2
     home.log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(home.log_file, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "slicex.cli", "--home", str(home.root), "up"]
+        proc = subprocess.Popen([sys.executable, "-m", "cli", "--home", str(home.root), "up"]
                                 + (["--distributed"] if args.distributed else []),
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 60
@@ -298,7 +298,7 @@ class _Supervisor:
         log_path = home.log_file.with_name(f"{role}.log")
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "slicex.cli", "--home", str(home.root), "actor", role],
+            proc = subprocess.Popen([sys.executable, "-m", "cli", "--home", str(home.root), "actor", role],
                                     stdout=log, stderr=subprocess.STDOUT,
                                     env={**os.environ, "SLICEX_SUPERVISOR_PID": str(os.getpid())})
         self.procs[role] = proc
@@ -781,12 +781,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_experiment_command(sub)
 
-    try:
-        from rspec.cli import add_substrate_commands
-    except ImportError:
-        pass
-    else:
-        add_substrate_commands(sub)
+    from cli.substrate import add_substrate_commands
+
+    add_substrate_commands(sub)
     return p
 
 
@@ -795,5 +792,3 @@ def main(argv: list[str] | None = None) -> int:
     return args.func(args)
 
 
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,7 +3,7 @@ the records a slice authority and member authority answer with, and who may see 
 
 Everything here is pure: records in, records or errors out, the time passed in. The stateful authorities
 (clearinghouse/chapi_authority.py) read and write the store and call these; the XML-RPC edge
-(federation/chapi_edge.py) only routes. Field names and value shapes follow what the clients read, where
+(clearinghouse/chapi_edge.py) only routes. Field names and value shapes follow what the clients read, where
 they differ from the spec text (../shared/FEDERATION.md §1.4-1.5): SERVICE lookups are lists, SLICE lookups
 dicts keyed by URN, times RFC 3339 strings with `Z`, `EXPIRED` beside `SLICE_EXPIRED` for omni."""
 

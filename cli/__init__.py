@@ -1,0 +1,1 @@
+"""The `slicex` command line: the one package that may import every actor (the kernel `slicex/` imports none)."""
