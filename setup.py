@@ -24,8 +24,8 @@ setup(
     python_requires=">=3.11",
     packages=PACKAGES,
     package_dir={"fpga_aggregate": "fpga-aggregate"},
-    package_data={"rspec": ["schemas/*.xsd", "schemas/*/*.xsd"], "am": ["substrate/*.yaml"],
-                  },
+    package_data={"rspec": ["schemas/*.xsd", "schemas/*/*.xsd"],
+                  "am": ["substrate/*.yaml", "templates/*.html", "static/*"]},
     include_package_data=True,
     install_requires=[
         # lxml and xmlsec must carry the same libxml2 (both 2.14.6 in these wheels): pin the pair.
@@ -35,14 +35,18 @@ setup(
         "rdflib>=7.0",
         "redis>=5.0",
         "PyYAML>=6.0",
-        "tqdm>=4.60",
-        "matplotlib>=3.8",
+        "Flask>=3.0",  # the operator dashboard (am/dashboard.py, Jinja2 templates in am/templates/)
         "numpy>=1.26",  # the FPGA aggregate's FIB compiler
         "prometheus-client>=0.20",  # /metrics on the dashboard's port (am/metrics.py)
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.5", "os-ken>=4.2",
-                 "openstacksdk>=3.0", "requests-mock>=1.11"],
+                 "openstacksdk>=3.0", "requests-mock>=1.11",
+                 "matplotlib>=3.8", "tqdm>=4.60",
+                 # drives Debian's chromium (scripts/system-deps.sh) in the dashboard's browser test
+                 "playwright>=1.45"],
+        # `slicex experiment` plots and progress bar, scripts/omni_loop.py
+        "experiment": ["matplotlib>=3.8", "tqdm>=4.60"],
         # the netns substrate's OpenFlow controller (without it the driver pushes rules with ovs-ofctl)
         "netns": ["os-ken>=4.2"],
         # the OpenStack substrate driver (am/substrate/openstack.py; docs/substrate-openstack.md)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian packages slicex's tests and demo use, if missing: redis-server, xmlsec1, iproute2; for the
 # netns substrate (real slivers on one host) Open vSwitch (userspace datapath, started privately, never the
-# system service), iperf3, ethtool, ping and openssh-server.
+# system service), iperf3, ethtool, ping and openssh-server; chromium for the dashboard's browser test
+# (tests/integration/test_dashboard_browser.py drives it with Playwright, no browser download).
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
@@ -13,6 +14,7 @@ command -v iperf3 >/dev/null || need+=(iperf3)
 command -v ethtool >/dev/null || need+=(ethtool)
 command -v ping >/dev/null || need+=(iputils-ping)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v chromium >/dev/null || need+=(chromium)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   SUDO=sudo
