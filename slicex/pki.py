@@ -263,6 +263,13 @@ class TrustStore:
             return
         self.trusted.append(TrustedRoot(cert, tuple(n.lower() for n in chosen), source))
 
+    def set_roots(self, source: str, certs: list[x509.Certificate], namespaces: tuple[str, ...]) -> None:
+        """Replace the roots that came from `source` (a federation peer's, refreshed) with `certs`, bound to
+        `namespaces`; paths validated before are validated again, so a dropped root vouches for nothing."""
+        kept = [r for r in self.trusted if r.source != source]
+        self.trusted = kept + [TrustedRoot(c, tuple(n.lower() for n in namespaces), source) for c in certs]
+        self._paths = LruCache(4096)
+
     @property
     def roots(self) -> list[x509.Certificate]:
         return [r.cert for r in self.trusted]
@@ -281,31 +288,32 @@ class TrustStore:
         if not (leaf.not_valid_before_utc <= at <= leaf.not_valid_after_utc):
             raise CredentialExpired(f"certificate {name} is valid {leaf.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} "
                                     f"to {leaf.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}, not at {at:%Y-%m-%dT%H:%M:%SZ}")
-        if not self.trusted:
+        trusted, paths = self.trusted, self._paths  # one consistent set while a peer's roots are replaced
+        if not trusted:
             raise CredentialSignerUntrusted("this aggregate trusts no root certificate")
         key = (leaf.fingerprint(hashes.SHA256()), *(c.fingerprint(hashes.SHA256()) for c in intermediates))
-        known = self._paths.get(key)
+        known = paths.get(key)
         if known is not None and known[1] <= at <= known[2]:
             return list(known[0])
-        verifier = (PolicyBuilder().store(Store(self.roots)).time(at).max_chain_depth(8)
+        verifier = (PolicyBuilder().store(Store([r.cert for r in trusted])).time(at).max_chain_depth(8)
                     .extension_policies(ca_policy=_CA_POLICY, ee_policy=_EE_POLICY).build_client_verifier())
         try:
             path = list(verifier.verify(leaf, [c for c in intermediates if c != leaf]).chain)
         except VerificationError as exc:
-            expired = [c for c in intermediates + self.roots
+            expired = [c for c in intermediates + [r.cert for r in trusted]
                        if c.subject == leaf.issuer and not (c.not_valid_before_utc <= at <= c.not_valid_after_utc)]
             if expired:
                 raise CredentialExpired(f"certificate {name}: its issuer {expired[0].subject.rfc4514_string()} is "
                                         f"not valid at {at:%Y-%m-%dT%H:%M:%SZ}") from None
             raise CredentialSignerUntrusted(f"certificate {name} does not chain to a root this aggregate trusts "
                                             f"(issuer {leaf.issuer.rfc4514_string()}): {exc}") from None
-        root = next(r for r in self.trusted if r.cert == path[-1])
+        root = next(r for r in trusted if r.cert == path[-1])
         for cert in path[:-1]:
             authority = urn_authority(cert)
             if authority is not None and not any(namespace_covers(ns, authority) for ns in root.namespaces):
                 raise CredentialSignerUntrusted(
                     f"{cert_urn(cert)} is outside the namespace its root {root.cert.subject.rfc4514_string()} "
                     f"({root.source}) may vouch for ({', '.join(root.namespaces)})")
-        self._paths.put(key, (tuple(path), max(c.not_valid_before_utc for c in path),
+        paths.put(key, (tuple(path), max(c.not_valid_before_utc for c in path),
                               min(c.not_valid_after_utc for c in path)))
         return path
