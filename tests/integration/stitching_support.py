@@ -1,0 +1,132 @@
+"""Shared by the stitching tests that run several `slicex up` aggregates on this host: their substrate files
+(one switch, one host, an external link per neighbour), the three path shapes (direct, translated, Q-in-Q),
+the request, homes that trust each other's roots, and `slicex up` as a child process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from slicex import procs
+from slicex.devpki import add_user, init_ca
+from slicex.home import Home
+
+CAPACITY_KBPS = 10_000
+
+
+def urn(name: str, rest: str = "authority+am") -> str:
+    return f"urn:publicid:IDN+{name}.test+{rest}"
+
+
+def port(name: str, peer: str) -> str:
+    return urn(name, f"interface+sw1:to-{peer}")
+
+
+def substrate(name: str, peers: dict[str, dict]) -> dict:
+    """One aggregate: a switch, one host, an external link per peer with the given attributes."""
+    ranges = ["100-299", "3000-3010"]
+    return {"authority": f"{name}.test",
+            "switches": [{"name": "sw1", "vlan_range": ranges,
+                          "ports": [{"name": "h1"}] + [{"name": f"to-{p}"} for p in peers]}],
+            "hosts": [{"name": "pc", "count": 1, "cores": 8, "memory_mb": 16384,
+                       "interfaces": [{"name": "eth0", "switch_port": "sw1:h1"}]}],
+            "external_links": [{"name": f"to-{p}", "switch": "sw1", "port": f"to-{p}", "remote_aggregate": urn(p),
+                                "remote_port": port(p, name), **attrs} for p, attrs in peers.items()]}
+
+
+MODES = {  # aggregate -> peer -> external link attributes
+    "direct": {"sa": {"sb": {"vlan_range": "100-110"}}, "sb": {"sa": {"vlan_range": "100-110"}}},
+    # no tag is in both sa-sb's and sb-sc's ranges: sb's port to sc translates
+    "translated": {"sa": {"sb": {"vlan_range": "100-110"}},
+                   "sb": {"sa": {"vlan_range": "100-110"}, "sc": {"vlan_range": "200-210", "vlan_translation": True}},
+                   "sc": {"sb": {"vlan_range": "200-210"}}},
+    # the transit carries only 3000-3010, the edges only 100-110 and translate nothing: Q-in-Q at the edges
+    "qinq": {"sa": {"sb": {"vlan_range": "100-110", "qinq": True, "s_vlan_range": "3000-3009"}},
+             "sb": {"sa": {"vlan_range": "3005-3010"}, "sc": {"vlan_range": "3000-3010"}},
+             "sc": {"sb": {"vlan_range": "100-110", "qinq": True, "s_vlan_range": "3000-3009"}}},
+}
+
+
+def request(a: str, b: str, link: str = "st0", capacity_kbps: int = CAPACITY_KBPS, hosts: tuple[int, int] = (1, 2),
+            node_names: tuple[str, str] = ("a", "b")) -> str:
+    """Two nodes, one at `a` and one at `b`, on one stitched link (10.77.0.x)."""
+    na, nb = node_names
+    return f"""<rspec xmlns="http://www.geni.net/resources/rspec/3" type="request">
+  <node client_id="{na}" component_manager_id="{urn(a)}" exclusive="false">
+    <sliver_type name="default-vm"/><interface client_id="{na}:if0"><ip address="10.77.0.{hosts[0]}"
+      netmask="255.255.255.0"/></interface></node>
+  <node client_id="{nb}" component_manager_id="{urn(b)}" exclusive="false">
+    <sliver_type name="default-vm"/><interface client_id="{nb}:if0"><ip address="10.77.0.{hosts[1]}"
+      netmask="255.255.255.0"/></interface></node>
+  <link client_id="{link}"><component_manager name="{urn(a)}"/><component_manager name="{urn(b)}"/>
+    <interface_ref client_id="{na}:if0"/><interface_ref client_id="{nb}:if0"/>
+    <property source_id="{na}:if0" dest_id="{nb}:if0" capacity="{capacity_kbps}"/>
+    <property source_id="{nb}:if0" dest_id="{na}:if0" capacity="{capacity_kbps}"/></link></rspec>"""
+
+
+def make_homes(root: Path, racks: dict[str, dict[str, dict]], **config: Any) -> dict[str, Home]:
+    """A home per aggregate (own CA and authority `<name>.test`, its substrate file, `config` added to its
+    slicex.yaml), user alice at the first, every home trusting every other's root."""
+    homes: dict[str, Home] = {}
+    for name, peers in racks.items():
+        (root / f"{name}.yaml").write_text(yaml.safe_dump(substrate(name, peers)))
+        home = Home(root / name)
+        home.root.mkdir(parents=True)
+        cfg = {"authority": f"{name}.test", "sa_port": 0, "am_port": 0, "am_v2_port": None, "tick_seconds": 0.05,
+               "dashboard_port": None, "substrate": str(root / f"{name}.yaml")}
+        cfg.update({k: (v(name) if callable(v) else v) for k, v in config.items()})
+        home.config_file.write_text(yaml.safe_dump(cfg))
+        init_ca(home, f"{name}.test")
+        homes[name] = home
+    add_user(homes[next(iter(racks))], f"{next(iter(racks))}.test", "alice")
+    for name, home in homes.items():
+        for other, peer in homes.items():
+            if other != name:
+                (home.trusted_roots / f"{other}.pem").write_bytes(peer.ca_cert.read_bytes())
+    return homes
+
+
+class Up:
+    """`slicex up` as a child process in the foreground, as an operator runs it; `stop` is SIGTERM."""
+
+    def __init__(self, home: Home):
+        self.home = home
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 60) -> dict[str, Any]:
+        """Start it and return what it records in its pid file (am_url, sa_url, ...)."""
+        log = open(self.home.root / "up.log", "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "cli", "--home", str(self.home.root), "up"],
+                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log()
+            rec = procs.read(self.home.pid_file)
+            if rec is not None and rec.pid == self.proc.pid:
+                return rec.info
+            time.sleep(0.05)
+        raise AssertionError("slicex up did not start: " + self.log())
+
+    def log(self) -> str:
+        path = self.home.root / "up.log"
+        return path.read_text()[-3000:] if path.exists() else ""
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def slice_credential(sa: Any, authority: str, name: str) -> tuple[str, list[dict[str, str]]]:
+    s = f"urn:publicid:IDN+{authority}+slice+{name}"
+    return s, [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": sa.CreateSlice(s)}]
