@@ -58,7 +58,7 @@ def host_driver(cfg: dict[str, Any], home: Home) -> Any:
     """The driver that makes real slivers on this host when slicex.yaml says `substrate_driver: netns`
     (`slicex up --substrate netns` records it), else None. Options under `netns:`: `prefix` of every host
     object (default from the deployment id), `run_dir` of the private Open vSwitch, `controller`
-    (auto | os-ken | ovs-ofctl)."""
+    (auto | os-ken | ovs-ofctl), `switch_dir` of an Open vSwitch shared with other aggregates on this host."""
     kind = cfg.get("substrate_driver") or "emulated"
     if kind == "emulated":
         return None
@@ -73,8 +73,13 @@ def host_driver(cfg: dict[str, Any], home: Home) -> Any:
 
     opts = cfg.get("netns") or {}
     prefix = opts.get("prefix") or deployment_prefix(str(cfg.get("deployment_id") or home.root.resolve()))
+    # switch_dir: one Open vSwitch shared by several aggregates on this host, their bridges joined by veth
+    # trunks the driver makes from the substrate's external links (docs/substrate-netns.md, "Several aggregates")
+    cables = {e.local_port: e.remote_port for e in load_substrate(cfg["substrate"]).external_links} \
+        if cfg.get("substrate") else {}
     return NetnsDriver(prefix, Path(opts["run_dir"]) if opts.get("run_dir") else None,
-                       opts.get("controller", "auto"))
+                       opts.get("controller", "auto"), switch_dir=Path(opts["switch_dir"]) if opts.get("switch_dir")
+                       else None, cables=cables)
 
 
 def openstack_driver(cfg: dict[str, Any], home: Home) -> Any:

@@ -461,6 +461,8 @@ def _stop_host_switch(home: Home) -> list[str]:
     if not driver.ovs.running():
         return []
     driver.shutdown()
+    if driver.shared_switch:  # netns: {switch_dir}: other aggregates' bridges are on it
+        return [f"OpenFlow controller (the shared Open vSwitch in {driver.ovs.run_dir} keeps running)"]
     return [f"Open vSwitch and OpenFlow controller in {driver.ovs.run_dir}"]
 
 

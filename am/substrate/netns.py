@@ -26,7 +26,7 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from am.substrate.netns_plan import (
     link_plan,
     node_plan,
     owned,
+    shared_trunk_name,
     tbf_args,
     trunk_name,
 )
@@ -63,16 +64,21 @@ class NetnsDriver:
     """SubstrateDriver over namespaces, veths, tc and a private OVS. `start` before use, `shutdown` after."""
 
     def __init__(self, prefix: str, run_dir: Path | None = None, controller: str = "auto", timeout: float = 30.0,
-                 login_address: str = "127.0.0.1", login_host: str | None = None, switch_dir: Path | None = None):
+                 login_address: str = "127.0.0.1", login_host: str | None = None, switch_dir: Path | None = None,
+                 cables: Mapping[str, str] | None = None):
         """`switch_dir`: the run directory of an Open vSwitch shared with other deployments on this host (one
-        bridge each). Two ovs-vswitchd with the userspace datapath cannot run on one host: the second cannot
-        create its `ovs-netdev` tap ("Device or resource busy") and its bridges never come up."""
+        bridge each; slicex.yaml `netns: {switch_dir: ...}`). Two ovs-vswitchd with the userspace datapath
+        cannot run on one host: the second cannot create its `ovs-netdev` tap ("Device or resource busy") and
+        its bridges never come up. `cables`: external port URN -> the remote port URN (the substrate's
+        external links); on a shared switch the driver joins two aggregates' bridges itself, with a veth pair
+        named from both ports (`shared_trunk_name`), the first time a stitched link uses the cable."""
         self.prefix = check_prefix(prefix)
         self.bridge = f"{prefix}-br"
         self.dpid = int(hashlib.sha256(prefix.encode()).hexdigest()[:12], 16)
         self.run_dir = Path(run_dir or default_run_dir(prefix))
         self.shared_switch = switch_dir is not None
         self.ovs = OvsSwitch(switch_dir or self.run_dir, timeout=timeout)
+        self.cables = {k.lower(): v for k, v in (cables or {}).items()}
         if controller not in ("auto", "os-ken", "ovs-ofctl"):
             raise BadArgs(f"netns controller {controller!r}: auto, os-ken or ovs-ofctl")
         why = osken_available() if controller != "ovs-ofctl" else "not asked for"
@@ -266,7 +272,7 @@ class NetnsDriver:
                 for port, _tags in self.links[vlan].uplinks:
                     self._trunk(port)
             keep = set().union(*(p.names() for p, _ in plans)) | {self.bridge} | {
-                trunk_name(self.prefix, port) for lk in self.links.values() for port, _t in lk.uplinks}
+                self.trunk_device(port) for lk in self.links.values() for port, _t in lk.uplinks}
             removed: list[str] = []
             for ns in sorted(hostnet.namespaces()):
                 if ns.startswith(self.prefix + "-") and ns not in keep:
@@ -355,15 +361,29 @@ class NetnsDriver:
                 self.ports[i.host_if] = (self.ovs.add_port(self.bridge, i.host_if, i.vlan), i.vlan, i.mac)
         self._push()
 
+    def trunk_device(self, port: str) -> str:
+        """The host device of an external port's trunk: on a shared switch named from the switch and the port
+        (both sides of a cable know both names), else `trunk_name(prefix, port)`, which the operator makes."""
+        if self.shared_switch:
+            return shared_trunk_name(str(self.ovs.run_dir), port)
+        return trunk_name(self.prefix, port)
+
     def _trunk(self, port: str) -> int:
-        """The OpenFlow port of the trunk toward another aggregate (a device `trunk_name(prefix, port)` the
-        operator, or `hostnet.add_trunk`, made); added to the bridge the first time a stitched link uses it."""
+        """The OpenFlow port of the trunk toward another aggregate, added to the bridge the first time a
+        stitched link uses it. On a shared switch the veth pair to the remote port's end is made here when it
+        does not exist yet (the other aggregate adds its end to its own bridge); otherwise the device must
+        exist (the operator's cable, or `hostnet.add_trunk`)."""
         key = port.lower()
         if key not in self.trunks:
-            dev = trunk_name(self.prefix, port)
+            dev = self.trunk_device(port)
             if dev not in hostnet.links():
-                raise ServerError(f"stitched port {port}: its trunk device {dev} does not exist on this host; "
-                                  f"join the aggregates first (hostnet.add_trunk, docs/stitching.md)")
+                remote = self.cables.get(key)
+                if not (self.shared_switch and remote):
+                    how = ("the substrate file names no remote port for it" if self.shared_switch else
+                           f"make it (an interface named {dev}) or share one switch (netns: switch_dir)")
+                    raise ServerError(f"stitched port {port}: its trunk device {dev} does not exist on this host; "
+                                      f"{how} (docs/stitching.md)")
+                hostnet.add_trunk(dev, shared_trunk_name(str(self.ovs.run_dir), remote))
             self.trunks[key] = self.ovs.add_port(self.bridge, dev)
         return self.trunks[key]
 

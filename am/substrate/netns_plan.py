@@ -55,6 +55,15 @@ def trunk_name(prefix: str, port_urn: str) -> str:
     return f"{prefix}{_h(port_urn.lower())}t"
 
 
+def shared_trunk_name(switch_dir: str, port_urn: str) -> str:
+    """The host device of an external port's trunk when aggregates share one Open vSwitch (`netns.switch_dir`):
+    'sxc' + 8 hex of the switch directory and the port URN + 't'. Unlike `trunk_name` it needs no deployment
+    prefix, so each side of a cable knows both ends' names (its own port's and the remote port's) and
+    whichever starts a stitched link over the cable first creates the veth pair. Never a deployment's
+    object (`owned` is false): reconcile and Delete leave it; it is the cable."""
+    return f"sxc{_h(str(switch_dir), port_urn.lower())}t"
+
+
 def hostname_for(client_id: str) -> str:
     """A valid host name from a request client_id (letters, digits, '-'; at most 63)."""
     name = re.sub(r"[^a-zA-Z0-9-]", "-", client_id).strip("-")[:63]
