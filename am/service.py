@@ -18,6 +18,7 @@ from am.dashboard import Aggregate, Dashboard, DashboardServer, start_dashboard,
 from am.dry_run import for_slice_manager as dry_run_for
 from am.embed import usage_counts
 from am.metrics import for_slice_manager as metrics_for
+from am.peer_gate import held_slivers, wanted_nodes
 from am.substrate.emulated import EmulatedDriver, FailurePlan
 from am.substrate.fpga import FpgaDriver
 from broker.broker import Broker
@@ -25,6 +26,7 @@ from broker.delegation import export_substrate
 from broker.policy import policy_named
 from clearinghouse import chapi_edge
 from clearinghouse.slice_authority import SaPolicy, SliceAuthority
+from federation.trust_roots import PeerTrust
 from fpga_aggregate.backend import EmulatedFpgaBackend, FpgaBackend
 from fpga_aggregate.bitstreams import BitstreamCatalogue
 from fpga_aggregate.boards import boards_from_config
@@ -206,12 +208,14 @@ class EmbeddedDeployment:
             owner = self.authority_actor
         owner.export_to(self.broker)
         trust = pki.TrustStore([home.trusted_roots], namespaces=self.cfg.get("trusted_root_namespaces") or {})
+        # federation peers (slicex.yaml `peers:`): their roots, bound to their namespaces, refreshed if configured
+        self.peer_trust = PeerTrust.for_deployment(home.root, self.cfg, trust, (str(home.am_cert), str(home.am_key)))
         self.verifier = CredentialVerifier(trust)
         am_policy = AmPolicy(allocation_lifetime=timedelta(minutes=self.cfg["am"]["allocation_lifetime_minutes"]),
                              default_lease=timedelta(hours=self.cfg["am"]["default_lease_hours"]),
                              max_lease=timedelta(days=self.cfg["am"]["max_lease_days"]),
                              operators=frozenset(self.cfg.get("operators") or ()))
-        ca_file = str(roots_bundle(home))
+        ca_file = str(self.peer_trust.extend_bundle(roots_bundle(home)))
         self._sa_server = TlsXmlRpcServer((host, self.cfg["sa_port"] if sa_port is None else sa_port),
                                           server_context(str(home.sa_cert), str(home.sa_key), ca_file),
                                           self._sa_dispatch, self._sa_reject)
@@ -247,6 +251,8 @@ class EmbeddedDeployment:
                                               v2_url=self.endpoints.am_v2_url),
                                    self.sm, self.verifier, self.clock, self._advertise, am_policy,
                                    metrics=self.metrics, dry_run=dry_run_for(self.sm, self.authority_name()))
+        self.am.peers = self.peer_trust.gate(self.am_urn, held_slivers(self.sm.records), wanted_nodes(self.substrate))
+        self.peer_trust.watch_tls(*(s.context for s in (self._am_server, self._am_v2_server) if s is not None))
         self.am_v2 = AggregateManagerV2(self.am, self.endpoints.am_v2_url)
         self.sa = SliceAuthority(self.authority, home.sa_cert.read_bytes(), home.sa_key.read_bytes(),
                                  home.ca_cert.read_bytes(), home.ca_key.read_bytes(), self.store, self.clock,
@@ -316,6 +322,7 @@ class EmbeddedDeployment:
         if self._am_v2_server is not None:
             self._threads.append(self._am_v2_server.start_background())
         self._threads.append(self.chapi.start())
+        self.peer_trust.start()
         reaper = threading.Thread(target=self._reap_loop, name="reaper", daemon=True)
         reaper.start()
         self._threads.append(reaper)
@@ -340,6 +347,7 @@ class EmbeddedDeployment:
         if self._stop.is_set():
             return
         self._stop.set()
+        self.peer_trust.stop()
         for server in (self._sa_server, self._am_server, self._am_v2_server):
             if server is not None:
                 server.close()
