@@ -692,6 +692,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="listen on N..N+5 (slice authority, AM, broker, authority, dashboard, AM API v2) "
                            "instead of 8000-8004 and 8006")
     init.set_defaults(func=cmd_ca_init)
+    from cli.peers import add_ca_export_root, add_peer_commands
+
+    add_ca_export_root(ca_sub)
 
     user = sub.add_parser("user", help="experimenter accounts")
     user_sub = user.add_subparsers(dest="user_command", required=True)
@@ -786,6 +789,7 @@ def build_parser() -> argparse.ArgumentParser:
     from cli.substrate import add_substrate_commands
 
     add_substrate_commands(sub)
+    add_peer_commands(sub)
     return p
 
 
