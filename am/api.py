@@ -362,11 +362,13 @@ class AggregateManager:
                               f"geni_start_time to start now, or Allocate at that time")
 
     def _peer_policy(self, operation: str, verified: Any, slice_urn: str, now: datetime, end: datetime,
-                     request: Any = None) -> None:
+                     asked: bool, request: Any = None) -> datetime:
         """Refuse (FORBIDDEN, OUTOFRANGE or REFUSED, naming the peer and rule) what a federation peer's policy
-        does not allow its users; local callers pass."""
-        if self.peers is not None:
-            self.peers.admit(operation, verified.effective_caller_urn, slice_urn, now, end, request)
+        does not allow its users; the end to use (a default end is cut to the peer's maximum lease, an `asked`
+        one past it refused). Local callers pass unchanged."""
+        if self.peers is None:
+            return end
+        return self.peers.admit(operation, verified.effective_caller_urn, slice_urn, now, end, request, asked)
 
     @staticmethod
     def _cred_expiry(verified: Any) -> datetime:
@@ -452,7 +454,7 @@ class AggregateManager:
                           f"component_manager_id")
         end = self._end_time(options, self.policy.allocation_lifetime, self._cred_expiry(verified), now, "Allocate")
         end = min(end, now + self.policy.allocation_lifetime)
-        self._peer_policy("Allocate", verified, urn, now, end, request)
+        end = self._peer_policy("Allocate", verified, urn, now, end, "geni_end_time" in options, request)
         if options.get("slicex_dry_run"):
             if self.dry_run is None:
                 raise Unsupported("slicex_dry_run is not offered by this aggregate")
@@ -484,7 +486,7 @@ class AggregateManager:
                                  f"geni_extend_alap")
             output = f"renewed to {rfc3339(limit)}, the latest allowed, instead of {rfc3339(end)}"
             end = limit
-        self._peer_policy("Renew", verified, slice_urn, now, end)
+        end = self._peer_policy("Renew", verified, slice_urn, now, end, not options.get("geni_extend_alap"))
         renewed = self.sm.renew([s.urn for s in slivers], end, now, bool(options.get("geni_best_effort")))
         return result([self._struct(s) for s in renewed], output=output)
 
@@ -497,7 +499,7 @@ class AggregateManager:
         if not slivers:
             raise self._no_slivers(slice_urn, now, "to provision; Allocate first")
         end = self._end_time(options, self.policy.default_lease, self._cred_expiry(verified), now, "Provision")
-        self._peer_policy("Provision", verified, slice_urn, now, end)
+        end = self._peer_policy("Provision", verified, slice_urn, now, end, "geni_end_time" in options)
         provisioned = self.sm.provision([s.urn for s in slivers], end, self._users(options), now)
         return result({"geni_rspec": self._manifest(slice_urn, provisioned, now),
                        "geni_slivers": [self._struct(s) for s in provisioned]})

@@ -378,14 +378,19 @@ class PeerGate:
         nodes = [h for h in mine if h.kind == "node"]
         return Usage(len(mine), len(nodes), sum(h.cores for h in nodes))
 
-    def admit(self, operation: str, caller_urn: str, slice_urn: str, now: datetime, end: datetime | None = None,
-              request: Any = None) -> None:
+    def admit(self, operation: str, caller_urn: str, slice_urn: str, now: datetime, end: datetime,
+              request: Any = None, asked: bool = True) -> datetime:
+        """The end the call may use, or raise the refusal. An end the caller did not ask for (the aggregate's
+        default, or geni_extend_alap) is cut to the peer's maximum lease rather than refused."""
         peer = peer_of(self.peers(), caller_urn, slice_urn)
         if peer is None:
-            return
+            return end
+        if not asked and peer.policy.max_lease is not None:
+            end = min(end, now + peer.policy.max_lease)
         nodes = self.wanted(request) if request is not None else []
         links = len(getattr(request, "links", ())) if request is not None else 0
         usage = self.usage(peer) if operation == "Allocate" and request is not None else Usage()
         decision = decide(peer, operation, self.aggregate_urn, now, end, nodes, links, usage)
         if not decision.allowed:
             raise ERRORS[decision.rule](decision.reason)
+        return end

@@ -172,3 +172,14 @@ def test_gate_maps_rules_to_geni_errors_and_leaves_locals_alone(home: Path) -> N
     asked[:] = [Wanted("n1", "raw-pc", 8)] * 5
     gate.admit("Allocate", "urn:publicid:IDN+b.test+user+local", "urn:publicid:IDN+b.test+slice+x", NOW,
                NOW + timedelta(days=20), _Req(5))
+
+
+def test_a_default_end_is_cut_to_the_peers_maximum_an_asked_one_refused(home: Path) -> None:
+    gate = PeerGate(lambda: [peer(home, max_lease_hours=2)], AM_B, lambda: [], lambda req: [])
+    user, slice_ = "urn:publicid:IDN+a.test+user+u", "urn:publicid:IDN+a.test+slice+s"
+    far = NOW + timedelta(days=1)
+    assert gate.admit("Provision", user, slice_, NOW, far, asked=False) == NOW + timedelta(hours=2)
+    with pytest.raises(OutOfRange):
+        gate.admit("Provision", user, slice_, NOW, far, asked=True)
+    local = "urn:publicid:IDN+b.test+user+u"
+    assert gate.admit("Provision", local, "urn:publicid:IDN+b.test+slice+s", NOW, far, asked=False) == far
