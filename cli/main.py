@@ -790,6 +790,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_substrate_commands(sub)
     add_peer_commands(sub)
+    __import__("cli.sep").sep.add_sep_command(sub)  # slicex sep: the Slice Exchange Point (cli/sep.py)
     return p
 
 

@@ -1,0 +1,660 @@
+"""The Slice Exchange Point's AM API v3 endpoint: authenticate the user (mutual TLS + their slice credential,
+as an aggregate does), split the request by domain, relay each part to its domain with the user's
+credentials (the exchange point speaks for the user: their geni_abac speaks-for credential names its
+certificate), allocate everywhere then provision (federation/sep/txn.py), and answer Describe, Status, Renew,
+Delete and PerformOperationalAction by fanning out and merging.
+
+The cross-domain slice record lives in the store (table `sep_slices`, one document per slice): the domains
+and sliver URNs of the slice, its cross-domain links and how each is joined, and while an operation is
+under way the transaction and the credentials needed to undo it. It is written before every call to a
+domain and after every answer, so a restart finds every unfinished operation and rolls it back
+(`recover`); rollbacks a domain could not take (it was down) are retried every `retry_seconds`."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+import time
+import traceback
+import uuid
+import zlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from cryptography import x509
+
+from federation.sep import txn as tx
+from federation.sep.merge import merge_rspecs
+from federation.sep.overlay import MISSING, Endpoint, Overlay
+from federation.sep.relay import Domain, NoAnswer, Refusal, Relay
+from federation.sep.split import Split, domain_key, split_request, without_links
+from rspec import namespaces as ns
+from slicex import __version__
+from slicex.clock import Clock, rfc3339
+from slicex.credentials import CredentialVerifier
+from slicex.errors import (
+    BadArgs,
+    Busy,
+    CredentialInvalid,
+    GeniError,
+    InsufficientBandwidth,
+    SearchFailed,
+    ServerError,
+    TimedOut,
+    Unavailable,
+    Unsupported,
+    VlanUnavailable,
+)
+from slicex.speaksfor import verify_speaks_for
+from slicex.store import Store
+from slicex.urn import canonical_urn, parse_urn
+
+log = logging.getLogger("slicex.sep")
+AM_TYPE = "slicex-sep"
+TABLE = "sep_slices"
+METHODS = ("GetVersion", "ListResources", "Describe", "Allocate", "Renew", "Provision", "Status",
+           "PerformOperationalAction", "Delete", "Shutdown")
+ARITY = {"GetVersion": (0, 1), "ListResources": (2, 2), "Describe": (3, 3), "Allocate": (4, 4), "Renew": (4, 4),
+         "Provision": (3, 3), "Status": (3, 3), "PerformOperationalAction": (4, 4), "Delete": (3, 3),
+         "Shutdown": (3, 3)}
+ERRORS_BY_CODE = {24: VlanUnavailable, 25: InsufficientBandwidth, 12: SearchFailed}
+
+
+def result(value: Any, code: int = 0, output: str = "") -> dict[str, Any]:
+    return {"code": {"geni_code": code, "am_type": AM_TYPE, "am_code": code}, "value": value, "output": output}
+
+
+class DomainError(GeniError):
+    """A domain's refusal passed on with its own code, the domain named in the message."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class ExchangePoint:
+    """The endpoint. `relay` reaches the domains, `store` keeps the record, `overlay` joins links without a
+    layer-2 path (None: such links are refused as not available)."""
+
+    def __init__(self, urn: str, url: str, domains: list[Domain], relay: Relay, store: Store,
+                 verifier: CredentialVerifier, sep_cert: x509.Certificate, clock: Clock,
+                 overlay: Overlay | None = None, topology: Callable[..., Any] | None = None):
+        self.urn, self.url = urn, url
+        self.domains = {domain_key(d.urn): d for d in domains}
+        self.relay, self.store, self.verifier, self.cert, self.clock = relay, store, verifier, sep_cert, clock
+        self.overlay = overlay
+        self.topology = topology or stitching_topology
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+        self._record_lock = threading.RLock()
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="sep-relay")
+
+    # ---- dispatch ----------------------------------------------------------------------------------------------
+    def dispatch(self, method: str, params: tuple, cert: x509.Certificate | None) -> dict[str, Any]:
+        """One AM API call; whatever happens, a GENI result (never a fault)."""
+        started = time.perf_counter()
+        try:
+            if method not in METHODS:
+                raise Unsupported(f"method {method!r} is not part of AM API v3 ({', '.join(METHODS)})")
+            lo, hi = ARITY[method]
+            if not lo <= len(params) <= hi:
+                raise BadArgs(f"{method} takes {lo} arguments, got {len(params)}")
+            if method != "GetVersion" and cert is None:
+                raise BadArgs("no client certificate: AM API calls need mutual TLS")
+            out = getattr(self, "_" + method)(cert, *params)
+        except GeniError as err:
+            out = result(0, err.code, err.message)
+        except Exception as exc:  # noqa: BLE001 - the boundary: nothing escapes as a fault
+            log.error("%s failed: %s", method, traceback.format_exc())
+            out = result(0, ServerError.code, f"internal error in {method}: {type(exc).__name__}: {exc}")
+        if method == "GetVersion":
+            out["geni_api"] = 3
+        log.info("%s -> %d in %.1f ms", method if method in METHODS else "(unknown)", out["code"]["geni_code"],
+                 (time.perf_counter() - started) * 1000)
+        return out
+
+    @staticmethod
+    def reject(message: str, too_big: bool = False) -> dict[str, Any]:
+        return result(0, 6 if too_big else 1, message)
+
+    # ---- helpers ---------------------------------------------------------------------------------------------
+    @staticmethod
+    def _options(options: Any) -> dict[str, Any]:
+        if options is None:
+            return {}
+        if not isinstance(options, dict):
+            raise BadArgs(f"options must be a struct, got {type(options).__name__}")
+        if "geni_speaking_for" in options:
+            raise Unsupported("geni_speaking_for at the exchange point is not supported: call it as yourself; it "
+                              "speaks for you at the domains")
+        return options
+
+    def _authorise(self, cert: x509.Certificate, credentials: Any, target: str | None, privilege: str) -> str:
+        """The caller's URN once their credential allows `privilege` on `target` and a speaks-for credential
+        lets this exchange point act for them at the domains."""
+        if not isinstance(credentials, list):
+            raise BadArgs(f"credentials must be a list, got {type(credentials).__name__}")
+        if not credentials:
+            raise BadArgs("no credentials were passed; send your slice credential and your speaks-for credential "
+                          "for the exchange point")
+        now = self.clock.now()
+        verified = self.verifier.verify(credentials, cert, target, privilege, now)
+        abac = [c.get("geni_value") for c in credentials
+                if isinstance(c, dict) and c.get("geni_type") == "geni_abac"]
+        abac = [v.data.decode() if hasattr(v, "data") else v for v in abac]
+        if not abac:
+            raise CredentialInvalid(f"no geni_abac speaks-for credential for the exchange point ({self.urn}) was "
+                                    f"passed: it acts for you at each domain only with one (`slicex sep speaksfor`)")
+        verify_speaks_for(abac, self.cert, verified.effective_caller_urn, self.verifier.trust, now)
+        return verified.effective_caller_urn
+
+    @staticmethod
+    def _relay_options(options: dict[str, Any], caller: str) -> dict[str, Any]:
+        out = {k: v for k, v in options.items() if k != "geni_compressed"}
+        out["geni_speaking_for"] = caller
+        return out
+
+    def _slice_lock(self, slice_urn: str) -> threading.Lock:
+        with self._locks_lock:
+            return self._locks.setdefault(slice_urn, threading.Lock())
+
+    def _record(self, slice_urn: str) -> dict[str, Any] | None:
+        return self.store.get(TABLE, slice_urn)
+
+    def _put(self, record: dict[str, Any]) -> None:
+        with self._record_lock:
+            record["updated"] = rfc3339(self.clock.now())
+            self.store.put(TABLE, record["slice_urn"], record)
+
+    def _named(self, urns: Any) -> tuple[str | None, dict[str, list[str]]]:
+        """(canonical slice URN or None, sliver URNs by domain key)."""
+        if not isinstance(urns, list) or not urns:
+            raise BadArgs("expected a non-empty list of slice or sliver URNs")
+        slices: set[str] = set()
+        slivers: dict[str, list[str]] = {}
+        for text in urns:
+            urn = parse_urn(text)
+            if urn.type == "slice":
+                slices.add(urn.canonical)
+            elif urn.type == "sliver":
+                key = urn.authority.lower()
+                if key not in self.domains:
+                    raise SearchFailed(f"sliver {text} is of {urn.authority}, not a domain of this exchange point")
+                slivers.setdefault(key, []).append(str(text))
+            else:
+                raise BadArgs(f"{text} is a {urn.type} URN; name a slice or slivers")
+        if len(slices) > 1:
+            raise BadArgs("URNs span several slices; one call acts on one slice")
+        return next(iter(slices), None), slivers
+
+    def _slice_of(self, urns: Any, credentials: Any) -> tuple[str, dict[str, list[str]]]:
+        slice_urn, slivers = self._named(urns)
+        if slice_urn is None:
+            from am.api import AggregateManager
+
+            claimed = AggregateManager._credential_slices(credentials)
+            if not claimed:
+                raise CredentialInvalid("naming slivers needs a slice credential for their slice")
+            slice_urn = claimed[0]
+        return slice_urn, slivers
+
+    def _targets(self, slice_urn: str, slivers: dict[str, list[str]]) -> dict[str, list[str]]:
+        """domain key -> URNs to send there: the slivers named, else the slice at every domain the record names
+        (every domain when there is no record: slivers made there directly are the slice's too)."""
+        if slivers:
+            return slivers
+        record = self._record(slice_urn)
+        keys = sorted(record["domains"]) if record and record.get("domains") else sorted(self.domains)
+        return {k: [slice_urn] for k in keys}
+
+    def _fan_out(self, calls: dict[str, tuple]) -> dict[str, Any]:
+        """Run `method, *params` at each domain in parallel: domain -> value, Refusal or NoAnswer."""
+        futures = {k: self._pool.submit(self._call, self.domains[k], *args) for k, args in calls.items()}
+        return {k: f.result() for k, f in futures.items()}
+
+    def _call(self, domain: Domain, method: str, *params: Any) -> Any:
+        try:
+            return self.relay.call(domain, method, *params)
+        except (Refusal, NoAnswer) as exc:
+            return exc
+
+    def _raise_first(self, answers: dict[str, Any], method: str, tolerate_searchfailed: bool = True) -> None:
+        for k, a in sorted(answers.items()):
+            if isinstance(a, NoAnswer):
+                raise Unavailable(f"{method}: {a}")
+            if isinstance(a, Refusal) and not (tolerate_searchfailed and a.code == SearchFailed.code):
+                raise DomainError(a.code, f"{method} at {self.domains[k].urn}: {a.output}")
+
+    # ---- the methods -----------------------------------------------------------------------------------------
+    def _GetVersion(self, cert: x509.Certificate | None, options: Any = None) -> dict[str, Any]:
+        versions = [{"type": "GENI", "version": "3", "schema": ns.REQUEST_XSD, "namespace": ns.RSPEC3,
+                     "extensions": [ns.STITCH2]}]
+        ads = [{"type": "GENI", "version": "3", "schema": ns.AD_XSD, "namespace": ns.RSPEC3,
+                "extensions": [ns.STITCH2]}]
+        return result({
+            "geni_api": 3, "geni_api_versions": {"3": self.url},
+            "geni_request_rspec_versions": versions, "geni_ad_rspec_versions": ads,
+            "geni_credential_types": [{"geni_type": "geni_sfa", "geni_version": "3"},
+                                      {"geni_type": "geni_sfa", "geni_version": "2"},
+                                      {"geni_type": "geni_abac", "geni_version": "1"}],
+            "geni_single_allocation": 0, "geni_allocate": "geni_many", "geni_am_type": AM_TYPE,
+            "geni_am_code": __version__, "urn": self.urn,
+            "slicex_sep_domains": [{"urn": d.urn, "url": d.url} for _, d in sorted(self.domains.items())],
+        })
+
+    def _ListResources(self, cert, credentials, options) -> dict[str, Any]:
+        options = self._options(options)
+        caller = self._authorise(cert, credentials, None, "listresources")
+        opts = self._relay_options(options, caller)
+        answers = self._fan_out({k: ("ListResources", credentials, opts) for k in self.domains})
+        self._raise_first(answers, "ListResources", tolerate_searchfailed=False)
+        docs = [(k, _plain(answers[k])) for k in sorted(answers)]
+        return result(_compressed(merge_rspecs(docs, "advertisement"), options))
+
+    def _Describe(self, cert, urns, credentials, options) -> dict[str, Any]:
+        options = self._options(options)
+        slice_urn, slivers = self._slice_of(urns, credentials)
+        caller = self._authorise(cert, credentials, slice_urn, "getsliceresources")
+        opts = self._relay_options(options, caller)
+        targets = self._targets(slice_urn, slivers)
+        answers = self._fan_out({k: ("Describe", u, credentials, opts) for k, u in targets.items()})
+        self._raise_first(answers, "Describe")
+        ok = {k: a for k, a in answers.items() if isinstance(a, dict)}
+        docs = [(k, _plain(a.get("geni_rspec", ""))) for k, a in sorted(ok.items())
+                if a.get("geni_slivers")]
+        manifest = merge_rspecs(docs) if docs else merge_rspecs([])
+        return result({"geni_rspec": _compressed(manifest, options), "geni_urn": slice_urn,
+                       "geni_slivers": [s for _, a in sorted(ok.items()) for s in a.get("geni_slivers", [])]})
+
+    def _Status(self, cert, urns, credentials, options) -> dict[str, Any]:
+        options = self._options(options)
+        slice_urn, slivers = self._slice_of(urns, credentials)
+        caller = self._authorise(cert, credentials, slice_urn, "getsliceresources")
+        answers = self._fan_out({k: ("Status", u, credentials, self._relay_options(options, caller))
+                                 for k, u in self._targets(slice_urn, slivers).items()})
+        self._raise_first(answers, "Status")
+        found = [s for _, a in sorted(answers.items()) if isinstance(a, dict) for s in a.get("geni_slivers", [])]
+        if not found:
+            raise SearchFailed(f"slice {slice_urn} has no slivers at any domain of this exchange point")
+        return result({"geni_urn": slice_urn, "geni_slivers": found})
+
+    def _Renew(self, cert, urns, credentials, expiration, options) -> dict[str, Any]:
+        return self._each(cert, urns, credentials, options, "Renew", "renewsliver", (expiration,))
+
+    def _PerformOperationalAction(self, cert, urns, credentials, action, options) -> dict[str, Any]:
+        return self._each(cert, urns, credentials, options, "PerformOperationalAction", "createsliver", (action,))
+
+    def _each(self, cert, urns, credentials, options, method: str, privilege: str, extra: tuple) -> dict[str, Any]:
+        """Renew and PerformOperationalAction: the call at every domain holding the slice, the sliver lists
+        joined; a refusal anywhere is the answer, naming the domain (the others' changes stand, as with
+        several aggregates called one by one)."""
+        options = self._options(options)
+        slice_urn, slivers = self._slice_of(urns, credentials)
+        caller = self._authorise(cert, credentials, slice_urn, privilege)
+        opts = self._relay_options(options, caller)
+        calls = {k: (method, u, credentials, *extra, opts) for k, u in self._targets(slice_urn, slivers).items()}
+        answers = self._fan_out(calls)
+        self._raise_first(answers, method)
+        out = [s for _, a in sorted(answers.items()) if isinstance(a, list) for s in a]
+        if not out:
+            raise SearchFailed(f"slice {slice_urn} has no slivers at any domain of this exchange point")
+        return result(out)
+
+    def _Shutdown(self, cert, slice_urn, credentials, options) -> dict[str, Any]:
+        options = self._options(options)
+        urn = canonical_urn(slice_urn, "slice")
+        caller = self._authorise(cert, credentials, urn, "shutdown")
+        answers = self._fan_out({k: ("Shutdown", urn, credentials, self._relay_options(options, caller))
+                                 for k in self._targets(urn, {})})
+        self._raise_first(answers, "Shutdown", tolerate_searchfailed=False)
+        return result(True)
+
+    def _Delete(self, cert, urns, credentials, options) -> dict[str, Any]:
+        options = self._options(options)
+        slice_urn, slivers = self._slice_of(urns, credentials)
+        caller = self._authorise(cert, credentials, slice_urn, "deleteslice")
+        with self._slice_lock(slice_urn):
+            self._busy(slice_urn)
+            answers = self._fan_out({k: ("Delete", u, credentials, self._relay_options(options, caller))
+                                     for k, u in self._targets(slice_urn, slivers).items()})
+            record = self._record(slice_urn)
+            if record is not None:
+                for k, a in answers.items():
+                    gone = {s["geni_sliver_urn"] for s in a} if isinstance(a, list) else set()
+                    if isinstance(a, Refusal) and a.code == SearchFailed.code:
+                        gone = set(record["domains"].get(k, {}).get("slivers", []))
+                    if k in record["domains"]:
+                        left = [s for s in record["domains"][k]["slivers"] if s not in gone]
+                        if left:
+                            record["domains"][k]["slivers"] = left
+                        else:
+                            del record["domains"][k]
+                if record["domains"]:
+                    self._put(record)
+                else:
+                    self._leave_overlay(record)
+                    self.store.delete(TABLE, slice_urn)
+            self._raise_first(answers, "Delete")
+        out = [s for _, a in sorted(answers.items()) if isinstance(a, list) for s in a]
+        if not out:
+            raise SearchFailed(f"slice {slice_urn} has no slivers to delete at any domain of this exchange point")
+        return result(out)
+
+    def _busy(self, slice_urn: str) -> None:
+        record = self._record(slice_urn)
+        if record and record.get("txn") and tx.Txn.from_doc(record["txn"]).open:
+            t = tx.Txn.from_doc(record["txn"])
+            raise Busy(f"slice {slice_urn}: the exchange point is still {'undoing' if t.status == tx.ROLLING_BACK else 'running'} "
+                       f"a {t.op} ({t.reason or 'started ' + t.started}); try again shortly")
+
+    # ---- Allocate: split, join the cross-domain links, allocate everywhere or nowhere ----------------------------
+    def _Allocate(self, cert, slice_urn, credentials, rspec, options) -> dict[str, Any]:
+        options = self._options(options)
+        urn = canonical_urn(slice_urn, "slice")
+        caller = self._authorise(cert, credentials, urn, "createsliver")
+        if not isinstance(rspec, str):
+            raise BadArgs(f"rspec must be a string of XML, got {type(rspec).__name__}")
+        split = split_request(rspec, {k: d.urn for k, d in self.domains.items()})
+        opts = self._relay_options(options, caller)
+        with self._slice_lock(urn):
+            self._busy(urn)
+            split, joins = self._join_plan(urn, split, credentials, opts)
+            overlay_links = {lk.link_id for lk in split.cross if joins[lk.link_id]["mode"] == "overlay"}
+            parts = {d: (tuple(c for c in split.client_ids(d) if c not in overlay_links), ())
+                     for d in split.domains}
+            requests = {d: split.part(d, overlay_links) for d in split.domains}
+            record = self._record(urn) or {"slice_urn": urn, "domains": {}, "links": {}}
+            t = tx.begin(uuid.uuid4().hex[:12], urn, tx.ALLOCATE, parts, rfc3339(self.clock.now()))
+            record.update(txn=t.to_doc(), credentials=credentials, caller=caller, options=opts)
+            record["pending_links"] = joins
+            self._put(record)
+            answers = self._run(record, {d: ("Allocate", urn, credentials, requests[d], opts) for d in parts})
+            t = tx.Txn.from_doc(record["txn"])
+            t, steps = tx.decide(t)
+            if t.status == tx.COMMITTED:
+                for p in t.parts:
+                    entry = record["domains"].setdefault(p.domain, {"urn": self.domains[p.domain].urn, "slivers": []})
+                    entry["slivers"] = list(dict.fromkeys(entry["slivers"] + list(p.slivers)))
+                record["links"] = {**record.get("links", {}), **joins}
+                self._finish(record, t)
+                docs = [(k, a.get("geni_rspec", "")) for k, a in sorted(answers.items())]
+                return result({"geni_rspec": merge_rspecs(docs),
+                               "geni_slivers": [s for _, a in sorted(answers.items()) for s in a.get("geni_slivers", [])]})
+            return self._fail(record, t, steps, "Allocate")
+
+    def _join_plan(self, slice_urn: str, split: Split, credentials: list, opts: dict) -> tuple[Split, dict[str, dict]]:
+        """How each cross-domain link is joined: `stitched` (a VLAN path negotiated through the stitching code:
+        the split is redone on the path service's answer, so each domain holds its hop's tag) or `overlay`
+        (no layer-2 path); UNSUPPORTED when the overlay is needed and missing."""
+        if not split.cross:
+            return split, {}
+        from stitching.model import StitchingError
+        from stitching.negotiate import LinkRequest, plan_link
+        from stitching.scs import compute_path
+
+        topo, unreadable = self.topology([self.domains[d] for d in split.domains], credentials, opts,
+                                         relay=self.relay)
+        joins: dict[str, dict] = {}
+        for lk in split.cross:
+            a, b = (split.managers[d] for d in lk.domains)
+            why = f"link {lk.link_id} has link_type that no VLAN carries"
+            if lk.stitchable:
+                try:
+                    plan = plan_link(topo, LinkRequest(lk.link_id, a, b), {}, {})
+                    joins[lk.link_id] = {"mode": "stitched", "hops": [h.port.urn for h in plan.hops],
+                                         "qinq": plan.tunnel is not None}
+                    continue
+                except StitchingError as err:
+                    if err.kind != "path":
+                        raise ERRORS_BY_CODE.get({"vlan": 24, "bandwidth": 25}.get(err.kind, 1), BadArgs)(
+                            f"cross-domain link {lk.link_id}: {err.message}") from None
+                    why = err.message + (f" ({'; '.join(unreadable)})" if unreadable else "")
+            joins[lk.link_id] = {"mode": "overlay", "why": why,
+                                 "ends": [list(e) for e in lk.ends]}
+        need_overlay = [k for k, j in joins.items() if j["mode"] == "overlay"]
+        if need_overlay and self.overlay is None:
+            raise Unsupported(f"cross-domain link(s) {', '.join(need_overlay)}: no layer-2 path between the domains "
+                              f"({'; '.join(joins[k]['why'] for k in need_overlay)}), and {MISSING}. Nothing was "
+                              f"allocated")
+        if len(need_overlay) == len(joins):
+            return split, joins
+        answer = compute_path(topo, {"slice_urn": slice_urn, "request_rspec": without_links(split.xml, need_overlay),
+                                     "request_options": {}}, self.clock.now())
+        if answer["code"]["geni_code"] != 0:
+            code = answer["code"]["geni_code"]
+            raise ERRORS_BY_CODE.get(code, BadArgs)(f"joining the cross-domain links: {answer['output']}")
+        service = answer["value"]["service_rspec"]
+        if need_overlay:  # the overlay links go back in, unstitched: each domain leaves them out of its part
+            from lxml import etree
+
+            from slicex.xmlsafe import parse_xml
+
+            root, orig = parse_xml(service, "service RSpec"), parse_xml(split.xml, "request RSpec")
+            for el in orig:
+                if isinstance(el.tag, str) and etree.QName(el).localname == "link" and el.get("client_id") in need_overlay:
+                    root.append(el)
+            service = etree.tostring(root, encoding="unicode")
+        return split_request(service, {k: d.urn for k, d in self.domains.items()}, 64 * 1024 * 1024), joins
+
+    def _run(self, record: dict[str, Any], calls: dict[str, tuple]) -> dict[str, Any]:
+        """Send every part at once; record each answer as it comes (durably), return the values by domain."""
+        futures = {d: self._pool.submit(self._call, self.domains[d], *args) for d, args in calls.items()}
+        values: dict[str, Any] = {}
+        for d, f in futures.items():
+            a = f.result()
+            with self._record_lock:
+                t = tx.Txn.from_doc(record["txn"])
+                if isinstance(a, NoAnswer):
+                    t = tx.lost(t, d, Unavailable.code, str(a))
+                elif isinstance(a, Refusal):
+                    t = tx.refused(t, d, a.code, a.output)
+                else:
+                    values[d] = a
+                    got = a.get("geni_slivers", []) if isinstance(a, dict) else []
+                    t = tx.answered(t, d, tuple(s["geni_sliver_urn"] for s in got if isinstance(s, dict)))
+                record["txn"] = t.to_doc()
+                self._put(record)
+        return values
+
+    def _finish(self, record: dict[str, Any], t: tx.Txn) -> None:
+        """The operation is over: drop the transaction and the credentials kept to undo it."""
+        for key in ("txn", "credentials", "caller", "options", "pending_links"):
+            record.pop(key, None)
+        if record["domains"] or t.status == tx.COMMITTED:
+            self._put(record)
+        else:
+            self.store.delete(TABLE, record["slice_urn"])
+
+    def _fail(self, record: dict[str, Any], t: tx.Txn, steps: list[tx.Step], method: str) -> dict[str, Any]:
+        """Undo what the failed operation took, then answer with the domain's refusal (or UNAVAILABLE /
+        TIMEDOUT when a domain did not answer), saying what was undone and what is still being undone."""
+        record["txn"] = t.to_doc()
+        self._put(record)
+        t, left = self._undo(record, t, steps)
+        bad = [p for p in t.parts if p.state in (tx.REFUSED, tx.LOST) or p.code]
+        refusal = next((p for p in bad if p.state == tx.REFUSED), None)
+        undone = [self.domains[p.domain].urn for p in t.parts if p.state == tx.UNDONE and p.slivers]
+        if method == "Allocate":
+            undo_text = (f"released what {', '.join(undone)} had allocated" if undone
+                         else "nothing had been allocated elsewhere")
+        else:
+            undo_text = f"deleted the slice's slivers at {', '.join(undone) or 'no domain'}"
+        if left:
+            undo_text += (f"; {', '.join(sorted({self.domains[s.domain].urn for s in left}))} did not answer: the "
+                          f"exchange point keeps trying to undo its part there")
+        why = "; ".join(f"{self.domains[p.domain].urn}: {p.error}" for p in bad) or t.reason
+        message = f"{method} failed, so nothing of it was kept ({undo_text}). {why}"
+        if refusal is not None:
+            raise DomainError(refusal.code, message)
+        if any("timed out" in p.error.lower() for p in bad):
+            raise TimedOut(message)
+        raise Unavailable(message)
+
+    # ---- Provision: every domain, or none -------------------------------------------------------------------------
+    def _Provision(self, cert, urns, credentials, options) -> dict[str, Any]:
+        options = self._options(options)
+        slice_urn, slivers = self._slice_of(urns, credentials)
+        caller = self._authorise(cert, credentials, slice_urn, "createsliver")
+        opts = self._relay_options(options, caller)
+        with self._slice_lock(slice_urn):
+            self._busy(slice_urn)
+            record = self._record(slice_urn)
+            if not record or not record.get("domains"):
+                raise SearchFailed(f"slice {slice_urn} has nothing allocated through this exchange point; Allocate "
+                                   f"first")
+            chosen = {k: tuple(slivers.get(k) or e["slivers"]) for k, e in record["domains"].items()
+                      if not slivers or k in slivers}
+            t = tx.begin(uuid.uuid4().hex[:12], slice_urn, tx.PROVISION, {k: ((), s) for k, s in chosen.items()},
+                         rfc3339(self.clock.now()))
+            record.update(txn=t.to_doc(), credentials=credentials, caller=caller, options=opts)
+            self._put(record)
+            answers = self._run(record, {k: ("Provision", list(s), credentials, opts) for k, s in chosen.items()})
+            t, steps = tx.decide(tx.Txn.from_doc(record["txn"]))
+            if t.status == tx.COMMITTED:
+                try:
+                    joined = self._join_overlay(record, answers)
+                except GeniError as err:
+                    t = tx.Txn.from_doc({**t.to_doc(), "status": tx.RUNNING})
+                    t, steps = tx.recover(t, f"overlay: {err.message}")
+                    return self._fail(record, t, steps, "Provision")
+                self._finish(record, t)
+                docs = [(k, a.get("geni_rspec", "")) for k, a in sorted(answers.items())]
+                return result({"geni_rspec": merge_rspecs(docs),
+                               "geni_slivers": [s for _, a in sorted(answers.items()) for s in a.get("geni_slivers", [])]},
+                              output=joined)
+            return self._fail(record, t, steps, "Provision")
+
+    def _join_overlay(self, record: dict[str, Any], answers: dict[str, Any]) -> str:
+        """Join each overlay link's two ends (after both domains provisioned their nodes)."""
+        links = {k: v for k, v in record.get("links", {}).items() if v.get("mode") == "overlay" and not v.get("joined")}
+        if not links:
+            return ""
+        if self.overlay is None:
+            raise Unsupported(MISSING)
+        for lid, link in links.items():
+            a, b = (Endpoint(self.domains[d].urn, node, iface) for d, iface, node in link["ends"])
+            try:
+                link["joined"] = dict(self.overlay.join(record["slice_urn"], lid, a, b))
+            except Exception as exc:  # noqa: BLE001 - the overlay's failure is the answer
+                raise Unavailable(f"overlay could not join link {lid}: {exc}") from None
+        return "joined by overlay: " + ", ".join(links)
+
+    def _leave_overlay(self, record: dict[str, Any]) -> None:
+        for lid, link in record.get("links", {}).items():
+            if link.get("mode") == "overlay" and link.get("joined") and self.overlay is not None:
+                try:
+                    self.overlay.leave(record["slice_urn"], lid)
+                except Exception:  # noqa: BLE001 - logged; the slivers are gone either way
+                    log.exception("overlay could not take down link %s", lid)
+
+    # ---- undoing ---------------------------------------------------------------------------------------------
+    def _undo(self, record: dict[str, Any], t: tx.Txn, steps: list[tx.Step]) -> tuple[tx.Txn, list[tx.Step]]:
+        """Run the rollback steps; those a domain did not take stay in the record for the retry loop."""
+        credentials, opts = record.get("credentials") or [], record.get("options") or {}
+        left: list[tx.Step] = []
+        for step in steps:
+            if self._undo_step(record["slice_urn"], step, credentials, opts, record):
+                t, _ = tx.undone(t, step.domain)
+                record["txn"] = t.to_doc()
+                self._put(record)
+            else:
+                left.append(step)
+        if t.status == tx.ROLLED_BACK:
+            if t.op == tx.PROVISION:
+                record["domains"] = {}
+            self._finish(record, t)
+        return t, left
+
+    def _undo_step(self, slice_urn: str, step: tx.Step, credentials: list, opts: dict, record: dict) -> bool:
+        domain = self.domains.get(step.domain)
+        if domain is None:
+            log.error("rollback at unknown domain %s dropped (no longer in sep.yaml)", step.domain)
+            return True
+        try:
+            slivers = list(step.slivers)
+            if step.kind == "sweep":
+                kept = set(record.get("domains", {}).get(step.domain, {}).get("slivers", []))
+                try:
+                    status = self.relay.call(domain, "Status", [slice_urn], credentials, opts)
+                except Refusal as r:
+                    if r.code == SearchFailed.code:
+                        return True
+                    raise
+                slivers = [s["geni_sliver_urn"] for s in status.get("geni_slivers", [])
+                           if s.get("geni_client_id") in step.client_ids and s["geni_sliver_urn"] not in kept]
+            if slivers:
+                self.relay.call(domain, "Delete", slivers, credentials, opts)
+            log.info("undid %s at %s: %d sliver(s)", slice_urn, domain.urn, len(slivers))
+            return True
+        except Refusal as r:
+            if r.code == SearchFailed.code:
+                return True
+            log.warning("undoing %s at %s refused (%d %s); will retry", slice_urn, domain.urn, r.code, r.output)
+        except NoAnswer as exc:
+            log.warning("undoing %s at %s: %s; will retry", slice_urn, domain.urn, exc)
+        return False
+
+    def recover(self) -> int:
+        """Roll back every operation the record shows unfinished (at start-up, then from the retry loop).
+        Returns how many are still unfinished."""
+        unfinished = 0
+        for record in self.store.scan(TABLE):
+            if not record.get("txn"):
+                continue
+            with self._slice_lock(record["slice_urn"]):
+                record = self._record(record["slice_urn"])
+                if not record or not record.get("txn"):
+                    continue
+                t, steps = tx.recover(tx.Txn.from_doc(record["txn"]))
+                if not t.open:
+                    self._finish(record, t)
+                    continue
+                record["txn"] = t.to_doc()
+                self._put(record)
+                t, left = self._undo(record, t, steps)
+                unfinished += bool(left)
+        return unfinished
+
+    def retry_loop(self, stop: threading.Event, every: float) -> None:
+        while not stop.wait(every):
+            try:
+                self.recover()
+            except Exception:  # noqa: BLE001 - keep retrying; the log has it
+                log.exception("rollback retry failed")
+
+
+def _plain(value: Any) -> str:
+    """A domain's RSpec (asked for uncompressed: the exchange point compresses the merged one if asked)."""
+    return value if isinstance(value, str) else ""
+
+
+def _compressed(text: str, options: dict[str, Any]) -> str:
+    if options.get("geni_compressed"):
+        return base64.b64encode(zlib.compress(text.encode("utf-8"))).decode("ascii")
+    return text
+
+
+def stitching_topology(domains: list[Domain], credentials: list, opts: dict, relay: Relay) -> tuple[Any, list[str]]:
+    """The stitching topology from the domains' advertisements (their external ports and cables, as the
+    stitching extension publishes them), and why a domain's could not be read (then it has no layer-2 ports
+    as far as the exchange point knows)."""
+    from stitching.model import Topology
+    from stitching.topology import TopologyError, from_advertisement
+
+    topo, unreadable = Topology({}, {}), []
+    ad_opts = {k: v for k, v in opts.items() if k in ("geni_speaking_for",)}
+    ad_opts["geni_rspec_version"] = {"type": "GENI", "version": "3"}
+    for d in domains:
+        try:
+            ad = relay.call(d, "ListResources", credentials, ad_opts)
+            topo = topo.merged(from_advertisement(ad, f"advertisement of {d.urn}", d.url))
+        except TopologyError as exc:
+            unreadable.append(str(exc))
+        except Refusal as r:
+            raise DomainError(r.code, f"reading {d.urn}'s advertisement for its stitching ports: {r.output}") from None
+        except NoAnswer as exc:
+            raise Unavailable(f"reading the advertisement for its stitching ports: {exc}") from None
+    return topo, unreadable
+
