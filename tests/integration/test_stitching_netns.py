@@ -1,6 +1,7 @@
 """The stitched data plane on the netns substrate: aggregates on one host, each its own netns deployment with
 its own bridge (on one shared private Open vSwitch: two userspace-datapath ovs-vswitchd cannot share a host),
-joined by veth trunks named after the substrate files' external ports. The path service computes the path
+joined by veth trunks the drivers make themselves from the substrate files' external ports (one pair per
+cable, named from the switch and both ports). The path service computes the path
 (`compute_path`, what `slicex scs` serves), each aggregate takes its own hops from the answer (`apply_hops`,
 what its Allocate does) and its netns driver installs the hops' tags, translations and S-tags as flows at the
 trunk ports. Nodes at the two ends ping each other across a direct, a translated and a Q-in-Q path; the
@@ -20,7 +21,7 @@ import yaml
 from am.authority import SliverSpec
 from am.substrate import hostnet
 from am.substrate.netns import NetnsDriver
-from am.substrate.netns_plan import trunk_name
+from am.substrate.netns_plan import shared_trunk_name
 from am.substrate.ovs import OvsSwitch
 from rspec.request import parse_request
 from rspec.substrate import load_substrate
@@ -118,18 +119,15 @@ def stitched(tmp_path: Path):
         assert res["code"]["geni_code"] == 0, res["output"]
         shared.start()
         drivers = {}
-        for name in names:
-            d = NetnsDriver(new_prefix(), switch_dir=shared.run_dir)
+        for name in names:  # each driver joins its bridge to its neighbours' itself (cables from its substrate)
+            sub = load_substrate(tmp_path / f"{name}.yaml")
+            d = NetnsDriver(new_prefix(), switch_dir=shared.run_dir,
+                            cables={e.local_port: e.remote_port for e in sub.external_links})
             made.append(d)
             d.start()
             drivers[name] = d
-        for name, peers in racks.items():  # one veth per cable, named from each side's port
-            for peer in peers:
-                if name < peer:
-                    a, b = trunk_name(drivers[name].prefix, port(name, peer)), trunk_name(drivers[peer].prefix,
-                                                                                        port(peer, name))
-                    hostnet.add_trunk(a, b)
-                    trunks.append(a)
+        trunks.extend(shared_trunk_name(str(shared.run_dir), port(name, peer))
+                      for name, peers in racks.items() for peer in peers)
         nodes, links = {}, {}
         for name in names:
             sub = load_substrate(tmp_path / f"{name}.yaml")
