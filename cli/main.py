@@ -377,14 +377,28 @@ def _run_foreground(home: Home, print_config: bool = False, distributed: bool = 
         supervisor.stop()
         print(f"error: slicex cannot start: {getattr(exc, 'message', exc)}", file=sys.stderr, flush=True)
         return 1
+    # slicex.yaml `scs:`: the path service runs with the deployment
+    from stitching import service as scs_service
+    from stitching.topology import TopologyError
+
+    try:
+        scs = scs_service.from_config(cfg, home.root)
+    except TopologyError as exc:
+        deployment.stop()
+        supervisor.stop()
+        print(f"error: slicex cannot start the path service: {exc}", file=sys.stderr, flush=True)
+        return 1
     procs.write(home.pid_file, procs.this_process({"role": "slicex", "distributed": distributed,
                                                    "am_url": endpoints.am_url, "sa_url": endpoints.sa_url,
-                                                   "dashboard_url": deployment.dashboard_url}))
+                                                   "dashboard_url": deployment.dashboard_url,
+                                                   **({"scs_url": scs.start()} if scs else {})}))
     path = _write_omni_config(home, None)
     print(f"slice authority: {endpoints.sa_url}\naggregate:       {endpoints.am_url}", flush=True)
     print(f"substrate:       {deployment.driver.description}", flush=True)
     if deployment.dashboard_url:
         print(f"dashboard:       {deployment.dashboard_url}", flush=True)
+    if scs is not None:
+        print(f"path service:    {scs.describe()}", flush=True)
     print(f"store:           {redact(cfg['store'])}", flush=True)
     for role, proc in supervisor.procs.items():
         print(f"{role} actor:{' ' * (6 - len(role) + 3)}{urls[f'{role}_url']} (pid {proc.pid})", flush=True)
@@ -393,6 +407,8 @@ def _run_foreground(home: Home, print_config: bool = False, distributed: bool = 
         if print_config:
             print("\n" + path.read_text(), flush=True)
     _serve_until_stopped(supervisor.check if distributed else None)
+    if scs is not None:
+        scs.stop()
     deployment.stop()
     supervisor.stop()
     procs.remove_if_mine(home.pid_file)
@@ -543,6 +559,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         good = good and not health.startswith("NOT")
         print(f"health:     {health}")
     last = record or procs.read(home.pid_file)
+    if record is not None and record.info.get("scs_url"):  # slicex.yaml `scs:` (stitching/service.py)
+        from stitching.service import answering as scs_answering
+
+        scs_ok = scs_answering(record.info["scs_url"])
+        good = good and scs_ok
+        print(f"path svc:   {record.info['scs_url']} ({'answering' if scs_ok else 'not answering'})")
     distributed = bool(last and last.info.get("distributed"))
     for role in ACTORS:
         actor = procs.running(_pid_path(home, role))
