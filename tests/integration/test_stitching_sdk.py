@@ -8,6 +8,10 @@ failure is raised and nothing stays allocated anywhere."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import xmlrpc.client
+
 import pytest
 import yaml
 from lxml import etree
@@ -24,17 +28,23 @@ QINQ = "{http://slicex.dev/rspec/ext/qinq/1}"
 @pytest.fixture(scope="module", params=["translated", "qinq"])
 def racks(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(f"sdk-{request.param}")
-    homes = make_homes(root, MODES[request.param])
+    # sa's `slicex up` also serves the path service (slicex.yaml scs:) over the topology file below
+    homes = make_homes(root, MODES[request.param],
+                       scs=lambda name: {"topology": "../topology.yaml", "port": 0} if name == "sa" else None)
+    topology = root / "topology.yaml"
+    topology.write_text(yaml.safe_dump({"aggregates": [{"substrate": f"{name}.yaml"} for name in homes]}))
     ups = {name: Up(home) for name, home in homes.items()}
     try:
         procs = {name: up.start() for name, up in ups.items()}
-        (root / "topology.yaml").write_text(yaml.safe_dump({"aggregates": [
+        # the AMs' URLs are known now: the path service re-reads the file when it changes
+        topology.write_text(yaml.safe_dump({"aggregates": [
             {"substrate": f"{name}.yaml", "url": procs[name]["am_url"]} for name in homes]}))
         alice = homes["sa"]
         cert, key = str(alice.user_cert("alice")), str(alice.user_key("alice"))
         ams = {p["am_url"]: client(p["am_url"], cert, key) for p in procs.values()}
         yield {"mode": request.param, "homes": homes, "procs": procs, "ams": ams,
-               "topology": load_topology(root / "topology.yaml"), "sa": client(procs["sa"]["sa_url"], cert, key)}
+               "topology": load_topology(topology), "sa": client(procs["sa"]["sa_url"], cert, key),
+               "scs": xmlrpc.client.ServerProxy(procs["sa"]["scs_url"])}
     finally:
         for up in ups.values():
             up.stop()
@@ -103,8 +113,31 @@ def test_a_tag_held_at_the_far_end_is_24_released_and_retried_without_it(racks):
     assert str(held) in failed.value.message
     for u in (url["sa"], url["sb"]):  # all or nothing: what sa and sb had allocated is gone
         assert racks["ams"][u].Status([s], creds, {})["code"]["geni_code"] == 12
-    got = StitchClient(racks["ams"], racks["topology"]).allocate(s, creds, request("sa", "sc"))
+    # the same through the path service `slicex up` runs at sa (ComputePath over HTTP, exclusions included)
+    got = StitchClient(racks["ams"], racks["scs"]).allocate(s, creds, request("sa", "sc"))
     assert got.rounds == 2 and [c for _, c in got.codes] == [0, 0, 24, 0, 0, 0]
     sc_hop = next(h for h in got.links["st0"].hops if h.urn == port("sc", "sb"))
     assert (sc_hop.c_tag if racks["mode"] == "qinq" else sc_hop.tag) == held + 1
     assert once.release(s, creds, list(url.values())) == [] and once.release(hs, hcreds, [url["sc"]]) == []
+
+
+def test_slicex_up_runs_the_path_service_and_status_shows_it(racks):
+    sa = racks["homes"]["sa"]
+    url = racks["procs"]["sa"]["scs_url"]
+    assert url.startswith("http://127.0.0.1:") and url.endswith("/geni/xmlrpc")
+    out = subprocess.run([sys.executable, "-m", "cli", "--home", str(sa.root), "status"], capture_output=True,
+                         text=True, timeout=60)
+    assert f"path svc:   {url} (answering)" in out.stdout, out.stdout + out.stderr
+    listed = racks["scs"].ListAggregates()["value"]["geni_aggregate_list"]
+    assert sorted(a["url"] for a in listed.values()) == sorted(p["am_url"] for p in racks["procs"].values())
+    sb = racks["homes"]["sb"]
+    plain = subprocess.run([sys.executable, "-m", "cli", "--home", str(sb.root), "status"], capture_output=True,
+                           text=True, timeout=60)
+    assert "path svc" not in plain.stdout  # no scs: section, no path service
+
+
+def test_slicex_up_refuses_a_path_service_whose_topology_is_missing(tmp_path):
+    homes = make_homes(tmp_path, {"solo": {}}, scs={"topology": "nowhere.yaml", "port": 0})
+    out = subprocess.run([sys.executable, "-m", "cli", "--home", str(homes["solo"].root), "up"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 1 and "path service" in out.stderr and "nowhere.yaml" in out.stderr, out.stderr
