@@ -486,7 +486,9 @@ class AggregateManager:
                                  f"geni_extend_alap")
             output = f"renewed to {rfc3339(limit)}, the latest allowed, instead of {rfc3339(end)}"
             end = limit
-        end = self._peer_policy("Renew", verified, slice_urn, now, end, not options.get("geni_extend_alap"))
+        capped = self._peer_policy("Renew", verified, slice_urn, now, end, not options.get("geni_extend_alap"))
+        if capped < end:  # geni_extend_alap past a federation peer's maximum lease
+            output, end = f"renewed to {rfc3339(capped)}, the latest the peer policy allows, instead of {expiration}", capped
         renewed = self.sm.renew([s.urn for s in slivers], end, now, bool(options.get("geni_best_effort")))
         return result([self._struct(s) for s in renewed], output=output)
 

@@ -142,6 +142,10 @@ def test_peer_user_allocates_at_b_with_a_credentials(fed) -> None:
     ends = {s["geni_expires"] for s in provisioned["geni_slivers"]}
     assert ends == {rfc3339(now + timedelta(hours=2))}
     ok(am.Renew([urn], creds, rfc3339(now + timedelta(hours=1)), {}))
+    # renewing as long as possible past A's maximum is cut to it, and says so
+    reply = am.Renew([urn], creds, rfc3339(now + timedelta(hours=5)), {"geni_extend_alap": True})
+    assert {s["geni_expires"] for s in ok(reply)} == {rfc3339(now + timedelta(hours=2))}
+    assert "the latest the peer policy allows" in reply["output"]
     status = ok(am.Status([urn], creds, {}))
     assert status["geni_urn"] == urn and len(status["geni_slivers"]) == 2
     ok(am.Delete([urn], creds, {}))
