@@ -251,6 +251,9 @@ class _Builder:
             g.add((link, LAYER.swappingCapability, ETH.VLAN))
         if ext.qinq:
             g.add((link, LAYER.tunnelingCapability, ETH.VLAN))
+            if ext.s_vlan_range and tuple(ext.s_vlan_range) != tuple(ext.vlan_range):
+                # the 802.1ad S-tags the port pushes (ORCA has no term for them); absent: its VLAN range
+                self.label_set(link, SX.sTagVLANSet, "sTagVLANSet", list(ext.s_vlan_range))
 
     def fpga_board(self, order: int, cid: str, board: dict) -> None:
         d = self.device(order, cid, str(board.get("name")), str(board.get("model")), False, "")
@@ -406,16 +409,20 @@ def _externals_from_ad(root: etree._Element, ext_links: dict[str, tuple[str, str
         local = link.get("id")
         remote = (link.findtext(q(STITCH2, "remoteLinkId")) or "").strip()
         cid, name = ext_links.get(local, (local, urn_name(local)))
+        vlans = tuple(_ranges(info.findtext(q(STITCH2, "vlanRangeAvailability"))))
+        tunneling = info.find(q(QINQ, "tunneling"))
+        s_tags = tuple(_ranges(tunneling.get("sTagRange"))) if tunneling is not None else ()
         out.append(ExternalLink(
             name, cid, local, remote_am.get(remote, ""), remote,
-            tuple(_ranges(info.findtext(q(STITCH2, "vlanRangeAvailability")))),
+            vlans,
             int(link.findtext(q(STITCH2, "capacity"))),
             (info.findtext(q(STITCH2, "vlanTranslation")) or "").strip() == "true",
-            info.find(q(QINQ, "tunneling")) is not None, "",
+            tunneling is not None, "",
             int(info.findtext(q(STITCH2, "interfaceMTU")) or 9000),
             int(link.findtext(q(STITCH2, "minimumReservableCapacity")) or 1),
             int(link.findtext(q(STITCH2, "granularity")) or 1),
-            int(link.findtext(q(STITCH2, "trafficEngineeringMetric")) or 10)))
+            int(link.findtext(q(STITCH2, "trafficEngineeringMetric")) or 10),
+            s_tags if s_tags != vlans else ()))  # the ad names the S-tags always; equal to the VLANs: the default
     return tuple(out)
 
 
@@ -506,7 +513,8 @@ def _substrate_from_graph(g: Graph, dom, authority: str) -> Substrate:
                 _label_ranges(g, _one(g, c, ETH.availableVLANSet)), int(_one(g, c, LAYER.bandwidth)),
                 (c, LAYER.swappingCapability, ETH.VLAN) in g, (c, LAYER.tunnelingCapability, ETH.VLAN) in g, "",
                 int(_one(g, c, SX.mtu)), int(_one(g, c, SX.minimumCapacity)), int(_one(g, c, SX.granularity)),
-                int(_one(g, c, SX.trafficEngineeringMetric))))
+                int(_one(g, c, SX.trafficEngineeringMetric)),
+                _label_ranges(g, _one(g, c, SX.sTagVLANSet)) if (c, SX.sTagVLANSet, None) in g else ()))
         else:
             a = next(i for i in ends if (URIRef(i), TOPO.connectedTo, None) in g)
             b = str(_one(g, URIRef(a), TOPO.connectedTo))

@@ -151,12 +151,16 @@ def substrates(draw) -> Substrate:
            "images": [{"name": "img1", "os": "Linux", "version": "1"},
                       {"name": "img2", "urn": "urn:publicid:IDN+images.org+image+shared-2", "url": "https://x/i"}]}
     if draw(st.booleans()):
-        doc["external_links"] = [{"name": "ext", "switch": "sw0", "port": "up",
-                                  "remote_aggregate": "urn:publicid:IDN+peer.org+authority+am",
-                                  "remote_port": "urn:publicid:IDN+peer.org+interface+x:y",
-                                  "vlan_range": ["3000-3010", "3020"], "vlan_translation": draw(st.booleans()),
-                                  "qinq": draw(st.booleans()), "mtu": draw(st.sampled_from([1500, 9000])),
-                                  "capacity_kbps": draw(st.integers(10**5, 10**8))}]
+        ext = {"name": "ext", "switch": "sw0", "port": "up",
+               "remote_aggregate": "urn:publicid:IDN+peer.org+authority+am",
+               "remote_port": "urn:publicid:IDN+peer.org+interface+x:y",
+               "vlan_range": ["3000-3010", "3020"], "vlan_translation": draw(st.booleans()),
+               "qinq": draw(st.booleans()), "mtu": draw(st.sampled_from([1500, 9000])),
+               "capacity_kbps": draw(st.integers(10**5, 10**8))}
+        s_tags = draw(st.sampled_from([None, ["3100-3110"], ["3030-3039", "3050"]]))
+        if ext["qinq"] and s_tags:  # the Q-in-Q S-tag range (absent: the port's VLAN range)
+            ext["s_vlan_range"] = s_tags
+        doc["external_links"] = [ext]
     if draw(st.booleans()):
         doc["fpga_boards"] = [{"name": "fpga1", "model": draw(st.sampled_from(["BEE2", "NetFPGA"]))}]
     return substrate_from_dict(doc)
