@@ -113,4 +113,5 @@ def _join_link(into: etree._Element, other: etree._Element) -> None:
         elif isinstance(c.tag, str) and etree.tostring(c) not in have and name in ("property", "login"):
             into.append(copy.deepcopy(c))
     for k, v in other.attrib.items():
-        into.attrib.setdefault(k, v)
+        if k not in into.attrib:
+            into.set(k, v)

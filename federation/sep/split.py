@@ -64,7 +64,7 @@ class Split:
 
     def part(self, domain: str, drop_links: Iterable[str] = ()) -> str:
         """The request for one domain: its nodes, its links (cross-domain ones whole, with a component_manager
-        per end), everything else (stitching section, extensions) as given. `drop_links`: links another
+        per end, and the far end's node, which names the other domain's manager), everything else (stitching section, extensions) as given. `drop_links`: links another
         mechanism joins (the overlay), left out so the domain only makes the nodes' interfaces."""
         return part_xml(self, domain, frozenset(drop_links))
 
@@ -134,9 +134,12 @@ def split_request(text: str | bytes, domains: Mapping[str, str], max_bytes: int 
 def part_xml(split: Split, domain: str, drop_links: frozenset[str] = frozenset()) -> str:
     """See Split.part."""
     root = parse_xml(split.xml, "request RSpec", 64 * MAX_REQUEST_BYTES)
-    mine_nodes = set(split.nodes.get(domain, ()))
     mine_links = set(split.links.get(domain, ())) - drop_links
     cross = {c.link_id: c for c in split.cross}
+    # the far end's node stays (it names its own manager, so this domain makes no sliver of it): a link must
+    # refer to declared interfaces, and the domain's AM learns where the link leads
+    mine_nodes = set(split.nodes.get(domain, ())) | {
+        node for lid in mine_links if lid in cross for dom, _iface, node in cross[lid].ends if dom != domain}
     for el in list(root):
         kind = _local(el)
         if kind == "node" and el.get("client_id") not in mine_nodes:
