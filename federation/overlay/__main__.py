@@ -1,0 +1,162 @@
+"""Command line for the overlay: define a namespace, list its claims, run a cluster's virtual router.
+
+  python -m federation.overlay define NAMESPACE NETWORK [--lease S] [--reserve IP ...]
+  python -m federation.overlay show NAMESPACE
+  python -m federation.overlay undefine NAMESPACE
+  python -m federation.overlay router NAMESPACE --cluster C [--listen HOST:PORT]
+                                    --node id=ID,netns=NS,tap=IF,mac=MAC[,address=IP] ...
+
+The store is the Redis database in --redis (default $SLICEX_REDIS_URL, else redis://127.0.0.1:6379/0).
+`router` runs until SIGTERM or SIGINT, then releases its nodes' claims; it prints one JSON line when ready
+({"endpoint", "nodes": {id: address}}) and one JSON line of counters on SIGUSR1."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from ipaddress import IPv4Address
+
+from federation.overlay import tap
+from federation.overlay.claims import DEFAULT_PREFIX, RedisClaims
+from federation.overlay.core import Holder, Lease, NamespaceConfig, Phase
+from federation.overlay.keeper import LeaseKeeper
+from federation.overlay.router import Port, VirtualRouter
+from slicex.errors import BadArgs, GeniError
+
+log = logging.getLogger("federation.overlay")
+
+
+def _node_spec(text: str) -> dict[str, str]:
+    try:
+        spec = dict(part.split("=", 1) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: use id=ID,netns=NS,tap=IF,mac=MAC[,address=IP]") from None
+    missing = {"id", "netns", "tap", "mac"} - spec.keys()
+    if missing:
+        raise argparse.ArgumentTypeError(f"{text!r} lacks {', '.join(sorted(missing))}")
+    return spec
+
+
+def _listen(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+    return host, int(port)
+
+
+def run_router(claims: RedisClaims, namespace: str, cluster: str, listen: tuple[str, int],
+               nodes: list[dict[str, str]], stop: threading.Event) -> int:
+    config = claims.namespace(namespace)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    sock.bind(listen)
+    router = VirtualRouter(claims, config, cluster, sock)
+    keepers: list[LeaseKeeper] = []
+    fds: list[int] = []
+    plen = config.network.prefixlen
+    try:
+        ready: dict[str, str] = {}
+        for spec in nodes:
+            holder = Holder(spec["id"], router.endpoint, cluster, spec["mac"].lower())
+            fd = tap.open_tap(spec["tap"])
+            fds.append(fd)
+            tap.place(spec["tap"], spec["netns"], holder.mac)
+
+            def changed(lease: Lease, spec: dict[str, str] = spec) -> None:
+                if lease.phase is Phase.LOST and lease.address is not None:
+                    log.error("node %s lost %s: %s", spec["id"], lease.address, lease.reason)
+                    tap.drop_address(spec["netns"], spec["tap"], str(lease.address), plen)
+
+            keeper = LeaseKeeper(claims, config, holder, on_change=changed)
+            preferred = IPv4Address(spec["address"]) if spec.get("address") else None
+            address = keeper.acquire(preferred)
+            keepers.append(keeper)
+            tap.set_address(spec["netns"], spec["tap"], str(address), plen)
+            keeper.start()
+            router.add_port(Port(holder.node, fd, bytes.fromhex(holder.mac.replace(":", ""))))
+            ready[holder.node] = str(address)
+        print(json.dumps({"endpoint": router.endpoint, "nodes": ready}), flush=True)
+        want_stats = threading.Event()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGUSR1, lambda *_: want_stats.set())
+
+        def tick() -> None:
+            if want_stats.is_set():
+                want_stats.clear()
+                leases = {k.holder.node: k.lease.phase.value for k in keepers}
+                print(json.dumps({"stats": dict(router.stats), "leases": leases,
+                                  "renewals": sum(k.renewals for k in keepers)}), flush=True)
+
+        router.serve(stop, tick)
+        return 0
+    finally:
+        for k in keepers:
+            try:
+                k.leave()
+            except GeniError as exc:
+                log.warning("releasing %s: %s", k.holder.node, exc.message)
+        for fd in fds:
+            os.close(fd)
+        sock.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m federation.overlay", description=__doc__.splitlines()[0])
+    p.add_argument("--redis", default=os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    p.add_argument("--prefix", default=DEFAULT_PREFIX, help=f"key prefix in the store (default {DEFAULT_PREFIX})")
+    sub = p.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("define", help="define a namespace (a slice's overlay)")
+    d.add_argument("namespace")
+    d.add_argument("network", help="IPv4 network, e.g. 10.77.0.0/24")
+    d.add_argument("--lease", type=float, default=60.0, help="lease seconds (default 60; renewed every quarter)")
+    d.add_argument("--reserve", action="append", default=[], help="an address no node may claim")
+    s = sub.add_parser("show", help="the namespace and its live claims")
+    s.add_argument("namespace")
+    u = sub.add_parser("undefine", help="delete a namespace and all its claims")
+    u.add_argument("namespace")
+    r = sub.add_parser("router", help="run a cluster's virtual router (needs root: taps, namespaces)")
+    r.add_argument("namespace")
+    r.add_argument("--cluster", required=True)
+    r.add_argument("--listen", type=_listen, default=("127.0.0.1", 0), help="UDP HOST:PORT (default 127.0.0.1:0)")
+    r.add_argument("--node", type=_node_spec, action="append", required=True)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    claims = RedisClaims(args.redis, args.prefix)
+    try:
+        if args.command == "define":
+            cfg = claims.define(NamespaceConfig.build(args.namespace, args.network, args.lease, args.reserve))
+            print(f"namespace {cfg.name}: {cfg.network}, lease {cfg.lease:g} s, "
+                  f"{len(cfg.candidates())} claimable addresses")
+        elif args.command == "show":
+            cfg = claims.namespace(args.namespace)
+            print(f"namespace {cfg.name}: {cfg.network}, lease {cfg.lease:g} s")
+            for address, h in sorted(claims.holders(cfg.name).items()):
+                left = claims.remaining(cfg.name, address)
+                print(f"  {address}  node {h.node}  cluster {h.cluster}  router {h.endpoint}  mac {h.mac}  "
+                      f"{'expired' if left is None else f'{left:.1f} s left'}")
+        elif args.command == "undefine":
+            print(f"removed {claims.undefine(args.namespace)} keys")
+        else:
+            if tap.missing():
+                raise BadArgs("the overlay data plane cannot run here: " + "; ".join(tap.missing()))
+            stop = threading.Event()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: stop.set())
+            return run_router(claims, args.namespace, args.cluster, args.listen, args.node, stop)
+        return 0
+    except GeniError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    finally:
+        claims.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Tap devices for the overlay: the forwarder opens a tap in its own network namespace (so it keeps the
+file descriptor) and moves the device into the node's namespace, where the node sees an ordinary Ethernet
+interface. Everything else goes through iproute2 via the netns substrate's host edge."""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import os
+import struct
+import uuid
+
+from am.substrate import hostnet
+from slicex.errors import ServerError
+
+TUNSETIFF = 0x400454CA
+IFF_TAP = 0x0002
+IFF_NO_PI = 0x1000
+
+
+def open_tap(name: str) -> int:
+    """Create tap `name` (no packet-info header) and return its non-blocking file descriptor. The device
+    lives as long as the descriptor."""
+    if len(name.encode()) > 15:
+        raise ServerError(f"interface name {name!r} is longer than 15 bytes")
+    try:
+        fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ServerError(f"cannot open /dev/net/tun: {exc.strerror}; tap devices need the tun module and "
+                          f"CAP_NET_ADMIN") from None
+    try:
+        fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TAP | IFF_NO_PI))
+    except OSError as exc:
+        os.close(fd)
+        raise ServerError(f"cannot create tap {name}: {exc.strerror}") from None
+    return fd
+
+
+def place(name: str, netns: str, mac: str, mtu: int = 1500) -> None:
+    """Move tap `name` into namespace `netns` with the node's MAC, bring it up, IPv6 off (its neighbour
+    discovery would only be noise on the overlay)."""
+    hostnet.run(["ip", "link", "set", "dev", name, "netns", netns])
+    hostnet.run(["ip", "-n", netns, "link", "set", "dev", name, "address", mac, "mtu", str(mtu)])
+    hostnet.exec_in(netns, ["sysctl", "-q", "-w", f"net.ipv6.conf.{name}.disable_ipv6=1"])
+    hostnet.run(["ip", "-n", netns, "link", "set", "dev", name, "up"])
+
+
+def set_address(netns: str, name: str, address: str, prefixlen: int) -> None:
+    hostnet.run(["ip", "-n", netns, "addr", "replace", f"{address}/{prefixlen}", "dev", name])
+
+
+def drop_address(netns: str, name: str, address: str, prefixlen: int) -> None:
+    hostnet.run(["ip", "-n", netns, "addr", "del", f"{address}/{prefixlen}", "dev", name], check=False)
+
+
+@functools.cache
+def capabilities() -> dict[str, str]:
+    """Whether this host can run the overlay's data plane: "ok" or why not, per feature (probed once)."""
+    caps = {k: v for k, v in hostnet.capabilities().items() if k in ("root", "ip", "netns", "veth")}
+    if caps.get("root") != "ok" or caps.get("netns") != "ok":
+        return caps
+    ns = f"ovprobe-{uuid.uuid4().hex[:6]}"
+    name = f"ovp{uuid.uuid4().hex[:6]}"
+    try:
+        fd = open_tap(name)
+    except ServerError as exc:
+        caps["tap"] = exc.message
+        return caps
+    try:
+        hostnet.run(["ip", "netns", "add", ns])
+        moved = hostnet.run(["ip", "link", "set", "dev", name, "netns", ns], check=False)
+        caps["tap"] = "ok" if moved.returncode == 0 else f"a tap cannot move into a namespace: {moved.stderr.strip()}"
+    finally:
+        os.close(fd)
+        hostnet.run(["ip", "netns", "del", ns], check=False)
+    return caps
+
+
+def missing() -> list[str]:
+    """What the data plane lacks on this host (empty when it can run)."""
+    caps = capabilities()
+    return [f"{k}: {caps.get(k, 'not probed')}" for k in ("root", "ip", "netns", "veth", "tap") if caps.get(k) != "ok"]
