@@ -288,6 +288,9 @@ def _place_link(substrate: Substrate, link, index: int, iface_owner: Mapping[str
             raise VlanUnavailable(f"link {link.client_id}: tag {wire[0][1]} on the wire of port {port} is held by "
                                   f"another link")
         keys.append(key)
+    from stitching.am_hops import port_bw_keys  # stitching: the external ports' capacity, summed over slices
+
+    keys.extend(port_bw_keys(substrate, link, taken, keys))
     subnet = f"10.{10 + (index // 250)}.{index % 250}"
     return Placement(link.client_id, "link", switches[0].component_id if (switches and tag) else "", tuple(keys),
                      {"vlan_tag": tag, "capacity_kbps": link.capacity_kbps or 0, "subnet": subnet,
