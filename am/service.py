@@ -291,7 +291,7 @@ class EmbeddedDeployment:
         return self.sa.reject(message, too_big)
 
     def _advertise(self, available_only: bool, now: datetime) -> str:
-        cores, mem, taken, vlans = usage_counts(self.sm.usage_keys())
+        cores, mem, taken, vlans = usage_counts(self.sm.in_use(now))  # the broker's availability answer
         usage = Usage(cores=cores, memory_mb=mem, taken=taken, vlans=vlans)
         return self._ads.get(self.substrate, usage, now, available_only)
 
