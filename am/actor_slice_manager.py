@@ -37,11 +37,11 @@ from typing import Any
 from am import reservation as rs
 from am import slice_manager as sm
 from am.authority import SliverSpec
-from am.embed import mac_for, plan
+from am.embed import mac_for
 from am.slice_manager import Sliver
-from am.sm_locks import PlannedUnits, SliceLocks
+from am.sm_locks import SliceLocks
 from am.substrate.emulated import ALLOWED_ACTIONS
-from broker.broker import Demand
+from broker.placement import demands_of
 from rspec.request import Request
 from slicex import errors
 from slicex.clock import parse_time, rfc3339
@@ -73,7 +73,8 @@ ENDED_KEPT = timedelta(days=1)
 LIVENESS = timedelta(minutes=2)
 """A slice manager that has not been heard of for this long is presumed dead: others take over its work."""
 PLAN_RETRIES = 8
-"""Plans per Allocate: each lost race to another AM worker (Busy at the broker) plans again after a backoff."""
+"""Ticket requests per Allocate: each lost race to another AM worker (Busy at the broker) asks again after a
+backoff (the broker itself places again on a lost claim race; this covers races it could not resolve)."""
 DRIVE_ROUNDS = 64
 SLICE_WAIT = 120.0
 """Seconds a call waits for another call on the same slice in this process (actor calls time out sooner)."""
@@ -133,7 +134,7 @@ class Record:
     component_id: str
     group: str  # the broker's claim owner for its ticket
     r: rs.Reservation
-    demand: Demand
+    demand: dict[str, Any]  # what it needs (broker/placement.py demands_of: one node or link, and constraints)
     details: dict[str, Any] = field(default_factory=dict)  # what the manifest shows: host, image, tag, logins...
     ticket: Ticket | None = None
     lease: Lease | None = None
@@ -146,7 +147,7 @@ class Record:
     def to_doc(self) -> dict[str, Any]:
         return {"id": self.id, "slice_urn": self.slice_urn, "owner_urn": self.owner_urn, "client_id": self.client_id,
                 "kind": self.kind, "component_id": self.component_id, "group": self.group,
-                "r": reservation_doc(self.r), "demand": self.demand.to_doc(), "details": self.details,
+                "r": reservation_doc(self.r), "demand": self.demand, "details": self.details,
                 "ticket": self.ticket.to_doc() if self.ticket else None,
                 "lease": self.lease.to_doc() if self.lease else None,
                 "outbox": [message_doc(m) for m in self.outbox], "error_type": self.error_type,
@@ -155,7 +156,7 @@ class Record:
     @staticmethod
     def from_doc(d: dict[str, Any]) -> Record:
         return Record(d["id"], d["slice_urn"], d["owner_urn"], d["client_id"], d["kind"], d["component_id"],
-                      d["group"], reservation_from(d["r"]), Demand.from_doc(d["demand"]), d.get("details", {}),
+                      d["group"], reservation_from(d["r"]), dict(d["demand"]), d.get("details", {}),
                       Ticket.from_doc(d["ticket"]) if d.get("ticket") else None,
                       Lease.from_doc(d["lease"]) if d.get("lease") else None,
                       [message_from(m) for m in d.get("outbox", [])], d.get("error_type", ""),
@@ -201,11 +202,11 @@ class ActorSliceManager:
         # nothing process-wide is held across an actor call or a blocking store round trip. The reaper takes
         # a slice only when no call holds it, and a call settles its own reservations with the clock.
         self._slices = SliceLocks()
-        self._planned = PlannedUnits()
-        self._guard = threading.Lock()  # in-memory bookkeeping only: _reaped_at, _claimed_here
+        self._guard = threading.Lock()  # in-memory bookkeeping only: _reaped_at, _claimed_here, _available
         self._reaping = threading.RLock()  # one reap at a time; calls skip theirs while another runs
         self._reaped_at: datetime | None = None
         self._claimed_here: set[str] = set()  # reservations whose store lock a thread of this process holds
+        self._available: tuple[str, frozenset[str]] = ("", frozenset())  # the broker's last availability answer
 
     # ---- records ---------------------------------------------------------------------------------------------
     def _load(self, rid: str) -> Record | None:
@@ -416,17 +417,23 @@ class ActorSliceManager:
             rec.outbox += msgs
 
     def _deliver_tickets(self, batch: list[tuple[Record, rs.Message]], now: datetime) -> list[Any]:
-        demands = {}
+        """One `place` message for a ticket group: the demands of its nodes and links (no unit named); the
+        broker's policy chooses, books all or nothing, and answers tickets with the placement of each."""
+        batch = sorted(batch, key=lambda rm: int(rm[0].demand.get("order", 0)))
+        elements: dict[str, list[dict[str, Any]]] = {"nodes": [], "links": []}
         for rec, m in batch:
-            d = rec.demand
-            tag = dict(m.inputs).get(d.label_name)
-            if tag is not None and d.label_sets:
-                d = replace(d, label=tag)  # a consumer takes the tag its producer chose
-            demands[rec.id] = d
+            element = dict(rec.demand["element"])
+            tag = dict(m.inputs).get("vlan")
+            if tag is not None and rec.kind == "link":
+                element["vlan_tag"] = tag  # a consumer takes the tag its producer chose
+            elements["nodes" if rec.kind == "node" else "links"].append(element)
         rec0, m0 = batch[0]
+        demands = {**elements, "image_policy": rec0.demand.get("image_policy", self.image_policy),
+                   "bitstream_parts": rec0.demand.get("bitstream_parts", {})}
         term = Term(m0.start or now, m0.end or (now + timedelta(minutes=10)))
         try:
-            granted = self.broker.issue(self.name, demands, term, now, group=rec0.group)
+            answer = self.broker.place(self.name, demands, term, now, group=rec0.group,
+                                       authority=getattr(self.authority, "name", "") or "")
         except (Unavailable, TimedOut, RpcError) as exc:
             for rec, _ in batch:
                 rec.error_type = type(exc).__name__
@@ -435,12 +442,13 @@ class ActorSliceManager:
             for rec, _ in batch:
                 rec.error_type = type(exc).__name__
             return [rs.TicketUpdate(m.request, False, reason=exc.message) for _, m in batch]
-        if granted is None:  # waiting in the broker's queue (the slice manager asked with a deadline)
-            return [rs.TicketUpdate(m.request, False, queued_until=m.end) for _, m in batch]
         out = []
         for rec, m in batch:
-            t = granted[rec.id]
+            t = answer["tickets"][rec.id]
+            where = answer["placements"].get(rec.id) or {}
             rec.ticket = t
+            rec.component_id = where.get("component_id", rec.component_id)
+            rec.details = {**rec.details, **dict(where.get("details") or {})}
             if t.labels and rec.kind == "link":
                 rec.details["vlan_tag"] = dict(t.labels).get("vlan", rec.details.get("vlan_tag"))
             out.append(rs.TicketUpdate(m.request, True, t.sequence, t.end, t.labels))
@@ -577,74 +585,59 @@ class ActorSliceManager:
     def _allocate(self, slice_urn: str, owner_urn: str, request: Request, end: datetime,
                   now: datetime) -> list[Sliver]:
         self.store.delete(ENDED, slice_urn)
-        term = Term(now, end)
         parts = self._bitstream_parts(owner_urn)
         for attempt in range(PLAN_RETRIES):
             if attempt:  # lost a race to another AM worker: let the winners' claims land before asking again
                 time.sleep(random.uniform(0, min(0.1, 0.005 * 2 ** attempt)))
-            token = self._planned.begin()
-            try:
-                used = self.broker.unavailable(term) | self._out_of_inventory()
-                with self._planned.choosing(token) as (planned, note):  # planning is pure: no actor, no store
-                    placements = plan(self.substrate, request, used | planned, self.image_policy, parts,
-                                      getattr(self.broker, "policy", None))
-                    group = f"ticket:{uuid.uuid4().hex}"
-                    note(group, (k for p in placements for k in p.keys))
-            finally:
-                self._planned.end(token)
-            try:
-                recs = self._records(placements, slice_urn, owner_urn, group, request)
-                for rec in recs.values():
-                    rec.r, rec.outbox = rs.demand(rec.r, now, end)
-                with self._holding(recs, now):
-                    self._drive(recs, now)
-                    failed = [rec for rec in recs.values() if rec.r.state != rs.TICKETED]
-                    if failed:
-                        self._abandon(recs, now)
-            finally:
-                self._planned.finish(group)
+            recs = self._records(request, slice_urn, owner_urn, f"ticket:{uuid.uuid4().hex}", parts)
+            for rec in recs.values():
+                rec.r, rec.outbox = rs.demand(rec.r, now, end)
+            with self._holding(recs, now):
+                self._drive(recs, now)
+                failed = [rec for rec in recs.values() if rec.r.state != rs.TICKETED]
+                if failed:
+                    self._abandon(recs, now)
             if not failed:
                 break
             first = next((rec for rec in failed if rec.error_type), failed[0])  # the root cause
             if first.error_type == "Busy":
-                continue  # lost a race for a unit: plan again with what is taken now
+                continue  # lost a race for a unit: ask again
             raise _error(first.error_type, first.r.reason or f"{first.client_id}: not granted ({first.r.state})")
         else:
             raise Busy(f"resources changed under this request {PLAN_RETRIES} times in a row (other AM workers won "
-                       f"the units it chose); try again")
+                       f"the units it was given); try again")
         key = f"{slice_urn}#{rfc3339(now)}-{uuid.uuid4().hex[:8]}"
         self.store.put(REQUESTS, key, {"key": key, "slice_urn": slice_urn, "xml": request.xml,
-                                       "client_ids": [p.client_id for p in placements]})
+                                       "client_ids": [rec.client_id for rec in recs.values()]})
         return [self._sliver(rec, now) for rec in recs.values()]
 
-    def _records(self, placements, slice_urn: str, owner_urn: str, group: str,
-                 request: Request) -> dict[str, Record]:
+    def _records(self, request: Request, slice_urn: str, owner_urn: str, group: str,
+                 parts: dict[str, str]) -> dict[str, Record]:
+        """A reservation per requested node and link, with its demand (what it needs, no unit named): the
+        broker chooses where it goes when it grants the ticket."""
+        urns = {e.client_id: f"urn:publicid:IDN+{self.substrate.authority}+sliver+{uuid.uuid4().hex[:16]}"
+                for e in (*request.nodes, *request.links)}
+        demands = demands_of(request, urns, self.image_policy, parts)
+        constraints = {"image_policy": demands["image_policy"], "bitstream_parts": demands["bitstream_parts"]}
+        link_of_iface = {ref: urns[lk.client_id] for lk in request.links for ref in lk.interface_refs}
         recs: dict[str, Record] = {}
-        link_of_iface: dict[str, str] = {}
-        for p in placements:
-            urn = f"urn:publicid:IDN+{self.substrate.authority}+sliver+{uuid.uuid4().hex[:16]}"
-            details = dict(p.details)
-            keys = list(p.keys)
-            if p.kind == "link":
-                vlan = [k for k in keys if k.startswith("vlan:")]
-                sets = tuple(dict.fromkeys(k.rsplit(":", 1)[0] for k in vlan))
-                asked = next((lk.vlan_tag for lk in request.links if lk.client_id == p.client_id), None)
-                demand = Demand(units=tuple(k for k in keys if k not in vlan), label_sets=sets, label=asked,
-                                suggested_label=details.get("vlan_tag"), what=f"link {p.client_id}")
-                for ref in details.get("interface_refs", []):
-                    link_of_iface[ref] = urn
+        for order, element in enumerate(demands["nodes"] + demands["links"]):
+            cid = element["client_id"]
+            node = request.node(cid) if order < len(demands["nodes"]) else None
+            kind = "node" if node is not None else "link"
+            details: dict[str, Any] = {}
+            if node is not None:
+                what = f"node {cid} ({node.sliver_type or 'node'})"
+                if node.execute:
+                    details["execute"] = [{"shell": sh, "command": c} for sh, c in node.execute]
+                deps = tuple(dict.fromkeys(link_of_iface[i.client_id] for i in node.interfaces
+                                           if i.client_id in link_of_iface))
+                r = rs.Reservation(urns[cid], resource=what, depends_on=deps, gate="redeem")
             else:
-                what = f"node {p.client_id} ({details.get('vm_size') or details.get('sliver_type', 'node')}" \
-                       f"{' on ' + details['host'] if details.get('host') else ''})"
-                demand = Demand(units=tuple(keys), what=what)
-            r = rs.Reservation(urn, resource=demand.what)
-            recs[urn] = Record(urn, slice_urn, owner_urn, p.client_id, p.kind, p.component_id, group, r, demand,
-                               details)
-        for rec in recs.values():  # a node redeems after the links its interfaces are on
-            if rec.kind == "node":
-                deps = tuple(dict.fromkeys(link_of_iface[i] for i in rec.details.get("interfaces", {})
-                                           if i in link_of_iface))
-                rec.r = replace(rec.r, depends_on=deps, gate="redeem")
+                r = rs.Reservation(urns[cid], resource=f"link {cid}")
+            demand = {"element": element, "order": order, **constraints}
+            recs[urns[cid]] = Record(urns[cid], slice_urn, owner_urn, cid, kind, element.get("component_id") or "",
+                                     group, r, demand, details)
         return recs
 
     def _abandon(self, recs: dict[str, Record], now: datetime) -> None:
@@ -657,13 +650,28 @@ class ActorSliceManager:
         for rec in recs.values():
             self._save(rec)
 
-    def _out_of_inventory(self) -> set[str]:
-        reclaimed = getattr(self.broker, "reclaimed", None)
-        if reclaimed is None:
-            return set()
-        from am.embed import keys_under
+    # ---- questions to the broker: dry run and availability --------------------------------------------------
+    def dry_run(self, request: Request, owner_urn: str, now: datetime, end: datetime) -> dict[str, Any]:
+        """Where the broker would place `request` now, and what is short (Allocate with slicex_dry_run,
+        `slicex plan`): the same demands as Allocate, sent with `dry_run`; nothing is booked or written."""
+        names = {e.client_id: e.client_id for e in (*request.nodes, *request.links)}
+        demands = demands_of(request, names, self.image_policy, self._bitstream_parts(owner_urn))
+        answer = self.broker.place(self.name, demands, Term(now, end), now, dry_run=True,
+                                   authority=getattr(self.authority, "name", "") or "")
+        return answer["report"]
 
-        return keys_under(self.substrate, set(reclaimed(getattr(self.authority, "name", ""))))
+    def in_use(self, now: datetime) -> frozenset[str]:
+        """The unit keys in use now, as the broker answers its availability query; the answer is kept until
+        the broker says its state changed (its version), so an unchanged broker costs one short reply."""
+        with self._guard:
+            known, units = self._available
+        answer = self.broker.availability(known, now)
+        if answer.get("unchanged"):
+            return units
+        units = frozenset(answer["units"])
+        with self._guard:
+            self._available = (answer["version"], units)
+        return units
 
     def _bitstream_parts(self, owner_urn: str) -> dict[str, str]:
         if self.bitstreams is None:

@@ -15,7 +15,13 @@ Three layers keep promises exclusive:
 
 Tickets are signed, so an authority verifies them without calling back. Requests that may wait join a FIFO
 queue until their deadline. Every refusal says which broker, what was asked, over which term, and what is
-free."""
+free.
+
+The broker also decides placement (`place`, ORCA's broker policy): a slice manager sends what each node and
+link *needs* (broker/placement.py `demands_of`), and the broker's policy picks hosts, units and labels from
+its own calendar over the substrate its authority delegated, books them all or nothing and returns signed
+tickets with the placement (host, interfaces, chosen tag). `availability` answers what is in use now, with a
+version that changes whenever the broker's inventory or promises change, so callers cache the answer."""
 
 from __future__ import annotations
 
@@ -30,7 +36,9 @@ from cryptography import x509
 
 from broker.calendar import Calendar, CalendarError, common_free_labels
 from broker.delegation import Delegation, claim, export_prefixes, reclaim
+from broker.placement import Placement, Shortfall, plan, report, request_of
 from broker.policy import BinView, FifoQueue, FirstFit, Policy, Waiting, choose_label, rank
+from rspec.substrate import Substrate
 from slicex.clock import parse_time, rfc3339
 from slicex.errors import (
     BadArgs,
@@ -43,6 +51,7 @@ from slicex.errors import (
     SearchFailed,
     VlanUnavailable,
 )
+from slicex.inventory import from_doc, keys_under, to_doc, units
 from slicex.store import Store
 from slicex.term import Term
 from slicex.ticket import Ticket, load_signing_key, sign_ticket
@@ -56,6 +65,10 @@ RELINQUISHED_KEPT = timedelta(hours=1)
 QUEUE = "broker-queue"
 EXPIRY_GRACE = timedelta(minutes=5)
 """How long after a ticket's end the broker keeps its units for a slice manager that has not relinquished."""
+VERSIONS = "broker-version"
+PLACE_ATTEMPTS = 8
+"""Placements per `place`: each lost claim race (another broker process on the store won a unit) reloads the
+calendar and places again."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +129,7 @@ class Broker:
         self.calendar = Calendar()
         self.queue = FifoQueue()
         self._claimed: dict[str, bool] = {}  # ticket id -> its units are claimed in the store
+        self._substrates: dict[str, Substrate] = {}  # authority -> the substrate description it delegated
         self.fault = lambda boundary: None  # fault injection (tests): called at internal boundaries
         self._load()
 
@@ -124,11 +138,14 @@ class Broker:
         """Rebuild calendar, claim flags and queue from the store (start-up, and after losing a race)."""
         cal = Calendar()
         docs = [d for d in self.store.scan(DELEGATIONS) if d.get("broker") == self.name]
+        substrates: dict[str, Substrate] = {}
         for d in docs:
             full = Delegation.from_doc(d["delegation"]) if d.get("delegation") else None
             named = set(full.names()) if full else set()
             if full:
                 claim(cal, full)
+                if full.substrate:
+                    substrates[full.authority] = from_doc(Substrate, full.substrate)
             claim(cal, export_prefixes(d["authority"], self.name, [p for p in d.get("prefixes", []) if p not in named]))
             cal.draining |= set(d.get("draining", []))
         cal.open_inventory = not docs
@@ -146,12 +163,15 @@ class Broker:
         for q in sorted(self.store.scan(QUEUE), key=lambda q: q["key"]):
             if q.get("broker") == self.name:
                 queue.push(q, parse_time(q["deadline"]), q["key"])
-        self.calendar, self._claimed, self.queue = cal, claimed, queue
+        self.calendar, self._claimed, self.queue, self._substrates = cal, claimed, queue, substrates
 
     def _put_ticket(self, t: Ticket, booked: Sequence[str], claimed: bool, state: str = "active",
-                    reason: str = "") -> None:
-        self.store.put(TICKETS, t.id, {"broker": self.name, "ticket": t.to_doc(), "booked": list(booked),
-                                       "claimed": claimed, "state": state, "reason": reason})
+                    reason: str = "", placement: Mapping[str, Any] | None = None) -> None:
+        doc = {"broker": self.name, "ticket": t.to_doc(), "booked": list(booked), "claimed": claimed,
+               "state": state, "reason": reason}
+        if placement:
+            doc["placement"] = dict(placement)  # what `place` answers again for a repeated request
+        self.store.put(TICKETS, t.id, doc)
 
     # ---- delegation ----------------------------------------------------------------------------------------
     def _delegation_doc(self, authority: str) -> dict[str, Any]:
@@ -166,7 +186,8 @@ class Broker:
             new_names = set(delegation.names())
             merged = Delegation(delegation.authority, self.name,
                                 (old.without(new_names).pools if old else ()) + delegation.pools,
-                                (old.without(new_names).label_sets if old else ()) + delegation.label_sets)
+                                (old.without(new_names).label_sets if old else ()) + delegation.label_sets,
+                                delegation.substrate or (old.substrate if old else None))
             doc["delegation"] = merged.to_doc()
             doc["prefixes"] = sorted(set(doc.get("prefixes", [])) | new_names)
             doc["reclaimed"] = [p for p in doc.get("reclaimed", []) if p not in new_names]
@@ -174,6 +195,9 @@ class Broker:
             self.store.put(DELEGATIONS, f"{self.name}|{delegation.authority}", doc)
             claim(self.calendar, delegation)
             self.calendar.open_inventory = False
+            if merged.substrate:
+                self._substrates[merged.authority] = from_doc(Substrate, merged.substrate)
+            self._bump()
 
     def delegated(self) -> list[str]:
         return sorted(p for d in self.store.scan(DELEGATIONS) if d["broker"] == self.name for p in d["prefixes"])
@@ -199,6 +223,7 @@ class Broker:
             doc["reclaimed"] = sorted(set(doc.get("reclaimed", [])) | set(free))
             doc["draining"] = sorted(set(doc.get("draining", [])) | set(busy))
             self.store.put(DELEGATIONS, f"{self.name}|{authority}", doc)
+            self._bump()
             return free, busy
 
     def reclaimed(self, authority: str) -> list[str]:
@@ -206,10 +231,101 @@ class Broker:
         return list(doc.get("reclaimed", []))
 
     def unavailable(self, term: Term) -> set[str]:
-        """Units a planner must not choose for `term`: promised during it, being reclaimed, or claimed in
-        the store by anyone (other processes included)."""
+        """Units the broker cannot promise for `term`: promised during it, being reclaimed, or claimed in the
+        store by any broker process on it. The broker's own view, for its policy (not a message)."""
         with self._lock:
-            return self.calendar.unavailable(term) | set(self.store.all_claims())
+            return self.calendar.unavailable(term) | units(self.store.all_claims())
+
+    # ---- availability (a query message) ------------------------------------------------------------------------
+    def _bump(self) -> None:
+        """Note that inventory or promises changed: callers' cached availability answers are stale now. Kept
+        in the store, so the brokers of several AM workers on one store invalidate each other's answers."""
+        self.store.put(VERSIONS, self.name, {"broker": self.name, "version": uuid.uuid4().hex})
+
+    def version(self) -> str:
+        doc = self.store.get(VERSIONS, self.name)
+        return doc["version"] if doc else ""
+
+    def availability(self, known: str = "", now: datetime | None = None) -> dict[str, Any]:
+        """What is in use now (unit keys), with the version of the broker's state it was read at; when the
+        caller already holds the answer for version `known` and nothing changed, only the version comes back
+        (`unchanged`). Advertisements (ListResources geni_available) are built from this answer."""
+        now = now or _utcnow()
+        with self._lock:
+            version = self.version()
+            if known and version == known:
+                return {"version": version, "unchanged": True}
+            in_use = units(self.store.all_claims()) | self.calendar.unavailable(Term(now, now + timedelta(seconds=1)))
+            return {"version": version, "unchanged": False, "units": sorted(in_use)}
+
+    # ---- placement: the broker's policy decides --------------------------------------------------------------
+    def substrate_of(self, authority: str = "") -> Substrate:
+        """The substrate description `authority` (default: the one this broker tickets for) delegated."""
+        name = authority or self.authority or next(iter(self._substrates), "")
+        sub = self._substrates.get(name)
+        if sub is None:
+            raise Refused(f"broker {self.name}: authority {name or '(none)'} has delegated no substrate description "
+                          f"to it; nothing can be placed (the authority delegates at start)")
+        return sub
+
+    def _used(self, term: Term, authority: str, substrate: Substrate, group: str = "") -> set[str]:
+        """What the policy must not choose: promised over the term, claimed in the store by anyone but `group`
+        (claims of an earlier attempt of this very request, cut short by a crash, are its own to take again),
+        and inventory the authority reclaimed."""
+        claimed = {k for k, owner in self.store.all_claims().items() if owner != group}
+        return (self.calendar.unavailable(term) | units(claimed)
+                | keys_under(substrate, set(self.reclaimed(authority or self.authority))))
+
+    def place(self, holder: str, demands: Mapping[str, Any], term: Term, now: datetime, group: str | None = None,
+              dry_run: bool = False, authority: str = "") -> dict[str, Any]:
+        """Choose where every demanded node and link goes (the policy over this broker's calendar), book it
+        all or nothing and answer `{"tickets": {reservation: Ticket}, "placements": {reservation: {kind,
+        component_id, details}}}`. Asking again with the same `group` answers the tickets already granted.
+        With `dry_run`, nothing is booked or written: the answer is `{"report": ...}` (broker/placement.py
+        `report`: what fits where, and for what does not, asked vs available)."""
+        request, rids = request_of(demands)
+        image_policy = str(demands.get("image_policy") or "reject")
+        parts = {str(k): str(v) for k, v in (demands.get("bitstream_parts") or {}).items()}
+        substrate = self.substrate_of(authority)
+        if dry_run:
+            with self._lock:
+                used = self._used(term, authority, substrate)
+            shortfalls: list[Shortfall] = []
+            placed = plan(substrate, request, used, image_policy, parts, self.policy, shortfalls=shortfalls)
+            return {"report": report(substrate, request, placed, shortfalls)}
+        explicit_group = group is not None
+        group = group or f"ticket:{uuid.uuid4().hex}"
+        with self._lock:
+            if explicit_group:
+                if self._granted(group, list(rids.values())) is not None:
+                    return self._placed(group, list(rids.values()))
+                self._refuse_relinquished(group, list(rids.values()))
+            for _attempt in range(PLACE_ATTEMPTS):
+                placed = plan(substrate, request, self._used(term, authority, substrate, group), image_policy,
+                              parts, self.policy)
+                exact = {rids[p.client_id]: _exact(p) for p in placed}
+                where = {rids[p.client_id]: {"kind": p.kind, "component_id": p.component_id,
+                                             "details": to_doc(dict(p.details))} for p in placed}
+                try:
+                    self._grant(holder, exact, term, now, group, where)
+                except Busy:
+                    self._load()  # another broker process on the store won a unit: see its promises, again
+                    continue
+                booked = {u for rid in exact for u in self.calendar.bookings[f"{group}/{rid}"].units}
+                for key in self.store.claims_of(group):  # an earlier, crashed attempt chose other units
+                    if key not in booked:
+                        self.store.release(key, group)
+                return self._placed(group, list(rids.values()))
+            raise Busy(f"broker {self.name}: the units chosen for this request were promised to others "
+                       f"{PLACE_ATTEMPTS} times in a row (other brokers on this store); ask again")
+
+    def _placed(self, group: str, rids: Sequence[str]) -> dict[str, Any]:
+        tickets, placements = {}, {}
+        for rid in rids:
+            doc = self.store.get(TICKETS, f"{group}/{rid}") or {}
+            tickets[rid] = Ticket.from_doc(doc["ticket"])
+            placements[rid] = doc.get("placement") or {}
+        return {"tickets": tickets, "placements": placements}
 
     # ---- tickets ---------------------------------------------------------------------------------------------
     def ticket(self, holder: str, units_by_reservation: Mapping[str, Sequence[str]], start: datetime,
@@ -269,7 +385,7 @@ class Broker:
         return out
 
     def _grant(self, holder: str, demands: Mapping[str, Demand], term: Term, now: datetime,
-               group: str) -> dict[str, Ticket]:
+               group: str, placements: Mapping[str, Any] | None = None) -> dict[str, Ticket]:
         exact = all(not (d.amounts or d.label_sets) for d in demands.values())
         avoid: set[str] = set()
         for attempt in range(4):
@@ -303,7 +419,8 @@ class Broker:
                            resource_type=next(iter(c.counts), ""), count=sum(c.counts.values()),
                            labels=c.labels, authority=self.authority)
                 tickets[rid] = sign_ticket(t, self.key)
-                self._put_ticket(tickets[rid], c.units, started)
+                self._put_ticket(tickets[rid], c.units, started, placement=(placements or {}).get(rid))
+            self._bump()
             return tickets
         raise AssertionError("unreachable")
 
@@ -544,7 +661,9 @@ class Broker:
             longer = sign_ticket(replace(current, end=end, sequence=max(current.sequence, ticket.sequence) + 1,
                                          signature=""), self.key)
             self.fault("broker:extended")
-            self._put_ticket(longer, booked, self._claimed.get(current.id, True))
+            self._put_ticket(longer, booked, self._claimed.get(current.id, True),
+                             placement=doc.get("placement") if doc else None)
+            self._bump()
             return longer
 
     def relinquish(self, ticket: Ticket, now: datetime | None = None) -> int:
@@ -571,6 +690,7 @@ class Broker:
                 self.queue.waiting.remove(w)
                 self.store.delete(QUEUE, w.id)
             self._serve(now)
+            self._bump()
             return released
 
     def _drop(self, tid: str, units: Sequence[str]) -> int:
@@ -582,6 +702,7 @@ class Broker:
         self.fault("broker:relinquishing")
         keys = set(units) | (booking.units if booking else set()) | set(doc.get("booked", []) if doc else [])
         released = sum(1 for k in keys if self.store.release(k, group))
+        self._bump()
         # claims of the group no live ticket of it books (a crashed attempt chose other units)
         live = {u for t, b in self.calendar.bookings.items() if t.rsplit("/", 1)[0] == group for u in b.units}
         if not live:
@@ -634,8 +755,23 @@ class Broker:
                 if doc.get("broker") == self.name and parse_time(doc["until"]) <= now:
                     self.store.delete(RELINQUISHED, doc["id"])
             served = self._serve(now)
+            if started or failed:
+                self._bump()
             return {"started": started, "failed": failed, "expired": expired, "queue_timed_out": timed_out,
                     "served": served}
+
+
+def _exact(p: Placement) -> Demand:
+    """The exact demand for what the policy chose: a link's VLAN keys as the tag on its switches' label sets
+    (the ticket then carries the tag), every other unit by name."""
+    vlan = [k for k in p.keys if k.startswith("vlan:")]
+    sets = tuple(dict.fromkeys(k.rsplit(":", 1)[0] for k in vlan))
+    tag = p.details.get("vlan_tag") if sets else None
+    d = p.details
+    what = f"link {p.client_id}" if p.kind == "link" else \
+        f"node {p.client_id} ({d.get('vm_size') or d.get('sliver_type', 'node')}" \
+        f"{' on ' + d['host'] if d.get('host') else ''})"
+    return Demand(units=tuple(k for k in p.keys if k not in vlan), label_sets=sets, label=tag, what=what)
 
 
 def _amounts(amounts: Mapping[str, int]) -> str:

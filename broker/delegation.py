@@ -3,8 +3,15 @@ authority can reclaim what is not promised (ORCA: export / claim / reclaim).
 
 A delegation lists pools (units per resource type, per bin: cores and 512 MB memory chunks per VM host, whole
 bare-metal nodes, 100 Mbps bandwidth chunks per host port, FPGAs and their planes) and label sets (VLAN
-ranges per switch). Unit names are the claim keys of am/embed.py, so what the planner names, the broker
-books and the store claims are the same strings. Pure: no store, no clock."""
+ranges per switch). Unit names are the claim keys of slicex/inventory.py, so what the broker's policy names,
+its calendar books and the store claims are the same strings.
+
+A delegation also carries the authority's *substrate description* (hosts, interfaces and their cabling,
+switches, VM sizes, images, external ports, FPGA boards), as ORCA's site authorities export their substrate
+model (NDL) with the resources they delegate: the broker's placement policy (broker/placement.py) needs
+topology, not only unit counts, to pick a host for a VM or a tag common to the switches a link crosses. The
+broker learns the substrate only this way, never from the authority's configuration or store, so a broker in
+another trust domain places requests exactly as an embedded one. Pure: no store, no clock."""
 
 from __future__ import annotations
 
@@ -14,6 +21,8 @@ from datetime import datetime
 from typing import Any
 
 from broker.calendar import Calendar, LabelSet, Pool
+from slicex.inventory import BW_CHUNK_KBPS, MEM_CHUNK_MB, to_doc
+from slicex.inventory import SOFTWARE_PLANES_PER_BOARD as SW_PLANES
 
 
 @dataclass(frozen=True)
@@ -22,6 +31,7 @@ class Delegation:
     broker: str
     pools: tuple[Pool, ...] = ()
     label_sets: tuple[LabelSet, ...] = ()
+    substrate: dict[str, Any] | None = None  # the authority's substrate description (slicex.inventory.to_doc)
 
     def names(self) -> list[str]:
         return [p.name for p in self.pools] + [ls.name for ls in self.label_sets]
@@ -29,7 +39,7 @@ class Delegation:
     def only(self, names: Iterable[str]) -> Delegation:
         keep = set(names)
         return Delegation(self.authority, self.broker, tuple(p for p in self.pools if p.name in keep),
-                          tuple(ls for ls in self.label_sets if ls.name in keep))
+                          tuple(ls for ls in self.label_sets if ls.name in keep), self.substrate)
 
     def on(self, bin_name: str) -> list[str]:
         """The pools of one bin (a host: its cores, memory, node and interface bandwidth)."""
@@ -38,7 +48,7 @@ class Delegation:
     def without(self, names: Iterable[str]) -> Delegation:
         drop = set(names)
         return Delegation(self.authority, self.broker, tuple(p for p in self.pools if p.name not in drop),
-                          tuple(ls for ls in self.label_sets if ls.name not in drop))
+                          tuple(ls for ls in self.label_sets if ls.name not in drop), self.substrate)
 
     @property
     def size(self) -> int:
@@ -48,21 +58,19 @@ class Delegation:
         return {"authority": self.authority, "broker": self.broker,
                 "pools": [{"name": p.name, "type": p.resource_type, "bin": p.bin, "units": list(p.units)}
                           for p in self.pools],
-                "label_sets": [{"name": ls.name, "ranges": [list(r) for r in ls.ranges]} for ls in self.label_sets]}
+                "label_sets": [{"name": ls.name, "ranges": [list(r) for r in ls.ranges]} for ls in self.label_sets],
+                "substrate": self.substrate}
 
     @staticmethod
     def from_doc(d: dict[str, Any]) -> Delegation:
         return Delegation(d["authority"], d["broker"],
                           tuple(Pool(p["name"], p["type"], tuple(p["units"]), p.get("bin", "")) for p in d["pools"]),
                           tuple(LabelSet(ls["name"], tuple((int(lo), int(hi)) for lo, hi in ls["ranges"]))
-                                for ls in d["label_sets"]))
+                                for ls in d["label_sets"]), d.get("substrate"))
 
 
 def export_substrate(substrate, authority: str, broker: str) -> Delegation:
-    """Everything a substrate offers, as a delegation to `broker`."""
-    from am.embed import BW_CHUNK_KBPS, MEM_CHUNK_MB
-    from am.embed import SOFTWARE_PLANES_PER_BOARD as SW_PLANES
-
+    """Everything a substrate offers, as a delegation to `broker`, with the substrate's description."""
     pools: list[Pool] = []
     for h in substrate.hosts:
         cid = h.component_id
@@ -92,7 +100,7 @@ def export_substrate(substrate, authority: str, broker: str) -> Delegation:
                 pools.append(Pool(f"fpga:{f.id}", "fpga", (f"fpga:{f.id}",), b.name))
                 pools.append(Pool(f"vplane:{f.id}", "vplane",
                                   tuple(f"vplane:{f.id}:{k}" for k in range(f.hardware_planes)), b.name))
-    return Delegation(authority, broker, tuple(pools), tuple(labels))
+    return Delegation(authority, broker, tuple(pools), tuple(labels), to_doc(substrate))
 
 
 def export_prefixes(authority: str, broker: str, prefixes: Sequence[str]) -> Delegation:

@@ -39,8 +39,15 @@ def broker_handlers(broker: Broker) -> dict[str, Any]:
     def query(group, reservations):
         return broker.query(group, reservations)
 
-    def unavailable(start, end):
-        return sorted(broker.unavailable(Term(parse_time(start), parse_time(end))))
+    def place(holder, demands, start, end, now, group, dry_run, authority=""):
+        answer = broker.place(holder, demands, Term(parse_time(start), parse_time(end)), parse_time(now),
+                              group=group or None, dry_run=bool(dry_run), authority=authority)
+        if "tickets" in answer:
+            answer = {**answer, "tickets": {rid: t.to_doc() for rid, t in answer["tickets"].items()}}
+        return answer
+
+    def availability(known="", now=""):
+        return broker.availability(known, _t(now))
 
     def reclaimed(authority):
         return broker.reclaimed(authority)
@@ -56,14 +63,14 @@ def broker_handlers(broker: Broker) -> dict[str, Any]:
         return list(broker.reclaim(authority, names, _t(now)))
 
     return {"ticket": ticket, "issue": issue, "extend_ticket": extend_ticket, "relinquish": relinquish,
-            "query": query, "unavailable": unavailable, "reclaimed": reclaimed, "tick": tick, "accept": accept,
+            "query": query, "place": place, "availability": availability, "reclaimed": reclaimed, "tick": tick, "accept": accept,
             "reclaim": reclaim}
 
 
 class RemoteBroker:
     def __init__(self, client: ActorClient, policy: Any = None):
         self.client = client
-        self.policy = policy  # the planner's host order (the broker applies its own when it chooses)
+        self.policy = policy  # unused: the broker process applies the policy it was configured with
 
     def ticket(self, holder: str, units_by_reservation: Mapping[str, Sequence[str]], start: datetime,
                end: datetime, group: str | None = None) -> dict[str, Ticket]:
@@ -88,8 +95,17 @@ class RemoteBroker:
     def query(self, group: str, reservations: Sequence[str]) -> dict[str, dict[str, Any]]:
         return self.client.call("query", group, list(reservations))
 
-    def unavailable(self, term: Term) -> set[str]:
-        return set(self.client.call("unavailable", rfc3339(term.start), rfc3339(term.end)))
+    def place(self, holder: str, demands: Mapping[str, Any], term: Term, now: datetime, group: str | None = None,
+              dry_run: bool = False, authority: str = "") -> dict[str, Any]:
+        """The broker decides placement (Broker.place); tickets come back as Ticket objects."""
+        answer = self.client.call("place", holder, dict(demands), rfc3339(term.start), rfc3339(term.end),
+                                  rfc3339(now), group or "", bool(dry_run), authority)
+        if "tickets" in answer:
+            answer["tickets"] = {rid: Ticket.from_doc(d) for rid, d in answer["tickets"].items()}
+        return answer
+
+    def availability(self, known: str = "", now: datetime | None = None) -> dict[str, Any]:
+        return self.client.call("availability", known, rfc3339(now) if now else "")
 
     def reclaimed(self, authority: str) -> list[str]:
         return self.client.call("reclaimed", authority)

@@ -126,5 +126,5 @@ def test_one_request_id_in_json_lines_at_the_am_and_at_the_broker(served, json_l
     assert len(am) == 1 and len(am[0]["request_id"]) == 16
     rid = am[0]["request_id"]
     broker = [x for x in lines if x["logger"] == "slicex.broker" and x["request_id"] == rid]
-    assert any("broker.issue" in x["message"] for x in broker), lines
+    assert any("broker.place" in x["message"] for x in broker), lines
     assert {"time", "level", "logger", "message", "request_id"} <= set(am[0])

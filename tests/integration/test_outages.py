@@ -153,24 +153,24 @@ def test_slow_broker_is_timedout_and_its_late_ticket_is_given_back(pki_home):
     RedisStore(REDIS_URL).flush()
     r = start(pki_home, distributed=True)
     broker = r.actors[0].actor
-    fast_issue = broker.issue
+    fast_place = broker.place
     granted = threading.Event()
 
-    def slow_issue(*a, **kw):
+    def slow_place(*a, **kw):
         time.sleep(2)  # longer than the slice manager waits
         try:
-            return fast_issue(*a, **kw)
+            return fast_place(*a, **kw)
         finally:
             granted.set()
 
     try:
         alice = r.user("alice")
         urn, creds = alice.slice_credential("slowbroker")
-        broker.issue = slow_issue
+        broker.place = slow_place
         reply = alice.am.Allocate(urn, creds, request_rspec([vm("late")]), {})
         assert code(reply) == 8 and "broker" in reply["output"], reply
         assert granted.wait(10)  # the broker did grant, after the slice manager gave up
-        broker.issue = fast_issue
+        broker.place = fast_place
         deadline = time.monotonic() + 10
         while r.deployment.sm.usage_keys() and time.monotonic() < deadline:
             r.clock.advance(timedelta(seconds=1))  # the slice manager's clock gives the late ticket back

@@ -3,12 +3,10 @@ request fits, where it would go and what is short, and hold nothing."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from cli.main import main
-from slicex.term import Term
 from tests.factories import request_rspec, three_node_lan, vm
 from tests.integration.conftest import Running
 from tests.integration.test_am_api import ok
@@ -20,12 +18,12 @@ TABLES = ("broker-tickets", "broker-queue", "broker-relinquished", "delegations"
 
 def held(r: Running) -> dict[str, Any]:
     """Everything an allocation could change: claims, the broker's and slice manager's tables, and what the
-    broker answers is unavailable now."""
+    broker answers is in use now (its availability query)."""
     d = r.deployment
     now = r.clock.now()
     return {"claims": d.store.all_claims(),
             **{t: sorted(map(repr, d.store.scan(t))) for t in TABLES},
-            "broker": sorted(d.broker.unavailable(Term(now, now + timedelta(minutes=10))))}
+            "broker": d.broker.availability("", now)}
 
 
 def test_dry_run_of_a_fitting_request_places_it_as_allocate_then_does_and_holds_nothing(running):

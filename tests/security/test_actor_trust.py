@@ -74,10 +74,10 @@ def impostor_broker(r: Running, cert: str, key: str, calls: list[str]) -> ActorS
     def record(name: str):
         def handler(*args: Any) -> Any:
             calls.append(name)
-            return [] if name in ("unavailable", "reclaimed") else {}
+            return [] if name == "reclaimed" else {}
         return handler
 
-    handlers = {m: record(m) for m in ("unavailable", "reclaimed", "issue", "ticket", "query", "accept")}
+    handlers = {m: record(m) for m in ("place", "availability", "reclaimed", "issue", "ticket", "query", "accept")}
     fake = ActorServer("broker", handlers, {AM}, ("127.0.0.1", port), cert, key, str(r.home.ca_cert))
     fake.start()
     return fake

@@ -121,11 +121,10 @@ def test_a_tag_taken_meanwhile_is_refused_by_the_broker_with_its_reason(world):
     sw = SUB.switches[0].component_id
     req = request_rspec([vm("a", ifaces=["a:if0"]), vm("b", ifaces=["b:if0"])],
                         [{"client_id": "l", "ifaces": ["a:if0", "b:if0"], "vlantag": "1042"}])
-    store.claim(f"vlan:{sw}:1042", "someone-else")  # another worker took it after this one planned
-    before = asm.broker.unavailable
-    asm.broker.unavailable = lambda term: before(term) - {f"vlan:{sw}:1042"}
-    with pytest.raises(VlanUnavailable, match="1042"):
+    store.claim(f"vlan:{sw}:1042", "someone-else")  # another AM worker's broker promised it
+    with pytest.raises(VlanUnavailable, match="VLAN 1042") as err:
         asm.allocate(SLICE, "o", parse_request(req), now + 10 * MIN, now)
+    assert err.value.code == 24
     assert store.all_claims() == {f"vlan:{sw}:1042": "someone-else"} and asm.records() == []
 
 
@@ -133,10 +132,10 @@ def test_broker_down_is_unavailable_and_leaves_nothing(tmp_path):
     store = SqliteStore(str(tmp_path / "s.db"))
     clock = ManualClock()
     real = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY)
-    broker = Flaky(real.broker, only=("issue", "relinquish"))
+    broker = Flaky(real.broker, only=("place", "relinquish"))
     asm = ActorSliceManager(store, SUB, broker, real.authority)
     broker.down = True
-    with pytest.raises(Unavailable, match="issue: actor .* not answering"):
+    with pytest.raises(Unavailable, match="place: actor .* not answering"):
         asm.allocate(SLICE, "o", parse_request(request_rspec([vm("a")])), clock.now() + 10 * MIN, clock.now())
     broker.down = False
     asm.reap(clock.now())

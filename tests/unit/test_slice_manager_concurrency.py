@@ -44,7 +44,7 @@ def one_node(client_id: str) -> str:
 
 
 class HeldBroker:
-    """The broker, except that a ticket request naming node `held` stays open (as a slow remote broker's
+    """The broker, except that a placement request naming node `held` stays open (as a slow remote broker's
     would) until the test lets it go."""
 
     def __init__(self, broker, held: str):
@@ -52,17 +52,17 @@ class HeldBroker:
         self.held = held
         self.entered = threading.Event()
         self.go = threading.Event()
-        self.issued: list[str] = []  # the ticket groups asked for, in order
+        self.issued: list[str] = []  # the ticket groups asked for (place messages), in order
 
     def __getattr__(self, name):
         return getattr(self.broker, name)
 
-    def issue(self, holder, demands, term, now, group=None, wait_until=None):
+    def place(self, holder, demands, term, now, group=None, dry_run=False, authority=""):
         self.issued.append(group)
-        if any(f"node {self.held} " in d.what for d in demands.values()):
+        if any(n["client_id"] == self.held for n in demands["nodes"]):
             self.entered.set()
             assert self.go.wait(30), "the test never released the held ticket call"
-        return self.broker.issue(holder, demands, term, now, group=group, wait_until=wait_until)
+        return self.broker.place(holder, demands, term, now, group=group, dry_run=dry_run, authority=authority)
 
 
 def held_world(tmp_path, held: str = "a1"):
@@ -162,8 +162,8 @@ def status_waits_for_allocate(store, real, broker, asm) -> None:
 
 
 def test_concurrent_allocations_of_one_process_do_not_choose_the_same_units(tmp_path):
-    """Both planners ask the broker what is free before either is granted: the second still chooses other
-    units than the first, so the broker refuses neither (no lost race, no second round)."""
+    """Both allocations have their placement request at the broker at once: the broker's policy gives them
+    different units, and refuses neither (no lost race, no second round)."""
     store = SqliteStore(str(tmp_path / "s.db"))
     real = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY, authority_key=AKEY)
     both_asked = threading.Barrier(2, timeout=3)
@@ -173,17 +173,13 @@ def test_concurrent_allocations_of_one_process_do_not_choose_the_same_units(tmp_
         def __getattr__(self, name):
             return getattr(real.broker, name)
 
-        def unavailable(self, term):
-            seen = real.broker.unavailable(term)
+        def place(self, *a, **kw):
             try:
                 both_asked.wait()
             except threading.BrokenBarrierError:
                 pass
-            return seen
-
-        def issue(self, *a, **kw):
             try:
-                return real.broker.issue(*a, **kw)
+                return real.broker.place(*a, **kw)
             except Busy as exc:
                 refused.append(exc.message)
                 raise
