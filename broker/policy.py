@@ -3,7 +3,7 @@
 A policy ranks *bins* (hosts, boards) that can hold a demand, best first: first-fit keeps inventory order,
 best-fit takes the bin left fullest (packs, keeps big holes for big requests), worst-fit the bin left
 emptiest (spreads load). The same ranking orders hosts for the embedding planner (`order`, used by
-am.embed.plan). Pure: the caller says what is free."""
+broker.placement.plan). Pure: the caller says what is free."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class _Ranking:
         raise NotImplementedError
 
     def order(self, hosts: Sequence[Host], used: Set[str]) -> list[Host]:
-        """The planner's entry point (am.embed.plan): every host, in the order to try them."""
+        """The planner's entry point (broker.placement.plan): every host, in the order to try them."""
         return order(self, hosts, used)
 
 
