@@ -197,6 +197,8 @@ def parse_peer(name: Any, raw: Any, home_root: Path, own_authority: str) -> Peer
     if not root.is_file():
         raise PeerConfigError(f"{_where(name, 'root')}: {root} does not exist (copy the peer's root there, e.g. "
                               f"from its `slicex ca export-root`)")
+    if not pki.load_certs(root.read_bytes()):
+        raise PeerConfigError(f"{_where(name, 'root')}: {root} holds no PEM certificate")
     if "namespace" in raw and "namespaces" in raw:
         raise PeerConfigError(f"{_where(name)}: give `namespace` or `namespaces`, not both")
     given = raw.get("namespaces", raw.get("namespace"))

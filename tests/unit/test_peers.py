@@ -91,6 +91,8 @@ def test_bad_peer_name_and_root_without_authority(home: Path) -> None:
     (home / "peers" / "junk.pem").write_text("not a certificate")
     with pytest.raises(PeerConfigError, match="holds no PEM certificate"):
         parse_peer("x", {"root": "peers/junk.pem"}, home, "b.test")
+    with pytest.raises(PeerConfigError, match="holds no PEM certificate"):
+        parse_peer("x", {"root": "peers/junk.pem", "namespace": "x.test"}, home, "b.test")
 
 
 def test_peers_may_not_share_namespaces(home: Path) -> None:
