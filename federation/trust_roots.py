@@ -107,6 +107,9 @@ class PeerTrust:
         for peer in peers:
             certs = pki.load_certs(peer.root.read_bytes())
             self._apply(peer, certs)
+            log.info("peer %s: %d root(s) from %s vouch for %s%s", peer.name, len(certs), peer.root,
+                     ", ".join(peer.namespaces), f"; refreshed from {peer.trust_roots_url or peer.ch_url} every "
+                     f"{peer.refresh.total_seconds():g} s" if peer.fetches else "")
 
     @staticmethod
     def for_deployment(home_root: Path, cfg: dict[str, Any], trust: pki.TrustStore,
@@ -217,6 +220,7 @@ class PeerTrust:
             log.warning("peer %s: nothing acceptable at %s; keeping its last good roots", peer.name, where)
             return False
         self.last_error[peer.name] = "; ".join(screened.refused)
+        log.debug("peer %s: fetched %d acceptable root(s) from %s", peer.name, len(screened.accepted), where)
         if screened.accepted != self.current.get(peer.name):
             self._apply(peer, screened.accepted)
             log.info("peer %s: trust roots now %s (from %s)", peer.name,
