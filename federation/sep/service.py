@@ -403,6 +403,11 @@ class ExchangePoint:
             if lk.stitchable:
                 try:
                     plan = plan_link(topo, LinkRequest(lk.link_id, a, b), {}, {})
+                    transit = [agg for agg in plan.aggregates if domain_key(agg) not in split.domains]
+                    if transit:  # it would carry the link, but nothing would be allocated there
+                        raise Unsupported(f"cross-domain link {lk.link_id}: its path crosses {', '.join(transit)}, "
+                                          f"which holds no node of this request; the exchange point does not "
+                                          f"allocate transit testbeds. Nothing was allocated")
                     joins[lk.link_id] = {"mode": "stitched", "hops": [h.port.urn for h in plan.hops],
                                          "qinq": plan.tunnel is not None}
                     continue

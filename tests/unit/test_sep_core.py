@@ -235,3 +235,56 @@ def test_merged_manifest_has_both_halves_one_link_and_each_hop_from_its_owner():
 def test_nothing_to_merge_is_an_empty_manifest():
     root = etree.fromstring(merge_rspecs([]).encode())
     assert root.get("type") == "manifest" and len(root) == 0
+
+
+# ---- how cross-domain links are joined (the endpoint's planning step, over a given topology) ------------------------
+
+def planner(topology):
+    """An exchange point over domains d0, d1 (and d2) whose stitching topology is `topology` (no network)."""
+    from federation.sep.relay import Domain
+    from federation.sep.service import ExchangePoint
+    from slicex.clock import SystemClock
+
+    domains = [Domain(urn, f"https://{key}/") for key, urn in DOMAINS.items()]
+    return ExchangePoint("urn:publicid:IDN+d0.test+authority+sep", "https://sep/", domains, None, None, None, None,
+                         SystemClock(), topology=lambda *_a, **_k: (topology, []))
+
+
+def cables(*pairs: tuple[str, str]):
+    from stitching.model import Aggregate, Port, Topology, parse_vlans
+
+    ports = []
+    for a, b in pairs:
+        for x, y in ((a, b), (b, a)):
+            ports.append(Port(f"urn:publicid:IDN+{x}.test+interface+sw:to-{y}", DOMAINS[f"{x}.test"],
+                              f"urn:publicid:IDN+{y}.test+interface+sw:to-{x}", parse_vlans("100-103")))
+    return Topology.build([Aggregate(u, f"https://{k}/") for k, u in DOMAINS.items()], ports)
+
+
+def two_node_request() -> str:
+    return rspec([("a", DOMAINS["d0.test"]), ("b", DOMAINS["d1.test"])], [("x", ["a", "b"])])
+
+
+def test_a_direct_cable_stitches_the_link_and_each_part_carries_the_agreed_tag():
+    split, joins = planner(cables(("d0", "d1")))._join_plan("urn:publicid:IDN+d0.test+slice+s",
+                                                             split_request(two_node_request(), DOMAINS), [], {})
+    assert joins["x"]["mode"] == "stitched"
+    for d in ("d0.test", "d1.test"):
+        tags = {e.text for e in etree.fromstring(split.part(d).encode()).iter(f"{{{STITCH}}}suggestedVLANRange")}
+        assert tags == {"100"}
+
+
+def test_a_path_through_a_testbed_without_nodes_is_refused_not_half_made():
+    from slicex.errors import Unsupported
+
+    with pytest.raises(Unsupported, match="crosses urn:publicid:IDN\\+d2.test.*Nothing was allocated"):
+        planner(cables(("d0", "d2"), ("d2", "d1")))._join_plan("urn:publicid:IDN+d0.test+slice+s",
+                                                               split_request(two_node_request(), DOMAINS), [], {})
+
+
+def test_no_layer2_path_and_no_overlay_is_unsupported_saying_so():
+    from slicex.errors import Unsupported
+
+    with pytest.raises(Unsupported, match="no layer-2 path.*no overlay is configured.*Nothing was allocated"):
+        planner(cables())._join_plan("urn:publicid:IDN+d0.test+slice+s",
+                                     split_request(two_node_request(), DOMAINS), [], {})
