@@ -17,7 +17,11 @@ call that failed, to the result's `output` with its GENI code.
 Every lease the authority answers with is verified before it is used: the authority's signature (the key of
 its certificate, not the broker's or the AM's) and that it is the lease of the ticket redeemed (reservation,
 holder, units, term, labels). A lease that fails is a failed redeem (or a refused extension): the
-reservation gives back what it holds, so nothing leaks."""
+reservation gives back what it holds, so nothing leaks.
+
+The slice manager's jobs live in modules of their own: its records (am/sm_records.py), the reservation
+driver that delivers messages (am/sm_delivery.py), locks, recovery and the clock (am/sm_recovery.py); this
+module holds the AM-facing operations and `in_process`, which builds an embedded deployment's actors."""
 
 from __future__ import annotations
 
@@ -28,29 +32,42 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from am import reservation as rs
 from am import slice_manager as sm
-from am.authority import SliverSpec
 from am.embed import mac_for
 from am.slice_manager import Sliver
+from am.sm_delivery import DRIVE_ROUNDS, Delivery  # noqa: F401 - re-exported
 from am.sm_locks import SliceLocks
+from am.sm_records import (  # noqa: F401 - re-exported
+    ENDED,
+    ENDED_KEPT,
+    INSTANCES,
+    REQUESTS,
+    RESERVATIONS,
+    SLICES,
+    Crash,
+    Record,
+    Records,
+    _error,
+    message_doc,
+    message_from,
+    reservation_doc,
+    reservation_from,
+)
+from am.sm_recovery import LIVENESS, SLICE_WAIT, WORKER_WAIT, Recovery  # noqa: F401 - re-exported
 from am.substrate.emulated import ALLOWED_ACTIONS
 from broker.placement import demands_of
 from rspec.request import Request
-from slicex import errors
 from slicex.clock import parse_time, rfc3339
 from slicex.errors import (
     BadArgs,
     Busy,
-    CredentialInvalid,
     GeniError,
-    RpcError,
     SearchFailed,
     TimedOut,
     Unavailable,
@@ -58,121 +75,17 @@ from slicex.errors import (
 )
 from slicex.store import Store
 from slicex.term import Term
-from slicex.ticket import Lease, Ticket, verify_lease
 
 log = logging.getLogger("slicex.sm")
 # what puts a sliver back after an operational action that must be undone (all-or-nothing without
 # geni_best_effort); geni_restart and geni_update_users have none, so a partial change is reported instead
 UNDO_ACTIONS = {"geni_start": "geni_stop", "geni_stop": "geni_start"}
-RESERVATIONS = "sm-reservations"
-REQUESTS = "sm-requests"
-SLICES = "sm-slices"
-INSTANCES = "sm-instances"
-ENDED = "sm-ended"  # slice → why its last slivers ended on their own (expiry, failure): for a clear Status
-ENDED_KEPT = timedelta(days=1)
-LIVENESS = timedelta(minutes=2)
-"""A slice manager that has not been heard of for this long is presumed dead: others take over its work."""
 PLAN_RETRIES = 8
 """Ticket requests per Allocate: each lost race to another AM worker (Busy at the broker) asks again after a
 backoff (the broker itself places again on a lost claim race; this covers races it could not resolve)."""
-DRIVE_ROUNDS = 64
-SLICE_WAIT = 120.0
-"""Seconds a call waits for another call on the same slice in this process (actor calls time out sooner)."""
-WORKER_WAIT = 3.0
-"""Seconds a call waits for a sliver another AM worker holds before it is Busy: another worker's reaper takes
-a sliver's lock for a moment, which is no reason to refuse a call."""
 
 
-class Crash(BaseException):
-    """Raised by a fault-injection hook to stop the slice manager dead at a message boundary (tests)."""
-
-
-# ---- persistence of reservations and messages -------------------------------------------------------------------
-def _t(when: datetime | None) -> str | None:
-    return rfc3339(when) if when else None
-
-
-def _p(text: str | None) -> datetime | None:
-    return parse_time(text) if text else None
-
-
-def reservation_doc(r: rs.Reservation) -> dict[str, Any]:
-    return {"id": r.id, "state": r.state, "pending": r.pending, "pending_since": _t(r.pending_since),
-            "sequence": r.sequence, "reason": r.reason, "request": r.request, "resource": r.resource,
-            "depends_on": list(r.depends_on), "gate": r.gate, "blocked": r.blocked, "labels": [list(x) for x in r.labels],
-            "start": _t(r.start), "end": _t(r.end), "want_end": _t(r.want_end), "deadline": _t(r.deadline),
-            "awaiting": list(r.awaiting)}
-
-
-def reservation_from(d: dict[str, Any]) -> rs.Reservation:
-    return rs.Reservation(d["id"], d["state"], d["pending"], _p(d["pending_since"]), int(d["sequence"]), d["reason"],
-                          int(d["request"]), d.get("resource", ""), tuple(d.get("depends_on", ())),
-                          d.get("gate", "ticket"), d.get("blocked", ""), tuple((str(k), int(v)) for k, v in d.get("labels", ())),
-                          _p(d.get("start")), _p(d.get("end")), _p(d.get("want_end")), _p(d.get("deadline")),
-                          tuple(d.get("awaiting", ())))
-
-
-def message_doc(m: rs.Message) -> dict[str, Any]:
-    return {"kind": m.kind, "reservation": m.reservation, "request": m.request, "start": _t(m.start),
-            "end": _t(m.end), "inputs": [list(x) for x in m.inputs]}
-
-
-def message_from(d: dict[str, Any]) -> rs.Message:
-    return rs.Message(d["kind"], d["reservation"], int(d["request"]), _p(d.get("start")), _p(d.get("end")),
-                      tuple((str(k), int(v)) for k, v in d.get("inputs", ())))
-
-
-@dataclass
-class Record:
-    """One sliver: its reservation, what was planned for it, and what the actors gave it."""
-
-    id: str
-    slice_urn: str
-    owner_urn: str
-    client_id: str
-    kind: str
-    component_id: str
-    group: str  # the broker's claim owner for its ticket
-    r: rs.Reservation
-    demand: dict[str, Any]  # what it needs (broker/placement.py demands_of: one node or link, and constraints)
-    details: dict[str, Any] = field(default_factory=dict)  # what the manifest shows: host, image, tag, logins...
-    ticket: Ticket | None = None
-    lease: Lease | None = None
-    outbox: list[rs.Message] = field(default_factory=list)
-    error_type: str = ""  # GeniError class of the last refusal (so the AM result carries its code)
-    provisioned: bool = False
-    shutdown: bool = False
-    discard: bool = False  # forget it once its releases are delivered (a deleted or abandoned sliver)
-
-    def to_doc(self) -> dict[str, Any]:
-        return {"id": self.id, "slice_urn": self.slice_urn, "owner_urn": self.owner_urn, "client_id": self.client_id,
-                "kind": self.kind, "component_id": self.component_id, "group": self.group,
-                "r": reservation_doc(self.r), "demand": self.demand, "details": self.details,
-                "ticket": self.ticket.to_doc() if self.ticket else None,
-                "lease": self.lease.to_doc() if self.lease else None,
-                "outbox": [message_doc(m) for m in self.outbox], "error_type": self.error_type,
-                "provisioned": self.provisioned, "shutdown": self.shutdown, "discard": self.discard}
-
-    @staticmethod
-    def from_doc(d: dict[str, Any]) -> Record:
-        return Record(d["id"], d["slice_urn"], d["owner_urn"], d["client_id"], d["kind"], d["component_id"],
-                      d["group"], reservation_from(d["r"]), dict(d["demand"]), d.get("details", {}),
-                      Ticket.from_doc(d["ticket"]) if d.get("ticket") else None,
-                      Lease.from_doc(d["lease"]) if d.get("lease") else None,
-                      [message_from(m) for m in d.get("outbox", [])], d.get("error_type", ""),
-                      bool(d.get("provisioned")), bool(d.get("shutdown")), bool(d.get("discard")))
-
-    @property
-    def ticket_id(self) -> str:
-        return self.ticket.id if self.ticket else f"{self.group}/{self.id}"
-
-
-def _error(type_name: str, message: str) -> GeniError:
-    cls = getattr(errors, type_name, None)
-    return cls(message) if isinstance(cls, type) and issubclass(cls, GeniError) else GeniError(message)
-
-
-class ActorSliceManager:
+class ActorSliceManager(Records, Recovery, Delivery):
     """SliceManager over a broker and an authority (in-process objects or proxies to actor servers)."""
 
     def __init__(self, store: Store, substrate: Any, broker: Any, authority: Any, name: str | None = None,
@@ -207,373 +120,6 @@ class ActorSliceManager:
         self._reaped_at: datetime | None = None
         self._claimed_here: set[str] = set()  # reservations whose store lock a thread of this process holds
         self._available: tuple[str, frozenset[str]] = ("", frozenset())  # the broker's last availability answer
-
-    # ---- records ---------------------------------------------------------------------------------------------
-    def _load(self, rid: str) -> Record | None:
-        d = self.store.get(RESERVATIONS, rid)
-        return Record.from_doc(d) if d else None
-
-    def _save(self, rec: Record) -> None:
-        if (rec.r.state == rs.CLOSED or rec.discard) and not rec.outbox:
-            if not rec.discard and rec.r.reason:  # ended by itself, not deleted by its owner: remember why
-                self.store.put(ENDED, rec.slice_urn, {"slice_urn": rec.slice_urn, "reason": rec.r.reason,
-                                                      "end": rfc3339(rec.r.end) if rec.r.end else ""})
-            self.store.delete(RESERVATIONS, rec.id)
-        else:
-            self.store.put(RESERVATIONS, rec.id, rec.to_doc())
-
-    def records(self, slice_urn: str | None = None) -> list[Record]:
-        return [Record.from_doc(d) for d in self.store.scan(RESERVATIONS)
-                if slice_urn is None or d["slice_urn"] == slice_urn]
-
-    def reservations(self) -> list[rs.Reservation]:
-        return [rec.r for rec in self.records()]
-
-    # ---- who works on which reservation ---------------------------------------------------------------------
-    def _heartbeat(self, now: datetime) -> None:
-        self.store.put(INSTANCES, self.name, {"name": self.name, "at": rfc3339(now)})
-
-    def _dead(self, owner: str, now: datetime) -> bool:
-        doc = self.store.get(INSTANCES, owner)
-        return doc is None or parse_time(doc["at"]) + LIVENESS < now
-
-    def _take(self, rid: str, now: datetime) -> str | None:
-        """Lock a reservation for this slice manager; None, or the live slice manager that holds it."""
-        with self._guard:  # noted before the claim, so recover never drops a lock a call is taking
-            self._claimed_here.add(rid)
-        other = self._claim(rid, now)
-        if other is not None:
-            with self._guard:
-                self._claimed_here.discard(rid)
-        return other
-
-    def _claim(self, rid: str, now: datetime) -> str | None:
-        key = f"sm-lock:{rid}"
-        if self.store.claim(key, self.name):
-            return None
-        owner = self.store.owner_of(key)
-        if owner is None or self._dead(owner, now):
-            if owner is not None:
-                self.store.release(key, owner)  # its slice manager is gone: take over its work
-            if self.store.claim(key, self.name):
-                return None
-            owner = self.store.owner_of(key)
-        return owner or "another slice manager"
-
-    @contextmanager
-    def _holding(self, rids: Iterable[str], now: datetime, strict: bool = True):
-        """Hold the locks of `rids` for the duration; strict: all or Busy, else yield the ones taken."""
-        taken: list[str] = []
-        try:
-            for rid in dict.fromkeys(rids):
-                other = self._take(rid, now)
-                if other is not None and strict:
-                    other = self._wait_for(rid, now)
-                if other is None:
-                    taken.append(rid)
-                elif strict:
-                    raise Busy(f"sliver {rid} is being changed by {other} (another AM worker); try again")
-            yield set(taken)
-        except Exception:
-            self._release_locks(taken)
-            raise
-        self._release_locks(taken)  # not on a crash (BaseException): a killed process holds its locks
-
-    def _wait_for(self, rid: str, now: datetime) -> str | None:
-        """Try to lock `rid` for up to WORKER_WAIT seconds; None, or who still holds it."""
-        deadline = time.monotonic() + WORKER_WAIT
-        pause = 0.005
-        other: str | None = "another slice manager"
-        while time.monotonic() < deadline:
-            time.sleep(pause)
-            pause = min(pause * 2, 0.1)
-            other = self._take(rid, now)
-            if other is None:
-                return None
-        return other
-
-    def _release_locks(self, rids: Iterable[str]) -> None:
-        """Locks a store outage keeps stay with this slice manager, which takes them back on its next call;
-        the caller hears what the call did (or its first failure), not this."""
-        rids = list(rids)
-        try:
-            for rid in rids:
-                self.store.release(f"sm-lock:{rid}", self.name)
-        except GeniError as exc:
-            log.warning("could not release sliver locks %s: %s", rids, exc.message)
-        finally:
-            with self._guard:
-                self._claimed_here.difference_update(rids)
-
-    def _drop_leftover_locks(self) -> None:
-        """Release reservation locks an earlier life of this slice manager (same name) left in the store, or
-        a store outage kept; never one a thread of this process holds now."""
-        for key in self.store.claims_of(self.name):
-            if not key.startswith("sm-lock:"):
-                continue
-            rid = key[len("sm-lock:"):]
-            with self._guard:
-                if rid in self._claimed_here:
-                    continue
-            rec = self._load(rid)
-            if rec is None:  # its record is gone; a lock being taken for a new one is in _claimed_here
-                self.store.release(key, self.name)
-            elif self._slices.acquire(rec.slice_urn):  # callers claim only while holding their slice
-                try:
-                    with self._guard:
-                        busy = rid in self._claimed_here
-                    if not busy:
-                        self.store.release(key, self.name)
-                finally:
-                    self._slices.release(rec.slice_urn)
-
-    @contextmanager
-    def _on_slices(self, slice_urns: Iterable[str]):
-        """Hold the in-process locks of these slices for a call (calls on other slices go on meanwhile)."""
-        with self._slices.hold(slice_urns, SLICE_WAIT):
-            yield
-
-    def _slices_of(self, sliver_urns: Iterable[str]) -> set[str]:
-        """The slices these slivers belong to (unknown ones: none; the call says SEARCHFAILED for them)."""
-        return {rec.slice_urn for u in dict.fromkeys(sliver_urns) if (rec := self._load(u)) is not None}
-
-    def _settle(self, rids: Iterable[str], now: datetime) -> None:
-        """Apply the clock to a call's own reservations (whose locks it holds) before it acts: the reaper
-        skips a slice while a call on it runs, and a call must not act on what the clock already ended."""
-        recs = {rid: rec for rid in dict.fromkeys(rids) if (rec := self._load(rid)) is not None}
-        due = {rid for rid, rec in recs.items() if self._needs_work(rec, now)}
-        if due and self._recover(due, now):
-            self._forget_requests({recs[rid].slice_urn for rid in due})
-
-    # ---- the message plumbing ----------------------------------------------------------------------------------
-    def _drive(self, recs: dict[str, Record], now: datetime) -> None:
-        """Deliver every outbox message of `recs` and apply the answers until nothing is left to send (or
-        only messages that could not be delivered). Each record is persisted with its outbox before any
-        message leaves, and again after the answers are applied."""
-        stuck: set[tuple[str, rs.Message]] = set()  # not delivered in this drive: retried by the next reap
-        for _ in range(DRIVE_ROUNDS):
-            self._resume_dependants(recs, now)
-            sending = {rid: [m for m in rec.outbox if (rid, m) not in stuck] for rid, rec in recs.items()}
-            sending = {rid: msgs for rid, msgs in sending.items() if msgs}
-            if not sending:
-                return
-            for rid in sending:
-                self._save(recs[rid])
-            delivered_any = False
-            tickets = [(recs[rid], m) for rid, msgs in sending.items() for m in msgs if m.kind == "ticket"]
-            for group in sorted({rec.group for rec, _ in tickets}):
-                batch = [(rec, m) for rec, m in tickets if rec.group == group]
-                self.fault("ticket:pending")
-                events = self._deliver_tickets(batch, now)
-                self.fault("ticket:answered")
-                for (rec, m), ev in zip(batch, events, strict=True):
-                    delivered_any |= self._answer(rec, m, ev, now)
-                    if ev is None:
-                        stuck.add((rec.id, m))
-            for rid, msgs in sending.items():
-                # a ticket's units go back to the broker only once the authority let go of them: relinquished
-                # first, they could be promised and redeemed for another slice while still leased
-                for m in sorted(msgs, key=lambda m: m.kind != "close"):
-                    if m.kind == "ticket":
-                        continue
-                    if m.kind == "relinquish" and any(x.kind == "close" for x in recs[rid].outbox):
-                        stuck.add((rid, m))  # the close was not delivered: this waits for it
-                        continue
-                    rec = recs[rid]
-                    self.fault(f"{m.kind}:pending")
-                    ev = self._deliver(rec, m, now)
-                    self.fault(f"{m.kind}:answered")
-                    delivered_any |= self._answer(rec, m, ev, now)
-                    if ev is None:
-                        stuck.add((rid, m))
-            for rid in sending:
-                self._save(recs[rid])
-            if not delivered_any:
-                return  # what is left could not be delivered: recover/reap retries it
-
-    def _answer(self, rec: Record, m: rs.Message, event: Any, now: datetime) -> bool:
-        """Take `m` out of the outbox and apply the answer; an undeliverable release stays for a retry."""
-        if event is None:
-            return False
-        rec.outbox = [x for x in rec.outbox if x != m]
-        rec.r, more = rs.apply(rec.r, event, now)
-        rec.outbox += [x for x in more if x not in rec.outbox]
-        if rec.r.state in (rs.ACTIVE, rs.ACTIVE_TICKETED):
-            rec.provisioned = True
-        return True
-
-    def _resume_dependants(self, recs: dict[str, Record], now: datetime) -> None:
-        waiting = [rec for rec in recs.values() if rec.r.pending == rs.PRIMING]
-        if not waiting:
-            return
-        known = {rec.id: rec.r for rec in recs.values()}
-        for rec in waiting:
-            missing = [d for d in rec.r.depends_on if d not in known]
-            for d in missing:
-                other = self._load(d)
-                if other is not None:
-                    known[d] = other.r
-            rec.r, msgs = rs.on_dependencies(rec.r, known, now)
-            rec.outbox += msgs
-
-    def _deliver_tickets(self, batch: list[tuple[Record, rs.Message]], now: datetime) -> list[Any]:
-        """One `place` message for a ticket group: the demands of its nodes and links (no unit named); the
-        broker's policy chooses, books all or nothing, and answers tickets with the placement of each."""
-        batch = sorted(batch, key=lambda rm: int(rm[0].demand.get("order", 0)))
-        elements: dict[str, list[dict[str, Any]]] = {"nodes": [], "links": []}
-        for rec, m in batch:
-            element = dict(rec.demand["element"])
-            tag = dict(m.inputs).get("vlan")
-            if tag is not None and rec.kind == "link":
-                element["vlan_tag"] = tag  # a consumer takes the tag its producer chose
-            elements["nodes" if rec.kind == "node" else "links"].append(element)
-        rec0, m0 = batch[0]
-        demands = {**elements, "image_policy": rec0.demand.get("image_policy", self.image_policy),
-                   "bitstream_parts": rec0.demand.get("bitstream_parts", {})}
-        term = Term(m0.start or now, m0.end or (now + timedelta(minutes=10)))
-        try:
-            answer = self.broker.place(self.name, demands, term, now, group=rec0.group,
-                                       authority=getattr(self.authority, "name", "") or "")
-        except (Unavailable, TimedOut, RpcError) as exc:
-            for rec, _ in batch:
-                rec.error_type = type(exc).__name__
-            return [rs.FailedRpc(m.request, "ticket", f"broker: {exc.message}") for _, m in batch]
-        except GeniError as exc:
-            for rec, _ in batch:
-                rec.error_type = type(exc).__name__
-            return [rs.TicketUpdate(m.request, False, reason=exc.message) for _, m in batch]
-        out = []
-        for rec, m in batch:
-            t = answer["tickets"][rec.id]
-            where = answer["placements"].get(rec.id) or {}
-            rec.ticket = t
-            rec.component_id = where.get("component_id", rec.component_id)
-            rec.details = {**rec.details, **dict(where.get("details") or {})}
-            if t.labels and rec.kind == "link":
-                rec.details["vlan_tag"] = dict(t.labels).get("vlan", rec.details.get("vlan_tag"))
-            out.append(rs.TicketUpdate(m.request, True, t.sequence, t.end, t.labels))
-        return out
-
-    def _deliver(self, rec: Record, m: rs.Message, now: datetime) -> Any:
-        """Send one message to its actor; return the answer as a reservation event (None: not delivered)."""
-        actor = "broker" if m.kind in ("extendTicket", "relinquish") else "authority"
-        try:
-            if m.kind == "extendTicket":
-                if rec.ticket is None:
-                    return rs.TicketUpdate(m.request, False, reason="no ticket to extend")
-                t = self.broker.extend_ticket(rec.ticket, m.end, now=now)
-                rec.ticket = t
-                return rs.TicketUpdate(m.request, True, t.sequence, t.end, t.labels)
-            if m.kind == "relinquish":
-                stub = rec.ticket or Ticket(rec.ticket_id, "", self.name, rec.id, (), now, now)
-                self.broker.relinquish(stub, now)
-                return rs.CloseAck(m.request, "relinquish")
-            if m.kind == "redeem":
-                if rec.ticket is None:
-                    return rs.LeaseUpdate(m.request, False, reason="no ticket to redeem")
-                lease, _status = self.authority.redeem(rec.ticket, self._spec(rec, m.inputs), now)
-                self._check_lease(lease, rec.ticket)
-                rec.lease = lease
-                return rs.LeaseUpdate(m.request, True, lease.sequence, lease.end)
-            if m.kind == "extendLease":
-                if rec.ticket is None:
-                    return rs.LeaseUpdate(m.request, False, reason="no ticket to extend the lease with")
-                lease = self.authority.extend_lease(rec.lease, rec.ticket, now)
-                self._check_lease(lease, rec.ticket)
-                rec.lease = lease
-                return rs.LeaseUpdate(m.request, True, lease.sequence, lease.end)
-            if m.kind == "close":
-                self.authority.close(rec.ticket_id, now)
-                return rs.CloseAck(m.request, "close")
-        except (Unavailable, TimedOut, RpcError) as exc:
-            if m.kind in ("relinquish", "close"):
-                return None  # stays in the outbox; recover/reap delivers it again
-            rec.error_type = type(exc).__name__
-            return rs.FailedRpc(m.request, m.kind, f"{actor}: {exc.message}")
-        except GeniError as exc:
-            if m.kind in ("relinquish", "close"):
-                return None
-            rec.error_type = type(exc).__name__
-            if m.kind in ("extendTicket",):
-                return rs.TicketUpdate(m.request, False, reason=exc.message)
-            return rs.LeaseUpdate(m.request, False, reason=exc.message)
-        raise ValueError(f"unknown message kind {m.kind!r}")
-
-    def _check_lease(self, lease: Lease, ticket: Ticket) -> None:
-        """Raise CredentialInvalid unless the authority signed `lease` and it is the lease of `ticket`."""
-        verify_lease(lease, self.lease_key)
-        if ticket.units:
-            units_ok = lease.units == ticket.units
-        else:
-            units_ok = (len(lease.units) == ticket.count == len(set(lease.units))
-                        and all(u.startswith(f"{ticket.resource_type}:") for u in lease.units))
-        wrong = [what for what, ok in (
-            ("ticket", lease.ticket == ticket.id), ("reservation", lease.reservation == ticket.reservation),
-            ("holder", lease.holder == ticket.holder), ("units", units_ok),
-            ("authority", not ticket.authority or lease.authority == ticket.authority),
-            ("end", lease.end == ticket.end), ("start", ticket.start <= lease.start < lease.end),
-            ("sequence", lease.sequence == ticket.sequence), ("labels", lease.labels == ticket.labels)) if not ok]
-        if wrong:
-            raise CredentialInvalid(f"lease {lease.id} from authority {lease.authority} does not match ticket "
-                                    f"{ticket.id} ({', '.join(wrong)} differ); refused")
-
-    def _spec(self, rec: Record, inputs: Iterable[tuple[str, int]]) -> SliverSpec:
-        details = {k: v for k, v in rec.details.items() if k != "reservation"}  # logins: a driver with sshd needs them
-        return SliverSpec(rec.id, rec.kind, rec.client_id, rec.ticket.units if rec.ticket else (),
-                          tuple(inputs) or (rec.ticket.labels if rec.ticket else ()), details)
-
-    # ---- recovery and the clock ----------------------------------------------------------------------------
-    def recover(self, now: datetime) -> list[str]:
-        """Finish what a previous slice manager over this store left: deliver every outbox message again
-        (actors answer repeats with the same result), then end whatever is still pending past its deadline,
-        giving back what it may hold. Returns the slivers that ended.
-
-        A slice that a call of this process is working on is skipped (the call settles its own reservations,
-        the next tick gets the rest): the reaper never waits for a call, and no call waits for the reaper's
-        actor calls on other slices."""
-        self._heartbeat(now)
-        self._drop_leftover_locks()
-        due: dict[str, list[str]] = {}
-        for rec in self.records():
-            if self._needs_work(rec, now):
-                due.setdefault(rec.slice_urn, []).append(rec.id)
-        ended: list[str] = []
-        for slice_urn, rids in due.items():
-            if not self._slices.acquire(slice_urn):
-                continue
-            try:
-                with self._holding(rids, now, strict=False) as mine:
-                    gone = self._recover(mine, now)
-                if gone:
-                    self._forget_requests({slice_urn})
-                ended += gone
-            finally:
-                self._slices.release(slice_urn)
-        return ended
-
-    @staticmethod
-    def _needs_work(rec: Record, now: datetime) -> bool:
-        if rec.outbox or rec.r.pending != rs.NONE or rs.on_tick(rec.r, now)[0] != rec.r:
-            return True
-        end = rec.r.end or rec.r.want_end
-        return rec.r.state == rs.FAILED and (end is None or end <= now)
-
-    def _recover(self, rids: set[str], now: datetime) -> list[str]:
-        recs = {rid: rec for rid in rids if (rec := self._load(rid)) is not None}
-        before = {rid: rec.r.state for rid, rec in recs.items()}
-        stored = {rid: rec.to_doc() for rid, rec in recs.items()}
-        self._drive({rid: rec for rid, rec in recs.items() if rec.outbox or rec.r.pending == rs.PRIMING}, now)
-        for rec in recs.values():
-            rec.r, msgs = rs.on_tick(rec.r, now)
-            rec.outbox += [m for m in msgs if m not in rec.outbox]
-            end = rec.r.end or rec.r.want_end
-            if rec.r.state == rs.FAILED and (end is None or end <= now):
-                rec.discard = True  # a failure stays visible until its term would have ended
-        self._drive({rid: rec for rid, rec in recs.items() if rec.outbox}, now)
-        for rid, rec in recs.items():
-            if rec.to_doc() != stored[rid] or (rec.discard and not rec.outbox):
-                self._save(rec)
-        return [rid for rid, rec in recs.items() if rec.r.terminal and before[rid] != rec.r.state]
 
     # ---- SliceManager: allocate -----------------------------------------------------------------------------
     def allocate(self, slice_urn: str, owner_urn: str, request: Request, end: datetime,
@@ -897,14 +443,6 @@ class ActorSliceManager:
         self._forget_requests({rec.slice_urn for rec in recs.values()})
         return out
 
-    def _forget_requests(self, slice_urns: set[str]) -> None:
-        """Drop the stored requests of these slices (whose locks the caller holds) that no live sliver is
-        from any more; another slice's request may belong to an allocation still being made."""
-        live = {(d["slice_urn"], d["client_id"]) for d in self.store.scan(RESERVATIONS) if d["slice_urn"] in slice_urns}
-        for doc in self.store.scan(REQUESTS):
-            if doc["slice_urn"] in slice_urns and not any((doc["slice_urn"], c) in live for c in doc["client_ids"]):
-                self.store.delete(REQUESTS, doc["key"])
-
     # ---- views -----------------------------------------------------------------------------------------------
     def _sliver(self, rec: Record, now: datetime) -> Sliver:
         r = rec.r
@@ -996,39 +534,6 @@ class ActorSliceManager:
 
     def request_of(self, slice_urn: str) -> list[Request]:
         return [Request((), (), d["xml"]) for d in self.store.scan(REQUESTS) if d["slice_urn"] == slice_urn]
-
-    def _catch_up(self, now: datetime) -> None:
-        """Before a call acts, apply what the clock did since the last tick (expiry, timeouts, undelivered
-        releases). Once per tick is enough: the reaper runs every tick too, and scanning every reservation
-        on every call made the AM slower the more slivers it held. A call never waits for a reap another
-        thread is running (its actor calls may be for other slices): the call settles its own slivers."""
-        with self._guard:
-            due = self._reaped_at is None or now - self._reaped_at >= self.tick or now < self._reaped_at
-        if due and self._reaping.acquire(blocking=False):
-            try:
-                self._reap(now)
-            finally:
-                self._reaping.release()
-
-    def reap(self, now: datetime) -> list[str]:
-        """The slice manager's clock: deliver what is still in outboxes, time out pending operations, close
-        reservations whose term ended, forget closed ones; in-process actors run their clocks too. Returns
-        the slivers that ended on this tick."""
-        with self._reaping:
-            return self._reap(now)
-
-    def _reap(self, now: datetime) -> list[str]:
-        with self._guard:
-            self._reaped_at = now
-        ended = self.recover(now)
-        if self.run_actor_clocks:
-            for clock in (getattr(self.broker, "tick", None), getattr(self.authority, "reap", None)):
-                try:
-                    if clock is not None:
-                        clock(now)
-                except GeniError as exc:  # an actor that is down runs its clock when it is back
-                    log.warning("actor clock: %s", exc.message)
-        return ended
 
     def ended(self, slice_urn: str, now: datetime) -> str | None:
         """Why a slice that has no slivers here lost its last ones by itself (term ended, failure), if that
