@@ -100,6 +100,8 @@ class AggregateManager:
         self.dry_run = dry_run
         # federation.peers.PeerGate: what a federation peer's users may do here (docs/federation.md "Peers")
         self.peers: Any = None
+        # am.ledger.Ledger: usage records per sliver and the operator's service levels (docs/operator-guide.md)
+        self.ledger: Any = None
 
     # ---- dispatch ---------------------------------------------------------------------------------------------
     METHODS = ("GetVersion", "ListResources", "Describe", "Allocate", "Renew", "Provision", "Status",
@@ -462,7 +464,12 @@ class AggregateManager:
             plan = self.dry_run(request, verified.effective_caller_urn, now, end)
             return result(plan, output="dry run: nothing was allocated" + ("" if plan["fits"] else
                                                                            "; " + plan["summary"]))
-        slivers = self.sm.allocate(urn, verified.effective_caller_urn, request, end, now)
+        owner = verified.effective_caller_urn
+        if self.ledger is None:
+            slivers = self.sm.allocate(urn, owner, request, end, now)
+        else:  # refused if it passes the owner's or project's service level (am/quotas.py), else recorded
+            slivers = self.ledger.allocate(owner, urn, request, now, end, "geni_end_time" in options,
+                                           lambda e: self.sm.allocate(urn, owner, request, e, now))
         return result({"geni_rspec": self._manifest(urn, slivers, now),
                        "geni_slivers": [self._struct(s) for s in slivers]})
 
@@ -489,7 +496,12 @@ class AggregateManager:
         capped = self._peer_policy("Renew", verified, slice_urn, now, end, not options.get("geni_extend_alap"))
         if capped < end:  # geni_extend_alap past a federation peer's maximum lease
             output, end = f"renewed to {rfc3339(capped)}, the latest the peer policy allows, instead of {expiration}", capped
+        if self.ledger is not None:  # the owners' and projects' lease lengths (am/quotas.py)
+            end, cut = self.ledger.lease_end(slivers, now, end, bool(options.get("geni_extend_alap")))
+            output = cut or output
         renewed = self.sm.renew([s.urn for s in slivers], end, now, bool(options.get("geni_best_effort")))
+        if self.ledger is not None:
+            self.ledger.extended(renewed)
         return result([self._struct(s) for s in renewed], output=output)
 
     def _Provision(self, cert, urns, credentials, options) -> dict[str, Any]:
@@ -502,7 +514,11 @@ class AggregateManager:
             raise self._no_slivers(slice_urn, now, "to provision; Allocate first")
         end = self._end_time(options, self.policy.default_lease, self._cred_expiry(verified), now, "Provision")
         end = self._peer_policy("Provision", verified, slice_urn, now, end, "geni_end_time" in options)
+        if self.ledger is not None:  # the owners' and projects' lease lengths (am/quotas.py)
+            end, _ = self.ledger.lease_end(slivers, now, end, "geni_end_time" not in options)
         provisioned = self.sm.provision([s.urn for s in slivers], end, self._users(options), now)
+        if self.ledger is not None:
+            self.ledger.extended(provisioned)
         return result({"geni_rspec": self._manifest(slice_urn, provisioned, now),
                        "geni_slivers": [self._struct(s) for s in provisioned]})
 
@@ -534,6 +550,8 @@ class AggregateManager:
         if not slivers:
             raise self._no_slivers(slice_urn, now, "to delete")
         deleted = self.sm.delete([s.urn for s in slivers], now)
+        if self.ledger is not None:
+            self.ledger.ended([s.urn for s in deleted], now, "deleted")
         return result([self._struct(s) for s in deleted])
 
     def _Shutdown(self, cert, slice_urn, credentials, options) -> dict[str, Any]:
@@ -549,6 +567,8 @@ class AggregateManager:
             # an operator listed in slicex.yaml shuts down any slice on their own valid user credential
             self._authorise(cert, credentials, operator, "listresources", options)
         self.sm.shutdown(urn, now)
+        if self.ledger is not None:
+            self.ledger.shut_down(urn, now)
         return result(True)
 
     def _operator(self, cert: x509.Certificate, options: dict[str, Any]) -> str | None:

@@ -17,6 +17,7 @@ from am.authority import Authority, SubstrateDriver, as_driver
 from am.dashboard import Aggregate, Dashboard, DashboardServer, start_dashboard, take_snapshot
 from am.dry_run import for_slice_manager as dry_run_for
 from am.embed import usage_counts
+from am.ledger import ledger_for
 from am.metrics import for_slice_manager as metrics_for
 from am.peer_gate import held_slivers, wanted_nodes
 from am.substrate.emulated import EmulatedDriver, FailurePlan
@@ -164,6 +165,7 @@ class EmbeddedDeployment:
         self.store = store or open_store(self.cfg["store"])
         self.substrate = substrate or (load_substrate(self.cfg["substrate"]) if self.cfg["substrate"]
                                        else default_substrate(self.authority))
+        self.ledger = ledger_for(self.cfg, self.store, self.substrate)  # slicex.yaml `quotas:` checked before serving
         self.bitstreams = BitstreamCatalogue(self.store, home.root / "bitstreams")
         self.fpga_backend = EmulatedFpgaBackend()
         # real slivers on this host (netns) when configured; in the distributed deployment the authority
@@ -253,6 +255,7 @@ class EmbeddedDeployment:
                                    metrics=self.metrics, dry_run=dry_run_for(self.sm, self.authority_name()))
         self.am.peers = self.peer_trust.gate(self.am_urn, held_slivers(self.sm.records), wanted_nodes(self.substrate))
         self.peer_trust.watch_tls(*(s.context for s in (self._am_server, self._am_v2_server) if s is not None))
+        self.am.ledger = self.ledger  # usage records and service levels; the reaper ends expired usage
         self.am_v2 = AggregateManagerV2(self.am, self.endpoints.am_v2_url)
         self.sa = SliceAuthority(self.authority, home.sa_cert.read_bytes(), home.sa_key.read_bytes(),
                                  home.ca_cert.read_bytes(), home.ca_key.read_bytes(), self.store, self.clock,
@@ -340,6 +343,7 @@ class EmbeddedDeployment:
                 gone = self.sm.reap(self.clock.now())
                 if gone:
                     log.info("reaped %d expired slivers", len(gone))
+                self.ledger.reconcile(self.sm.records, self.clock.now())  # usage of slivers gone ends
             except Exception:  # noqa: BLE001 - the reaper must keep running
                 log.exception("reaper failed; will retry next tick")
 
