@@ -811,6 +811,10 @@ def build_parser() -> argparse.ArgumentParser:
     from cli.substrate import add_substrate_commands
 
     add_substrate_commands(sub)
+
+    from cli.usage import add_command as add_usage_command
+
+    add_usage_command(sub)
     add_peer_commands(sub)
     __import__("cli.sep").sep.add_sep_command(sub)  # slicex sep: the Slice Exchange Point (cli/sep.py)
     return p
