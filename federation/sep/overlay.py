@@ -1,6 +1,6 @@
 """What the exchange point needs of an overlay: join two endpoints of a cross-domain link where no layer-2
-path exists between their domains, and take the join down again. The IPOP-style overlay
-(`federation/overlay/`, issue 10) is to provide it; sep.yaml names the implementation as
+path exists between their domains, and take the join down again. `federation/sep/overlay_netns.py`
+provides it over the IPOP-style overlay of `federation/overlay/`; sep.yaml names the implementation as
 `overlay: "module:factory"` (the factory is called with the `overlay_options:` mapping). Without one, a
 request whose cross-domain link has no layer-2 path is refused with UNSUPPORTED before anything is
 allocated, saying so: the exchange point never pretends to have joined a link it has not."""
@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 @dataclass(frozen=True)
 class Endpoint:
-    """One end of a link to join: the domain's AM URN, the node and interface client ids, and what the domain's
-    manifest says about them (login host, the interface's IP address, the sliver URN)."""
+    """One end of a link to join: the domain's AM URN, the node and interface client ids, the node's sliver URN
+    (from the domain's manifest), and the address the request gave the interface ("" if none)."""
 
     domain: str
     node: str
@@ -31,8 +31,9 @@ class Overlay(Protocol):
         """Make `a` and `b` reach each other; return what to record (shown in Describe's output)."""
         ...
 
-    def leave(self, slice_urn: str, link_id: str) -> None:
-        """Undo `join` (harmless if it was never made)."""
+    def leave(self, slice_urn: str, link_id: str, joined: Mapping[str, Any]) -> None:
+        """Undo `join`; `joined` is what join returned (kept in the exchange point's record, so a restarted
+        exchange point can take down what an earlier one made)."""
         ...
 
 
@@ -40,8 +41,8 @@ class OverlayUnavailable(Exception):
     """No overlay is configured, or the configured one cannot be loaded; the message says which."""
 
 
-MISSING = ("no overlay is configured for this exchange point (sep.yaml `overlay:`); the IPOP-style overlay of "
-           "federation/overlay/ is not available yet, so links without a layer-2 path cannot be joined")
+MISSING = ("no overlay is configured for this exchange point (sep.yaml `overlay:`, e.g. "
+           "federation.sep.overlay_netns:make_overlay), so links without a layer-2 path cannot be joined")
 
 
 def load_overlay(spec: str | None, options: Mapping[str, Any] | None = None) -> Overlay | None:

@@ -29,7 +29,7 @@ from federation.sep import txn as tx
 from federation.sep.merge import merge_rspecs
 from federation.sep.overlay import MISSING, Endpoint, Overlay
 from federation.sep.relay import Domain, NoAnswer, Refusal, Relay
-from federation.sep.split import Split, domain_key, split_request, without_links
+from federation.sep.split import Split, domain_key, interface_addresses, split_request, without_links
 from rspec import namespaces as ns
 from slicex import __version__
 from slicex.clock import Clock, rfc3339
@@ -416,8 +416,9 @@ class ExchangePoint:
                         raise ERRORS_BY_CODE.get({"vlan": 24, "bandwidth": 25}.get(err.kind, 1), BadArgs)(
                             f"cross-domain link {lk.link_id}: {err.message}") from None
                     why = err.message + (f" ({'; '.join(unreadable)})" if unreadable else "")
-            joins[lk.link_id] = {"mode": "overlay", "why": why,
-                                 "ends": [list(e) for e in lk.ends]}
+            ips = interface_addresses(split.xml)
+            joins[lk.link_id] = {"mode": "overlay", "why": why, "ends": [list(e) for e in lk.ends],
+                                 "ips": {iface: ips[iface] for _d, iface, _n in lk.ends if iface in ips}}
         need_overlay = [k for k, j in joins.items() if j["mode"] == "overlay"]
         if need_overlay and self.overlay is None:
             raise Unsupported(f"cross-domain link(s) {', '.join(need_overlay)}: no layer-2 path between the domains "
@@ -532,27 +533,44 @@ class ExchangePoint:
             return self._fail(record, t, steps, "Provision")
 
     def _join_overlay(self, record: dict[str, Any], answers: dict[str, Any]) -> str:
-        """Join each overlay link's two ends (after both domains provisioned their nodes)."""
+        """Join each overlay link's two ends once both domains have provisioned their nodes (the nodes' sliver
+        URNs come from the domains' manifests). All or nothing: a failure takes down the joins made so far."""
         links = {k: v for k, v in record.get("links", {}).items() if v.get("mode") == "overlay" and not v.get("joined")}
         if not links:
             return ""
         if self.overlay is None:
             raise Unsupported(MISSING)
+        slivers: dict[str, str] = {}
+        for a in answers.values():
+            for node in _manifest_nodes(a.get("geni_rspec", "") if isinstance(a, dict) else ""):
+                slivers.setdefault(node.get("client_id", ""), node.get("sliver_id", ""))
+        made: list[str] = []
         for lid, link in links.items():
-            a, b = (Endpoint(self.domains[d].urn, node, iface) for d, iface, node in link["ends"])
+            a, b = (Endpoint(self.domains[d].urn, node, iface, slivers.get(node, ""), "", link.get("ips", {}).get(iface, ""))
+                    for d, iface, node in link["ends"])
             try:
                 link["joined"] = dict(self.overlay.join(record["slice_urn"], lid, a, b))
             except Exception as exc:  # noqa: BLE001 - the overlay's failure is the answer
-                raise Unavailable(f"overlay could not join link {lid}: {exc}") from None
+                for done in made:
+                    self._leave_one(record["slice_urn"], done, links[done])
+                raise Unavailable(f"overlay could not join link {lid}: {type(exc).__name__}: {exc}") from None
+            made.append(lid)
+            self._put(record)  # a crash from here on takes the join down with the slivers (see _undo)
         return "joined by overlay: " + ", ".join(links)
+
+    def _leave_one(self, slice_urn: str, lid: str, link: dict[str, Any]) -> None:
+        if self.overlay is None or not link.get("joined"):
+            return
+        try:
+            self.overlay.leave(slice_urn, lid, link["joined"])
+        except Exception:  # noqa: BLE001 - logged; the slivers are gone either way
+            log.exception("overlay could not take down link %s", lid)
+        link.pop("joined", None)
 
     def _leave_overlay(self, record: dict[str, Any]) -> None:
         for lid, link in record.get("links", {}).items():
-            if link.get("mode") == "overlay" and link.get("joined") and self.overlay is not None:
-                try:
-                    self.overlay.leave(record["slice_urn"], lid)
-                except Exception:  # noqa: BLE001 - logged; the slivers are gone either way
-                    log.exception("overlay could not take down link %s", lid)
+            if link.get("mode") == "overlay":
+                self._leave_one(record["slice_urn"], lid, link)
 
     # ---- undoing ---------------------------------------------------------------------------------------------
     def _undo(self, record: dict[str, Any], t: tx.Txn, steps: list[tx.Step]) -> tuple[tx.Txn, list[tx.Step]]:
@@ -568,6 +586,7 @@ class ExchangePoint:
                 left.append(step)
         if t.status == tx.ROLLED_BACK:
             if t.op == tx.PROVISION:
+                self._leave_overlay(record)
                 record["domains"] = {}
             self._finish(record, t)
         return t, left
@@ -628,6 +647,18 @@ class ExchangePoint:
                 self.recover()
             except Exception:  # noqa: BLE001 - keep retrying; the log has it
                 log.exception("rollback retry failed")
+
+
+def _manifest_nodes(text: str) -> list[Any]:
+    """The node elements of a domain's manifest (empty when there is none)."""
+    if not text:
+        return []
+    from lxml import etree
+
+    from slicex.xmlsafe import parse_xml
+
+    return [n for n in parse_xml(text, "manifest", 64 * 1024 * 1024)
+            if isinstance(n.tag, str) and etree.QName(n).localname == "node"]
 
 
 def _plain(value: Any) -> str:

@@ -65,7 +65,8 @@ class Split:
     def part(self, domain: str, drop_links: Iterable[str] = ()) -> str:
         """The request for one domain: its nodes, its links (cross-domain ones whole, with a component_manager
         per end, and the far end's node, which names the other domain's manager), everything else (stitching section, extensions) as given. `drop_links`: links another
-        mechanism joins (the overlay), left out so the domain only makes the nodes' interfaces."""
+        mechanism joins (the overlay), left out so the domain only makes the nodes' interfaces (without the
+        request's addresses, which the overlay claims instead)."""
         return part_xml(self, domain, frozenset(drop_links))
 
 
@@ -140,10 +141,16 @@ def part_xml(split: Split, domain: str, drop_links: frozenset[str] = frozenset()
     # refer to declared interfaces, and the domain's AM learns where the link leads
     mine_nodes = set(split.nodes.get(domain, ())) | {
         node for lid in mine_links if lid in cross for dom, _iface, node in cross[lid].ends if dom != domain}
+    # an interface on a link the overlay joins gets its address from the overlay, not from the domain
+    overlay_ifaces = {iface for lid in drop_links if lid in cross for _d, iface, _n in cross[lid].ends}
     for el in list(root):
         kind = _local(el)
         if kind == "node" and el.get("client_id") not in mine_nodes:
             root.remove(el)
+        elif kind == "node":
+            for iface in (i for i in el if _local(i) == "interface" and i.get("client_id") in overlay_ifaces):
+                for ip in [c for c in iface if _local(c) == "ip"]:
+                    iface.remove(ip)
         elif kind == "link":
             lid = el.get("client_id")
             if lid not in mine_links:
@@ -163,6 +170,13 @@ def _add_managers(link: etree._Element, managers: list[str]) -> None:
             link.insert(anchor, etree.Element(f"{{{RSPEC3}}}component_manager", name=m))
             anchor += 1
             have.add(domain_key(m))
+
+
+def interface_addresses(text: str) -> dict[str, str]:
+    """interface client id -> the IPv4/IPv6 address the request gives it (what an overlay is asked to claim)."""
+    root = parse_xml(text, "request RSpec", 64 * MAX_REQUEST_BYTES)
+    return {i.get("client_id", ""): ip.get("address", "") for node in root if _local(node) == "node"
+            for i in node if _local(i) == "interface" for ip in i if _local(ip) == "ip" and ip.get("address")}
 
 
 def without_links(text: str, drop: Iterable[str]) -> str:

@@ -1,0 +1,142 @@
+"""The overlay for netns testbeds on this host: joins a cross-domain link's two nodes through the IPOP-style
+overlay of federation/overlay/ (one overlay namespace per link; per testbed, a virtual router process with a
+tap in the node's network namespace; the address claimed atomically in Redis, renewed at a quarter lease).
+
+It finds a node's network namespace the way the netns driver names it (`netns_name(prefix, sliver URN)`),
+so it needs each testbed's netns prefix and must run on the host of their namespaces (root). Across hosts,
+each testbed would run its own router; that deployment is not built. sep.yaml:
+
+    overlay: "federation.sep.overlay_netns:make_overlay"
+    overlay_options:
+      redis: redis://127.0.0.1:6379/0     # the overlay's shared claim store
+      network: 10.78.0.0/24               # each link's overlay namespace (keep it apart from the slices' own)
+      lease_seconds: 60
+      netns_prefixes: {a.test: PREFIX_A, b.test: PREFIX_B}   # slicex.yaml netns: prefix of each testbed
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from ipaddress import IPv4Address, IPv4Network
+from pathlib import Path
+from typing import Any
+
+from am.substrate.netns_plan import netns_name
+from federation.overlay.claims import RedisClaims
+from federation.overlay.core import NamespaceConfig
+from federation.sep.overlay import Endpoint
+from federation.sep.split import domain_key
+from slicex.errors import BadArgs, ServerError
+
+READY_SECONDS = 30.0
+
+
+def _h(*parts: str, n: int = 10) -> str:
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:n]
+
+
+class NetnsOverlay:
+    def __init__(self, options: Mapping[str, Any]):
+        try:
+            self.redis = str(options.get("redis") or os.environ.get("SLICEX_REDIS_URL") or "redis://127.0.0.1:6379/0")
+            self.network = IPv4Network(str(options["network"]), strict=True)
+            self.lease = float(options.get("lease_seconds", 60))
+            self.prefixes = {domain_key(k): str(v) for k, v in dict(options["netns_prefixes"]).items()}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BadArgs(f"overlay_options: {exc}; give network and netns_prefixes (see "
+                          f"federation/sep/overlay_netns.py)") from None
+        self._procs: dict[int, subprocess.Popen] = {}
+
+    def _namespace(self, slice_urn: str, link_id: str) -> str:
+        return f"sep-{_h(slice_urn, link_id, n=16)}"
+
+    def join(self, slice_urn: str, link_id: str, a: Endpoint, b: Endpoint) -> dict[str, Any]:
+        ns = self._namespace(slice_urn, link_id)
+        claims = RedisClaims(self.redis)
+        try:
+            claims.define(NamespaceConfig.build(ns, str(self.network), self.lease))
+        finally:
+            claims.close()
+        routers: dict[str, Any] = {}
+        joined = {"namespace": ns, "network": str(self.network), "routers": routers}
+        try:
+            for ep in (a, b):
+                routers[ep.node] = self._router(ns, slice_urn, link_id, ep)
+        except Exception:
+            self.leave(slice_urn, link_id, joined)
+            raise
+        return joined
+
+    def _router(self, ns: str, slice_urn: str, link_id: str, ep: Endpoint) -> dict[str, Any]:
+        cluster = domain_key(ep.domain)
+        prefix = self.prefixes.get(cluster)
+        if prefix is None or not ep.sliver_urn:
+            raise BadArgs(f"overlay: node {ep.node} at {ep.domain}: "
+                          f"{'no sliver URN in its manifest' if prefix else 'no netns prefix configured for it'}")
+        netns = netns_name(prefix, ep.sliver_urn)
+        tap = "ov" + _h(slice_urn, link_id, ep.node, n=11)
+        mac = "02:" + ":".join(_h(ns, ep.node, n=10)[i:i + 2] for i in range(0, 10, 2))
+        spec = f"id={ep.node},netns={netns},tap={tap},mac={mac}"
+        try:
+            if ep.ip and IPv4Address(ep.ip) in self.network:
+                spec += f",address={ep.ip}"
+        except ValueError:
+            pass
+        log = Path(tempfile.gettempdir()) / f"slicex-sep-overlay-{tap}.log"  # the router logs here, not into a pipe
+        with open(log, "ab") as err:
+            proc = subprocess.Popen([sys.executable, "-m", "federation.overlay", "--redis", self.redis, "router", ns,
+                                     "--cluster", cluster, "--node", spec], stdout=subprocess.PIPE, stderr=err,
+                                    text=True, start_new_session=True)
+        self._procs[proc.pid] = proc
+        ready, _, _ = select.select([proc.stdout], [], [], READY_SECONDS)
+        line = proc.stdout.readline() if ready else ""  # type: ignore[union-attr]
+        if not line:
+            proc.kill()
+            raise ServerError(f"overlay router for {ep.node} did not start: {log.read_text()[-500:].strip() or 'no answer'}")
+        info = json.loads(line)
+        return {"pid": proc.pid, "cluster": cluster, "netns": netns, "tap": tap, "endpoint": info["endpoint"],
+                "address": info["nodes"][ep.node]}
+
+    def leave(self, slice_urn: str, link_id: str, joined: Mapping[str, Any]) -> None:
+        ns = joined.get("namespace") or self._namespace(slice_urn, link_id)
+        for r in dict(joined.get("routers") or {}).values():
+            self._stop(int(r["pid"]), ns)
+        claims = RedisClaims(self.redis)
+        try:
+            claims.undefine(ns)
+        finally:
+            claims.close()
+
+    def _stop(self, pid: int, ns: str) -> None:
+        """SIGTERM the router (it releases its claims), only if that pid still runs this namespace's router."""
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+        except OSError:
+            return
+        if b"federation.overlay" not in cmd or ns.encode() not in cmd:
+            return
+        os.kill(pid, signal.SIGTERM)
+        proc = self._procs.pop(pid, None)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if proc is not None:
+                if proc.poll() is not None:
+                    return
+            elif not os.path.exists(f"/proc/{pid}"):
+                return
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+
+
+def make_overlay(options: Mapping[str, Any]) -> NetnsOverlay:
+    return NetnsOverlay(options)
