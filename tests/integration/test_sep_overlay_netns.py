@@ -64,6 +64,10 @@ def testbeds(tmp_path: Path):
                "sa": client(procs["sa"]["sa_url"], cert, key)}
     finally:
         if sep is not None:
+            for proc in list(sep.sep.overlay._procs.values()):  # routers a failed test left running
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(10)
             sep.stop()
         for name, up in ups.items():
             up.stop()
