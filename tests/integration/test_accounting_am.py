@@ -1,0 +1,120 @@
+"""Accounting and service levels over real TLS on both deployments: a request past a project's limit is
+FORBIDDEN naming the limit and changes nothing; a lease past its length is OUTOFRANGE; an allocate, provision,
+delete workflow (and an allocation left to expire) is what `slicex usage` then reports, to the core-hour."""
+
+from __future__ import annotations
+
+import csv
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from cli.main import main
+from slicex.clock import rfc3339
+from tests.factories import request_rspec, three_node_lan, vm
+from tests.integration.conftest import AUTHORITY, Running, User, deployment
+from tests.integration.test_am_api import RSPEC_V3, code, ok
+
+PROJECT = f"urn:publicid:IDN+{AUTHORITY}+project+proj1"
+QUOTAS = {"projects": {PROJECT: {"cores": 4, "lease_hours": 48}},
+          "users": {"default": {"nodes": 10}}}
+
+
+@pytest.fixture(params=["embedded", "distributed"])
+def limited(request, pki_home, tmp_path: Path) -> Iterator[Running]:
+    yield from deployment(request.param, pki_home, tmp_path, quotas=QUOTAS)
+
+
+def project_slice(user: User, name: str) -> tuple[str, list[dict]]:
+    """A slice of project proj1 (the CH API form `<authority>:<project>`) and its credential."""
+    urn = f"urn:publicid:IDN+{AUTHORITY}:proj1+slice+{name}"
+    return urn, [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": user.sa.CreateSlice(urn)}]
+
+
+def state(r: Running) -> dict:
+    d = r.deployment
+    return {"claims": d.store.all_claims(), "reservations": sorted(map(repr, d.store.scan("sm-reservations"))),
+            "usage": sorted(map(repr, d.store.scan("usage")))}
+
+
+def test_a_request_past_the_project_limit_is_forbidden_naming_it_and_changes_nothing(limited):
+    alice, bob = limited.user("alice"), limited.user("bob")
+    mine, creds = project_slice(alice, "held")
+    ok(alice.am.Allocate(mine, creds, three_node_lan(), {}))  # 3 of the project's 4 cores
+    theirs, bob_creds = project_slice(bob, "more")
+    before = state(limited)
+    reply = bob.am.Allocate(theirs, bob_creds, request_rspec([vm("a"), vm("b")]), {})
+    assert code(reply) == 3
+    assert reply["output"].startswith(f"quota exceeded: project {PROJECT} may hold 4 cores (holds 3, asked 2)")
+    assert state(limited) == before
+    assert code(bob.am.Status([theirs], bob_creds, {})) == 12
+    # one more core fits; a slice outside the project is not held to its limit
+    ok(bob.am.Allocate(theirs, bob_creds, request_rspec([vm("a")]), {}))
+    outside, outside_creds = bob.slice_credential("outside")
+    ok(bob.am.Allocate(outside, outside_creds, request_rspec([vm("a"), vm("b")]), {}))
+
+
+def test_a_lease_past_the_project_length_is_out_of_range_and_alap_cuts_it(limited):
+    alice = limited.user("alice")
+    urn, creds = project_slice(alice, "lease")
+    ok(alice.am.Allocate(urn, creds, request_rspec([vm("a")]), {}))
+    start = limited.clock.now()
+    ok(alice.am.Provision([urn], creds, {}))  # the default day fits in 48 hours
+    too_long = rfc3339(start + timedelta(hours=50))
+    reply = alice.am.Renew([urn], creds, too_long, {})
+    assert code(reply) == 19 and f"quota exceeded: project {PROJECT} may hold a sliver for 48 hours" in reply["output"]
+    (sliver,) = ok(alice.am.Renew([urn], creds, too_long, {"geni_extend_alap": True}))
+    assert sliver["geni_expires"] == rfc3339(start + timedelta(hours=48))
+
+
+def run_usage(home: Path, capsys, *args: str) -> str:
+    capsys.readouterr()
+    assert main(["--home", str(home), "usage", *args]) == 0
+    return capsys.readouterr().out
+
+
+def test_slicex_usage_reports_a_workflow_and_an_expired_allocation(limited, tmp_path: Path, capsys):
+    alice, bob = limited.user("alice"), limited.user("bob")
+    t0 = limited.clock.now()
+    urn, creds = project_slice(alice, "work")
+    ok(alice.am.Allocate(urn, creds, three_node_lan(), {}))
+    ok(alice.am.Provision([urn], creds, {}))
+    limited.clock.advance(timedelta(hours=2))
+    ok(alice.am.Delete([urn], creds, {}))
+    # bob's allocation (2 VMs, not in a project) is never provisioned: it ends when it expires, 10 minutes on
+    other, other_creds = bob.slice_credential("lapse")
+    ok(bob.am.Allocate(other, other_creds, request_rspec([vm("a"), vm("b")]), {}))
+    limited.clock.advance(timedelta(minutes=30))
+    deadline = time.monotonic() + 10
+    while limited.deployment.store.scan("usage-open") and time.monotonic() < deadline:
+        time.sleep(0.05)  # the reaper's next tick ends it
+    assert limited.deployment.store.scan("usage-open") == []
+    assert code(bob.am.Status([other], other_creds, {})) == 12
+
+    period = ("--from", rfc3339(t0 - timedelta(hours=1)), "--to", rfc3339(t0 + timedelta(hours=5)))
+    out = run_usage(limited.home.root, capsys, *period, "--csv", str(tmp_path / "u.csv"), "--plot",
+                    str(tmp_path / "u.png"))
+    assert alice.urn in out and bob.urn in out
+    rows = {r["who"]: r for r in csv.DictReader((tmp_path / "u.csv").open())}
+    a, b = rows[alice.urn], rows[bob.urn]
+    # 3 one-core 1 GB VMs and a LAN for 2 hours
+    assert (a["slivers"], float(a["core_hours"]), float(a["memory_gb_hours"]), float(a["node_hours"]),
+            float(a["vlan_hours"])) == ("4", 6.0, 6.0, 6.0, 2.0)
+    # 2 VMs for the 10 minutes of their allocation
+    assert (b["slivers"], float(b["core_hours"]), float(b["node_hours"])) == ("2", pytest.approx(1 / 3),
+                                                                              pytest.approx(1 / 3))
+    assert (tmp_path / "u.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    by_project = run_usage(limited.home.root, capsys, *period, "--by", "project")
+    line = next(x for x in by_project.splitlines() if x.startswith(PROJECT)).split()
+    assert line[1:4] == ["4", "6.00", "6.00"]
+    assert any(x.startswith("(no project)") for x in by_project.splitlines())
+    # a period after both ended reports nothing
+    late = run_usage(limited.home.root, capsys, "--from", rfc3339(t0 + timedelta(hours=3)), "--to",
+                     rfc3339(t0 + timedelta(hours=4)))
+    assert "(no slivers lived in this period)" in late
+    described = ok(alice.am.Describe([urn], creds, {"geni_rspec_version": RSPEC_V3}))
+    assert described["geni_slivers"] == []
