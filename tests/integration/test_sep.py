@@ -325,3 +325,29 @@ def _quiet(call) -> None:
         call()
     except Exception:  # noqa: BLE001 - the SEP is killed under this call; its failure is the point
         pass
+
+
+def test_the_record_can_live_in_redis(fed):
+    """sep.yaml `store: redis://…`: the same exchange point keeps its cross-domain record in Redis."""
+    from slicex.store.redis_store import RedisStore
+
+    redis_url = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/8")
+    RedisStore(redis_url).flush()
+    cfg = yaml.safe_load(fed["sep_yaml"].read_text())
+    own = fed["sep_yaml"].parent / "sep-redis.yaml"
+    own.write_text(yaml.safe_dump({**cfg, "store": redis_url}))
+    sep = SepServer(load_config(own), port=0)
+    sep.start()
+    try:
+        slice_urn, cred = creds(fed, "inredis")
+        sep_client = client(sep.url, fed["cert"], fed["key"])
+        out = sep_client.Allocate(slice_urn, cred, request(), {})
+        assert out["code"]["geni_code"] == 0, out["output"]
+        rec = open_store(redis_url).get("sep_slices", slice_urn)
+        assert set(rec["domains"]) == {"a.test", "b.test"} and rec["links"]["xlink"]["mode"] == "stitched"
+        assert "txn" not in rec and "credentials" not in rec  # nothing kept once the operation is over
+        assert sep_client.Delete([slice_urn], cred, {})["code"]["geni_code"] == 0
+        assert open_store(redis_url).get("sep_slices", slice_urn) is None
+    finally:
+        sep.stop()
+        RedisStore(redis_url).flush()
