@@ -48,8 +48,14 @@ def plan_at_home(home: Any, rspec_xml: str, now: datetime, user: str | None = No
         request = apply_hops(substrate, request, whole)
     store = open_store(cfg["store"])
     try:
-        broker = Broker("broker", store, None, policy=policy_named(cfg.get("broker_policy", "first-fit")),
-                        authority=name)  # never signs: only its calendar is read
+        policy = policy_named(cfg.get("broker_policy", "first-fit"))
+        broker = Broker("broker", store, None, policy=policy, authority=name)  # never signs, never writes
+        if not broker.delegated():  # never started: nothing is promised; the authority's export is all there is
+            from broker.delegation import export_substrate
+            from slicex.store.sqlite_store import SqliteStore
+
+            broker = Broker("broker", SqliteStore(":memory:"), None, policy=policy, authority=name)
+            broker.accept(export_substrate(substrate, name, "broker"))
         parts: dict[str, str] = {}
         if user:
             owner = f"urn:publicid:IDN+{cfg['authority']}+user+{user}"

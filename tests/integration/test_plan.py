@@ -8,7 +8,7 @@ from typing import Any
 
 from cli.main import main
 from tests.factories import request_rspec, three_node_lan, vm
-from tests.integration.conftest import Running
+from tests.integration.conftest import Running, make_home
 from tests.integration.test_am_api import ok
 
 DRY = {"slicex_dry_run": True}
@@ -92,3 +92,12 @@ def test_slicex_plan_reads_the_deployment_and_names_what_is_short(running, tmp_p
     assert "does not fit" in out and "short node b1: InsufficientNodes" in out
     assert "bare-metal nodes at site rack1: asked 1, available 0" in out
     assert held(running) == before
+
+
+def test_slicex_plan_on_a_deployment_never_started_places_over_the_whole_substrate(tmp_path: Path, capsys):
+    """No broker has been delegated anything yet: the plan is over the authority's whole export."""
+    home = make_home(tmp_path / "fresh")
+    req = tmp_path / "req.xml"
+    req.write_text(three_node_lan())
+    assert main(["--home", str(home.root), "plan", str(req)]) == 0
+    assert capsys.readouterr().out.startswith("fits: 3 nodes")
