@@ -14,12 +14,13 @@ from am.actor_slice_manager import ActorSliceManager
 from am.api import AggregateManager, AmIdentity, AmPolicy, error_result
 from am.api_v2 import AggregateManagerV2
 from am.authority import Authority, SubstrateDriver, as_driver
-from am.dashboard import Aggregate, Dashboard, DashboardServer, start_dashboard, take_snapshot
+from am.dashboard import Aggregate, Dashboard, DashboardServer, start_dashboard, tls_context
 from am.dry_run import for_slice_manager as dry_run_for
 from am.embed import usage_counts
 from am.ledger import ledger_for
 from am.metrics import for_slice_manager as metrics_for
 from am.peer_gate import held_slivers, wanted_nodes
+from am.snapshot import publishers_for
 from am.substrate.emulated import EmulatedDriver, FailurePlan
 from am.substrate.fpga import FpgaDriver
 from broker.broker import Broker
@@ -245,6 +246,10 @@ class EmbeddedDeployment:
                                     tick=timedelta(seconds=float(self.cfg.get("tick_seconds", 1.0))),
                                     lease_key=lease_key)
         self.am_urn = f"urn:publicid:IDN+{self.authority}+authority+am"
+        # snapshots of the actors this process runs, for the dashboard (am/snapshot.py); remote actors publish
+        # their own from their processes
+        self.publishers = publishers_for(self.store, self.sm, *((None, None) if broker_url
+                                                                 else (self.broker, self.authority_actor)))
         self._ads = AdvertisementCache()
         # this deployment's own registry: /metrics on the dashboard's port (am/metrics.py)
         self.metrics = metrics_for(self.substrate, self.sm, self.clock.now,
@@ -329,10 +334,15 @@ class EmbeddedDeployment:
         reaper = threading.Thread(target=self._reap_loop, name="reaper", daemon=True)
         reaper.start()
         self._threads.append(reaper)
+        for p in self.publishers:
+            p.tick(self.clock.now())
         if self.cfg.get("dashboard_port") is not None:
             dashboard = Dashboard(self.substrate, Aggregate(self.am_urn, self.endpoints.am_url, self.driver.description),
-                                  lambda: take_snapshot(self.sm, self.clock.now()), self.health, self.metrics)
-            self._dashboard = start_dashboard(self.cfg["host"], int(self.cfg["dashboard_port"]), dashboard)
+                                  self.store, self.clock.now, self.health, self.metrics, self.cfg.get("peers") or {},
+                                  self.am.policy.operators, self._operator_shutdown)
+            tls = tls_context(str(self.home.am_cert), str(self.home.am_key), str(self.home.ca_cert)) \
+                if self.cfg.get("dashboard_tls") else None
+            self._dashboard = start_dashboard(self.cfg["host"], int(self.cfg["dashboard_port"]), dashboard, tls)
         log.info("slice authority at %s, aggregate at %s", self.endpoints.sa_url, self.endpoints.am_url)
         return self.endpoints
 
@@ -346,6 +356,17 @@ class EmbeddedDeployment:
                 self.ledger.reconcile(self.sm.records, self.clock.now())  # usage of slivers gone ends
             except Exception:  # noqa: BLE001 - the reaper must keep running
                 log.exception("reaper failed; will retry next tick")
+            for p in self.publishers:  # the dashboard's snapshots: when changed, else every few seconds
+                p.tick(self.clock.now())
+
+    def _operator_shutdown(self, slice_urn: str, operator: str) -> None:
+        """An operator's Shutdown from the dashboard (verified client certificate, `operators:`)."""
+        from slicex.urn import canonical_urn
+
+        urn, now = canonical_urn(slice_urn, "slice"), self.clock.now()
+        self.sm.shutdown(urn, now)
+        if self.am.ledger is not None:  # as the AM API's Shutdown does: the slice's usage records end
+            self.am.ledger.shut_down(urn, now)
 
     def stop(self) -> None:
         if self._stop.is_set():
@@ -402,6 +423,8 @@ class ActorProcess:
             handlers = authority_handlers(self.actor)
             callers = {am_urn}
         self.tick_seconds = float(cfg.get("tick_seconds", 1.0))
+        self.publishers = publishers_for(self.store, broker=self.actor) if role == "broker" else \
+            publishers_for(self.store, authority=self.actor)
         self._stop = threading.Event()
         default_port = cfg.get(f"{role}_port", 8002 if role == "broker" else 8003)
         cert, key = (home.broker_cert, home.broker_key) if role == "broker" else (home.authority_cert, home.authority_key)
@@ -419,6 +442,8 @@ class ActorProcess:
                 tick(self.clock.now())
             except Exception:  # noqa: BLE001 - the clock must keep running (a store outage passes)
                 log.exception("%s clock failed; will retry next tick", self.server.name)
+            for p in self.publishers:
+                p.tick(self.clock.now())
 
     @property
     def url(self) -> str:
