@@ -3,7 +3,7 @@ Open vSwitch (slicex.yaml `netns: {switch_dir}`): slicex's SDK (stitching/client
 and starts a link whose ends share no VLAN at each aggregate over mutual TLS; each aggregate's driver joins
 its bridge to its neighbours' with a veth pair named from the cable's ports; the nodes at the two ends ping
 each other across a translating transit and across a Q-in-Q tunnel, whose trunk carries 802.1ad frames (the
-edge's push_vlan:0x88a8 rule counts the pings). Run under `flock /tmp/slicex-ovs.lock`."""
+edge's push_vlan:0x88a8 rule counts the pings), and iperf3 measures the link's capacity within 5 %. Run under `flock /tmp/slicex-ovs.lock`."""
 
 from __future__ import annotations
 
@@ -26,8 +26,16 @@ from am.substrate.ovs import OvsSwitch
 from slicex.tls_xmlrpc import client
 from stitching.client import StitchClient
 from stitching.topology import load_topology
-from tests.integration.netns_support import new_prefix, ping, require_host
-from tests.integration.stitching_support import MODES, Up, make_homes, port, request, slice_credential
+from tests.integration.netns_support import have_iperf3, iperf3_mbps, new_prefix, ping, require_host
+from tests.integration.stitching_support import (
+    CAPACITY_KBPS,
+    MODES,
+    Up,
+    make_homes,
+    port,
+    request,
+    slice_credential,
+)
 
 RSPEC3 = "{http://www.geni.net/resources/rspec/3}"
 
@@ -118,6 +126,10 @@ def test_stitched_link_through_the_am_api_of_three_netns_aggregates_carries_ping
         assert any("set_field:7101->vlan_vid" in ln for ln in flows), flows  # S-tag 3005 (0x1000 | 3005)
         assert after >= before + 5, flows
         print(f"qinq: sa's 802.1ad push rule {before} -> {after} packets")
+    if have_iperf3():  # the link's capacity end to end: within 5 % of its TCP payload rate (9.6 of 10 Mbit/s)
+        mbps = iperf3_mbps(ns["sc"], "10.77.0.2", ns["sa"], seconds=3)
+        print(f"{racks['mode']} through the AM API: iperf3 TCP {mbps:.2f} Mbit/s on a 10 Mbit/s link")
+        assert abs(mbps - CAPACITY_KBPS / 1000 * 0.96) <= CAPACITY_KBPS / 1000 * 0.05, mbps
     assert sdk.release(s, creds, list(got.manifests)) == []
     for name in ("sa", "sc"):
         assert ns[name] not in hostnet.namespaces()
