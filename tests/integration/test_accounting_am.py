@@ -14,6 +14,7 @@ import pytest
 
 from cli.main import main
 from slicex.clock import rfc3339
+from slicex.errors import BadArgs
 from tests.factories import request_rspec, three_node_lan, vm
 from tests.integration.conftest import AUTHORITY, Running, User, deployment
 from tests.integration.test_am_api import RSPEC_V3, code, ok
@@ -118,3 +119,9 @@ def test_slicex_usage_reports_a_workflow_and_an_expired_allocation(limited, tmp_
     assert "(no slivers lived in this period)" in late
     described = ok(alice.am.Describe([urn], creds, {"geni_rspec_version": RSPEC_V3}))
     assert described["geni_slivers"] == []
+
+
+def test_a_wrong_quotas_section_stops_the_deployment_before_it_serves(pki_home, tmp_path: Path):
+    with pytest.raises(BadArgs) as err:
+        next(deployment("embedded", pki_home, tmp_path, quotas={"users": {"default": {"cpus": 4}}}))
+    assert "quotas.users.default: unknown limit 'cpus'" in err.value.message
