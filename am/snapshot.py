@@ -120,7 +120,7 @@ def _sliver_doc(rec: Any) -> dict[str, Any]:
     return {"urn": rec.id, "client_id": rec.client_id, "kind": rec.kind, "component_id": rec.component_id,
             "owner": rec.owner_urn, "allocation_state": alloc, "operational_state": op,
             "state": r.state, "pending": r.pending, "pending_since": _t(r.pending_since), "reason": r.reason,
-            "start": _t(r.start), "end": _t(r.end), "shutdown": rec.shutdown, "details": details,
+            "start": _t(r.start or (rec.ticket.start if rec.ticket else None)), "end": _t(r.end), "shutdown": rec.shutdown, "details": details,
             "ticket": {"id": rec.ticket.id, "broker": rec.ticket.broker, "start": _t(rec.ticket.start),
                        "end": _t(rec.ticket.end), "sequence": rec.ticket.sequence, "units": len(rec.ticket.units),
                        "labels": [list(x) for x in rec.ticket.labels]} if rec.ticket else None,
