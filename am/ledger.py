@@ -127,17 +127,13 @@ class Ledger:
         end, _ = quotas.lease_end(user, project, self.policy, now, end, now, cut=not asked_end)
         lock = [k for k, limits in ((user_key(user), self.policy.for_user(user)),
                                     (project, self.policy.for_project(project))) if k and limits.limits_amounts]
-        if not lock:
-            slivers = allocate(end)
-        else:
-            asked = quotas.request_amounts(self.substrate, request)
-            with self._counting(lock):
+        with self._counting(lock):  # nothing to lock (and no count) when neither has a limit on amounts
+            if lock:
                 held_user, held_project = held_now(self.open_records(), user_key(user), project)
-                quotas.check_amounts(user_key(user), project, self.policy, held_user, held_project, asked)
-                slivers = allocate(end)
-                self.began(user, slice_urn, slivers, now)
-                return slivers
-        self.began(user, slice_urn, slivers, now)
+                quotas.check_amounts(user_key(user), project, self.policy, held_user, held_project,
+                                     quotas.request_amounts(self.substrate, request))
+            slivers = allocate(end)
+            self.began(user, slice_urn, slivers, now)
         return slivers
 
     def lease_end(self, slivers: Iterable[Sliver], now: datetime, end: datetime, cut: bool) -> tuple[datetime, str]:
