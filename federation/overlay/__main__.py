@@ -82,6 +82,19 @@ def run_router(claims: RedisClaims, namespace: str, cluster: str, listen: tuple[
             keeper.start()
             router.add_port(Port(holder.node, fd, bytes.fromhex(holder.mac.replace(":", ""))))
             ready[holder.node] = str(address)
+        by_node = {k.holder.node: k for k in keepers}
+
+        def gone(port: Port) -> None:
+            keeper = by_node[port.node]
+            try:
+                released = keeper.leave()
+            except GeniError as exc:
+                log.warning("node %s is gone; releasing its claim: %s", port.node, exc.message)
+                return
+            log.info("node %s is gone (its namespace was deleted); claim %s", port.node,
+                     "released" if released else "had already lapsed")
+
+        router.on_port_gone = gone
         print(json.dumps({"endpoint": router.endpoint, "nodes": ready}), flush=True)
         want_stats = threading.Event()
         if threading.current_thread() is threading.main_thread():

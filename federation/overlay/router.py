@@ -58,11 +58,20 @@ class VirtualRouter:
         self.macs: dict[bytes, Port] = {}
         self.on_segment: set[IPv4Address] = set()
         self.stats: collections.Counter[str] = collections.Counter()
+        self.on_port_gone: Callable[[Port], None] | None = None
         self._ns = config.name.encode()
 
     def add_port(self, port: Port) -> None:
         self.ports.append(port)
         self.macs[port.mac] = port
+
+    def _remove(self, port: Port) -> None:
+        """A node whose tap went away with its namespace: forget it and tell the owner (who releases its
+        claim, so the address is not left routed to a node that is gone)."""
+        self.ports = [p for p in self.ports if p is not port]
+        self.macs = {m: p for m, p in self.macs.items() if p is not port}
+        if self.on_port_gone:
+            self.on_port_gone(port)
 
     # ---- lookups ---------------------------------------------------------------------------------------------
     def lookup(self, address: IPv4Address) -> Holder | None:
@@ -172,6 +181,7 @@ class VirtualRouter:
         sel.register(self.sock, selectors.EVENT_READ, None)
         for p in self.ports:
             sel.register(p.fd, selectors.EVENT_READ, p)
+        parked: dict[int, tuple[Port, float]] = {}
         try:
             while not stop.is_set():
                 for key, _ in sel.select(0.2):
@@ -186,9 +196,22 @@ class VirtualRouter:
                         except (BlockingIOError, InterruptedError):
                             break
                         except OSError as exc:
-                            if exc.errno in (errno.EIO, errno.EBADFD):
-                                break
-                            raise
+                            if port is None or exc.errno not in (errno.EIO, errno.EBADFD):
+                                raise
+                            # the tap is down (EIO) or gone with its namespace (EBADFD): stop polling it
+                            # (it would read as ready forever); a downed tap is polled again a second later
+                            sel.unregister(port.fd)
+                            self.stats[f"tap_{errno.errorcode[exc.errno].lower()}"] += 1
+                            if exc.errno == errno.EIO:
+                                parked[port.fd] = (port, self.clock() + 1.0)
+                            else:
+                                self._remove(port)
+                            break
+                now = self.clock()
+                for fd, (p, at) in list(parked.items()):
+                    if now >= at:
+                        del parked[fd]
+                        sel.register(fd, selectors.EVENT_READ, p)
                 if tick:
                     tick()
         finally:

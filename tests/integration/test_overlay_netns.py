@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from ipaddress import IPv4Address
 from pathlib import Path
@@ -181,8 +182,21 @@ def test_a_datagram_from_a_router_that_does_not_hold_its_source_is_dropped(overl
     assert after.get("routed_in", 0) == before.get("routed_in", 0)
 
 
+def test_a_node_whose_namespace_is_deleted_is_forgotten_and_its_claim_released(overlay):
+    prefix, claims, ra, _ = overlay
+    hostnet.del_namespace(f"{prefix}-a2")  # its tap goes with it
+    deadline = time.monotonic() + 5
+    while IPv4Address(ra.nodes["a2"]) in claims.holders("s1") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert IPv4Address(ra.nodes["a2"]) not in claims.holders("s1")
+    after = ra.stats()
+    assert after["stats"]["tap_ebadfd"] == 1 and after["leases"] == {"a1": "bound", "a2": "released"}
+    assert ping(f"{prefix}-a1", "10.77.0.50", count=1)  # the rest of the cluster carries on
+
+
 def test_stopping_a_router_releases_its_claims(overlay):
-    _, claims, _, rb = overlay
+    _, claims, ra, rb = overlay
     assert rb.stop() == 0
-    held = claims.holders("s1")
-    assert IPv4Address("10.77.0.50") not in held and len(held) == 2
+    assert {h.node for h in claims.holders("s1").values()} == {"a1"}
+    assert ra.stop() == 0
+    assert claims.holders("s1") == {}
