@@ -98,7 +98,7 @@ class AggregateManager:
         self.metrics = metrics  # am.metrics.Metrics: every call counted and timed by method and GENI code
         # am.dry_run: Allocate with slicex_dry_run answers where the request would go, holding nothing
         self.dry_run = dry_run
-        # federation.peers.PeerGate: what a federation peer's users may do here (docs/federation.md "Peers")
+        # slicex.peers.PeerGate: what a federation peer's users may do here (docs/federation.md "Peers")
         self.peers: Any = None
         # am.ledger.Ledger: usage records per sliver and the operator's service levels (docs/operator-guide.md)
         self.ledger: Any = None

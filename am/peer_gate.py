@@ -1,4 +1,4 @@
-"""What federation peers' policies need to know of this aggregate (federation/peers.py stays independent of
+"""What federation peers' policies need to know of this aggregate (slicex/peers.py stays independent of
 am/): the live slivers held, as the quotas count them, and the nodes a request asks for, with the sliver type
 and cores the planner would give them."""
 
@@ -9,9 +9,9 @@ from typing import Any
 
 from am import reservation as rs
 from am.embed import BARE_METAL_TYPES, vm_size_for
-from federation.peers import Held, Wanted
 from rspec.request import Request
 from rspec.substrate import Substrate
+from slicex.peers import Held, Wanted
 
 ENDED = (rs.CLOSE_WAIT, rs.CLOSED, rs.FAILED)
 

@@ -28,7 +28,6 @@ from broker.delegation import export_substrate
 from broker.policy import policy_named
 from clearinghouse import chapi_edge
 from clearinghouse.slice_authority import SaPolicy, SliceAuthority
-from federation.trust_roots import PeerTrust
 from fpga_aggregate.backend import EmulatedFpgaBackend, FpgaBackend
 from fpga_aggregate.bitstreams import BitstreamCatalogue
 from fpga_aggregate.boards import boards_from_config
@@ -44,6 +43,7 @@ from slicex.logs import Traced
 from slicex.store import Store, open_store
 from slicex.ticket import load_signing_key
 from slicex.tls_xmlrpc import TlsXmlRpcServer, server_context
+from slicex.trust_roots import PeerTrust
 
 log = logging.getLogger("slicex.service")
 

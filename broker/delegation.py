@@ -83,7 +83,8 @@ def export_substrate(substrate, authority: str, broker: str) -> Delegation:
         for i in h.interfaces:
             pools.append(Pool(f"bw:{i.component_id}", "bw",
                               tuple(f"bw:{i.component_id}:{k}" for k in range(i.bandwidth_kbps // BW_CHUNK_KBPS)), cid))
-    from stitching.am_hops import port_bw_pools  # stitching: each external port's capacity, summed over slices
+    # stitching: each external port's capacity, summed over slices
+    from stitching.am_hops import port_bw_pools
 
     pools += [Pool(name, "bw", units, name) for name, units in port_bw_pools(substrate)]
     labels = [LabelSet(f"vlan:{sw.component_id}", tuple(sw.vlan_range)) for sw in substrate.switches]

@@ -1,5 +1,5 @@
 """`slicex peer add|list|remove` (federation peers in slicex.yaml) and `slicex ca export-root` (this
-deployment's root, to hand to a peer). The format is federation/peers.py's; docs/federation.md "Peers".
+deployment's root, to hand to a peer). The format is slicex/peers.py's; docs/federation.md "Peers".
 
 Each command is a function of parsed arguments returning an exit status (0 done, 2 a mistake in what was
 asked), so `cli/main.py` only registers them."""
@@ -17,9 +17,9 @@ from typing import Any
 import yaml
 from cryptography.hazmat.primitives import hashes
 
-from federation.peers import PeerConfigError, load_peers, parse_peer, peer_config
 from slicex import pki
 from slicex.home import Home
+from slicex.peers import PeerConfigError, load_peers, parse_peer, peer_config
 
 
 def _home(args: argparse.Namespace) -> Home:

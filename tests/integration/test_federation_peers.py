@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from federation.peers import parse_peer
-from federation.trust_roots import PeerTrust
 from slicex import pki
 from slicex.clock import rfc3339
 from slicex.credentials import create_credential
 from slicex.devpki import add_user, init_ca
 from slicex.home import Home
+from slicex.peers import parse_peer
 from slicex.speaksfor import create_speaks_for
 from slicex.tls_xmlrpc import client
+from slicex.trust_roots import PeerTrust
 from tests.factories import request_rspec, vm
 from tests.integration.conftest import Running, start, stop
 

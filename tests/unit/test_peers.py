@@ -1,5 +1,5 @@
 """Federation peers: slicex.yaml `peers:` parsing (clear errors naming peer and key) and the pure policy
-decision (federation/peers.py)."""
+decision (slicex/peers.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from federation.peers import (
+from slicex import pki
+from slicex.errors import Forbidden, OutOfRange, Refused
+from slicex.peers import (
     Held,
     PeerConfigError,
     PeerGate,
@@ -20,8 +22,6 @@ from federation.peers import (
     peer_config,
     peer_of,
 )
-from slicex import pki
-from slicex.errors import Forbidden, OutOfRange, Refused
 
 NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)
 AM_B = "urn:publicid:IDN+b.test+authority+am"

@@ -10,9 +10,9 @@ import yaml
 
 from cli.main import main
 from cli.peers import set_block
-from federation.peers import load_peers
 from slicex import pki
 from slicex.home import Home
+from slicex.peers import load_peers
 
 
 def homes(tmp_path: Path) -> tuple[Path, Path]:

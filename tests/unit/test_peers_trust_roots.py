@@ -1,6 +1,6 @@
 """Peers' trust roots fetched from a real local HTTP server and refreshed: a rotated root replaces the old one
 in the trust store (and is added to TLS contexts); a bundle that fails to parse, names another namespace or
-cannot be fetched is refused and logged, keeping the last good set (federation/trust_roots.py)."""
+cannot be fetched is refused and logged, keeping the last good set (slicex/trust_roots.py)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from federation.peers import parse_peer
-from federation.trust_roots import PeerTrust, screen_bundle
 from slicex import pki
 from slicex.errors import CredentialSignerUntrusted
+from slicex.peers import parse_peer
+from slicex.trust_roots import PeerTrust, screen_bundle
 
 
 class Bundle:

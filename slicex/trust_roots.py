@@ -29,8 +29,8 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from federation.peers import Peer, PeerGate, load_peers, peer_of
 from slicex import pki
+from slicex.peers import Peer, PeerGate, load_peers, peer_of
 from slicex.tls_xmlrpc import SafeTransport
 
 log = logging.getLogger("slicex.federation")
