@@ -21,6 +21,7 @@ import hmac
 import json
 import logging
 import secrets
+import socket
 import ssl
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -206,7 +207,7 @@ def state_dict(substrate: Substrate, aggregate: Aggregate, view: View) -> dict[s
                           "external_links": len(substrate.external_links),
                           "fpga_boards": len(substrate.fpga_boards)},
             "hosts": hosts, "switches": switches, "external_links": external, "fpga_boards": boards,
-            "slices": slices, "reservations": view.reservations,
+            "slices": slices, "reservations": view.reservations, "tickets": len(view.tickets), "leases": len(view.leases),
             "actors": [{k: a[k] for k in ("name", "role", "published_at", "stale")} for a in view.actors]}
 
 
@@ -343,7 +344,7 @@ def create_app(dash: Dashboard) -> Flask:
         view = dash.view()
         svg = topology_svg(dash.substrate, view.use, [(s.get("component_id", ""), s["client_id"])
                                                       for s in view.slivers])
-        return Response('<?xml version="1.0" encoding="UTF-8"?>\n' + svg, mimetype="image/svg+xml")
+        return Response('<?xml version="1.0" encoding="UTF-8"?>\n' + svg, content_type="image/svg+xml")
 
     @app.get("/api/state")
     def api_state() -> Response:
@@ -404,7 +405,12 @@ class DashboardServer:
     client that never finishes it holds no other)."""
 
     def __init__(self, host: str, port: int, app: Flask, context: ssl.SSLContext | None = None):
-        self._server = ThreadedWSGIServer(host, port, app, _Handler, False, context)
+        # bound here, so a port in use is an OSError for the caller (werkzeug would exit the process)
+        sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+        try:
+            self._server = ThreadedWSGIServer(host, port, app, _Handler, False, context, fd=sock.fileno())
+        finally:
+            sock.close()  # the server holds its own duplicate
         if context is not None:
             self._server.socket.do_handshake_on_connect = False  # accepted sockets shake hands on first read
         self.tls = context is not None

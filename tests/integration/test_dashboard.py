@@ -1,11 +1,16 @@
-"""The operator dashboard of a real deployment, read over plain HTTP on 127.0.0.1 as a browser would."""
+"""The operator dashboard of a real deployment, read over plain HTTP on 127.0.0.1 as a browser would (and over
+TLS with client certificates for operators). The pages come from the snapshots the actors publish."""
 
 from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
+import ssl
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -49,7 +54,20 @@ def dash(pki_home: Home, tmp_path: Path) -> Iterator[Running]:
         ok(alice.am.Allocate(urn, creds, request_rspec(
             [vm("n1", ifaces=["n1:if0"]), vm("a&lt;script&gt;", ifaces=["a:if0"])],
             [{"client_id": "lan0", "ifaces": ["n1:if0", "a:if0"]}]), {}))
+        wait_for_snapshot(r.deployment.dashboard_url, urn, 3)
         yield r
+
+
+def wait_for_snapshot(url: str, slice_urn: str, slivers: int, seconds: float = 10.0) -> dict:
+    """/api/state once the slice manager's snapshot shows the slice with that many slivers, all ticketed (a
+    snapshot published while Allocate was still running shows them before the broker chose their hosts)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        state = json.loads(get(url + "api/state")[2])
+        if len(state["slices"].get(slice_urn, [])) == slivers and state["reservations"]["Ticketed"] >= slivers:
+            return state
+        assert time.monotonic() < deadline, f"no snapshot with {slice_urn}: {state['slices']}"
+        time.sleep(0.05)
 
 
 def get(url: str) -> tuple[int, str, str]:
@@ -83,7 +101,9 @@ def test_api_state_shows_the_lan_its_host_and_its_vlan(dash):
     slivers = state["slices"][f"urn:publicid:IDN+{AUTHORITY}+slice+dash"]
     assert {s["client_id"] for s in slivers} == {"n1", "a<script>", "lan0"}
     assert {s["allocation_state"] for s in slivers} == {"geni_allocated"}
+    assert isinstance(next(s for s in slivers if s["client_id"] == "lan0")["vlan_tag"], int)
     assert state["reservations"]["Ticketed"] == 3
+    assert {a["role"] for a in state["actors"]} == {"slice-manager", "broker", "authority"}
 
 
 def test_page_lists_the_slivers_with_experimenter_text_escaped(dash):
@@ -92,6 +112,8 @@ def test_page_lists_the_slivers_with_experimenter_text_escaped(dash):
     assert dash.deployment.am_urn in page and "emulated rack" in page
     assert "a&lt;script&gt;" in page and "a<script>" not in page
     assert "cores 2/16" in page and "<svg" in page
+    slices = get(dash.deployment.dashboard_url + "slices")[2]
+    assert "slice dash" in slices and "a&lt;script&gt;" in slices and "a<script>" not in slices
 
 
 def test_topology_svg_is_xml_with_the_host_in_use(dash):
@@ -135,3 +157,59 @@ def test_a_taken_port_leaves_the_aggregate_running_without_its_dashboard(pki_hom
         with deployment(pki_home, tmp_path, dashboard_port=taken.getsockname()[1]) as r:
             assert r.deployment.dashboard_url is None
             assert ok(r.user("alice").am.GetVersion())["geni_api_versions"]
+
+
+def test_pages_render_from_the_snapshot_while_the_slice_manager_is_stopped(dash):
+    """The dashboard never calls into the slice manager: with its publishing stopped and every method that
+    reads or locks its state broken, the pages still show the last snapshot."""
+    d = dash.deployment
+    d.publishers = []  # its loop publishes nothing more: the slice manager is as good as stopped
+
+    def stopped(*args, **kwargs):
+        raise AssertionError("the dashboard called the slice manager")
+    for name in ("records", "slivers", "sliver", "usage_keys", "reservations", "reap", "_on_slices", "_catch_up"):
+        setattr(d.sm, name, stopped)
+    for path in ("", "slices", "reservations", "actors", "api/state", "topology.svg"):
+        status, _, body = get(d.dashboard_url + path)
+        assert status == 200, (path, body)
+    assert "a&lt;script&gt;" in get(d.dashboard_url + "slices")[2]
+
+
+def tls_get(url: str, ctx: ssl.SSLContext, data: dict | None = None) -> tuple[int, str]:
+    req = urllib.request.Request(url, urllib.parse.urlencode(data).encode() if data is not None else None)
+    try:
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_an_operator_with_a_client_certificate_shuts_a_slice_down_over_tls(pki_home: Home, tmp_path: Path):
+    with deployment(pki_home, tmp_path, dashboard_port=0, dashboard_tls=True,
+                    operators=["urn:publicid:IDN+slicex.test+user+alice"]) as r:
+        bob = r.user("bob")
+        urn, creds = bob.slice_credential("bobs")
+        ok(bob.am.Allocate(urn, creds, request_rspec([vm("n1")]), {}))
+        url = r.deployment.dashboard_url
+        assert url.startswith("https://")
+
+        def ctx(user: str | None) -> ssl.SSLContext:
+            c = ssl.create_default_context(cafile=str(pki_home.ca_cert))
+            c.check_hostname = False  # the AM's certificate names the deployment, not 127.0.0.1
+            if user:
+                c.load_cert_chain(str(pki_home.user_cert(user)), str(pki_home.user_key(user)))
+            return c
+        deadline = time.monotonic() + 10
+        while "slice bobs" not in (page := tls_get(url + "slices", ctx(None))[1]):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert "Shut down this slice" not in page and "read-only" in page  # anyone may read, nobody may act
+        assert "Shut down this slice" not in tls_get(url + "slices", ctx("bob"))[1]
+        page = tls_get(url + "slices", ctx("alice"))[1]
+        token = re.search(r'name="token" value="([0-9a-f]+)"', page).group(1)
+        form = {"slice_urn": urn, "token": token}
+        assert tls_get(url + "operator/shutdown", ctx(None), form)[0] == 403
+        assert tls_get(url + "operator/shutdown", ctx("bob"), form)[0] == 403
+        assert not r.deployment.sm.is_shut_down(urn)
+        assert tls_get(url + "operator/shutdown", ctx("alice"), form)[0] == 200
+        assert r.deployment.sm.is_shut_down(urn)

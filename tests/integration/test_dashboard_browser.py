@@ -64,7 +64,7 @@ def test_a_three_node_slice_created_over_the_am_api_appears_in_chromium(live: Ru
     url = live.deployment.dashboard_url
     state = wait_for(url, lambda s: len(s["slices"].get(urn, [])) == 6
                      and {a["role"] for a in s["actors"]} == {"slice-manager", "broker", "authority"}
-                     and all(x["allocation_state"] == "geni_provisioned" for x in s["slices"][urn]))
+                     and s["reservations"]["Active"] == 6 and s["leases"] == 6)
     tags = {s["client_id"]: s["vlan_tag"] for s in state["slices"][urn] if s["kind"] == "link"}
     assert set(tags) == {"l12", "l23", "l13"} and all(isinstance(t, int) for t in tags.values())
 

@@ -1,25 +1,21 @@
-"""The dashboard's pure part: usage from claim keys, the topology picture, the JSON, the page, the routes."""
+"""The dashboard's pure part and its app: the topology pictures, the view over published snapshots, the
+Flask pages (escaping, routes, operator access) and snapshot publishing, on a real SQLite store."""
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from lxml import etree
 
-from am.dashboard import (
-    Aggregate,
-    Dashboard,
-    Snapshot,
-    _host_name,
-    page_html,
-    state_dict,
-    topology_svg,
-    use_of,
-)
-from am.slice_manager import Sliver
+from am.dashboard import Aggregate, Dashboard, _host_name, create_app, state_dict, view_of
+from am.dashboard_svg import Series, chart_svg, slice_svg, topology_svg
+from am.snapshot import SNAPSHOTS, VERSION, Publisher, read_snapshots, use_of
 from rspec.substrate import default_substrate, load_substrate
+from slicex.clock import rfc3339
+from slicex.store import open_store
 
 SVG = "{http://www.w3.org/2000/svg}"
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -33,9 +29,8 @@ def vm_keys(host: str, cores: int, chunks: int) -> set[str]:
     return {f"core:{host}:{i}" for i in range(cores)} | {f"mem:{host}:{i}" for i in range(chunks)}
 
 
-def node(client_id: str, on: str, slice_name: str = "s") -> Sliver:
-    return Sliver(f"urn:publicid:IDN+slicex.test+sliver+{client_id}", f"urn:publicid:IDN+slicex.test+slice+{slice_name}",
-                  client_id, "node", "geni_allocated", "geni_pending_allocation", NOW, component_id=on)
+def node(client_id: str, on: str) -> tuple[str, str]:
+    return on, client_id
 
 
 def svg_of(substrate=DEMO, keys=(), slivers=()) -> etree._Element:
@@ -82,8 +77,7 @@ def test_taken_bare_metal_node_is_in_use():
 
 
 def test_switch_shows_vlan_tags_in_use_of_its_range_and_its_links():
-    link = Sliver("urn:x", "urn:s", "lan0", "link", "geni_allocated", "geni_pending_allocation", NOW, component_id=SW1)
-    root = svg_of(keys={f"vlan:{SW1}:1000", f"vlan:{SW1}:1001"}, slivers=[link])
+    root = svg_of(keys={f"vlan:{SW1}:1000", f"vlan:{SW1}:1001"}, slivers=[(SW1, "lan0")])
     assert "VLANs 2/100 in use" in texts(root)
     assert "tags 1000-1099 · links: lan0" in texts(root)
 
@@ -100,8 +94,6 @@ def test_client_ids_from_experimenters_are_escaped():
     assert "<script>" not in out and "a<b" not in out
     root = etree.fromstring(out.encode())
     assert any(evil in (t.text or "") for t in root.iter(f"{SVG}title"))  # it comes back as text
-    page = page_html(DEMO, AGG, Snapshot(NOW, frozenset(), (node(evil, PC1),)))
-    assert "<script>alert" not in page and "&lt;script&gt;alert(&quot;x&quot;)" in page
 
 
 def test_two_rack_site_draws_sites_trunk_and_external_link_without_overlapping_boxes():
@@ -139,34 +131,247 @@ def test_long_names_are_clipped_with_the_full_name_in_the_tooltip():
     assert any(long in (t.text or "") for t in root.iter(f"{SVG}title"))
 
 
-def test_state_dict_reports_usage_slivers_and_reservation_counts():
-    snap = Snapshot(NOW, frozenset(vm_keys(PC1, 2, 4) | {f"vlan:{SW1}:1042"}), (node("n1", PC1), node("n2", PC1)),
-                    {"Ticketed": 2, "Closed": 1})
-    state = json.loads(json.dumps(state_dict(DEMO, AGG, snap)))
+
+# ---- snapshots and the pages over them ---------------------------------------------------------------------------
+SLICE = "urn:publicid:IDN+slicex.test+slice+s"
+EVIL = '<script>alert("x")</script>'
+
+
+def sliver(client_id: str, kind: str = "node", on: str = PC1, **extra) -> dict:
+    """A sliver as the slice manager's snapshot holds it (am/snapshot.py `_sliver_doc`)."""
+    return {"urn": f"urn:publicid:IDN+slicex.test+sliver+{abs(hash(client_id))}", "client_id": client_id,
+            "kind": kind, "component_id": on, "owner": "urn:publicid:IDN+slicex.test+user+alice",
+            "allocation_state": "geni_provisioned", "operational_state": "geni_notready", "state": "Active",
+            "pending": "None", "pending_since": "", "reason": "", "start": rfc3339(NOW),
+            "end": rfc3339(NOW + timedelta(hours=1)), "shutdown": False, "details": extra.pop("details", {}),
+            "ticket": {"id": f"g/{client_id}", "broker": "broker", "start": rfc3339(NOW),
+                       "end": rfc3339(NOW + timedelta(hours=1)), "sequence": 1, "units": 2, "labels": []},
+            "lease": {"id": f"g/{client_id}", "authority": "am", "start": rfc3339(NOW),
+                      "end": rfc3339(NOW + timedelta(hours=1)), "sequence": 1},
+            "lease_id": f"g/{client_id}", **extra}
+
+
+def lan_slivers(evil: str = "n2") -> list[dict]:
+    return [sliver("n1", details={"host": "pc1"}), sliver(evil, details={"host": "pc1"}),
+            sliver("lan0", "link", SW1, details={"vlan_tag": 1042, "endpoints": ["n1", evil], "capacity_kbps": 0})]
+
+
+def sm_doc(slivers: list[dict], slice_urn: str = SLICE, at: datetime = NOW, name: str = "sm-1") -> dict:
+    return {"name": name, "role": "slice-manager", "version": VERSION, "published_at": rfc3339(at),
+            "state": {"slices": {slice_urn: {"urn": slice_urn, "owner": "urn:publicid:IDN+slicex.test+user+alice",
+                                             "slivers": slivers, "shut_down": False}},
+                      "reservations": {"Active": len(slivers)},
+                      "pending": [{"state": "Ticketed", "pending": "Redeeming", "count": 1, "oldest_seconds": 75.0}],
+                      "tickets_held": len(slivers), "leases_held": len(slivers),
+                      "use": use_of(vm_keys(PC1, 2, 4) | {f"vlan:{SW1}:1042"}).to_doc()},
+            "history": [{"at": rfc3339(at), "units": {"core": 2, "mem": 4, "vlan": 1}, "vlans": {SW1: 1}}]}
+
+
+def authority_doc(lease_ops: dict[str, str], at: datetime = NOW) -> dict:
+    return {"name": "authority:am", "role": "authority", "version": VERSION, "published_at": rfc3339(at),
+            "state": {"leases": [{"id": lid, "holder": "sm-1", "reservation": lid, "start": rfc3339(NOW),
+                                  "end": rfc3339(NOW + timedelta(hours=1)), "sequence": 1, "units": 2, "labels": [],
+                                  "operational_state": op, "error": ""} for lid, op in lease_ops.items()],
+                      "driver": "emulated"}}
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    s = open_store(f"sqlite:///{tmp_path / 'state.db'}")
+    yield s
+    s.close()
+
+
+def client(store, now: datetime = NOW, **kw):
+    dash = Dashboard(DEMO, AGG, store, lambda: now, **kw)
+    app = create_app(dash)
+    app.testing = True
+    return dash, app.test_client()
+
+
+def test_slice_picture_draws_nodes_links_tags_and_stitching_hops_escaped():
+    ext = load_substrate(EXAMPLES / "two-rack-site.yaml").external_links[0]
+    slivers = [sliver(EVIL, details={"host": "pc1"}), sliver("n2", details={"host": "pc2"}),
+               sliver("l0", "link", SW1, details={"vlan_tag": 1042, "endpoints": [EVIL, "n2"],
+                                                  "uplinks": [{"port": ext.component_id, "tags": [[0, 3001]]}]})]
+    out = slice_svg(slivers, load_substrate(EXAMPLES / "two-rack-site.yaml"))
+    assert "<script>" not in out
+    words = texts(etree.fromstring(out.encode()))
+    assert f"node {EVIL}"[:20] in [w[:20] for w in words] and "node n2" in words
+    assert "link l0" in words and "VLAN 1042" in words
+    assert "tag 3001" in words and "→ transit.example.net" in words
+    assert len(list(etree.fromstring(out.encode()).iter(f"{SVG}line"))) == 3  # two endpoints, one hop
+
+
+def test_chart_scales_to_the_total_and_says_the_latest_share():
+    root = etree.fromstring(chart_svg(Series("cores", [0, 8, 24], 48, ("t0", "t1", "t2"))).encode())
+    assert "cores: 24/48 (50 %)" in texts(root)
+    ys = [float(p.split(",")[1]) for p in root.find(f"{SVG}polyline").get("points").split()]
+    assert ys[0] > ys[1] > ys[2]  # higher use is drawn higher
+
+
+def test_view_takes_operational_state_from_the_authority_and_flags_stale_actors():
+    old = NOW - timedelta(minutes=5)
+    view = view_of([sm_doc(lan_slivers()), authority_doc({"g/n1": "geni_ready"}, at=old)], NOW, 15.0)
+    ops = {s["client_id"]: (s["operational_state"], s["error"]) for s in view.slivers}
+    assert ops["n1"] == ("geni_ready", "")
+    assert ops["n2"][0] == "geni_notready" and "no state" in ops["n2"][1]  # its authority said nothing of it
+    health = {a["role"]: a for a in view.actors}
+    assert not health["slice-manager"]["stale"] and health["authority"]["stale"]
+    assert health["authority"]["age"] == 300
+
+
+def test_state_dict_reports_usage_slivers_tags_and_reservation_counts():
+    view = view_of([sm_doc(lan_slivers())], NOW, 15.0)
+    state = json.loads(json.dumps(state_dict(DEMO, AGG, view)))
     pc1 = next(h for h in state["hosts"] if h["name"] == "pc1")
     assert pc1["cores"] == {"used": 2, "total": 16} and pc1["memory_mb"] == {"used": 2048, "total": 65536}
     assert pc1["slivers"] == ["n1", "n2"]
     assert state["switches"][0]["vlans_in_use"] == [1042] and state["switches"][0]["vlans_total"] == 100
-    assert [s["client_id"] for s in state["slices"]["urn:publicid:IDN+slicex.test+slice+s"]] == ["n1", "n2"]
-    assert state["reservations"]["Ticketed"] == 2 and state["reservations"]["Active"] == 0
-    assert state["aggregate"]["url"] == AGG.url and state["now"] == "2030-01-01T00:00:00Z"
+    assert {s["client_id"]: s["vlan_tag"] for s in state["slices"][SLICE]} == {"n1": None, "n2": None, "lan0": 1042}
+    assert state["reservations"]["Active"] == 3 and state["reservations"]["Closed"] == 0
+    assert state["snapshot_published_at"] == "2030-01-01T00:00:00Z"
 
 
-def test_routes_answer_404_405_and_503_without_raising():
-    dash = Dashboard(DEMO, AGG, lambda: Snapshot(NOW))
-    assert dash.respond("GET", "/").status == 200
-    assert dash.respond("GET", "/?auto=1").status == 200
-    assert dash.respond("GET", "/topology.svg").content_type == "image/svg+xml"
-    assert json.loads(dash.respond("GET", "/api/state").body)["hosts"]
-    assert dash.respond("GET", "/nope").status == 404
-    assert dash.respond("POST", "/api/state").status == 405
+def test_pages_escape_what_experimenters_named(store):
+    """A client_id with <script> (client_ids come from experimenters), in every page that shows it."""
+    store.put(SNAPSHOTS, "sm-1", sm_doc(lan_slivers(evil=EVIL), slice_urn=SLICE))
+    _, c = client(store)
+    for path in ("/", "/slices", "/reservations"):
+        page = c.get(path).get_data(as_text=True)
+        assert "<script>alert" not in page, path
+        assert "&lt;script&gt;alert(" in page, path
+    assert c.get("/api/state").get_json()["slices"][SLICE][1]["client_id"] == EVIL  # JSON carries it as data
 
-    def broken() -> Snapshot:
-        raise ConnectionError("store down")
-    assert Dashboard(DEMO, AGG, broken).respond("GET", "/").status == 503
+
+def test_a_slice_urn_with_markup_is_escaped_in_the_slices_page(store):
+    evil_urn = 'urn:publicid:IDN+slicex.test+slice+"><script>alert(1)</script>'
+    store.put(SNAPSHOTS, "sm-1", sm_doc(lan_slivers(), slice_urn=evil_urn))
+    page = client(store)[1].get("/slices").get_data(as_text=True)
+    assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert '"><script>' not in page  # not even inside an attribute
+
+
+def test_pages_render_from_snapshots_only_with_no_slice_manager_at_all(store):
+    """The app is given a store, never a slice manager: the pages come from what was published."""
+    store.put(SNAPSHOTS, "sm-1", sm_doc(lan_slivers()))
+    store.put(SNAPSHOTS, "authority:am", authority_doc({"g/n1": "geni_ready"}))
+    _, c = client(store)
+    slices = c.get("/slices").get_data(as_text=True)
+    assert "slice s" in slices and "VLAN 1042" in slices and "geni_ready" in slices
+    actors = c.get("/actors").get_data(as_text=True)
+    assert "sm-1" in actors and "authority:am" in actors and "Redeeming" in actors and "75 s" in actors
+    assert "2030-01-01T00:00:00Z" in c.get("/reservations").get_data(as_text=True)
+
+
+def test_no_snapshot_yet_and_no_peers_are_empty_states(store):
+    _, c = client(store)
+    page = c.get("/").get_data(as_text=True)
+    assert c.get("/").status_code == 200 and "no slice manager snapshot published yet" in page
+    assert "No federation peers are configured" in c.get("/federation").get_data(as_text=True)
+
+
+def test_configured_peers_are_listed(store):
+    peers = {"testbed-a": {"root": "peers/a.pem", "namespaces": ["a.example"], "ch_url": "https://a.example/CH",
+                           "policy": {"max_nodes": 4}}}
+    page = client(store, peers=peers)[1].get("/federation").get_data(as_text=True)
+    assert "testbed-a" in page and "a.example" in page and "max_nodes: 4" in page
+
+
+def test_routes_answer_404_405_and_503(store):
+    _, c = client(store)
+    assert c.get("/topology.svg").content_type == "image/svg+xml"
+    assert c.get("/nope").status_code == 404
+    assert c.post("/api/state").status_code == 405
+    assert c.open("/", method="BREW").status_code == 405
+    assert c.get("/").headers["Content-Security-Policy"].startswith("default-src 'none'")
+
+    class Down:
+        def scan(self, table):
+            raise ConnectionError("store down")
+    assert client(Down())[1].get("/").status_code == 503
+
+
+def test_loopback_dashboard_refuses_other_host_names(store):
+    dash, c = client(store)
+    dash.loopback_only = True
+    assert c.get("/", headers={"Host": "attacker.example:80"}).status_code == 403
+    assert c.get("/", headers={"Host": "127.0.0.1:8004"}).status_code == 200
 
 
 def test_host_header_names_without_port():
     assert _host_name("127.0.0.1:8004") == "127.0.0.1"
     assert _host_name("LOCALHOST") == "localhost"
     assert _host_name("[::1]:8004") == "[::1]" and _host_name("[::1]") == "[::1]"
+
+
+def test_only_an_operator_with_the_page_token_shuts_a_slice_down(store, tmp_path):
+    from slicex.devpki import add_user, init_ca
+    from slicex.home import Home
+
+    home = Home(tmp_path / "home")
+    home.root.mkdir()
+    (home.root / "slicex.yaml").write_text("authority: slicex.test\n")
+    init_ca(home, "slicex.test")
+    for name in ("alice", "bob"):
+        add_user(home, "slicex.test", name)
+    done: list[tuple[str, str]] = []
+    store.put(SNAPSHOTS, "sm-1", sm_doc(lan_slivers()))
+    dash, c = client(store, operators=frozenset({"urn:publicid:IDN+slicex.test+user+alice"}),
+                     shutdown=lambda urn, who: done.append((urn, who)))
+    alice = {"SSL_CLIENT_CERT": home.user_cert("alice").read_text()}
+    bob = {"SSL_CLIENT_CERT": home.user_cert("bob").read_text()}
+    token = dash.token("urn:publicid:IDN+slicex.test+user+alice")
+    assert "Shut down this slice" not in c.get("/slices", environ_base=bob).get_data(as_text=True)
+    assert "Shut down this slice" in c.get("/slices", environ_base=alice).get_data(as_text=True)
+    form = {"slice_urn": SLICE, "token": token}
+    assert c.post("/operator/shutdown", data=form).status_code == 403  # no certificate
+    assert c.post("/operator/shutdown", data=form, environ_base=bob).status_code == 403  # not an operator
+    assert c.post("/operator/shutdown", data={**form, "token": "x"}, environ_base=alice).status_code == 403
+    assert c.post("/operator/shutdown", data=form, environ_base=alice,
+                  headers={"Sec-Fetch-Site": "cross-site"}).status_code == 403
+    assert not done
+    assert c.post("/operator/shutdown", data=form, environ_base=alice).status_code == 200
+    assert done == [(SLICE, "urn:publicid:IDN+slicex.test+user+alice")]
+
+
+# ---- publishing ---------------------------------------------------------------------------------------------------
+class Ticking:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_publisher_writes_on_change_or_heartbeat_and_keeps_history_across_restarts(store):
+    keys = {"k": {f"core:{PC1}:0"}}
+
+    def build(now: datetime) -> dict:
+        from am.snapshot import usage_point
+        return {"slices": {}, "n": len(keys["k"]), "point": usage_point(keys["k"], now)}
+
+    mono = Ticking()
+    pub = Publisher(store, "sm-1", "slice-manager", build, heartbeat=5.0, history_step=60.0, monotonic=mono)
+    assert pub.publish(NOW)
+    assert not pub.publish(NOW)  # unchanged, heartbeat not due
+    mono.t = 5.0
+    assert pub.publish(NOW + timedelta(seconds=5))  # heartbeat
+    keys["k"] = {f"core:{PC1}:0", f"core:{PC1}:1", f"vlan:{SW1}:1042"}
+    mono.t = 6.0
+    assert pub.publish(NOW + timedelta(seconds=6))  # changed
+    doc = read_snapshots(store)[0]
+    assert doc["published_at"] == rfc3339(NOW + timedelta(seconds=6)) and doc["state"]["n"] == 3
+    assert [p["units"].get("core") for p in doc["history"]] == [1, 2]  # the heartbeat added no sample
+    assert doc["history"][-1]["vlans"] == {SW1: 1}
+    again = Publisher(store, "sm-1", "slice-manager", build, monotonic=Ticking())  # a restarted process
+    keys["k"] = set()
+    assert again.publish(NOW + timedelta(seconds=7))
+    assert [p["units"].get("core", 0) for p in read_snapshots(store)[0]["history"]] == [1, 2, 0]
+
+
+def test_a_failing_build_is_a_log_line_not_a_dead_loop(store, caplog):
+    def build(now: datetime) -> dict:
+        raise ConnectionError("store down")
+    Publisher(store, "sm-1", "slice-manager", build).tick(NOW)
+    assert "snapshot not published" in caplog.text and read_snapshots(store) == []
