@@ -122,7 +122,8 @@ def run_router(claims: RedisClaims, namespace: str, cluster: str, listen: tuple[
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m federation.overlay", description=__doc__.splitlines()[0])
-    p.add_argument("--redis", default=os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    p.add_argument("--redis", default=os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/0"),
+                   help="the shared claim store (default $SLICEX_REDIS_URL, else redis://127.0.0.1:6379/0)")
     p.add_argument("--prefix", default=DEFAULT_PREFIX, help=f"key prefix in the store (default {DEFAULT_PREFIX})")
     sub = p.add_subparsers(dest="command", required=True)
     d = sub.add_parser("define", help="define a namespace (a slice's overlay)")
@@ -135,10 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     u = sub.add_parser("undefine", help="delete a namespace and all its claims")
     u.add_argument("namespace")
     r = sub.add_parser("router", help="run a cluster's virtual router (needs root: taps, namespaces)")
-    r.add_argument("namespace")
-    r.add_argument("--cluster", required=True)
+    r.add_argument("namespace", help="a defined overlay namespace")
+    r.add_argument("--cluster", required=True, help="the segment this router serves (recorded in its claims)")
     r.add_argument("--listen", type=_listen, default=("127.0.0.1", 0), help="UDP HOST:PORT (default 127.0.0.1:0)")
-    r.add_argument("--node", type=_node_spec, action="append", required=True)
+    r.add_argument("--node", type=_node_spec, action="append", required=True,
+                   help="id=ID,netns=NS,tap=IF,mac=MAC[,address=IP]: a node in existing namespace NS; the router "
+                        "makes tap IF there and claims IP (else a free address); repeat per node")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     claims = RedisClaims(args.redis, args.prefix)
