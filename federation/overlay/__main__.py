@@ -40,6 +40,11 @@ def _node_spec(text: str) -> dict[str, str]:
     missing = {"id", "netns", "tap", "mac"} - spec.keys()
     if missing:
         raise argparse.ArgumentTypeError(f"{text!r} lacks {', '.join(sorted(missing))}")
+    if spec.get("address"):
+        try:
+            IPv4Address(spec["address"])
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: address {spec['address']!r} is not IPv4") from None
     return spec
 
 
