@@ -16,6 +16,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+EXTRA = "pip install 'slicex[experiment]'"
+
+
+def require(module: str, what: str) -> Any:
+    """Import an optional dependency (matplotlib, tqdm: the `experiment` extra, not the core install), or
+    stop with a message that says what needs it and how to install it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise SystemExit(f"{what} needs the Python package {module!r}, which is not installed: {EXTRA}") from None
+
 REP_FIELDS = ("rep", "slice", "ok", "failed_step", "error", "time_to_ready_s", "create_slice_s", "allocate_s",
               "provision_s", "start_s", "ready_s", "measure_s", "delete_s")
 LINK_FIELDS = ("rep", "link", "src", "dst", "address", "rtt_min_ms", "rtt_avg_ms", "rtt_max_ms", "ping_loss_pct",
@@ -137,8 +150,7 @@ def write(out: Path, reps: list[dict[str, Any]], meta: dict[str, Any], with_plot
 
 def plots(out: Path, reps: list[dict[str, Any]]) -> list[Path]:
     """time-to-ready.png (distribution), throughput-cdf.png (per link, TCP), rtt-box.png (per link)."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "the experiment's plots")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -111,13 +111,15 @@ def repetition(exp: Experiment, rep: int, request: str) -> dict[str, Any]:
 def run(exp: Experiment, out: Path | None = None, progress: bool = True) -> list[dict[str, Any]]:
     """All repetitions; with `out`, the CSV/JSON/plots written there (rewritten after each repetition, so an
     interrupted run keeps what it measured)."""
-    from tqdm import tqdm
+    if out is not None:  # before any repetition: a missing package stops the run, not its last step
+        report.require("matplotlib", "the experiment's plots")
+    tqdm = report.require("tqdm", "the progress bar (--quiet runs without it)").tqdm if progress else None
 
     reps: list[dict[str, Any]] = []
     request = pinned.pin_request(exp.request, exp.placement) if exp.placement else exp.request
     meta = {"experiment": exp.name, "repetitions": exp.repetitions, "duration_s": exp.duration,
             "pings": exp.pings, "pinned": bool(exp.placement) or exp.pin, "request": exp.request}
-    bar = tqdm(range(exp.repetitions), desc=f"experiment {exp.name}", unit="rep", disable=not progress)
+    bar = tqdm(range(exp.repetitions), desc=f"experiment {exp.name}", unit="rep") if tqdm else range(exp.repetitions)
     for rep in bar:
         rec = repetition(exp, rep, request)
         reps.append(rec)
@@ -129,7 +131,8 @@ def run(exp: Experiment, out: Path | None = None, progress: bool = True) -> list
                 out.mkdir(parents=True, exist_ok=True)
                 pinned.save(exp.placement, out / "placement.json")
         ok = sum(r["ok"] for r in reps)
-        bar.set_postfix(ok=f"{ok}/{len(reps)}", ready=f"{rec['time_to_ready_s'] or 0:.2f}s")
+        if tqdm is not None:
+            bar.set_postfix(ok=f"{ok}/{len(reps)}", ready=f"{rec['time_to_ready_s'] or 0:.2f}s")
         if out is not None:
             report.write(out, reps, meta, with_plots=rep == exp.repetitions - 1)
     return reps

@@ -20,8 +20,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from tqdm import tqdm
-
 THREE_NODE_LAN = """<rspec xmlns="http://www.geni.net/resources/rspec/3" type="request">
 <node client_id="n1"><sliver_type name="default-vm"/><interface client_id="n1:if0"/></node>
 <node client_id="n2"><sliver_type name="default-vm"/><interface client_id="n2:if0"/></node>
@@ -59,6 +57,11 @@ def main() -> int:
     p.add_argument("--out", default="omni-loop.json", help="per-cycle timings (JSON)")
     p.add_argument("--plot", default="omni-loop.png", help="plot of per-step times per cycle")
     args = p.parse_args()
+    try:  # not in the core install: the `experiment` extra
+        import matplotlib  # noqa: F401 - checked now, used for the plot at the end
+        from tqdm import tqdm
+    except ImportError as exc:
+        sys.exit(f"omni_loop needs {exc.name!r} (progress bar and plot): pip install 'slicex[experiment]'")
     base = shlex.split(args.omni) + ["-c", args.config]
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
