@@ -246,17 +246,37 @@ class Broker:
         doc = self.store.get(VERSIONS, self.name)
         return doc["version"] if doc else ""
 
-    def availability(self, known: str = "", now: datetime | None = None) -> dict[str, Any]:
+    def availability(self, known: str = "", now: datetime | None = None,
+                     term: Term | None = None) -> dict[str, Any]:
         """What is in use now (unit keys), with the version of the broker's state it was read at; when the
         caller already holds the answer for version `known` and nothing changed, only the version comes back
-        (`unchanged`). Advertisements (ListResources geni_available) are built from this answer."""
+        (`unchanged`). Advertisements (ListResources geni_available) are built from this answer. With a
+        future `term` (ListResources with a time window) the answer is what cannot be promised over that
+        term: advance bookings included, and today's claims only if their tickets may still run then."""
         now = now or _utcnow()
         with self._lock:
             version = self.version()
+            if term is not None and term.start > now:
+                self._load()  # advance bookings other broker processes on this store made are in the store only
+                return {"version": version, "unchanged": False,
+                        "units": sorted(self.calendar.unavailable(term) | self._claimed_during(term, ""))}
             if known and version == known:
                 return {"version": version, "unchanged": True}
             in_use = units(self.store.all_claims()) | self.calendar.unavailable(Term(now, now + timedelta(seconds=1)))
             return {"version": version, "unchanged": False, "units": sorted(in_use)}
+
+    def _claimed_during(self, term: Term, group: str) -> set[str]:
+        """Units claimed in the store (by anyone but `group`) that may still be held during a future `term`:
+        a claim whose ticket this broker knows to end before the term starts is left out; any other claim
+        (another broker's, or an ended ticket not yet relinquished) counts."""
+        out: set[str] = set()
+        claims = self.store.all_claims()
+        for key in units(k for k, o in claims.items() if o != group):
+            owner = claims[key]
+            mine = [h for h in self.calendar.holders_ever(key) if h.rsplit("/", 1)[0] == owner]
+            if not mine or any(self.calendar.bookings[h].term.end > term.start for h in mine):
+                out.add(key)
+        return out
 
     # ---- placement: the broker's policy decides --------------------------------------------------------------
     def substrate_of(self, authority: str = "") -> Substrate:
@@ -268,12 +288,17 @@ class Broker:
                           f"to it; nothing can be placed (the authority delegates at start)")
         return sub
 
-    def _used(self, term: Term, authority: str, substrate: Substrate, group: str = "") -> set[str]:
+    def _used(self, term: Term, authority: str, substrate: Substrate, group: str = "",
+              future: bool = False) -> set[str]:
         """What the policy must not choose: promised over the term, claimed in the store by anyone but `group`
         (claims of an earlier attempt of this very request, cut short by a crash, are its own to take again),
-        and inventory the authority reclaimed."""
-        claimed = {k for k, owner in self.store.all_claims().items() if owner != group}
-        return (self.calendar.unavailable(term) | units(claimed)
+        and inventory the authority reclaimed. For a `future` term (an advance reservation) a claim whose
+        ticket ends before the term starts does not count."""
+        if future:
+            claimed = self._claimed_during(term, group)
+        else:
+            claimed = units(k for k, owner in self.store.all_claims().items() if owner != group)
+        return (self.calendar.unavailable(term) | claimed
                 | keys_under(substrate, set(self.reclaimed(authority or self.authority))))
 
     def place(self, holder: str, demands: Mapping[str, Any], term: Term, now: datetime, group: str | None = None,
@@ -287,9 +312,10 @@ class Broker:
         image_policy = str(demands.get("image_policy") or "reject")
         parts = {str(k): str(v) for k, v in (demands.get("bitstream_parts") or {}).items()}
         substrate = self.substrate_of(authority)
+        future = term.start > now  # an advance reservation: booked now, claimed by `tick` when it starts
         if dry_run:
             with self._lock:
-                used = self._used(term, authority, substrate)
+                used = self._used(term, authority, substrate, future=future)
             shortfalls: list[Shortfall] = []
             placed = plan(substrate, request, used, image_policy, parts, self.policy, shortfalls=shortfalls)
             return {"report": report(substrate, request, placed, shortfalls)}
@@ -300,9 +326,17 @@ class Broker:
                 if self._granted(group, list(rids.values())) is not None:
                     return self._placed(group, list(rids.values()))
                 self._refuse_relinquished(group, list(rids.values()))
+            if future:
+                self._load()  # advance bookings are not claimed in the store: see other processes' ones
             for _attempt in range(PLACE_ATTEMPTS):
-                placed = plan(substrate, request, self._used(term, authority, substrate, group), image_policy,
-                              parts, self.policy)
+                try:
+                    placed = plan(substrate, request, self._used(term, authority, substrate, group, future),
+                                  image_policy, parts, self.policy)
+                except (InsufficientNodes, InsufficientBandwidth, VlanUnavailable) as exc:
+                    if not future:
+                        raise
+                    raise type(exc)(f"{exc.message} (over the advance term {_span(term)}, which other "
+                                    f"reservations already hold)") from None
                 exact = {rids[p.client_id]: _exact(p) for p in placed}
                 where = {rids[p.client_id]: {"kind": p.kind, "component_id": p.component_id,
                                              "details": to_doc(dict(p.details))} for p in placed}
@@ -614,8 +648,9 @@ class Broker:
                            None)
             for rid in reservations:
                 doc = self.store.get(TICKETS, f"{group}/{rid}")
-                if doc is not None:
-                    out[rid] = {"status": doc["state"], "ticket": doc["ticket"], "reason": doc.get("reason", "")}
+                if doc is not None:  # claimed: the units are taken in the store (an advance ticket: once started)
+                    out[rid] = {"status": doc["state"], "ticket": doc["ticket"], "reason": doc.get("reason", ""),
+                                "claimed": bool(doc.get("claimed", True))}
                 elif waiting is not None:
                     out[rid] = {"status": "queued", "position": self.queue.position(waiting.id),
                                 "deadline": waiting.request["deadline"]}

@@ -46,8 +46,9 @@ def broker_handlers(broker: Broker) -> dict[str, Any]:
             answer = {**answer, "tickets": {rid: t.to_doc() for rid, t in answer["tickets"].items()}}
         return answer
 
-    def availability(known="", now=""):
-        return broker.availability(known, _t(now))
+    def availability(known="", now="", start="", end=""):
+        term = Term(parse_time(start), parse_time(end)) if start and end else None
+        return broker.availability(known, _t(now), term)
 
     def reclaimed(authority):
         return broker.reclaimed(authority)
@@ -104,8 +105,11 @@ class RemoteBroker:
             answer["tickets"] = {rid: Ticket.from_doc(d) for rid, d in answer["tickets"].items()}
         return answer
 
-    def availability(self, known: str = "", now: datetime | None = None) -> dict[str, Any]:
-        return self.client.call("availability", known, rfc3339(now) if now else "")
+    def availability(self, known: str = "", now: datetime | None = None, term: Term | None = None) -> dict[str, Any]:
+        if term is None:
+            return self.client.call("availability", known, rfc3339(now) if now else "")
+        return self.client.call("availability", known, rfc3339(now) if now else "", rfc3339(term.start),
+                                rfc3339(term.end))
 
     def reclaimed(self, authority: str) -> list[str]:
         return self.client.call("reclaimed", authority)
