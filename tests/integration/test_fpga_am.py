@@ -59,8 +59,10 @@ def test_unknown_bitstream_and_virtual_routers(fpga_running):
     r = fpga_running
     alice = r.user("alice")
     urn, creds = alice.slice_credential("fpga2")
-    reply = alice.am.Allocate(urn, creds, fpga_request('<fpga:sliver type="fpga-bitstream" bitstream="sha256:00"/>'), {})
-    assert code(reply) == 1 and "catalogue" in reply["output"]
+    unknown = "sha256:" + "0" * 64  # well formed (the schema's pattern), in nobody's catalogue
+    reply = alice.am.Allocate(urn, creds, fpga_request(f'<fpga:sliver type="fpga-bitstream" bitstream="{unknown}"/>'),
+                              {})
+    assert code(reply) == 1 and "catalogue" in reply["output"], reply["output"]
     fast = ok(alice.am.Allocate(urn, creds, fpga_request(
         '<fpga:sliver type="virtual-router" bandwidth_mbps="300" table_size="5000"/>'), {}))
     assert "vplane" not in fast["geni_rspec"]
