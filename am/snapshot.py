@@ -36,6 +36,9 @@ HEARTBEAT_SECONDS = 5.0
 HISTORY_POINTS = 240
 """Samples of units and tags in use kept for the charts (at HISTORY_STEP_SECONDS: one hour)."""
 HISTORY_STEP_SECONDS = 15.0
+STATUS_SECONDS = 5.0
+"""How often the authority asks its driver for a leased sliver's state (a host driver checks the host each
+time: namespaces, interfaces, sshd); a new lease is asked at once."""
 MAX_ITEMS = 2000
 """Tickets or leases listed per snapshot at most (the newest by end); counts are always complete."""
 
@@ -186,15 +189,41 @@ def broker_state(broker: Any, now: datetime) -> dict[str, Any]:
             "delegated": broker.delegated(), "policy": type(broker.policy).__name__}
 
 
-def authority_state(authority: Any, now: datetime) -> dict[str, Any]:
+class StatusCache:
+    """A leased sliver's (operational state, error) from the authority's driver, asked at most every
+    `seconds` per lease; leases that are gone are forgotten."""
+
+    def __init__(self, authority: Any, seconds: float = STATUS_SECONDS,
+                 monotonic: Callable[[], float] = time.monotonic):
+        self.authority = authority
+        self.seconds = seconds
+        self.monotonic = monotonic
+        self._known: dict[str, tuple[float, tuple[str, str]]] = {}
+
+    def __call__(self, lease_id: str, now: datetime) -> tuple[str, str]:
+        mono = self.monotonic()
+        hit = self._known.get(lease_id)
+        if hit is None or mono - hit[0] >= self.seconds:
+            try:
+                answer = tuple(self.authority.status(lease_id, now))
+            except Exception as exc:  # noqa: BLE001 - one lease's driver failing is its state, not a lost snapshot
+                answer = ("geni_failed", getattr(exc, "message", str(exc)))
+            hit = (mono, (str(answer[0]), str(answer[1])))
+            self._known[lease_id] = hit
+        return hit[1]
+
+    def keep(self, lease_ids: set[str]) -> None:
+        self._known = {k: v for k, v in self._known.items() if k in lease_ids}
+
+
+def authority_state(authority: Any, now: datetime, status: Callable[[str, datetime], tuple[str, str]] | None = None
+                    ) -> dict[str, Any]:
     """The authority's active leases (`leases()`) with each leased sliver's operational state from its own
-    driver (`status`): what the dashboard shows as a sliver's real state."""
+    driver (`status`, through a StatusCache in a publisher): what the dashboard shows as a sliver's state."""
+    status = status or StatusCache(authority, 0.0)
     leases = []
     for lease in sorted(authority.leases(), key=lambda lease: lease.end, reverse=True)[:MAX_ITEMS]:
-        try:
-            op, error = authority.status(lease.id, now)
-        except Exception as exc:  # noqa: BLE001 - one lease's driver failing is its state, not a lost snapshot
-            op, error = "geni_failed", getattr(exc, "message", str(exc))
+        op, error = status(lease.id, now)
         leases.append({"id": lease.id, "holder": lease.holder, "reservation": lease.reservation,
                        "start": _t(lease.start), "end": _t(lease.end), "sequence": lease.sequence,
                        "units": len(lease.units), "labels": [list(x) for x in lease.labels],
@@ -266,8 +295,13 @@ def publishers_for(store: Store, sm: Any = None, broker: Any = None, authority: 
         out.append(Publisher(store, f"broker:{broker.name}", "broker", lambda now: broker_state(broker, now),
                              heartbeat))
     if authority is not None:
-        out.append(Publisher(store, f"authority:{authority.name}", "authority",
-                             lambda now: authority_state(authority, now), heartbeat))
+        cache = StatusCache(authority)
+
+        def build(now: datetime) -> dict[str, Any]:
+            state = authority_state(authority, now, cache)
+            cache.keep({lease["id"] for lease in state["leases"]})
+            return state
+        out.append(Publisher(store, f"authority:{authority.name}", "authority", build, heartbeat))
     return out
 
 
