@@ -68,6 +68,7 @@ from slicex.errors import (
     BadArgs,
     Busy,
     GeniError,
+    Refused,
     SearchFailed,
     TimedOut,
     Unavailable,
@@ -123,13 +124,15 @@ class ActorSliceManager(Records, Recovery, Delivery):
 
     # ---- SliceManager: allocate -----------------------------------------------------------------------------
     def allocate(self, slice_urn: str, owner_urn: str, request: Request, end: datetime,
-                 now: datetime) -> list[Sliver]:
+                 now: datetime, start: datetime | None = None) -> list[Sliver]:
+        """Ask the broker for tickets over [now, end), or with a later `start` over [start, end): an advance
+        reservation (geni_start_time), booked in the broker's calendar now and provisionable from `start`."""
         self._catch_up(now)
         with self._on_slices([slice_urn]):
-            return self._allocate(slice_urn, owner_urn, request, end, now)
+            return self._allocate(slice_urn, owner_urn, request, end, now, start if start and start > now else None)
 
     def _allocate(self, slice_urn: str, owner_urn: str, request: Request, end: datetime,
-                  now: datetime) -> list[Sliver]:
+                  now: datetime, start: datetime | None = None) -> list[Sliver]:
         self.store.delete(ENDED, slice_urn)
         parts = self._bitstream_parts(owner_urn)
         for attempt in range(PLAN_RETRIES):
@@ -137,7 +140,9 @@ class ActorSliceManager(Records, Recovery, Delivery):
                 time.sleep(random.uniform(0, min(0.1, 0.005 * 2 ** attempt)))
             recs = self._records(request, slice_urn, owner_urn, f"ticket:{uuid.uuid4().hex}", parts)
             for rec in recs.values():
-                rec.r, rec.outbox = rs.demand(rec.r, now, end)
+                rec.r, rec.outbox = rs.demand(rec.r, now, end, start=start)
+                if start is not None:
+                    rec.details["geni_start_time"] = rfc3339(start)  # shown in the sliver struct and manifest
             with self._holding(recs, now):
                 self._drive(recs, now)
                 failed = [rec for rec in recs.values() if rec.r.state != rs.TICKETED]
@@ -206,9 +211,13 @@ class ActorSliceManager(Records, Recovery, Delivery):
                                    authority=getattr(self.authority, "name", "") or "")
         return answer["report"]
 
-    def in_use(self, now: datetime) -> frozenset[str]:
+    def in_use(self, now: datetime, window: Term | None = None) -> frozenset[str]:
         """The unit keys in use now, as the broker answers its availability query; the answer is kept until
-        the broker says its state changed (its version), so an unchanged broker costs one short reply."""
+        the broker says its state changed (its version), so an unchanged broker costs one short reply. With
+        a future `window` (ListResources geni_start_time/geni_end_time): what the broker cannot promise over
+        it, advance bookings included (not cached)."""
+        if window is not None and window.start > now:
+            return frozenset(self.broker.availability("", now, window)["units"])
         with self._guard:
             known, units = self._available
         answer = self.broker.availability(known, now)
@@ -237,6 +246,12 @@ class ActorSliceManager(Records, Recovery, Delivery):
     def _provision(self, sliver_urns: list[str], end: datetime, users: list[dict[str, Any]],
                    now: datetime) -> list[Sliver]:
         recs = {u: self._require(u, now) for u in sliver_urns}
+        early = [rec for rec in recs.values() if rs.awaiting_start(rec.r, now)]
+        if early:  # an advance reservation: its ticket (and so a lease) is valid only from its start
+            rec = early[0]
+            raise Refused(f"cannot provision {rec.client_id} ({rec.id}) yet: it is reserved from "
+                          f"{rfc3339(rec.r.start)} until {rfc3339(rec.r.end)} (geni_start_time); Provision at or "
+                          f"after its start, {int((rec.r.start - now).total_seconds())} s from now")
         for rec in list(recs.values()):  # a node needs the links it attaches to: provision them too
             for d in rec.r.depends_on:
                 if d not in recs and (dep := self._load(d)) is not None and not dep.discard:

@@ -36,6 +36,7 @@ from slicex.errors import (
     ServerError,
     Unsupported,
 )
+from slicex.term import Term
 from slicex.urn import Urn, canonical_urn, parse_urn
 
 log = logging.getLogger("slicex.am")
@@ -301,9 +302,12 @@ class AggregateManager:
 
     @staticmethod
     def _struct(s: Sliver) -> dict[str, Any]:
-        return {"geni_sliver_urn": s.urn, "geni_allocation_status": s.allocation_state,
-                "geni_operational_status": s.operational_state, "geni_expires": rfc3339(s.expires),
-                "geni_error": s.error or "", "geni_client_id": s.client_id}
+        out = {"geni_sliver_urn": s.urn, "geni_allocation_status": s.allocation_state,
+               "geni_operational_status": s.operational_state, "geni_expires": rfc3339(s.expires),
+               "geni_error": s.error or "", "geni_client_id": s.client_id}
+        if s.details.get("geni_start_time"):  # an advance reservation: when its term starts (as GCF shows it)
+            out["geni_start_time"] = s.details["geni_start_time"]
+        return out
 
     def _manifest(self, slice_urn: str, slivers: list[Sliver], now: datetime) -> str:
         if not slivers:
@@ -347,21 +351,49 @@ class AggregateManager:
                              f"{self.policy.max_lease.days} days)")
         return end
 
-    @staticmethod
-    def _start_time(options: dict[str, Any], now: datetime) -> None:
-        """geni_start_time: now or past means start now; a future start is an advance reservation, which this
-        aggregate cannot book through the AM API yet, so it is refused plainly rather than ignored."""
+    def _start_time(self, options: dict[str, Any], now: datetime) -> datetime | None:
+        """geni_start_time (the AM API draft's scheduling option, as GCF implements it): absent, now or past
+        means start now (None); a future start is an advance reservation over [start, end), booked in the
+        broker's calendar now. It must be an RFC 3339 time (BADARGS) and earlier than the latest end this
+        aggregate grants (its calendar horizon: am.max_lease from now; OUTOFRANGE)."""
         asked = options.get("geni_start_time")
         if asked is None:
-            return
+            return None
         try:
             start = parse_time(asked)
-        except BadArgs:
+        except (BadArgs, TypeError, ValueError, AttributeError):
             raise BadArgs(f"geni_start_time {asked!r} is not an RFC 3339 time (e.g. 2030-01-01T12:00:00Z)") from None
-        if start > now:
-            raise Unsupported(f"geni_start_time {rfc3339(start)} is in the future: this aggregate cannot yet book a "
-                              f"future start through the AM API (advance reservations are not offered here). Omit "
-                              f"geni_start_time to start now, or Allocate at that time")
+        if start <= now:
+            return None
+        horizon = now + self.policy.max_lease
+        if start >= horizon:
+            raise OutOfRange(f"geni_start_time {rfc3339(start)} is beyond this aggregate's booking horizon: a "
+                             f"reservation must end by {rfc3339(horizon)} ({self.policy.max_lease.days} days from "
+                             f"now, am.max_lease)")
+        return start
+
+    def _window(self, options: dict[str, Any], now: datetime) -> Any:
+        """ListResources' time window (geni_start_time, geni_end_time): the term whose availability the
+        advertisement describes; None for now. Without geni_end_time, the moment geni_start_time names."""
+        start = self._start_time(options, now)
+        if start is None:
+            if "geni_end_time" in options and "geni_start_time" not in options:
+                raise BadArgs("ListResources: geni_end_time needs geni_start_time (the window's start)")
+            return None
+        end = self._asked_end(options, start + timedelta(seconds=1))
+        if end <= start:
+            raise BadArgs(f"geni_start_time {rfc3339(start)} is not before geni_end_time {rfc3339(end)}")
+        return Term(start, end)
+
+    @staticmethod
+    def _asked_end(options: dict[str, Any], default: datetime) -> datetime:
+        asked = options.get("geni_end_time")
+        if asked is None:
+            return default
+        try:
+            return parse_time(asked)
+        except (BadArgs, TypeError, ValueError, AttributeError):
+            raise BadArgs(f"geni_end_time {asked!r} is not an RFC 3339 time (e.g. 2030-01-01T12:00:00Z)") from None
 
     def _peer_policy(self, operation: str, verified: Any, slice_urn: str, now: datetime, end: datetime,
                      asked: bool, request: Any = None) -> datetime:
@@ -422,7 +454,11 @@ class AggregateManager:
         if "geni_slice_urn" in options:
             raise BadArgs("geni_slice_urn is not a ListResources option in AM API v3; use Describe for a slice")
         self._rspec_version(options)
-        ad = self.advertise(bool(options.get("geni_available", False)), now)
+        window = self._window(options, now)
+        if window is None:
+            ad = self.advertise(bool(options.get("geni_available", False)), now)
+        else:  # what is free over that future term (the broker's availability for it)
+            ad = self.advertise(bool(options.get("geni_available", False)), now, window)
         return result(self._maybe_compress(ad, options))
 
     def _Describe(self, cert, urns, credentials, options) -> dict[str, Any]:
@@ -440,7 +476,7 @@ class AggregateManager:
         urn = canonical_urn(slice_urn, "slice")
         verified = self._authorise(cert, credentials, urn, "createsliver", options)
         self._check_not_shut_down(urn)
-        self._start_time(options, now)
+        start = self._start_time(options, now)
         if not isinstance(rspec, str):
             raise BadArgs(f"rspec must be a string of XML, got {type(rspec).__name__}")
         whole = parse_request(rspec, self.policy.max_request_bytes)
@@ -454,8 +490,16 @@ class AggregateManager:
         if not request.nodes and not request.links:
             raise BadArgs(f"the request has no nodes or links for this aggregate ({self._cm_id()}); check "
                           f"component_manager_id")
-        end = self._end_time(options, self.policy.allocation_lifetime, self._cred_expiry(verified), now, "Allocate")
-        end = min(end, now + self.policy.allocation_lifetime)
+        if start is None:
+            end = self._end_time(options, self.policy.allocation_lifetime, self._cred_expiry(verified), now,
+                                 "Allocate")
+            end = min(end, now + self.policy.allocation_lifetime)
+        else:  # an advance reservation holds [start, geni_end_time), by default a lease's length from its start
+            end = self._end_time(options, start + self.policy.default_lease - now, self._cred_expiry(verified), now,
+                                 "Allocate")
+            if end <= start:
+                raise BadArgs(f"geni_start_time {rfc3339(start)} is not before the reservation's end {rfc3339(end)}"
+                              + ("" if "geni_end_time" in options else " (the slice credential expires by then)"))
         end = self._peer_policy("Allocate", verified, urn, now, end, "geni_end_time" in options, request)
         if options.get("slicex_dry_run"):
             if self.dry_run is None:
@@ -465,11 +509,12 @@ class AggregateManager:
             return result(plan, output="dry run: nothing was allocated" + ("" if plan["fits"] else
                                                                            "; " + plan["summary"]))
         owner = verified.effective_caller_urn
+        later = {} if start is None else {"start": start}  # an advance reservation (geni_start_time)
         if self.ledger is None:
-            slivers = self.sm.allocate(urn, owner, request, end, now)
+            slivers = self.sm.allocate(urn, owner, request, end, now, **later)
         else:  # refused if it passes the owner's or project's service level (am/quotas.py), else recorded
             slivers = self.ledger.allocate(owner, urn, request, now, end, "geni_end_time" in options,
-                                           lambda e: self.sm.allocate(urn, owner, request, e, now))
+                                           lambda e: self.sm.allocate(urn, owner, request, e, now, **later))
         return result({"geni_rspec": self._manifest(urn, slivers, now),
                        "geni_slivers": [self._struct(s) for s in slivers]})
 
@@ -513,6 +558,9 @@ class AggregateManager:
         if not slivers:
             raise self._no_slivers(slice_urn, now, "to provision; Allocate first")
         end = self._end_time(options, self.policy.default_lease, self._cred_expiry(verified), now, "Provision")
+        booked = [s.expires for s in slivers if s.details.get("geni_start_time") and s.allocation_state == sm.ALLOCATED]
+        if booked and "geni_end_time" not in options:
+            end = min(booked)  # an advance reservation is leased for the term it booked (Renew extends it)
         end = self._peer_policy("Provision", verified, slice_urn, now, end, "geni_end_time" in options)
         if self.ledger is not None:  # the owners' and projects' lease lengths (am/quotas.py)
             end, _ = self.ledger.lease_end(slivers, now, end, "geni_end_time" not in options)

@@ -369,6 +369,21 @@ def on_tick(r: Reservation, now: datetime) -> tuple[Reservation, list[Message]]:
     return _fail(r, reason, now)
 
 
+def awaiting_start(r: Reservation, now: datetime) -> bool:
+    """An advance reservation (a ticket for a term that starts later) whose term has not started: it may be
+    renewed or closed, not redeemed."""
+    return r.state == TICKETED and r.start is not None and now < r.start
+
+
+def on_term_start(r: Reservation, ok: bool, reason: str, now: datetime) -> tuple[Reservation, list[Message]]:
+    """An advance reservation's term started and the broker said whether it claimed the ticket's units (ok):
+    then it is an allocation like any other; if the broker lost them (someone held a unit at the start), it
+    fails saying why and gives the ticket back."""
+    if r.state != TICKETED or r.pending != NONE or ok:
+        return r, []
+    return _fail(r, f"{_name(r)}: at the start of its advance term ({_span(r.start)}) {reason}", now)
+
+
 # ---- the interface the embedded slice manager uses --------------------------------------------------------------
 def on_update(r: Reservation, kind: str, ok: bool, sequence: int, now: datetime,
               reason: str = "") -> tuple[Reservation, list[Message]]:

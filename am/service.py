@@ -298,8 +298,9 @@ class EmbeddedDeployment:
     def _sa_reject(self, message: str, too_big: bool = False) -> Any:
         return self.sa.reject(message, too_big)
 
-    def _advertise(self, available_only: bool, now: datetime) -> str:
-        cores, mem, taken, vlans = usage_counts(self.sm.in_use(now))  # the broker's availability answer
+    def _advertise(self, available_only: bool, now: datetime, window: Any = None) -> str:
+        # the broker's availability answer; over a future window (ListResources geni_start_time) for that term
+        cores, mem, taken, vlans = usage_counts(self.sm.in_use(now, window) if window else self.sm.in_use(now))
         usage = Usage(cores=cores, memory_mb=mem, taken=taken, vlans=vlans)
         return self._ads.get(self.substrate, usage, now, available_only)
 

@@ -181,8 +181,37 @@ class Recovery:
         return ended
 
     @staticmethod
-    def _needs_work(rec: Record, now: datetime) -> bool:
-        if rec.outbox or rec.r.pending != rs.NONE or rs.on_tick(rec.r, now)[0] != rec.r:
+    def _starting(rec: Record, now: datetime) -> bool:
+        """An advance reservation whose term has started and whose start the broker has not confirmed yet."""
+        return (rec.r.state == rs.TICKETED and rec.r.pending == rs.NONE and rec.r.start is not None
+                and rec.r.start <= now and not rec.details.get("started"))
+
+    def _start_terms(self, recs: dict[str, Record], now: datetime) -> None:
+        """Advance reservations whose term started become allocations like any other once the broker says it
+        claimed their units (its clock does that at the start); one it could not (a unit held by someone
+        else) fails with the broker's reason. Noted in the record, so a restarted slice manager goes on."""
+        starting = [rec for rec in recs.values() if self._starting(rec, now)]
+        for group in sorted({rec.group for rec in starting}):
+            batch = [rec for rec in starting if rec.group == group]
+            try:
+                answers = self.broker.query(group, [rec.id for rec in batch])
+            except GeniError as exc:  # the broker is down: ask again on the next tick
+                log.warning("could not ask the broker about advance reservations of %s: %s", group, exc.message)
+                continue
+            for rec in batch:
+                a = answers.get(rec.id) or {}
+                if a.get("status") == "active" and a.get("claimed", True):
+                    rec.details["started"] = rfc3339(now)
+                elif a.get("status") == "active":
+                    continue  # the broker's clock has not reached the start yet
+                else:
+                    why = a.get("reason") or f"the broker no longer holds its ticket ({a.get('status', 'unknown')})"
+                    rec.r, msgs = rs.on_term_start(rec.r, False, why, now)
+                    rec.outbox += [m for m in msgs if m not in rec.outbox]
+
+    @classmethod
+    def _needs_work(cls, rec: Record, now: datetime) -> bool:
+        if rec.outbox or rec.r.pending != rs.NONE or rs.on_tick(rec.r, now)[0] != rec.r or cls._starting(rec, now):
             return True
         end = rec.r.end or rec.r.want_end
         return rec.r.state == rs.FAILED and (end is None or end <= now)
@@ -192,6 +221,7 @@ class Recovery:
         before = {rid: rec.r.state for rid, rec in recs.items()}
         stored = {rid: rec.to_doc() for rid, rec in recs.items()}
         self._drive({rid: rec for rid, rec in recs.items() if rec.outbox or rec.r.pending == rs.PRIMING}, now)
+        self._start_terms(recs, now)
         for rec in recs.values():
             rec.r, msgs = rs.on_tick(rec.r, now)
             rec.outbox += [m for m in msgs if m not in rec.outbox]
