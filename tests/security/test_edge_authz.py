@@ -165,13 +165,17 @@ def test_unparseable_geni_start_time_is_badargs(running, start):
     assert code(alice.am.Status([urn], creds, {})) == 12  # nothing was allocated
 
 
-def test_future_geni_start_time_is_refused_plainly_not_ignored(running):
+def test_future_geni_start_time_is_honoured_not_ignored(running):
+    """A future start is an advance reservation (tests/integration/test_advance_reservations.py); one past the
+    booking horizon (am.max_lease) is OUTOFRANGE, nothing held."""
     alice = running.user("alice")
     urn, creds = alice.slice_credential("later")
     when = rfc3339(running.clock.now() + timedelta(hours=2))
-    reply = alice.am.Allocate(urn, creds, request_rspec([vm("a")]), {"geni_start_time": when})
-    assert code(reply) == 13 and "future" in reply["output"]
-    assert code(alice.am.Status([urn], creds, {})) == 12
+    (s,) = ok(alice.am.Allocate(urn, creds, request_rspec([vm("a")]), {"geni_start_time": when}))["geni_slivers"]
+    assert s["geni_start_time"] == when and s["geni_allocation_status"] == "geni_allocated"
+    far = rfc3339(running.clock.now() + timedelta(days=400))
+    reply = alice.am.Allocate(urn, creds, request_rspec([vm("b")]), {"geni_start_time": far})
+    assert code(reply) == 19 and "horizon" in reply["output"]
 
 
 def test_past_or_present_geni_start_time_starts_now(running):
