@@ -326,6 +326,8 @@ class Broker:
                 if self._granted(group, list(rids.values())) is not None:
                     return self._placed(group, list(rids.values()))
                 self._refuse_relinquished(group, list(rids.values()))
+                for tid in [t for t in self.calendar.bookings if t.rsplit("/", 1)[0] == group]:
+                    self.calendar.release(tid)  # part of an earlier attempt cut short: placed again as a whole
             if future:
                 self._load()  # advance bookings are not claimed in the store: see other processes' ones
             for _attempt in range(PLACE_ATTEMPTS):

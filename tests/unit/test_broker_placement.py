@@ -250,3 +250,21 @@ def test_concurrent_placements_never_book_a_unit_twice(requests):
         assert sum(len(o["tickets"]) for o in granted) == len(store.scan(TICKETS))
         assert set(claims) == set(booked)  # nothing claimed that no ticket books (all or nothing)
         store.close()
+
+
+def test_a_request_asked_again_after_a_partial_grant_is_placed_again_as_a_whole():
+    """A broker that wrote one ticket of a group and not the other (cut short) answers the repeated request
+    with both, and its calendar and claims hold exactly what the tickets name."""
+    store = SqliteStore(":memory:")
+    first = Broker("broker", store, KEY, authority=AUTH)
+    first.accept(export_substrate(SUB, AUTH, "broker"))
+    now = ManualClock().now()
+    demands = demands_of(parse_request(request_rspec([vm("a"), vm("b")])), {"a": "ra", "b": "rb"})
+    first.place("h", demands, Term(now, now + 10 * MIN), now, group="g")
+    store.delete(TICKETS, "g/rb")  # as if the broker died between its two ticket writes
+    again = Broker("broker", store, KEY, authority=AUTH)  # restarted: the calendar from the store
+    got = again.place("h", demands, Term(now, now + 10 * MIN), now, group="g")
+    units = {u for t in got["tickets"].values() for u in t.units}
+    assert len(units) == sum(len(t.units) for t in got["tickets"].values())
+    assert {u for b in again.calendar.bookings.values() for u in b.units} == units
+    assert set(store.claims_of("g")) == units
