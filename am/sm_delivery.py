@@ -130,6 +130,12 @@ class Delivery:
             for rec, _ in batch:
                 rec.error_type = type(exc).__name__
             return [rs.TicketUpdate(m.request, False, reason=exc.message) for _, m in batch]
+        missing = [rec.client_id for rec, _ in batch if rec.id not in (answer.get("tickets") or {})]
+        if missing:  # a broker that granted less than asked answered wrongly: all or nothing, nothing kept
+            for rec, _ in batch:
+                rec.error_type = "RpcError"
+            why = f"broker: its answer holds no ticket for {', '.join(missing)}"
+            return [rs.FailedRpc(m.request, "ticket", why) for _, m in batch]
         out = []
         for rec, m in batch:
             t = answer["tickets"][rec.id]

@@ -268,3 +268,22 @@ def test_a_request_asked_again_after_a_partial_grant_is_placed_again_as_a_whole(
     assert len(units) == sum(len(t.units) for t in got["tickets"].values())
     assert {u for b in again.calendar.bookings.values() for u in b.units} == units
     assert set(store.claims_of("g")) == units
+
+
+def test_an_answer_missing_a_ticket_fails_the_allocation_and_gives_everything_back(tmp_path):
+    store, real, broker, asm = world(tmp_path)
+    now = ManualClock().now()
+
+    class Short:
+        def __getattr__(self, name):
+            return getattr(real.broker, name)
+
+        def place(self, *a, **kw):
+            answer = real.broker.place(*a, **kw)
+            answer["tickets"].pop(next(iter(answer["tickets"])))
+            return answer
+
+    asm = ActorSliceManager(store, SUB, Short(), real.authority, name="sm", run_actor_clocks=False)
+    with pytest.raises(GeniError, match="holds no ticket for n1"):
+        asm.allocate(SLICE, "o", parse_request(three_node_lan()), now + 10 * MIN, now)
+    assert asm.records() == [] and store.all_claims() == {} and real.broker.calendar.bookings == {}
