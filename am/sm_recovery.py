@@ -201,7 +201,7 @@ class Recovery:
             for rec in batch:
                 a = answers.get(rec.id) or {}
                 if a.get("status") == "active" and a.get("claimed", True):
-                    rec.details["started"] = rfc3339(now)
+                    rec.details = {**rec.details, "started": rfc3339(now)}  # a new dict: saved as changed
                 elif a.get("status") == "active":
                     continue  # the broker's clock has not reached the start yet
                 else:
