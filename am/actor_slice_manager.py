@@ -127,9 +127,13 @@ class ActorSliceManager(Records, Recovery, Delivery):
                  now: datetime, start: datetime | None = None) -> list[Sliver]:
         """Ask the broker for tickets over [now, end), or with a later `start` over [start, end): an advance
         reservation (geni_start_time), booked in the broker's calendar now and provisionable from `start`."""
+        start = start if start and start > now else None
+        if start is not None and end <= start:  # e.g. a service level's lease length cut the end (am/quotas.py)
+            raise BadArgs(f"an advance reservation from {rfc3339(start)} cannot end at {rfc3339(end)}, before it "
+                          f"starts (is the lease length your service level allows shorter than the wait?)")
         self._catch_up(now)
         with self._on_slices([slice_urn]):
-            return self._allocate(slice_urn, owner_urn, request, end, now, start if start and start > now else None)
+            return self._allocate(slice_urn, owner_urn, request, end, now, start)
 
     def _allocate(self, slice_urn: str, owner_urn: str, request: Request, end: datetime,
                   now: datetime, start: datetime | None = None) -> list[Sliver]:
