@@ -68,6 +68,7 @@ from slicex.errors import (
     BadArgs,
     Busy,
     GeniError,
+    OutOfRange,
     Refused,
     SearchFailed,
     TimedOut,
@@ -129,7 +130,7 @@ class ActorSliceManager(Records, Recovery, Delivery):
         reservation (geni_start_time), booked in the broker's calendar now and provisionable from `start`."""
         start = start if start and start > now else None
         if start is not None and end <= start:  # e.g. a service level's lease length cut the end (am/quotas.py)
-            raise BadArgs(f"an advance reservation from {rfc3339(start)} cannot end at {rfc3339(end)}, before it "
+            raise OutOfRange(f"an advance reservation from {rfc3339(start)} cannot end at {rfc3339(end)}, before it "
                           f"starts (is the lease length your service level allows shorter than the wait?)")
         self._catch_up(now)
         with self._on_slices([slice_urn]):
