@@ -147,7 +147,7 @@ class ActorSliceManager(Records, Recovery, Delivery):
             for rec in recs.values():
                 rec.r, rec.outbox = rs.demand(rec.r, now, end, start=start)
                 if start is not None:
-                    rec.details["geni_start_time"] = rfc3339(start)  # shown in the sliver struct and manifest
+                    rec.details["geni_start_time"] = rfc3339(start)  # shown in the sliver struct (Status, Describe)
             with self._holding(recs, now):
                 self._drive(recs, now)
                 failed = [rec for rec in recs.values() if rec.r.state != rs.TICKETED]
