@@ -26,7 +26,7 @@ demo: system-deps venv
 	$(BIN)/slicex demo
 
 test: system-deps venv redis
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=20 tests
 
 lint: venv
 	$(BIN)/ruff check .
