@@ -3,13 +3,18 @@
 In a request node:
   <fpga:sliver type="fpga-bitstream" bitstream="sha256:<digest>"/>            a whole FPGA, your bitstream
   <fpga:sliver type="virtual-router" bandwidth_mbps="200" table_size="5000"/> a data plane on a shared FPGA
-Optional `board="NAME"` binds to a board. Manifests repeat the element with `fpga="board/fpgaN"`,
-`placement="hardware|software"` and what the sliver gets (`delivered_mbps`, `programming_seconds`).
+Optional `board="NAME"` binds to a board. A virtual router's forwarding table comes as children
+  <fpga:route prefix="10.0.0.0/8" port="1" next_hop="192.0.2.1"/>      port 0-6, next hop an IPv4 address
+Manifests repeat the element with `fpga="board/fpgaN"` (or `board/software`), `placement="hardware|software"`
+and what the sliver gets (`delivered_mbps`, `programming_seconds`, and for a router in hardware the shared
+table's Conflict CAM: `cam_entries`, `cam_bits` of the FPGA, `router_cam_entries` of this router).
 Advertisements carry an <fpga:board> per board with one <fpga:fpga> per user FPGA."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -25,6 +30,8 @@ SCHEMA_PATH = Path(__file__).with_name("schemas") / "fpga-1.xsd"
 SCHEMA_LOCATION = "http://slicex.dev/rspec/ext/fpga/1/fpga-1.xsd"
 _SHA256 = re.compile(r"^sha256:[0-9a-fA-F]{64}$")
 MAX_TABLE_SIZE = 1 << 22
+MAX_PORT = 6  # port 7 is the shared table's "no route"
+Route = tuple[int, int, int, int]  # prefix, length, port, next hop (IPv4 as integers)
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,7 @@ class FpgaRequest:
     bandwidth_mbps: float = 0.0
     table_size: int = 1000
     board: str = ""
+    routes: tuple[tuple[int, int, int, int], ...] = ()  # a virtual router's forwarding table
 
 
 def _q(name: str) -> str:
@@ -65,7 +73,27 @@ def parse_fpga_request(node: etree._Element, client_id: str) -> FpgaRequest | No
     if kind == "virtual-router" and bitstream:
         raise BadArgs(f"node {client_id}: a virtual-router sliver runs the aggregate's router design; drop the "
                       f"bitstream attribute or ask for type=\"fpga-bitstream\"")
-    return FpgaRequest(kind, bitstream.lower(), bw, table, el.get("board", ""))
+    routes = tuple(_route(r, client_id) for r in el.findall(_q("route")))
+    if routes and kind != "virtual-router":
+        raise BadArgs(f"node {client_id}: fpga:route belongs in a virtual-router sliver")
+    if len(routes) > table:
+        raise BadArgs(f"node {client_id}: {len(routes)} fpga:route elements exceed table_size={table}; raise it")
+    return FpgaRequest(kind, bitstream.lower(), bw, table, el.get("board", ""), routes)
+
+
+def _route(el: etree._Element, client_id: str) -> Route:
+    """One <fpga:route prefix="a.b.c.d/len" port="p" next_hop="a.b.c.d"/>; BadArgs names the bad one."""
+    text = f'prefix="{el.get("prefix", "")}" port="{el.get("port", "")}" next_hop="{el.get("next_hop", "")}"'
+    try:
+        net = ipaddress.IPv4Network(el.get("prefix", ""), strict=True)
+        port = int(el.get("port", ""))
+        hop = int(ipaddress.IPv4Address(el.get("next_hop", "")))
+    except ValueError as exc:
+        raise BadArgs(f"node {client_id}: fpga:route {text}: {exc} (want prefix=\"a.b.c.d/len\" with no host "
+                      f"bits set, port 0-{MAX_PORT}, next_hop an IPv4 address)") from None
+    if not 0 <= port <= MAX_PORT:
+        raise BadArgs(f"node {client_id}: fpga:route {text}: port must be 0-{MAX_PORT} (7 means no route)")
+    return int(net.network_address), net.prefixlen, port, hop
 
 
 def sliver_element(req: FpgaRequest, fpga: str = "", placement: str = "", delivered_mbps: float | None = None,
@@ -88,7 +116,32 @@ def sliver_element(req: FpgaRequest, fpga: str = "", placement: str = "", delive
         el.set("delivered_mbps", _num(delivered_mbps))
     if programming_seconds is not None:
         el.set("programming_seconds", _num(programming_seconds))
+    for r in req.routes:
+        route_element(el, r)
     return el
+
+
+def route_element(parent: etree._Element, route: Route) -> etree._Element:
+    prefix, length, port, hop = route
+    return etree.SubElement(parent, _q("route"), prefix=f"{ipaddress.IPv4Address(prefix)}/{length}", port=str(port),
+                            next_hop=str(ipaddress.IPv4Address(hop)))
+
+
+MANIFEST_KEYS = ("fpga", "delivered_mbps", "programming_seconds", "cam_entries", "cam_bits",
+                 "router_cam_entries")
+
+
+def annotate_manifest(el: etree._Element, details: Mapping[str, Any]) -> None:
+    """Fill a manifest's <fpga:sliver> from the sliver's details: where it landed (the broker's reservation
+    at Allocate; the FPGA model's placement once provisioned) and what it gets."""
+    if not details.get("fpga"):
+        return
+    el.set("placement", str(details.get("placement") or "hardware"))  # a whole FPGA is hardware
+    for key in MANIFEST_KEYS:
+        v = details.get(key)
+        if v is None or v == "":
+            continue
+        el.set(key, _num(v) if isinstance(v, float) else str(v))
 
 
 def board_element(board: dict[str, Any]) -> etree._Element:

@@ -124,9 +124,10 @@ def _annotate_node(el: etree._Element, v: SliverView, cm: str) -> None:
             res.set("exit_code", str(r["exit_code"]))
         res.text = _xml_text(str(r.get("output") or ""))
     fpga = el.find("{http://slicex.dev/rspec/ext/fpga/1}sliver")
-    if fpga is not None and d.get("fpga"):
-        fpga.set("fpga", d["fpga"])
-        fpga.set("placement", d.get("placement", "hardware"))
+    if fpga is not None:
+        from rspec.fpga_ext import annotate_manifest
+
+        annotate_manifest(fpga, d)  # where it landed and what it gets (the FPGA model's view once provisioned)
     if d.get("hostname"):
         host = el.find(q(RSPEC3, "host"))
         if host is None:
