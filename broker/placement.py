@@ -166,6 +166,9 @@ def place_fpga(substrate: Substrate, node: RequestNode, taken: set[str], parts: 
         raise InsufficientNodes(f"node {node.client_id}: no free FPGA of part {part} (boards here have "
                                 f"{', '.join(models)}; matching ones are all in use)")
     sw_rate = Capacity((), 0).software_mbps_per_plane
+    # the authority's FPGA model places the router on the board of its unit (hardware or software plane) and
+    # compiles these routes; the unit is the board's plane count the broker keeps
+    router = {"demand_mbps": req.bandwidth_mbps, "table_size": req.table_size, "routes": [list(r) for r in req.routes]}
     if req.bandwidth_mbps > sw_rate:
         for b in boards:
             for f in b.fpgas:
@@ -175,7 +178,8 @@ def place_fpga(substrate: Substrate, node: RequestNode, taken: set[str], parts: 
                     key = f"vplane:{f.id}:{k}"
                     if key not in taken:
                         return Placement(node.client_id, "node", urn + b.name, (key,),
-                                         {"fpga": f.id, "board_model": f.model.name, "placement": "hardware",
+                                         {**router, "board": b.name, "fpga": f.id, "board_model": f.model.name,
+                                          "placement": "hardware",
                                           "bandwidth_mbps": min(req.bandwidth_mbps, f.line_rate_mbps),
                                           "sliver_type": "virtual-router", "exclusive": False,
                                           "boot_seconds": 5.0})
@@ -184,7 +188,8 @@ def place_fpga(substrate: Substrate, node: RequestNode, taken: set[str], parts: 
             key = f"swplane:{b.name}:{k}"
             if key not in taken:
                 return Placement(node.client_id, "node", urn + b.name, (key,),
-                                 {"fpga": f"{b.name}/software", "board_model": b.model.name, "placement": "software",
+                                 {**router, "board": b.name, "fpga": f"{b.name}/software",
+                                  "board_model": b.model.name, "placement": "software",
                                   "bandwidth_mbps": min(req.bandwidth_mbps, sw_rate), "sliver_type": "virtual-router",
                                   "exclusive": False, "boot_seconds": 1.0})
     raise InsufficientNodes(f"node {node.client_id}: asked for a virtual router of {req.bandwidth_mbps} Mbps; no "
