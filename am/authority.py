@@ -12,21 +12,30 @@ leased twice. Redeem, extend and close are idempotent: a slice manager that lost
 gets the same lease. Leases are signed with the authority's key (its own, not the broker's or the AM's), so
 the slice manager can check what it is given.
 
-An authority built without a store only delegates (a deployment whose authority runs in another process
-uses one to export the inventory it describes); redeeming needs the store."""
+The authority delegates its own inventory: each delegation is a document signed with its key
+(slicex/ticket.py `SignedDelegation`), which the broker verifies with the authority certificate's public key
+before claiming anything. A deployment's authority delegates at its start (`Delegator`: retried with backoff
+until the broker answers, so actors may start in any order) and on change (a host reclaimed for maintenance or
+returned; parts added to the substrate are in the next start's delegation). An authority built without a
+key sends its delegation unsigned, which only a broker of tests or tools accepts. One built without a
+driver only delegates and reclaims (the operator's `slicex maintenance` command); redeeming needs a driver and
+the store."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from slicex.clock import Clock, rfc3339
 from slicex.errors import BadArgs, CredentialInvalid, Expired, GeniError, Refused, SearchFailed, ServerError
 from slicex.store import Store
-from slicex.ticket import Lease, Ticket, sign_lease, verify_ticket
+from slicex.ticket import Lease, SignedDelegation, Ticket, sign_delegation, sign_lease, verify_ticket
+
+log = logging.getLogger("slicex.authority")
 
 LEASES = "authority-leases"
 DELEGATED = "authority-delegations"
@@ -121,7 +130,7 @@ class Authority:
             raise BadArgs(f"authority {self.name} has no inventory to delegate")
         part = self.inventory if names is None else self.inventory.only(names)
         to = self._broker_name(broker)
-        broker.accept(replace(part, broker=to))
+        broker.accept(self._grant(part, to))
         self._record(to, set(self._delegated(to) or ()) | set(part.names()))
 
     def export_to(self, broker: Any) -> None:
@@ -132,7 +141,7 @@ class Authority:
         parked = set(broker.reclaimed(self.name))
         names = [n for n in self.inventory.names() if n not in parked]
         to = self._broker_name(broker)
-        broker.accept(replace(self.inventory.only(names), broker=to))
+        broker.accept(self._grant(self.inventory.only(names), to))
         self._record(to, set(names))  # exactly this: names parked since the last record are no longer delegated
 
     def reclaim(self, broker: Any, names: list[str], now: datetime) -> tuple[list[str], list[str]]:
@@ -143,6 +152,15 @@ class Authority:
         if held is not None:
             self._record(to, set(held) - set(free))  # draining ones stay: their tickets are still good
         return free, busy
+
+    def _grant(self, part: Any, to: str) -> Any:
+        """The delegation message for `part` of the inventory: a SignedDelegation signed with this authority's
+        key (what every deployment's broker requires), or the bare Delegation when it has no key."""
+        part = replace(part, broker=to)
+        if self.key is None:
+            return part
+        issued = self.clock.now() if self.clock is not None else datetime.now(UTC).replace(microsecond=0)
+        return sign_delegation(SignedDelegation(self.name, to, issued, part.to_doc()), self.key)
 
     def _broker_name(self, broker: Any) -> str:
         """The name tickets from `broker` carry (a proxy to a remote broker: the inventory's broker)."""
@@ -388,6 +406,60 @@ class Authority:
 
     def expired(self, lease_end: datetime, now: datetime) -> bool:
         return now >= lease_end
+
+
+class Delegator:
+    """Delegates an authority's inventory to its broker when the authority starts (`export_to`), retrying
+    with backoff until the broker answers: in the distributed deployment the authority may start before its
+    broker, or the broker may be restarting. One attempt runs at once (`start` returns after it), the rest in
+    a background thread until one succeeds or `stop` is called."""
+
+    def __init__(self, authority: Authority, broker: Any, first_delay: float = 0.5, max_delay: float = 30.0):
+        self.authority = authority
+        self.broker = broker
+        self.first_delay = first_delay
+        self.max_delay = max_delay
+        self.done = threading.Event()  # set once the broker accepted
+        self.last_error = ""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def attempt(self) -> bool:
+        """Delegate once; False (with `last_error`) when the broker did not take it."""
+        try:
+            self.authority.export_to(self.broker)
+        except (GeniError, OSError) as exc:
+            self.last_error = getattr(exc, "message", None) or str(exc)
+            return False
+        self.last_error = ""
+        self.done.set()
+        log.info("authority %s delegated its inventory to broker %s", self.authority.name,
+                 self.authority._broker_name(self.broker))
+        return True
+
+    def start(self) -> bool:
+        """Delegate now; when that fails, keep trying in the background. True if the first attempt succeeded."""
+        if self.attempt():
+            return True
+        log.warning("authority %s could not delegate to its broker yet (%s); retrying", self.authority.name,
+                    self.last_error)
+        self._thread = threading.Thread(target=self._retry, name="authority-delegation", daemon=True)
+        self._thread.start()
+        return False
+
+    def _retry(self) -> None:
+        delay = self.first_delay
+        while not self._stop.wait(delay):
+            if self.attempt():
+                return
+            log.warning("authority %s: delegation to its broker failed (%s); next try in %.1f s",
+                        self.authority.name, self.last_error, min(delay * 2, self.max_delay))
+            delay = min(delay * 2, self.max_delay)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
 
 
 def authority_handlers(authority: Authority) -> dict[str, Any]:

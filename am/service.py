@@ -199,17 +199,18 @@ class EmbeddedDeployment:
                                                    timeout=timeout), policy=policy)
             self.authority_actor = RemoteAuthority(ActorClient("authority", authority_url, *creds,
                                                                actor_urn(self.authority, "authority"), timeout=timeout))
-            # delegates on the authority's behalf, recording what it delegated in the shared store
-            owner = Authority(self.authority_name(), None, {}, store=self.store, inventory=self._inventory())
+            # the authority actor's process delegates its own inventory (ActorProcess); this process never acts
+            # for it
         else:
             self.broker = Broker("broker", self.store, load_signing_key(home.broker_key.read_bytes()), policy=policy,
-                                 authority=self.authority_name())
+                                 authority=self.authority_name(), authority_keys={self.authority_name(): lease_key})
             self.authority_actor = Authority(self.authority_name(), self.driver,
                                              {"broker": actor_public_key(home, "broker", self.authority)},
                                              store=self.store, key=load_signing_key(home.authority_key.read_bytes()),
                                              inventory=self._inventory(), clock=self.clock)
-            owner = self.authority_actor
-        owner.export_to(self.broker)
+            # the authority delegates as in the distributed deployment: a document signed with its key, which
+            # the broker verifies (the broker is in this process, so it answers at once)
+            self.authority_actor.export_to(self.broker)
         trust = pki.TrustStore([home.trusted_roots], namespaces=self.cfg.get("trusted_root_namespaces") or {})
         # federation peers (slicex.yaml `peers:`): their roots, bound to their namespaces, refreshed if configured
         self.peer_trust = PeerTrust.for_deployment(home.root, self.cfg, trust, (str(home.am_cert), str(home.am_key)))
@@ -394,13 +395,15 @@ class ActorProcess:
     """One actor (broker or authority) served over mutual TLS, for the scaled-out deployment."""
 
     def __init__(self, home: Home, role: str, port: int | None = None, store: Store | None = None,
-                 clock: Clock | None = None, failures: FailurePlan | None = None):
-        from am.authority import authority_handlers
-        from broker.remote import broker_handlers
-        from slicex.actor_rpc import ActorServer
+                 clock: Clock | None = None, failures: FailurePlan | None = None, broker_url: str | None = None):
+        """`broker_url`: where the authority delegates (default: `host` and `broker_port` of slicex.yaml)."""
+        from am.authority import Delegator, authority_handlers
+        from broker.remote import RemoteBroker, broker_handlers
+        from slicex.actor_rpc import ActorClient, ActorServer
 
         cfg = home.config()
         self.host_driver: Any = None  # the authority's netns driver, when configured
+        self.delegator: Delegator | None = None  # the authority's delegation to its broker
         authority = cfg["authority"]
         am_urn = actor_urn(authority, "am")  # also the name of the aggregate's inventory in tickets and leases
         self.store = store or open_store(cfg["store"])
@@ -409,8 +412,10 @@ class ActorProcess:
             raise ValueError(f"unknown actor {role!r}: broker or authority")
         ensure_actor_identities(home, authority)
         if role == "broker":
+            # delegations are accepted only signed with the authority actor's key
             self.actor: Any = Broker("broker", self.store, load_signing_key(home.broker_key.read_bytes()),
-                                     policy=policy_named(cfg.get("broker_policy", "first-fit")), authority=am_urn)
+                                     policy=policy_named(cfg.get("broker_policy", "first-fit")), authority=am_urn,
+                                     authority_keys={am_urn: actor_public_key(home, "authority", authority)})
             handlers = broker_handlers(self.actor)
             callers = {am_urn, actor_urn(authority, "authority")}  # the slice manager; the authority delegating
         else:
@@ -423,6 +428,12 @@ class ActorProcess:
                                    inventory=export_substrate(substrate, am_urn, "broker"), clock=self.clock)
             handlers = authority_handlers(self.actor)
             callers = {am_urn}
+            # it delegates its own inventory, as the authority actor (its certificate) calling the broker
+            url = broker_url or f"https://{cfg['host']}:{cfg.get('broker_port', 8002)}/"
+            to = RemoteBroker(ActorClient("broker", url, str(home.authority_cert), str(home.authority_key),
+                                          str(home.ca_cert), actor_urn(authority, "broker"),
+                                          timeout=float(cfg["actor_timeout_seconds"])))
+            self.delegator = Delegator(self.actor, to)
         self.tick_seconds = float(cfg.get("tick_seconds", 1.0))
         self.publishers = publishers_for(self.store, broker=self.actor) if role == "broker" else \
             publishers_for(self.store, authority=self.actor)
@@ -456,10 +467,14 @@ class ActorProcess:
             start_host_driver(self.host_driver, self.actor)
         self.server.start()
         threading.Thread(target=self._tick_loop, name=f"{self.server.name}-clock", daemon=True).start()
+        if self.delegator is not None:  # once now; until the broker answers, again with backoff
+            self.delegator.start()
         return self.url
 
     def stop(self) -> None:
         self._stop.set()
+        if self.delegator is not None:
+            self.delegator.stop()
         self.server.stop()
         if self.host_driver is not None:
             self.host_driver.shutdown()

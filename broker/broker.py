@@ -43,6 +43,7 @@ from slicex.clock import parse_time, rfc3339
 from slicex.errors import (
     BadArgs,
     Busy,
+    CredentialInvalid,
     GeniError,
     InsufficientBandwidth,
     InsufficientNodes,
@@ -54,7 +55,7 @@ from slicex.errors import (
 from slicex.inventory import from_doc, keys_under, to_doc, units
 from slicex.store import Store
 from slicex.term import Term
-from slicex.ticket import Ticket, load_signing_key, sign_ticket
+from slicex.ticket import SignedDelegation, Ticket, load_signing_key, sign_ticket, verify_delegation
 
 DELEGATIONS = "delegations"
 TICKETS = "broker-tickets"
@@ -118,8 +119,13 @@ def _utcnow() -> datetime:
 
 class Broker:
     def __init__(self, name: str, store: Store, key_pem: Any, cert: x509.Certificate | None = None,
-                 policy: Policy | None = None, authority: str = ""):
+                 policy: Policy | None = None, authority: str = "",
+                 authority_keys: Mapping[str, Any] | None = None):
         self.name = name
+        # authority name → public key of its certificate: delegations must be signed with it. Every deployment
+        # sets it; None only for a broker of pure tests and one-command tools over a throw-away store, which
+        # take the inventory their caller hands them.
+        self.authority_keys = dict(authority_keys) if authority_keys is not None else None
         self.store = store
         self.key = load_signing_key(key_pem) if isinstance(key_pem, bytes) else key_pem  # PEM or a loaded key
         self.cert = cert
@@ -178,10 +184,42 @@ class Broker:
         return self.store.get(DELEGATIONS, f"{self.name}|{authority}") or {
             "broker": self.name, "authority": authority, "prefixes": [], "reclaimed": []}
 
-    def accept(self, delegation: Delegation) -> None:
-        """Claim inventory an authority exports (ORCA claim): pools and label sets join the calendar."""
+    def _verified(self, delegation: Delegation | SignedDelegation) -> tuple[Delegation, SignedDelegation | None]:
+        """The delegation to claim, after checking it is the named authority's own signed grant to this
+        broker (when this broker knows its authorities' keys). Raises before anything changes."""
+        if self.authority_keys is None:  # a broker of tests and tools: trusts its caller
+            if isinstance(delegation, SignedDelegation):
+                return Delegation.from_doc(delegation.body), delegation
+            return delegation, None
+        if not isinstance(delegation, SignedDelegation):
+            raise CredentialInvalid(f"broker {self.name} refuses an unsigned delegation from "
+                                    f"{delegation.authority}: an authority delegates a document signed with its key")
+        key = self.authority_keys.get(delegation.authority)
+        if key is None:
+            raise CredentialInvalid(f"broker {self.name} does not know authority {delegation.authority} (it "
+                                    f"accepts delegations from {', '.join(sorted(self.authority_keys)) or 'none'})")
+        verify_delegation(delegation, key)
+        if delegation.broker != self.name:
+            raise Refused(f"delegation from {delegation.authority} is for broker {delegation.broker}, not {self.name}")
+        try:
+            return Delegation.from_doc(delegation.body), delegation
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BadArgs(f"delegation from {delegation.authority} is signed but malformed: {exc!r}") from None
+
+    def accept(self, delegation: Delegation | SignedDelegation) -> None:
+        """Claim inventory an authority exports (ORCA claim): pools and label sets join the calendar. A broker
+        that knows its authorities' keys accepts only a SignedDelegation verified with the named authority's
+        key and addressed to it (CredentialInvalid, Refused otherwise, and nothing changes); it keeps the
+        signed documents it accepted (`delegations`)."""
+        delegation, signed = self._verified(delegation)
         with self._lock:
             doc = self._delegation_doc(delegation.authority)
+            if signed is not None:  # what it was given, each document once; ones every name of which a later
+                # document granted again say nothing more and go
+                later = set(delegation.names())
+                kept = [d for d in doc.get("signed", [])
+                        if set(Delegation.from_doc(d["body"]).names()) - later]
+                doc["signed"] = kept + [signed.to_doc()]
             old = Delegation.from_doc(doc["delegation"]) if doc.get("delegation") else None
             new_names = set(delegation.names())
             merged = Delegation(delegation.authority, self.name,
@@ -198,6 +236,12 @@ class Broker:
             if merged.substrate:
                 self._substrates[merged.authority] = from_doc(Substrate, merged.substrate)
             self._bump()
+
+    def delegations(self, authority: str = "") -> list[dict[str, Any]]:
+        """The signed delegation documents this broker accepted (from `authority`, or from every one), oldest
+        first: what it was given, with the signature that shows who gave it."""
+        return [s for d in self.store.scan(DELEGATIONS) if d.get("broker") == self.name
+                and (not authority or d.get("authority") == authority) for s in d.get("signed", [])]
 
     def delegated(self) -> list[str]:
         return sorted(p for d in self.store.scan(DELEGATIONS) if d["broker"] == self.name for p in d["prefixes"])
@@ -659,6 +703,19 @@ class Broker:
                 else:
                     out[rid] = {"status": "unknown"}
             return out
+
+    def tickets(self) -> dict[str, Any]:
+        """Every ticket this broker holds (the signed ticket, its state, the reason it failed, whether its units
+        are claimed in the store) and its queue of waiting requests in order, for an operator's view (the
+        dashboard snapshot): the broker's own answer, so nothing else reads its tables."""
+        with self._lock:
+            tickets = [{"ticket": d["ticket"], "state": d.get("state", ""), "reason": d.get("reason", ""),
+                        "claimed": bool(d.get("claimed", True))}
+                       for d in self.store.scan(TICKETS) if d.get("broker") == self.name]
+            queue = [{"id": w.id, "group": w.request.get("group", ""), "holder": w.request.get("holder", ""),
+                      "position": i, "deadline": rfc3339(w.deadline)}
+                     for i, w in enumerate(self.queue.waiting) if isinstance(w, Waiting)]
+        return {"tickets": tickets, "queue": queue}
 
     # ---- extend, relinquish, expiry --------------------------------------------------------------------------
     def extend_ticket(self, ticket: Ticket, end: datetime, limit: datetime | None = None,

@@ -12,7 +12,7 @@ from broker.delegation import Delegation
 from slicex.actor_rpc import ActorClient
 from slicex.clock import parse_time, rfc3339
 from slicex.term import Term
-from slicex.ticket import Ticket
+from slicex.ticket import SignedDelegation, Ticket
 
 
 def _t(text: str | None) -> datetime | None:
@@ -57,15 +57,24 @@ def broker_handlers(broker: Broker) -> dict[str, Any]:
         return broker.tick(parse_time(now))
 
     def accept(delegation):
-        broker.accept(Delegation.from_doc(delegation))
+        # a signed document (the authority's grant) is verified by the broker; a bare one is refused by a
+        # broker that knows its authorities' keys
+        broker.accept(SignedDelegation.from_doc(delegation) if "signature" in delegation
+                      else Delegation.from_doc(delegation))
         return True
+
+    def delegations(authority=""):
+        return broker.delegations(authority)
+
+    def tickets():
+        return broker.tickets()
 
     def reclaim(authority, names, now=""):
         return list(broker.reclaim(authority, names, _t(now)))
 
     return {"ticket": ticket, "issue": issue, "extend_ticket": extend_ticket, "relinquish": relinquish,
             "query": query, "place": place, "availability": availability, "reclaimed": reclaimed, "tick": tick, "accept": accept,
-            "reclaim": reclaim}
+            "reclaim": reclaim, "delegations": delegations, "tickets": tickets}
 
 
 class RemoteBroker:
@@ -117,9 +126,17 @@ class RemoteBroker:
     def tick(self, now: datetime) -> dict[str, list[str]]:
         return self.client.call("tick", rfc3339(now))
 
-    def accept(self, delegation: Delegation) -> None:
-        """ORCA claim: an authority in another process delegates to this broker."""
+    def accept(self, delegation: Delegation | SignedDelegation) -> None:
+        """ORCA claim: an authority in another process delegates to this broker (a signed document)."""
         self.client.call("accept", delegation.to_doc())
+
+    def delegations(self, authority: str = "") -> list[dict[str, Any]]:
+        """The signed delegation documents the broker accepted."""
+        return self.client.call("delegations", authority)
+
+    def tickets(self) -> dict[str, Any]:
+        """The broker's tickets and queue (Broker.tickets)."""
+        return self.client.call("tickets")
 
     def reclaim(self, authority: str, names: Sequence[str], now: datetime | None = None) -> tuple[list[str], list[str]]:
         free, busy = self.client.call("reclaim", authority, list(names), rfc3339(now) if now else "")

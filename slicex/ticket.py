@@ -1,4 +1,5 @@
-"""Tickets and leases: signed promises of resources over a term (SHARP-style).
+"""Tickets, leases and delegations: signed promises of resources over a term (SHARP-style), and the signed
+grant of inventory they are made from.
 
 A broker signs each ticket with its RSA key, so an authority verifies it without calling the broker back; an
 authority signs each lease the same way, so a slice manager (or a peer) can check what it holds. The
@@ -8,7 +9,13 @@ existed still verifies).
 
 A ticket names concrete units (`units`, claim keys such as `core:<host>:3`, `vlan:<switch>:1042`) or only a
 `count` of a `resource_type`, in which case the authority picks the concrete units when it redeems it.
-`labels` are the label values chosen for it (e.g. `("vlan", 1042)`) that reservations depending on it use."""
+`labels` are the label values chosen for it (e.g. `("vlan", 1042)`) that reservations depending on it use.
+
+A delegation (an authority's grant of inventory to a broker, ORCA's claim) is signed the same way by the
+authority, so a broker accepts inventory only from the authority whose key it holds, and keeps the signed
+document to show what it was given. Its `body` is the delegation as data (broker/delegation.py
+`Delegation.to_doc`: pools, label sets, substrate description); the kernel signs it without knowing its
+shape."""
 
 from __future__ import annotations
 
@@ -135,6 +142,30 @@ def load_signing_key(key_pem: bytes):
     return serialization.load_pem_private_key(key_pem, None)
 
 
+@dataclass(frozen=True)
+class SignedDelegation:
+    """An authority's signed grant of inventory to one broker."""
+
+    authority: str  # whose inventory (the name tickets and leases carry)
+    broker: str  # the broker it is granted to
+    issued: datetime  # by the authority's clock
+    body: dict[str, Any]  # the delegation: {authority, broker, pools, label_sets, substrate}
+    signature: str = ""
+
+    _OPTIONAL = ()
+
+    def payload(self) -> bytes:
+        return json.dumps(_canonical(self), sort_keys=True, separators=(",", ":")).encode()
+
+    def to_doc(self) -> dict[str, Any]:
+        return {**json.loads(self.payload()), "signature": self.signature}
+
+    @staticmethod
+    def from_doc(d: dict[str, Any]) -> SignedDelegation:
+        return SignedDelegation(d["authority"], d["broker"], parse_time(d["issued"]), dict(d["body"]),
+                                d.get("signature", ""))
+
+
 def _sign(obj, key):
     if isinstance(key, bytes):
         key = load_signing_key(key)
@@ -166,3 +197,23 @@ def verify_lease(lease: Lease, authority_public_key) -> None:
     """Raise CredentialInvalid unless the authority signed exactly this lease."""
     _verify(lease, authority_public_key,
             f"lease {lease.id} is not signed by authority {lease.authority} (or was altered)")
+
+
+def sign_delegation(delegation: SignedDelegation, key) -> SignedDelegation:
+    """Sign with the authority's key (a loaded private key, or PEM bytes)."""
+    return _sign(delegation, key)
+
+
+def verify_delegation(delegation: SignedDelegation, authority_public_key) -> None:
+    """Raise CredentialInvalid unless the authority's key signed exactly this delegation, and the body names
+    the same authority and broker as the signed envelope (a body cannot be moved under another name)."""
+    if not delegation.signature:
+        raise CredentialInvalid(f"delegation from {delegation.authority} to broker {delegation.broker} is not "
+                                f"signed; a broker accepts only inventory its authority signed")
+    _verify(delegation, authority_public_key,
+            f"delegation to broker {delegation.broker} is not signed by authority {delegation.authority} "
+            f"(or was altered)")
+    named = (delegation.body.get("authority"), delegation.body.get("broker"))
+    if named != (delegation.authority, delegation.broker):
+        raise CredentialInvalid(f"delegation signed by {delegation.authority} for broker {delegation.broker} "
+                                f"describes inventory of {named[0]} for broker {named[1]}")

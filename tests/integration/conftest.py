@@ -84,9 +84,11 @@ def start(home: Home, clock: ManualClock | None = None, failures: FailurePlan | 
     if distributed:
         from am.service import ActorProcess
 
-        actors = (ActorProcess(home, "broker", port=0, clock=clock),
-                  ActorProcess(home, "authority", port=0, clock=clock, failures=failures))
-        urls = {"broker_url": actors[0].start(), "authority_url": actors[1].start()}
+        broker = ActorProcess(home, "broker", port=0, clock=clock)
+        broker_url = broker.start()
+        authority = ActorProcess(home, "authority", port=0, clock=clock, failures=failures, broker_url=broker_url)
+        actors = (broker, authority)  # the authority delegates to its broker as it starts
+        urls = {"broker_url": broker_url, "authority_url": authority.start()}
     d = EmbeddedDeployment(home, clock=clock, failures=failures, **urls)
     d.start()
     return Running(home, d, clock, failures, actors)
