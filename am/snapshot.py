@@ -168,14 +168,12 @@ def slice_manager_state(sm: Any, now: datetime) -> dict[str, Any]:
 
 
 def broker_state(broker: Any, now: datetime) -> dict[str, Any]:
-    """The broker's tickets (its `broker-tickets` table), its queue and what was delegated to it."""
-    from broker.broker import TICKETS  # the broker's own table: it has no listing method yet
-
+    """The broker's tickets and queue (its `tickets` answer) and what was delegated to it (the signed
+    delegations it accepted: who, when, how much)."""
+    held = broker.tickets()
     tickets = []
     states: Counter[str] = Counter()
-    for d in broker.store.scan(TICKETS):
-        if d.get("broker") != broker.name:
-            continue
+    for d in held["tickets"]:
         t = d["ticket"]
         states[d.get("state", "")] += 1
         tickets.append({"id": t["id"], "holder": t.get("holder", ""), "reservation": t.get("reservation", ""),
@@ -183,10 +181,11 @@ def broker_state(broker: Any, now: datetime) -> dict[str, Any]:
                         "units": len(t.get("units", ())) or int(t.get("count", 0)),
                         "labels": t.get("labels", []), "state": d.get("state", ""), "reason": d.get("reason", "")})
     tickets.sort(key=lambda t: t["end"], reverse=True)
-    queue = [{"id": w.id, "deadline": _t(w.deadline)} for w in getattr(broker.queue, "waiting", ())
-             if hasattr(w, "deadline")]
+    queue = [{"id": w["id"], "deadline": w["deadline"]} for w in held["queue"]]
+    given = [{"authority": d["authority"], "issued": d["issued"], "pools": len(d["body"].get("pools", ())),
+              "label_sets": len(d["body"].get("label_sets", ()))} for d in broker.delegations()]
     return {"tickets": tickets[:MAX_ITEMS], "ticket_states": dict(states), "queue": queue,
-            "delegated": broker.delegated(), "policy": type(broker.policy).__name__}
+            "delegated": broker.delegated(), "delegations": given, "policy": type(broker.policy).__name__}
 
 
 class StatusCache:
