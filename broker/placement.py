@@ -168,7 +168,7 @@ def place_fpga(substrate: Substrate, node: RequestNode, taken: set[str], parts: 
     sw_rate = Capacity((), 0).software_mbps_per_plane
     # the authority's FPGA model places the router on the board of its unit (hardware or software plane) and
     # compiles these routes; the unit is the board's plane count the broker keeps
-    router = {"demand_mbps": req.bandwidth_mbps, "table_size": req.table_size, "routes": [list(r) for r in req.routes]}
+    router = {"demand_mbps": req.bandwidth_mbps, "table_size": req.table_size, "routes": list(req.routes)}
     if req.bandwidth_mbps > sw_rate:
         for b in boards:
             for f in b.fpgas:
