@@ -9,9 +9,14 @@ container), with the AM API's life cycle:
   Delete                    delete()     release; the scheduler re-runs and moves what should move
   ListResources             advertise()
 
-Virtual routers are re-placed whenever networks come, go or change demand; moving a running network and
-reconfiguring an FPGA under running networks are timed steps on the actor clock (migration.py). All state
-that must survive a restart is in the store (table `fpga_slivers`); tables are recompiled from it."""
+Virtual routers are re-placed whenever networks come, go or change demand, and when a board goes into or
+out of maintenance; moving a running network and reconfiguring an FPGA under running networks are timed
+steps on the actor clock (migration.py). All state that must survive a restart is in the store (tables
+`fpga_slivers`, `fpga_maintenance`); tables are recompiled from it.
+
+This is the one FPGA model: the AM's authority drives it through its substrate driver (am/substrate/fpga.py),
+one lease at a time (the broker picks the FPGA of a whole-FPGA sliver and the board of a virtual router), and
+the tests and bench/fpga.py drive it directly."""
 
 from __future__ import annotations
 
@@ -37,12 +42,13 @@ from fpga_aggregate.migration import (
 )
 from fpga_aggregate.placement import SOFTWARE, Capacity, HardwareSlot, Placement, VirtualNetwork, schedule
 from fpga_aggregate.programming import programming_seconds
-from rspec.fpga_ext import FpgaRequest, sliver_element
-from slicex.clock import Clock, parse_time, rfc3339
+from rspec.fpga_ext import FpgaRequest, annotate_manifest, sliver_element
+from slicex.clock import Clock, SystemClock, parse_time, rfc3339
 from slicex.errors import BadArgs, InsufficientBandwidth, InsufficientNodes, SearchFailed, Unsupported
 from slicex.store import Store
 
 TABLE = "fpga_slivers"
+MAINTENANCE = "fpga_maintenance"
 SOFTWARE_PLANES_PER_BOARD = 16
 ROUTER_DESIGN = "slicex-virtual-router"
 ACTIONS = ("geni_start", "geni_stop", "geni_restart")
@@ -73,14 +79,14 @@ class FpgaSliver:
 
 
 class FpgaAggregate:
-    def __init__(self, boards: list[Board], catalogue: BitstreamCatalogue, backend: FpgaBackend, clock: Clock,
+    def __init__(self, boards: list[Board], catalogue: BitstreamCatalogue, backend: FpgaBackend, clock: Clock | None,
                  store: Store, workdir: str | Path, software_planes_per_board: int = SOFTWARE_PLANES_PER_BOARD,
                  l2_sets: int = L2_SETS_PER_BANK):
         self.boards = boards
         self.fpgas: dict[str, Fpga] = {f.id: f for b in boards for f in b.fpgas}
         self.catalogue = catalogue
         self.backend = backend
-        self.clock = clock
+        self.clock = clock or SystemClock()
         self.store = store
         self.workdir = Path(workdir)
         self.software_planes = software_planes_per_board * len(boards)
@@ -92,8 +98,10 @@ class FpgaAggregate:
         self._restore()
 
     # ---- AM API life cycle ---------------------------------------------------------------------------------------
-    def allocate(self, sliver_urn: str, owner: str, req: FpgaRequest, now: datetime | None = None) -> FpgaSliver:
-        """Reserve: a free FPGA of the bitstream's part, or a data plane where the scheduler puts it."""
+    def allocate(self, sliver_urn: str, owner: str, req: FpgaRequest, now: datetime | None = None,
+                 fpga: str = "") -> FpgaSliver:
+        """Reserve: a free FPGA of the bitstream's part (`fpga`: the one the broker chose), or a data plane
+        where the scheduler puts it. Virtual routers on a chosen FPGA are moved off it first."""
         now = now or self.clock.now()
         with self._lock:
             self._settle(now)
@@ -104,9 +112,10 @@ class FpgaAggregate:
             s = FpgaSliver(sliver_urn, owner, req.kind, bitstream=req.bitstream, bandwidth_mbps=req.bandwidth_mbps,
                            table_size=req.table_size, board=req.board)
             if req.kind == "fpga-bitstream":
-                s.fpga = self._free_fpga_for(s).id
+                s.fpga = (self._chosen_fpga_for(s, fpga) if fpga else self._free_fpga_for(s)).id
                 s.placement = "exclusive"
                 self._save(s)
+                self._evacuate(s, now)
             elif req.kind == "virtual-router":
                 self._rebalance(now, new=s)
             else:
@@ -114,9 +123,11 @@ class FpgaAggregate:
             return s
 
     def provision(self, sliver_urns: list[str], now: datetime | None = None,
-                  routes: dict[str, list[tuple[int, int, int, int]]] | None = None) -> list[FpgaSliver]:
-        """Program the FPGAs of bitstream slivers together (the time of k concurrent programmings) and bring
-        virtual routers up with their routes (`routes` by sliver URN; empty tables otherwise)."""
+                  routes: dict[str, list[tuple[int, int, int, int]]] | None = None,
+                  concurrent: int | None = None) -> list[FpgaSliver]:
+        """Program the FPGAs of bitstream slivers together (the time of k concurrent programmings; `concurrent`:
+        k when other calls program more FPGAs of the same Provision) and bring virtual routers up with their
+        routes (`routes` by sliver URN; empty tables otherwise)."""
         now = now or self.clock.now()
         routes = routes or {}
         with self._lock:
@@ -130,7 +141,7 @@ class FpgaAggregate:
                     b = self.catalogue.get(s.owner, s.bitstream)
                     self.catalogue.check_fits(b, self.fpgas[s.fpga])
                     jobs.append((self.fpgas[s.fpga], b.path))
-                seconds = self.backend.program(jobs)
+                seconds = self.backend.program(jobs, concurrent=concurrent)
                 for s in exclusive:
                     self._ready_in(s, now, seconds)
             for s in slivers:
@@ -211,8 +222,28 @@ class FpgaAggregate:
         seconds = None
         if s.kind == "fpga-bitstream" and s.state != ALLOCATED:
             seconds = programming_seconds(1)
-        return sliver_element(s.request(), s.fpga, "software" if s.placement == SOFTWARE else "hardware",
-                              s.delivered_mbps if s.kind == "virtual-router" else None, seconds)
+        el = sliver_element(s.request(), s.fpga, "software" if s.placement == SOFTWARE else "hardware",
+                            s.delivered_mbps if s.kind == "virtual-router" else None, seconds)
+        annotate_manifest(el, self.placement_of(sliver_urn))
+        return el
+
+    def placement_of(self, sliver_urn: str) -> dict[str, Any]:
+        """Where a sliver landed, for its manifest: `fpga` (board/fpgaN, or board/software for a router in a
+        software plane), `placement` (hardware|software), what it gets, and for a router in hardware the size
+        of the Conflict CAM its FPGA's shared table has allocated (entries, bits, this router's entries)."""
+        with self._lock:
+            s = self._require(sliver_urn)
+            software = s.placement == SOFTWARE
+            out: dict[str, Any] = {"fpga": f"{s.board}/software" if software and s.board else s.fpga,
+                                   "placement": "software" if software else "hardware", "board": self._board_of(s)}
+            if s.kind == "virtual-router":
+                out["delivered_mbps"] = s.delivered_mbps
+                fib = self.fibs.get(s.fpga)
+                if not software and fib is not None and s.vid >= 0:
+                    mine = [e for e in fib.cam_entries() if e.vid == s.vid]
+                    out.update(cam_entries=len(fib.cam), cam_bits=len(fib.cam) * fib.cam_entry_bits(),
+                               router_cam_entries=len(mine))
+            return out
 
     def advertise(self) -> list[dict[str, Any]]:
         """Boards and what is free on each (for the advertisement and NDL)."""
@@ -234,6 +265,38 @@ class FpgaAggregate:
                                             "planes_free": 0 if f.id in exclusive else f.hardware_planes - planes.get(f.id, 0)}
                                            for f in b.fpgas]})
             return out
+
+    # ---- maintenance ---------------------------------------------------------------------------------------------
+    def start_maintenance(self, board: str, now: datetime | None = None) -> list[Step]:
+        """Take a board's FPGAs out of the scheduler's hardware (the operator services it): the virtual
+        routers on them move by the usual timed steps to where the scheduler now puts them (a software plane
+        for a router bound to the board). A board with whole-FPGA slivers is refused: those cannot move."""
+        now = now or self.clock.now()
+        with self._lock:
+            self._settle(now)
+            if not any(b.name == board for b in self.boards):
+                raise SearchFailed(f"no FPGA board {board} here (boards: {', '.join(b.name for b in self.boards)})")
+            held = [s.urn for s in self._all() if s.kind == "fpga-bitstream" and self.fpgas[s.fpga].board == board]
+            if held:
+                raise InsufficientNodes(f"board {board} runs whole-FPGA slivers ({', '.join(held)}); they end "
+                                        f"before it can go into maintenance")
+            self.store.put(MAINTENANCE, board, {"board": board, "since": rfc3339(now)})
+            return self._rebalance(now) if any(True for _ in self._virtual_routers()) else []
+
+    def end_maintenance(self, board: str, now: datetime | None = None) -> list[Step]:
+        """Give the board's FPGAs back to the scheduler; routers that gain by it move back to hardware."""
+        now = now or self.clock.now()
+        with self._lock:
+            self._settle(now)
+            self.store.delete(MAINTENANCE, board)
+            return self._rebalance(now) if any(True for _ in self._virtual_routers()) else []
+
+    def sliver(self, sliver_urn: str) -> FpgaSliver | None:
+        """A sliver's record, or None if there is none."""
+        return self._load(sliver_urn)
+
+    def in_maintenance(self) -> set[str]:
+        return {d["board"] for d in self.store.scan(MAINTENANCE)}
 
     # ---- virtual routers ---------------------------------------------------------------------------------------
     def set_routes(self, sliver_urn: str, routes: list[tuple[int, int, int, int]], now: datetime | None = None) -> None:
@@ -283,7 +346,8 @@ class FpgaAggregate:
                 raise InsufficientNodes(f"{engine} is being reprogrammed until {rfc3339(window[1])} and "
                                         f"{s.urn} is still on it")
             vid = s.vid if engine == s.fpga else next(m["vid"] for m in s.moves if m["source"] == engine)
-            r = self.fibs[engine].lookup(vid, address)
+            board_lookup = getattr(self.backend, "lookup", None)  # what the board holds (the exported image)
+            r = board_lookup(self.fpgas[engine], vid, address) if board_lookup else self.fibs[engine].lookup(vid, address)
             return None if r is None else (r.port, r.next_hop)
 
     def reconfigure(self, fpga_id: str, now: datetime | None = None) -> list[Step]:
@@ -352,10 +416,41 @@ class FpgaAggregate:
         raise InsufficientNodes(f"all {len(matching)} FPGAs of part {b.part} are in use (by bitstream slivers or "
                                 f"virtual routers); try again later")
 
+    def _chosen_fpga_for(self, s: FpgaSliver, fpga_id: str) -> Fpga:
+        """The FPGA the broker chose for a whole-FPGA sliver, checked: its part, and no other whole sliver."""
+        f = self._fpga(fpga_id)
+        b = self.catalogue.get(s.owner, s.bitstream)
+        if _part(f.model.device) != _part(b.part):
+            raise InsufficientNodes(f"bitstream {b.name} is for {b.part}; {f.id} is a {f.model.device}")
+        other = next((x.urn for x in self._all() if x.kind == "fpga-bitstream" and x.fpga == f.id), None)
+        if other is not None:
+            raise InsufficientNodes(f"{f.id} already runs whole-FPGA sliver {other}")
+        self.catalogue.check_fits(b, f)
+        return f
+
+    def _evacuate(self, s: FpgaSliver, now: datetime) -> None:
+        """Move virtual routers off the FPGA a whole-FPGA sliver now holds (it is out of the scheduler's
+        capacity). They move at once: the FPGA is reprogrammed for its new holder, so nothing is left on it to
+        forward from during a move; InsufficientNodes (and no sliver) if they cannot all go elsewhere."""
+        if not any(r.fpga == s.fpga for r in self._virtual_routers()):
+            return
+        self._rebalance(now)
+        if any(r.fpga == s.fpga for r in self._virtual_routers()):
+            self.store.delete(TABLE, s.urn)
+            self._rebalance(now)
+            raise InsufficientNodes(f"{s.fpga} runs virtual routers that fit nowhere else now")
+        for r in self._virtual_routers():
+            if any(m["source"] == s.fpga for m in r.moves):
+                r.moves = [{**m, "end": rfc3339(now)} if m["source"] == s.fpga else m for m in r.moves]
+                self._save(r)
+        self._settle(now)
+
     def _capacity(self) -> Capacity:
         exclusive = {s.fpga for s in self._all() if s.kind == "fpga-bitstream"}
+        out = self.in_maintenance()
         return Capacity(tuple(HardwareSlot(f.id, f.hardware_planes, float(f.line_rate_mbps))
-                              for f in self.fpgas.values() if f.id not in exclusive), self.software_planes)
+                              for f in self.fpgas.values() if f.id not in exclusive and f.board not in out),
+                        self.software_planes)
 
     def _rebalance(self, now: datetime, new: FpgaSliver | None = None) -> list[Step]:
         """Re-run the scheduler over every virtual router (and a new one); apply its placement. A network
@@ -496,6 +591,9 @@ class FpgaAggregate:
 
     def _ready_in(self, s: FpgaSliver, now: datetime, seconds: float) -> None:
         s.ready_at = rfc3339(now + timedelta(seconds=round(seconds)))
+
+    def _board_of(self, s: FpgaSliver) -> str:
+        return self.fpgas[s.fpga].board if s.fpga in self.fpgas else s.board
 
     def _fpga(self, fpga_id: str) -> Fpga:
         if fpga_id not in self.fpgas:

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from fpga_aggregate.bitstreams import _norm_part, parse_bit_header
 from fpga_aggregate.boards import Fpga
-from fpga_aggregate.fib import ExportedImage
+from fpga_aggregate.fib import ExportedImage, Route
 from fpga_aggregate.programming import programming_seconds
 from slicex.errors import BadArgs
 
@@ -71,6 +71,15 @@ class EmulatedFpgaBackend:
         self.images[fpga.id] = ExportedImage(export_dir)
         self.loaded.setdefault(fpga.id, export_dir)
         self._count(fpga, "table_loads")
+
+    def lookup(self, fpga: Fpga, vid: int, address: int) -> Route | None:
+        """A lookup in the table the board holds: the exported SRAM/CAM files as last loaded (emulation only;
+        a hardware backend has no such call and the aggregate answers from its compiled table)."""
+        image = self.images.get(fpga.id)
+        if image is None:
+            raise BadArgs(f"{fpga.id} holds no forwarding table")
+        self._count(fpga, "lookups")
+        return image.lookup(vid, address)
 
     def read_counters(self, fpga: Fpga) -> dict[str, int | str]:
         return {"design": self.designs.get(fpga.id, ""), **self.counters.get(fpga.id, {})}

@@ -41,7 +41,12 @@ class FpgaRequest:
     bandwidth_mbps: float = 0.0
     table_size: int = 1000
     board: str = ""
-    routes: tuple[tuple[int, int, int, int], ...] = ()  # a virtual router's forwarding table
+    routes: tuple[str, ...] = ()  # a virtual router's table, "a.b.c.d/len port next_hop" (route_text; plain
+    # strings cross XML-RPC, whose integers stop at 2^31)
+
+    def table(self) -> list[Route]:
+        """The routes as (prefix, length, port, next hop) integers."""
+        return [route_of(r) for r in self.routes]
 
 
 def _q(name: str) -> str:
@@ -81,8 +86,24 @@ def parse_fpga_request(node: etree._Element, client_id: str) -> FpgaRequest | No
     return FpgaRequest(kind, bitstream.lower(), bw, table, el.get("board", ""), routes)
 
 
-def _route(el: etree._Element, client_id: str) -> Route:
-    """One <fpga:route prefix="a.b.c.d/len" port="p" next_hop="a.b.c.d"/>; BadArgs names the bad one."""
+def route_text(route: Route) -> str:
+    prefix, length, port, hop = route
+    return f"{ipaddress.IPv4Address(prefix)}/{length} {port} {ipaddress.IPv4Address(hop)}"
+
+
+def route_of(text: str) -> Route:
+    """The inverse of route_text; BadArgs if it is not one."""
+    try:
+        prefix, port, hop = text.split()
+        net = ipaddress.IPv4Network(prefix, strict=True)
+        return int(net.network_address), net.prefixlen, int(port), int(ipaddress.IPv4Address(hop))
+    except ValueError:
+        raise BadArgs(f"malformed route {text!r}: want \"a.b.c.d/len port a.b.c.d\"") from None
+
+
+def _route(el: etree._Element, client_id: str) -> str:
+    """One <fpga:route prefix="a.b.c.d/len" port="p" next_hop="a.b.c.d"/> as route_text; BadArgs names the
+    bad one."""
     text = f'prefix="{el.get("prefix", "")}" port="{el.get("port", "")}" next_hop="{el.get("next_hop", "")}"'
     try:
         net = ipaddress.IPv4Network(el.get("prefix", ""), strict=True)
@@ -93,7 +114,7 @@ def _route(el: etree._Element, client_id: str) -> Route:
                       f"bits set, port 0-{MAX_PORT}, next_hop an IPv4 address)") from None
     if not 0 <= port <= MAX_PORT:
         raise BadArgs(f"node {client_id}: fpga:route {text}: port must be 0-{MAX_PORT} (7 means no route)")
-    return int(net.network_address), net.prefixlen, port, hop
+    return route_text((int(net.network_address), net.prefixlen, port, hop))
 
 
 def sliver_element(req: FpgaRequest, fpga: str = "", placement: str = "", delivered_mbps: float | None = None,
@@ -116,7 +137,7 @@ def sliver_element(req: FpgaRequest, fpga: str = "", placement: str = "", delive
         el.set("delivered_mbps", _num(delivered_mbps))
     if programming_seconds is not None:
         el.set("programming_seconds", _num(programming_seconds))
-    for r in req.routes:
+    for r in req.table():
         route_element(el, r)
     return el
 

@@ -1,74 +1,155 @@
-"""The authority's substrate driver for FPGA slivers: whole FPGAs are programmed through the FpgaBackend when
-their lease is created and returned to idle when it ends (Delete, expiry, a failed redeem never programs),
-so the actor that owns the boards is the one that touches them. Everything else — compute nodes, links,
-virtual-router planes, and the operational time model — is the inner driver's.
+"""The authority's substrate driver for FPGA slivers, in front of the compute driver. It drives the one FPGA
+model, `fpga_aggregate.aggregate.FpgaAggregate`, one lease at a time, so the actor that owns the boards is the
+one that touches them:
 
-A Provision of several whole FPGAs redeems one lease per FPGA; the slice manager tells each how many are
-being programmed together (`programming_batch` in the sliver's details), so each takes the measured time of
-that many concurrent programmings (DESIGN §8: 11/17/24/30 s for 1-4)."""
+- a whole FPGA (`fpga-bitstream`) is taken on the FPGA the broker ticketed and programmed with the user's
+  bitstream when its lease is created; a Provision of several takes the measured time of that many concurrent
+  programmings (the slice manager says how many in `programming_batch`; DESIGN §8: 11/17/24/30 s for 1-4);
+  `geni_stop` returns it to idle, `geni_start`/`geni_restart` program it again, the lease's end releases it;
+- a virtual router is placed by the model's scheduler on the board the broker ticketed (a hardware plane on
+  one of its FPGAs or a software plane), its routes (from the request's <fpga:route> elements) compiled into
+  the FPGA's shared forwarding table and loaded as SRAM/CAM images; when a lease ends (Delete, expiry) the
+  scheduler re-runs and the routers that stay migrate where it now puts them (e.g. software -> a hardware
+  plane that freed up), as the model's timed steps. `view` tells the manifest where each one is now.
+
+The broker's units for virtual routers (`vplane:<fpga>:k`, `swplane:<board>:k`) count planes per board; the
+model decides which plane of the board a router uses, so a router may run in a plane of another unit of its
+board. The broker never promises more routers on a board than it has planes (hardware planes of FPGAs not
+held whole, plus software planes), so the model can always place every router; a whole FPGA ticketed on an
+FPGA the model used for routers moves them off it first.
+
+Compute nodes, links and the operational time model are the inner driver's."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from am.authority import SliverSpec, SubstrateDriver
+from fpga_aggregate.aggregate import ACTIONS, FpgaAggregate
 from fpga_aggregate.backend import FpgaBackend
 from fpga_aggregate.bitstreams import BitstreamCatalogue
 from fpga_aggregate.boards import Board
-from slicex.errors import SearchFailed
+from fpga_aggregate.programming import programming_seconds
+from rspec.fpga_ext import FpgaRequest, route_of, route_text
+from slicex.clock import parse_time
+from slicex.errors import BadArgs
+from slicex.inventory import SOFTWARE_PLANES_PER_BOARD
 
 WHOLE_FPGA = "fpga-bitstream"
+VIRTUAL_ROUTER = "virtual-router"
 
 
 class FpgaDriver:
     def __init__(self, inner: SubstrateDriver, boards: list[Board], catalogue: BitstreamCatalogue,
                  backend: FpgaBackend):
         self.inner = inner
-        self.fpgas = {f.id: f for b in boards for f in b.fpgas}
+        self.boards = boards
         self.catalogue = catalogue
         self.backend = backend
         self.description = f"{inner.description}; FPGA boards: {backend.description}"
+        self._lock = threading.Lock()
+
+    @cached_property
+    def aggregate(self) -> FpgaAggregate:
+        """The FPGA model, on the catalogue's store; built on first use (it recompiles running routers' tables
+        from the store, which only the process serving leases needs)."""
+        with self._lock:
+            return FpgaAggregate(self.boards, self.catalogue, self.backend, None, self.catalogue.store,
+                                 self.catalogue.dir.parent / "fpga-tables",
+                                 software_planes_per_board=SOFTWARE_PLANES_PER_BOARD)
 
     @staticmethod
-    def _whole_fpga(spec: SliverSpec) -> bool:
-        return spec.kind == "node" and spec.details.get("sliver_type") == WHOLE_FPGA
+    def _kind(spec: SliverSpec) -> str:
+        return str(spec.details.get("sliver_type", "")) if spec.kind == "node" else ""
 
-    def _program(self, spec: SliverSpec, concurrent: int) -> float:
-        fpga = self.fpgas.get(spec.details.get("fpga", ""))
-        if fpga is None:
-            raise SearchFailed(f"no FPGA {spec.details.get('fpga')!r} on this aggregate's boards "
-                               f"({', '.join(sorted(self.fpgas))})")
-        bitstream = self.catalogue.get(spec.details.get("owner", ""), spec.details.get("bitstream", ""))
-        self.catalogue.check_fits(bitstream, fpga)
-        return self.backend.program([(fpga, bitstream.path)], concurrent=concurrent)
-
-    def _with_programming_time(self, spec: SliverSpec, status: dict[str, Any]) -> SliverSpec:
-        seconds = status.get("programming_seconds")
-        return spec if seconds is None else replace(spec, details={**spec.details, "boot_seconds": seconds})
+    def _request(self, spec: SliverSpec) -> FpgaRequest:
+        d = spec.details
+        if self._kind(spec) == WHOLE_FPGA:
+            return FpgaRequest(WHOLE_FPGA, str(d.get("bitstream", "")))
+        board = str(d.get("board") or str(d.get("fpga", "")).split("/", 1)[0])
+        try:
+            routes = tuple(route_text(route_of(str(r))) for r in d.get("routes") or ())
+            return FpgaRequest(VIRTUAL_ROUTER, "", float(d.get("demand_mbps", d.get("bandwidth_mbps", 0.0))),
+                               int(d.get("table_size", max(1000, len(routes)))), board, routes)
+        except (TypeError, ValueError):
+            raise BadArgs(f"virtual router {spec.client_id or spec.id}: malformed demand or routes in its "
+                          f"reservation") from None
 
     def create(self, spec: SliverSpec, now: datetime) -> dict[str, Any]:
         status = self.inner.create(spec, now)
-        if self._whole_fpga(spec):
-            seconds = self._program(spec, max(1, int(spec.details.get("programming_batch", 1))))
-            status = {**status, "programming_seconds": seconds, "idle": False}
+        kind = self._kind(spec)
+        if kind not in (WHOLE_FPGA, VIRTUAL_ROUTER):
+            return status
+        agg = self.aggregate
+        try:
+            if agg.sliver(spec.id) is None:  # asked again after a lost answer: it is already there
+                req = self._request(spec)
+                agg.allocate(spec.id, str(spec.details.get("owner", "")), req, now,
+                             fpga=str(spec.details.get("fpga", "")) if kind == WHOLE_FPGA else "")
+                try:
+                    agg.provision([spec.id], now, routes={spec.id: req.table()},
+                                  concurrent=max(1, int(spec.details.get("programming_batch", 1))))
+                except BaseException:
+                    agg.delete([spec.id], now)
+                    raise
+        except BaseException:
+            self.inner.destroy(spec, status, now)
+            raise
+        if kind == WHOLE_FPGA:
+            status = {**status, "programming_seconds": self._seconds_to_ready(spec.id, now), "idle": False}
         return status
 
+    def _seconds_to_ready(self, urn: str, now: datetime) -> float:
+        s = self.aggregate.sliver(urn)
+        if s is None or not s.ready_at:
+            return 0.0
+        return max(0.0, (parse_time(s.ready_at) - now).total_seconds())
+
     def modify(self, spec: SliverSpec, status: dict[str, Any], action: str, now: datetime) -> dict[str, Any]:
-        if self._whole_fpga(spec):
-            if action == "geni_stop":
-                self.backend.release(self.fpgas[spec.details["fpga"]])
+        kind = self._kind(spec)
+        if kind in (WHOLE_FPGA, VIRTUAL_ROUTER) and action in ACTIONS and self.aggregate.sliver(spec.id):
+            was_idle = status.get("idle")
+            self.aggregate.perform([spec.id], action, now)
+            if kind == WHOLE_FPGA and action == "geni_stop":
                 status = {**status, "idle": True}
-            elif action == "geni_restart" or (action == "geni_start" and status.get("idle")):
-                status = {**status, "programming_seconds": self._program(spec, 1), "idle": False}
-        new = self.inner.modify(self._with_programming_time(spec, status), status, action, now)
+            elif kind == WHOLE_FPGA and (action == "geni_restart" or was_idle):
+                status = {**status, "programming_seconds": programming_seconds(1), "idle": False}
+        seconds = status.get("programming_seconds")
+        inner_spec = spec if seconds is None else replace(spec, details={**spec.details, "boot_seconds": seconds})
+        new = self.inner.modify(inner_spec, status, action, now)
         return {**new, **{k: status[k] for k in ("programming_seconds", "idle") if k in status}}
 
     def destroy(self, spec: SliverSpec, status: dict[str, Any], now: datetime) -> None:
-        if self._whole_fpga(spec) and spec.details.get("fpga") in self.fpgas:
-            self.backend.release(self.fpgas[spec.details["fpga"]])
+        """Release the sliver; the scheduler re-runs and the routers that stay move where it puts them."""
+        if self._kind(spec) in (WHOLE_FPGA, VIRTUAL_ROUTER):
+            self.aggregate.delete([spec.id], now)
         self.inner.destroy(spec, status, now)
 
     def status(self, spec: SliverSpec, status: dict[str, Any], now: datetime) -> tuple[str, str]:
-        return self.inner.status(spec, status, now)
+        op, err = self.inner.status(spec, status, now)
+        if self._kind(spec) == VIRTUAL_ROUTER and op == "geni_ready":
+            s = self.aggregate.sliver(spec.id)
+            if s is not None:  # a router migrating between planes is ready but busy until its move ends
+                op = self.aggregate.status(spec.id, now)["geni_operational_status"]
+                op = op if op in ("geni_ready", "geni_ready_busy") else "geni_ready"
+        return op, err
+
+    def view(self, spec: SliverSpec, status: dict[str, Any]) -> dict[str, Any]:
+        """What the manifest shows of a leased FPGA sliver: where the model placed it now (and the CAM size of
+        its FPGA's shared table), plus whatever the inner driver shows."""
+        inner_view = getattr(self.inner, "view", None)
+        out = dict(inner_view(spec, status)) if inner_view is not None else {}
+        if self._kind(spec) in (WHOLE_FPGA, VIRTUAL_ROUTER) and self.aggregate.sliver(spec.id) is not None:
+            out.update(self.aggregate.placement_of(spec.id))
+        return out
+
+    def start_maintenance(self, board: str, now: datetime) -> list[Any]:
+        """A board goes into maintenance: its routers migrate off its FPGAs through the model."""
+        return self.aggregate.start_maintenance(board, now)
+
+    def end_maintenance(self, board: str, now: datetime) -> list[Any]:
+        return self.aggregate.end_maintenance(board, now)
