@@ -632,13 +632,16 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
         print(f"no host {args.host} in the substrate ({', '.join(h.name for h in substrate.hosts)})", file=sys.stderr)
         return 2
     name = f"urn:publicid:IDN+{cfg['authority']}+authority+am"
-    store = open_store(cfg["store"])  # the authority records what it delegates (tickets are checked against it)
-    authority = Authority(name, None, {}, store=store, inventory=export_substrate(substrate, name, "broker"))
-    pools = authority.inventory.on(host.component_id)
-    from slicex.devpki import ensure_actor_identities
+    from slicex.devpki import actor_public_key, ensure_actor_identities
 
     ensure_actor_identities(home, cfg["authority"])  # a home from before the broker had a key of its own
-    broker = Broker("broker", store, home.broker_key.read_bytes(), authority=name)
+    store = open_store(cfg["store"])  # the authority records what it delegates (tickets are checked against it)
+    # as the authority: a returned host is a delegation signed with its key, which the broker verifies
+    authority = Authority(name, None, {}, store=store, inventory=export_substrate(substrate, name, "broker"),
+                          key=home.authority_key.read_bytes())
+    pools = authority.inventory.on(host.component_id)
+    broker = Broker("broker", store, home.broker_key.read_bytes(), authority=name,
+                    authority_keys={name: actor_public_key(home, "authority", cfg["authority"])})
     if args.end:
         authority.delegate(broker, pools)
         print(f"{host.name} is back in the broker's inventory")
