@@ -598,7 +598,8 @@ def in_process(store: Store, substrate: Any, driver: Any, broker_key: Any = None
     bkey = key(broker_key)
     akey = key(authority_key)
     name = authority_name or f"urn:publicid:IDN+{substrate.authority}+authority+am"
-    broker = Broker("broker", store, bkey, policy=policy, authority=name)
+    broker = Broker("broker", store, bkey, policy=policy, authority=name,
+                    authority_keys={name: akey.public_key()})  # delegations verified, as in deployments
     authority = Authority(name, driver, {"broker": bkey.public_key()}, store=store, key=akey,
                           inventory=export_substrate(substrate, name, "broker"), clock=clock)
     authority.export_to(broker)
