@@ -12,7 +12,7 @@ from fpga_aggregate.aggregate import FpgaAggregate
 from fpga_aggregate.backend import EmulatedFpgaBackend
 from fpga_aggregate.bitstreams import BitstreamCatalogue, build_bitfile
 from fpga_aggregate.boards import boards_from_config
-from fpga_aggregate.tables import ReferenceLpm, bgp_like, probe_addresses, random_table
+from fpga_aggregate.tables import ReferenceLpm, bgp_like, probe_addresses, random_table, virtual_router_tables
 from rspec.fpga_ext import (
     FPGA_NS,
     FpgaRequest,
@@ -256,3 +256,100 @@ def test_fpga_worked_example_places_a_whole_fpga_and_a_virtual_router():
     router = parse_request((EXAMPLES / "fpga-virtual-router.xml").read_text())
     [p] = plan(sub, router, set(), "reject", {})
     assert p.keys == ("vplane:nf-1/fpga0:0",) and p.details["placement"] == "hardware"
+
+
+# ---- routes in the request; the model as the AM's driver uses it ------------------------------------------------
+def test_routes_parse_to_the_table_and_back():
+    el = request_node('<fpga:sliver type="virtual-router" bandwidth_mbps="50" table_size="2">'
+                      '<fpga:route prefix="10.0.0.0/8" port="1" next_hop="192.0.2.1"/>'
+                      '<fpga:route prefix="10.1.2.0/24" port="6" next_hop="198.51.100.9"/></fpga:sliver>')
+    validate(el[0])
+    req = parse_fpga_request(el, "n")
+    assert req.table() == [(10 << 24, 8, 1, 0xC0000201), ((10 << 24) | (1 << 16) | (2 << 8), 24, 6, 0xC6336409)]
+    again = sliver_element(req)
+    validate(again)
+    assert parse_fpga_request(request_node(etree.tostring(again).decode()), "n") == req
+
+
+@pytest.mark.parametrize("route, message", [
+    ('prefix="10.0.0.1/8" port="1" next_hop="192.0.2.1"', "host bits"),
+    ('prefix="10.0.0.0/8" port="7" next_hop="192.0.2.1"', "port must be 0-6"),
+    ('prefix="10.0.0.0/8" port="x" next_hop="192.0.2.1"', "invalid literal"),
+    ('prefix="10.0.0.0/8" port="1" next_hop="300.0.0.1"', "next_hop"),
+])
+def test_bad_routes_say_which(route, message):
+    el = request_node(f'<fpga:sliver type="virtual-router"><fpga:route {route}/></fpga:sliver>')
+    with pytest.raises(BadArgs, match=message):
+        parse_fpga_request(el, "n")
+
+
+def test_routes_only_for_virtual_routers_and_within_table_size():
+    route = '<fpga:route prefix="10.0.0.0/8" port="1" next_hop="192.0.2.1"/>'
+    with pytest.raises(BadArgs, match="belongs in a virtual-router"):
+        parse_fpga_request(request_node(f'<fpga:sliver type="fpga-bitstream" bitstream="sha256:{"0" * 64}">'
+                                        f'{route}</fpga:sliver>'), "n")
+    with pytest.raises(BadArgs, match="exceed table_size=1"):
+        parse_fpga_request(request_node(f'<fpga:sliver type="virtual-router" table_size="1">{route}{route}'
+                                        f'</fpga:sliver>'), "n")
+
+
+def test_manifest_reports_placement_and_the_cam_the_shared_table_allocated(agg):
+    a, b = virtual_router_tables(40, routers=2, overlap=0.3, seed=5)
+    for name, routes in (("ra", a), ("rb", b)):
+        agg.allocate(sliver(name), ALICE, FpgaRequest("virtual-router", "", 400, 100, "nf1"))
+        agg.provision([sliver(name)], routes={sliver(name): routes})
+    fib = agg.fibs["nf1/fpga0"]
+    assert len(fib.cam) > 0
+    pa, pb = agg.placement_of(sliver("ra")), agg.placement_of(sliver("rb"))
+    assert (pa["placement"], pa["fpga"], pa["board"]) == ("hardware", "nf1/fpga0", "nf1")
+    assert pa["cam_entries"] == pb["cam_entries"] == len(fib.cam)
+    assert pa["cam_bits"] == len(fib.cam) * fib.cam_entry_bits()
+    assert pa["router_cam_entries"] + pb["router_cam_entries"] == len(fib.cam)
+    el = agg.manifest_element(sliver("rb"))
+    validate(el)
+    assert el.get("cam_entries") == str(len(fib.cam))
+
+
+def test_forward_answers_from_the_image_the_board_holds(agg):
+    routes = table(300, 3)
+    agg.allocate(sliver("r"), ALICE, FpgaRequest("virtual-router", "", 400, 1000, "nf1"))
+    agg.provision([sliver("r")], routes={sliver("r"): routes})
+    agg.clock.advance(timedelta(seconds=30))
+    addresses = probe_addresses(routes, 50, seed=1)
+    ports, hops = ReferenceLpm(routes).lookup_many(addresses)
+    for addr, port, hop in zip(addresses.tolist(), ports.tolist(), hops.tolist(), strict=True):
+        assert agg.forward(sliver("r"), addr) == (None if port == 7 else (port, hop))
+    assert agg.backend.read_counters(agg.fpgas["nf1/fpga0"])["lookups"] == len(addresses)
+
+
+def test_a_whole_fpga_on_the_brokers_choice_moves_routers_off_it_first(agg):
+    agg.allocate(sliver("r"), ALICE, FpgaRequest("virtual-router", "", 400, 100, "bee1"))
+    agg.provision([sliver("r")], routes={sliver("r"): table(50, 2)})
+    on = agg.sliver(sliver("r")).fpga
+    assert on.startswith("bee1/")
+    with pytest.raises(InsufficientNodes, match="is a 2vp50ff1152"):
+        agg.allocate(sliver("w0"), ALICE, FpgaRequest("fpga-bitstream", agg.bee_bit.ref), fpga="nf1/fpga0")
+    agg.allocate(sliver("w"), ALICE, FpgaRequest("fpga-bitstream", agg.bee_bit.ref), fpga=on)
+    r = agg.sliver(sliver("r"))
+    assert r.fpga != on and r.placement == "hardware" and not r.moves  # moved at once: its FPGA is taken
+    assert agg.sliver(sliver("w")).fpga == on
+    with pytest.raises(InsufficientNodes, match="already runs whole-FPGA sliver"):
+        agg.allocate(sliver("w2"), ALICE, FpgaRequest("fpga-bitstream", agg.bee_bit.ref), fpga=on)
+
+
+def test_board_maintenance_migrates_its_routers_through_the_scheduler(agg):
+    agg.allocate(sliver("r"), ALICE, FpgaRequest("virtual-router", "", 400, 100, "nf1"))
+    agg.provision([sliver("r")], routes={sliver("r"): table(50, 4)})
+    agg.clock.advance(timedelta(seconds=30))
+    steps = agg.start_maintenance("nf1")
+    assert [(s.action, s.source, s.target) for s in steps] == [("hw->sw", "nf1/fpga0", "software")]
+    assert agg.placement_of(sliver("r"))["fpga"] == "nf1/software"
+    agg.clock.advance(timedelta(seconds=13))
+    steps = agg.end_maintenance("nf1")
+    assert [(s.action, s.target) for s in steps] == [("sw->hw", "nf1/fpga0")]
+    assert agg.placement_of(sliver("r"))["placement"] == "hardware"
+    agg.allocate(sliver("w"), ALICE, FpgaRequest("fpga-bitstream", agg.bee_bit.ref))
+    with pytest.raises(InsufficientNodes, match="whole-FPGA slivers"):
+        agg.start_maintenance("bee1")
+    with pytest.raises(SearchFailed, match="no FPGA board"):
+        agg.start_maintenance("nope")
