@@ -137,6 +137,20 @@ class OvsSwitch:
             self.vsctl("set-controller", bridge, controller)
         else:
             self.vsctl("del-controller", bridge)
+        self._wait_for_mgmt(bridge)
+
+    def _wait_for_mgmt(self, bridge: str) -> None:
+        """ovs-vswitchd opens the bridge's OpenFlow socket a moment after ovsdb records it, and never when it
+        cannot create its userspace datapath (another ovs-vswitchd with datapath_type=netdev already runs on this
+        host): wait for it, and name that cause rather than fail later on a missing socket."""
+        sock = self.run_dir / (bridge + ".mgmt")
+        deadline = time.monotonic() + self.timeout
+        while not sock.exists():
+            if time.monotonic() > deadline:
+                raise ServerError(f"Open vSwitch bridge {bridge} did not come up within {self.timeout:.0f} s (no "
+                                  f"{sock}); is another ovs-vswitchd with the userspace datapath running on this "
+                                  f"host? Only one can (see docs/substrate-netns.md, switch_dir)")
+            time.sleep(0.05)
 
     def bridges(self) -> list[str]:
         return self.vsctl("list-br").split()

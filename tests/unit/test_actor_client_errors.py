@@ -56,7 +56,7 @@ def test_an_actor_killed_while_answering_is_unavailable_not_an_internal_error(tm
 
     threading.Thread(target=answer_nothing, daemon=True).start()
     client = ActorClient("broker", f"https://127.0.0.1:{port}/", str(tmp_path / "am.pem"), str(tmp_path / "am.key"),
-                         str(tmp_path / "ca.pem"), "urn:publicid:IDN+rpc.test+authority+broker", timeout=5)
+                         str(tmp_path / "ca.pem"), "urn:publicid:IDN+rpc.test+authority+broker", timeout=30)
     try:
         with pytest.raises(Unavailable, match="stopped in the middle of its answer"):
             client.call("issue")
