@@ -1,6 +1,6 @@
 """Redis store: shared state for several processes (AM API workers, actors on other hosts).
 
-Same behaviour as the SQLite store (tests/unit/test_store_contract.py runs one contract against both).
+Same behaviour as the SQLite store (tests/integration/test_store_contract.py runs one contract against both).
 Documents are one hash per table; a claim is a key whose value is its owner, and each owner has a set of
 its claims. `claim_all`, `release` and `release_owner` are Lua scripts, so each is atomic across every
 client of the server: two workers can never both win a key. A server that does not answer is

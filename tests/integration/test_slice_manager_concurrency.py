@@ -25,7 +25,7 @@ from slicex.clock import ManualClock
 from slicex.errors import Busy
 from slicex.store.sqlite_store import SqliteStore
 from tests.factories import request_rspec, vm
-from tests.unit.test_reservation_distributed import cluster, home, world  # noqa: F401 - actor processes
+from tests.integration.test_reservation_distributed import cluster, home, world  # noqa: F401 - actor processes
 
 SUB = default_substrate("t.org")
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
