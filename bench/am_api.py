@@ -14,6 +14,11 @@ server's; the deployment is another process again (`slicex up`), or two (`--depl
 AM workers on one Redis store, clients split between them). The clients and the deployment share this
 machine's CPUs, so on a small machine the figures include the clients' own cost.
 
+Each lifecycle/GetVersion row also reports the CPU time spent per cycle (per call) during the timed window:
+by the deployment's processes (each `slicex up` and its children, from /proc) and by the clients (each client's
+own thread CPU time). Their sum over the machine's cores gives the rate a CPU-bound run could reach at most;
+that row is computed, not measured, and is labelled "model".
+
 A cell runs at least --seconds and until it has --min-cycles samples (so p99 of a cycle is supported) or
 --max-seconds pass; a percentile the samples cannot support prints as "n/a (n=…)".
 
@@ -189,6 +194,7 @@ def client_main(spec: dict, ready, go, stop, done, results) -> None:
         return
     ready.put("")
     go.wait()
+    cpu0 = time.thread_time()
     samples: list[tuple[str, float, float, str]] = []
     while not stop.is_set():
         if spec["operation"] == "GetVersion":
@@ -216,7 +222,7 @@ def client_main(spec: dict, ready, go, stop, done, results) -> None:
             failed = failed or (f"{method}: {err}" if err else "")
         samples.append(("lifecycle", time.monotonic(), time.perf_counter() - c0, failed))
         _count(done, samples[-1])
-    results.put(samples)
+    results.put((samples, time.thread_time() - cpu0))
 
 
 def _count(done, sample: tuple[str, float, float, str]) -> None:
@@ -254,9 +260,11 @@ def run_cell(dep: Deployment, operation: str, concurrency: int, new_connection: 
         raise RuntimeError(problems[0])
     unit = "lifecycle" if operation == "lifecycle" else "GetVersion"
     need = args.min_cycles if operation == "lifecycle" else args.min_calls
+    server_cpu0 = _tree_cpu_seconds([p.pid for p in dep.procs])
     t0 = time.monotonic()
     go.set()
     samples: list[tuple[str, float, float, str]] = []
+    client_cpu = 0.0
     collected = 0
     while collected < len(workers):  # stop once the cell has enough samples (and ran --seconds), or at the limit
         elapsed = time.monotonic() - t0
@@ -266,8 +274,10 @@ def run_cell(dep: Deployment, operation: str, concurrency: int, new_connection: 
             batch = results.get(timeout=0.2)
         except queue.Empty:
             continue
-        samples += batch
+        samples += batch[0]
+        client_cpu += batch[1]
         collected += 1
+    server_cpu = _tree_cpu_seconds([p.pid for p in dep.procs]) - server_cpu0
     for w in workers:
         w.join(timeout=30)
     done = [s for s in samples if s[0] == unit]
@@ -282,13 +292,63 @@ def run_cell(dep: Deployment, operation: str, concurrency: int, new_connection: 
               f"1 client {dict(processes='process', threads='thread')[args.clients]}"}
     rows = [{**common, "operation": "lifecycle (1 node)" if unit == "lifecycle" else "GetVersion",
              **summarise(ok, wall, rate_unit="cycles/s" if unit == "lifecycle" else "calls/s"), "errors": len(errors),
-             "wall_s": round(wall, 2)}]
+             "wall_s": round(wall, 2), **_cpu_columns(server_cpu, client_cpu, len(done))}]
     if unit == "lifecycle":
         for method in LIFECYCLE:
             lat = [s[2] for s in samples if s[0] == method and not s[3]]
             rows.append({**common, "operation": f"  {method} (per call)", **summarise(lat, None, rate_unit=None),
                          "errors": sum(1 for s in samples if s[0] == method and s[3])})
     return rows
+
+
+def _cpu_columns(server_cpu: float, client_cpu: float, units: int) -> dict[str, object]:
+    """Measured CPU milliseconds per cycle (call) on each side, over every unit the window finished (failed ones
+    too: they cost CPU as well)."""
+    if not units:
+        return {"server_cpu_ms": None, "client_cpu_ms": None}
+    return {"server_cpu_ms": 1000 * server_cpu / units, "client_cpu_ms": 1000 * client_cpu / units}
+
+
+def _tree_cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes and all their descendants now alive (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, float]] = {}  # pid -> (parent, cpu seconds)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "
+        stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    wanted, total = set(pids), 0.0
+    changed = True
+    while changed:  # close over children
+        changed = False
+        for pid, (parent, _cpu) in stats.items():
+            if parent in wanted and pid not in wanted:
+                wanted.add(pid)
+                changed = True
+    for pid in wanted:
+        if pid in stats:
+            total += stats[pid][1]
+    return total
+
+
+def ceiling_rows(rows: list[dict]) -> list[dict]:
+    """Model: the most cycles (calls) per second this machine's cores could give at each row's measured CPU cost
+    per unit, if nothing but CPU limited it."""
+    cores = os.cpu_count() or 1
+    out = []
+    for r in rows:
+        if r.get("server_cpu_ms") is None or r.get("client_cpu_ms") is None or r["operation"].startswith("  "):
+            continue
+        per_unit = (r["server_cpu_ms"] + r["client_cpu_ms"]) / 1000
+        out.append({**{k: r[k] for k in ("deployment", "connection", "concurrency")},
+                    "operation": f"{r['operation']} CPU-bound ceiling on {cores} cores (model)",
+                    "rate": cores / per_unit if per_unit > 0 else None, "rate_unit": r.get("rate_unit")})
+    return out
 
 
 # ---- main -----------------------------------------------------------------------------------------------------
@@ -334,8 +394,12 @@ def main() -> int:
                 if dep.store:
                     _flush(redis_url)
     report(rows, ["deployment", "connection", "operation", "concurrency", "rate", "rate_unit", "samples", "p50_ms",
-                  "p99_ms", "mean_ms", "errors"], title="AM API over mutual TLS", json_lines=False)
-    emit(rows)
+                  "p99_ms", "mean_ms", "server_cpu_ms", "client_cpu_ms", "errors"], title="AM API over mutual TLS "
+           "(measured; *_cpu_ms: CPU milliseconds per cycle or call)", json_lines=False)
+    model = ceiling_rows(rows)
+    report(model, ["deployment", "connection", "operation", "concurrency", "rate", "rate_unit"],
+           title="Model, not measured: cores / (server + client CPU per unit)", json_lines=False)
+    emit(rows + [{**m, "model": True} for m in model])
     return 0
 
 

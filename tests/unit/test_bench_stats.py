@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 
 import pytest
 
@@ -39,3 +41,31 @@ def test_summary_row_prints_n_a_with_the_sample_count_and_null_in_json():
 
 def test_summary_without_wall_has_no_rate():
     assert "rate" not in summarise([0.1, 0.2], wall=None)
+
+
+def test_am_api_cpu_accounting_counts_a_deployments_children_and_labels_the_ceiling_a_model():
+    """bench/am_api.py charges a deployment with the CPU of its child processes (distributed actors), and its
+    ceiling row is computed from measured CPU, labelled "model"."""
+    import subprocess
+    import sys
+
+    from bench.am_api import _tree_cpu_seconds, ceiling_rows
+
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.run([sys.executable, '-c', "
+                               "'import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.4: pass\\n"
+                               "time.sleep(5)'])"])
+    try:
+        deadline = time.monotonic() + 20
+        while _tree_cpu_seconds([parent.pid]) < 0.4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _tree_cpu_seconds([parent.pid]) >= 0.4  # the grandchild's busy loop, not the idle parent's
+    finally:
+        parent.kill()
+        parent.wait()
+    rows = [{"deployment": "embedded", "connection": "new per call", "concurrency": 1,
+             "operation": "lifecycle (1 node)", "rate_unit": "cycles/s", "server_cpu_ms": 30.0, "client_cpu_ms": 20.0},
+            {"deployment": "embedded", "connection": "new per call", "concurrency": 1,
+             "operation": "  Allocate (per call)", "server_cpu_ms": None, "client_cpu_ms": None}]
+    (model,) = ceiling_rows(rows)
+    assert "(model)" in model["operation"]
+    assert abs(model["rate"] - (os.cpu_count() or 1) / 0.05) < 1e-6
