@@ -20,7 +20,7 @@ from broker.delegation import Delegation, export_substrate
 from broker.placement import demands_of
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
-from slicex.errors import CredentialInvalid, GeniError, Refused, Unavailable
+from slicex.errors import CredentialInvalid, Refused, Unavailable
 from slicex.store.sqlite_store import SqliteStore
 from slicex.term import Term
 from slicex.ticket import SignedDelegation, sign_delegation, verify_delegation
