@@ -66,6 +66,9 @@ def client_context(cert_file: str, key_file: str, ca_file: str | None = None) ->
 class _Handler(BaseHTTPRequestHandler):
     server: TlsXmlRpcServer
     protocol_version = "HTTP/1.1"
+    # buffered: status line, headers and body leave in one TLS record (flushed when the request is done), not
+    # one record (and one syscall) for the headers and another for the body
+    wbufsize = 64 * 1024
 
     def log_message(self, fmt: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), fmt % args)
