@@ -17,8 +17,8 @@ from ipaddress import IPv4Address
 import redis
 
 from federation.overlay.core import Holder, NamespaceConfig, Outcome
-from slicex.errors import BadArgs, DbError, SearchFailed, TimedOut, Unavailable
-from slicex.store.redis_store import redact
+from slicex.errors import BadArgs, DbError, SearchFailed
+from slicex.store.redis_store import redact, redis_call
 
 DEFAULT_PREFIX = "slicex:overlay"
 
@@ -59,14 +59,7 @@ class RedisClaims:
         self._release = self._r.register_script(_RELEASE)
 
     def _call(self, fn):
-        try:
-            return fn()
-        except redis.exceptions.TimeoutError as exc:
-            raise TimedOut(f"Redis at {self._shown} did not answer in time: {exc}; retry shortly") from None
-        except redis.exceptions.ConnectionError as exc:
-            raise Unavailable(f"Redis at {self._shown} is not answering: {exc}; retry when it is back") from None
-        except redis.exceptions.RedisError as exc:
-            raise DbError(f"Redis at {self._shown} refused an operation: {exc}") from None
+        return redis_call(self._shown, fn)
 
     def _ns(self, namespace: str) -> str:
         return f"{self.prefix}:ns:{namespace}"

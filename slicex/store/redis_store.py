@@ -63,6 +63,18 @@ def _glob_escape(text: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
+def redis_call(shown: str, fn):
+    """Run one Redis operation; its failures become GENI errors naming the server (`shown`, password redacted)."""
+    try:
+        return fn()
+    except redis.exceptions.TimeoutError as exc:
+        raise TimedOut(f"Redis at {shown} did not answer in time: {exc}; retry shortly") from None
+    except redis.exceptions.ConnectionError as exc:
+        raise Unavailable(f"Redis at {shown} is not answering: {exc}; retry when it is back") from None
+    except redis.exceptions.RedisError as exc:
+        raise DbError(f"Redis at {shown} refused an operation: {exc}") from None
+
+
 class RedisStore:
     def __init__(self, url: str, prefix: str = "slicex", timeout: float = 5.0):
         self.url = url
@@ -78,14 +90,7 @@ class RedisStore:
         self._release_owner = self._r.register_script(_RELEASE_OWNER)
 
     def _call(self, fn):
-        try:
-            return fn()
-        except redis.exceptions.TimeoutError as exc:
-            raise TimedOut(f"Redis at {self._shown} did not answer in time: {exc}; retry shortly") from None
-        except redis.exceptions.ConnectionError as exc:
-            raise Unavailable(f"Redis at {self._shown} is not answering: {exc}; retry when it is back") from None
-        except redis.exceptions.RedisError as exc:
-            raise DbError(f"Redis at {self._shown} refused an operation: {exc}") from None
+        return redis_call(self._shown, fn)
 
     def _t(self, table: str) -> str:
         return f"{self.prefix}:doc:{table}"

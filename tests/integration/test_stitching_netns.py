@@ -29,40 +29,9 @@ from stitching.am_hops import apply_hops
 from stitching.scs import compute_path
 from stitching.topology import load_topology
 from tests.integration.netns_support import cleanup, have_iperf3, iperf3_mbps, new_prefix, ping, require_host
+from tests.integration.stitching_support import CAPACITY_KBPS, MODES, port, substrate, urn
 
 NOW = datetime(2026, 11, 23, tzinfo=UTC)
-CAPACITY_KBPS = 10_000
-
-
-def urn(name: str, rest: str = "authority+am") -> str:
-    return f"urn:publicid:IDN+{name}.test+{rest}"
-
-
-def port(name: str, peer: str) -> str:
-    return urn(name, f"interface+sw1:to-{peer}")
-
-
-def substrate(name: str, peers: dict[str, dict]) -> dict:
-    """One aggregate: a switch, one host, an external link per peer with the given attributes."""
-    ranges = ["100-299", "3000-3010"]
-    return {"authority": f"{name}.test",
-            "switches": [{"name": "sw1", "vlan_range": ranges,
-                          "ports": [{"name": "h1"}] + [{"name": f"to-{p}"} for p in peers]}],
-            "hosts": [{"name": "pc", "count": 1, "cores": 8, "memory_mb": 16384,
-                       "interfaces": [{"name": "eth0", "switch_port": "sw1:h1"}]}],
-            "external_links": [{"name": f"to-{p}", "switch": "sw1", "port": f"to-{p}", "remote_aggregate": urn(p),
-                                "remote_port": port(p, name), **attrs} for p, attrs in peers.items()]}
-
-
-MODES = {  # aggregate -> peer -> external link attributes
-    "direct": {"sa": {"sb": {"vlan_range": "100-110"}}, "sb": {"sa": {"vlan_range": "100-110"}}},
-    "translated": {"sa": {"sb": {"vlan_range": "100-110"}},
-                   "sb": {"sa": {"vlan_range": "100-110"}, "sc": {"vlan_range": "200-210", "vlan_translation": True}},
-                   "sc": {"sb": {"vlan_range": "200-210"}}},
-    "qinq": {"sa": {"sb": {"vlan_range": "100-110", "qinq": True, "s_vlan_range": "3000-3009"}},
-             "sb": {"sa": {"vlan_range": "3005-3010"}, "sc": {"vlan_range": "3000-3010"}},
-             "sc": {"sb": {"vlan_range": "100-110", "qinq": True, "s_vlan_range": "3000-3009"}}},
-}
 
 
 def request(a: str, b: str) -> str:
