@@ -144,6 +144,14 @@ def bind_store(store: Store, deployment_id: str, home: Home, create: bool) -> No
                       f"this deployment's store, or give this deployment a store of its own")
 
 
+def am_v2_port(cfg: dict[str, Any]) -> int | None:
+    """`am_v2_port` from slicex.yaml (None: no v2 endpoint), else the AM's port + 5, or 0 (any free port) when
+    the AM's is 0."""
+    if "am_v2_port" in cfg:
+        return None if cfg["am_v2_port"] is None else int(cfg["am_v2_port"])
+    return int(cfg["am_port"]) + 5 if int(cfg["am_port"]) else 0
+
+
 @dataclass
 class Endpoints:
     sa_url: str
@@ -227,8 +235,7 @@ class EmbeddedDeployment:
                                           server_context(str(home.am_cert), str(home.am_key), ca_file),
                                           self._am_dispatch, self._am_reject)
         # AM API v2 (am/api_v2.py) on a port of its own: omni's stitcher needs a "2" URL that really speaks v2
-        v2_port = self.cfg.get("am_v2_port", (int(self.cfg["am_port"]) + 5) if self.cfg["am_port"] else 0) \
-            if am_port is None else 0
+        v2_port = am_v2_port(self.cfg) if am_port is None else 0
         self._am_v2_server = None if v2_port is None else TlsXmlRpcServer(
             (host, int(v2_port)), server_context(str(home.am_cert), str(home.am_key), ca_file),
             self._am_v2_dispatch, self._am_reject)

@@ -236,11 +236,17 @@ def _prepare(home: Home, distributed: bool) -> None:
                   flush=True)
             procs.stop(leftover)
         _pid_path(home, role).unlink(missing_ok=True)
+    from am.service import am_v2_port
+    from clearinghouse.chapi_edge import chapi_port
+
     cfg = home.config()
     keys = ["sa_port", "am_port"] + ([f"{r}_port" for r in ACTORS] if distributed else [])
-    for key in keys:
-        if cfg.get(key) and _port_taken(cfg["host"], int(cfg[key])):
-            raise Refused(f"port {cfg[key]} ({key}) on {cfg['host']} is in use by a process that is not part of "
+    ports = [(key, cfg.get(key)) for key in keys]
+    # the ports derived from those unless set: the AM API v2 endpoint and the CH API
+    ports += [("am_v2_port", am_v2_port(cfg)), ("chapi_port", chapi_port(cfg))]
+    for key, port in ports:
+        if port and _port_taken(cfg["host"], int(port)):
+            raise Refused(f"port {port} ({key}) on {cfg['host']} is in use by a process that is not part of "
                           f"this deployment; stop it or set another {key} in {home.config_file}")
 
 

@@ -4,6 +4,7 @@ offloads, through iproute2 and ethtool. Every call names its objects; nothing he
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import os
@@ -11,6 +12,7 @@ import shutil
 import subprocess
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 from slicex.errors import ServerError
@@ -125,14 +127,31 @@ def add_trunk(a: str, b: str, mtu: int = 9000) -> None:
     """A veth "trunk" between two aggregates' bridges on this host (a stitched cable): both ends up, in the
     host's namespace, checksum offload off, and an MTU above 1500 so a full frame fits under an S-tag and a
     C-tag (a veth drops a frame longer than MTU + one VLAN tag)."""
-    if a in links() and b in links():
-        return
-    run(["ip", "link", "del", a], check=False)
-    run(["ip", "link", "del", b], check=False)
-    run(["ip", "link", "add", a, "mtu", str(mtu), "type", "veth", "peer", "name", b, "mtu", str(mtu)])
-    for end in (a, b):
-        run(["ethtool", "-K", end, "tx", "off"], check=False)
-        run(["ip", "link", "set", end, "up"])
+    # Two aggregates on one host may start a stitched link over the same cable at the same moment (the
+    # exchange point starts both halves in parallel): one makes it, the other finds it made. Without the lock
+    # the second deleted the pair the first was still setting up.
+    with _host_lock("trunks"):
+        if a in links() and b in links():
+            return
+        run(["ip", "link", "del", a], check=False)
+        run(["ip", "link", "del", b], check=False)
+        run(["ip", "link", "add", a, "mtu", str(mtu), "type", "veth", "peer", "name", b, "mtu", str(mtu)])
+        for end in (a, b):
+            run(["ethtool", "-K", end, "tx", "off"], check=False)
+            run(["ip", "link", "set", end, "up"])
+
+
+@contextmanager
+def _host_lock(name: str):
+    """A lock every process on this host shares (an flock on a file under /run/lock)."""
+    path = Path("/run/lock") / f"slicex-{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def set_address(ns: str, ifname: str, address: str) -> None:

@@ -35,7 +35,8 @@ def slicex(home: Path, *args: str, env: dict | None = None) -> subprocess.Comple
 def configure(home: Path, authority: str, **extra) -> dict[str, int]:
     """A fresh home (CA, user alice) whose processes listen on free ports; returns the ports by config key."""
     assert slicex(home, "ca", "init", "--authority", authority).returncode == 0
-    ports = dict(zip(("sa_port", "am_port", "broker_port", "authority_port"), free_ports(4), strict=True))
+    ports = dict(zip(("sa_port", "am_port", "broker_port", "authority_port", "am_v2_port", "chapi_port"),
+                     free_ports(6), strict=True))  # the derived ones too: am_port + 5 may be another's
     cfg = yaml.safe_load((home / "slicex.yaml").read_text())
     cfg.update({**ports, "dashboard_port": 0, **extra})
     (home / "slicex.yaml").write_text(yaml.safe_dump(cfg))
@@ -48,10 +49,11 @@ def test_up_distributed_detach_runs_actor_processes_and_down_stops_them(tmp_path
 
     RedisStore(REDIS).flush()
     home = tmp_path / "home"
-    sa, am, broker, authority = free_ports(4)
+    sa, am, broker, authority, v2, chapi = free_ports(6)
     assert slicex(home, "ca", "init", "--authority", "proc.test").returncode == 0
     cfg = yaml.safe_load((home / "slicex.yaml").read_text())
-    cfg.update({"sa_port": sa, "am_port": am, "broker_port": broker, "authority_port": authority, "dashboard_port": 0})
+    cfg.update({"sa_port": sa, "am_port": am, "broker_port": broker, "authority_port": authority, "am_v2_port": v2,
+                "chapi_port": chapi, "dashboard_port": 0})
     (home / "slicex.yaml").write_text(yaml.safe_dump(cfg))
     assert slicex(home, "user", "add", "alice").returncode == 0
     up = slicex(home, "up", "--distributed", "--detach", env={"SLICEX_STORE": REDIS})
@@ -85,10 +87,10 @@ def test_up_distributed_detach_runs_actor_processes_and_down_stops_them(tmp_path
 
 def test_maintenance_takes_a_host_out_of_the_running_aggregates_inventory(tmp_path):
     home = tmp_path / "home"
-    sa, am = free_ports(2)
+    sa, am, v2, chapi = free_ports(4)
     assert slicex(home, "ca", "init", "--authority", "mnt.test").returncode == 0
     cfg = yaml.safe_load((home / "slicex.yaml").read_text())
-    cfg.update({"sa_port": sa, "am_port": am, "dashboard_port": 0})
+    cfg.update({"sa_port": sa, "am_port": am, "am_v2_port": v2, "chapi_port": chapi, "dashboard_port": 0})
     (home / "slicex.yaml").write_text(yaml.safe_dump(cfg))
     assert slicex(home, "user", "add", "alice").returncode == 0
     assert slicex(home, "up", "--detach").returncode == 0
@@ -240,6 +242,13 @@ def test_up_stops_actors_left_running_and_refuses_ports_held_by_strangers(tmp_pa
             up = _run(home, "up", "--distributed", "--detach")
             assert up.returncode == 2 and f"port {ports['am_port']} (am_port)" in up.stderr, up.stdout + up.stderr
             assert not (home / "run" / "slicex.pid").exists()
+        # a port derived from another unless set (the AM API v2 endpoint): refused the same way, by name (a
+        # bare "Address already in use" from the detached child before)
+        with socket.socket() as stranger:
+            stranger.bind(("127.0.0.1", ports["am_v2_port"]))
+            stranger.listen()
+            up = _run(home, "up", "--distributed", "--detach")
+            assert up.returncode == 2 and f"port {ports['am_v2_port']} (am_v2_port)" in up.stderr, up.stdout + up.stderr
     finally:
         if orphan.poll() is None:
             orphan.send_signal(signal.SIGKILL)
