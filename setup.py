@@ -40,7 +40,7 @@ setup(
         "prometheus-client>=0.20",  # /metrics on the dashboard's port (am/metrics.py)
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.5", "os-ken>=4.2",
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.5", "os-ken>=4.2",
                  "openstacksdk>=3.0", "requests-mock>=1.11",
                  "matplotlib>=3.8", "tqdm>=4.60",
                  # drives Debian's chromium (scripts/system-deps.sh) in the dashboard's browser test

@@ -1,0 +1,39 @@
+"""Suite-wide settings for running the suite in parallel (`make test` runs pytest-xdist workers, a test file
+per worker at a time).
+
+Each worker gets a Redis database of its own (tests flush the database they use), and the test files that use
+the host's network — namespaces, taps, Open vSwitch, of which only one userspace instance can run on a host —
+take turns: each holds a host-wide lock from its first test's set-up to its last test's tear-down."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+from collections.abc import Iterator
+
+import pytest
+
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER:
+    _index = int(re.sub(r"\D", "", _WORKER) or 0)
+    _base = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/1")
+    _server, _, _db = _base.rpartition("/")
+    # set before any test module reads it at import time; subprocesses (`slicex up`) inherit it
+    os.environ["SLICEX_REDIS_URL"] = f"{_server}/{(int(_db or 0) + _index) % 16}"
+
+HOST_NETWORK_LOCK = "/tmp/slicex-host-network.lock"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _host_network_turn(request) -> Iterator[None]:
+    """Module-scoped and autouse, so it is set up before the module's other fixtures and torn down after."""
+    if "netns" not in request.path.name:
+        yield
+        return
+    with open(HOST_NETWORK_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
