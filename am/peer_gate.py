@@ -35,7 +35,7 @@ def wanted_nodes(substrate: Substrate) -> Callable[[Request], list[Wanted]]:
         for node in request.nodes:
             host = substrate.host(node.component_id) if node.component_id else None
             bare = (node.sliver_type in BARE_METAL_TYPES or (node.exclusive is True and node.sliver_type is None)
-                    or (host is not None and host.exclusive))  # as am/embed.py places it
+                    or (host is not None and host.exclusive))  # as broker/placement.py places it
             if bare:
                 cores = host.cores if host is not None else min((h.cores for h in bare_hosts), default=0)
                 out.append(Wanted(node.client_id, node.sliver_type or "raw-pc", cores))

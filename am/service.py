@@ -114,12 +114,11 @@ def warm_caches() -> None:
     """Start-up work done once, in one thread, before a process serves: compile every schema slicex
     validates with (libxml2's first schema compile is not thread-safe, and a corrupted one breaks Allocate
     until restart). ServerError if this process cannot validate requests: it must not serve."""
-    from rspec import fpga_ext as rspec_ext
-    from rspec import validate
+    from rspec import fpga_ext, validate
 
     validate.warm()
     with validate.compile_lock:
-        rspec_ext.schema()
+        fpga_ext.schema()
 
 
 def bind_store(store: Store, deployment_id: str, home: Home, create: bool) -> None:
