@@ -13,7 +13,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -34,6 +33,7 @@ from slicex.store import Store, open_store
 from slicex.tls_xmlrpc import client
 from tests.factories import request_rspec, vm
 from tests.integration.test_outages import RedisServer
+from tests.ports import free_ports
 
 AUTHORITY = "chaos.test"
 CLIENTS = 4
@@ -56,23 +56,8 @@ def _seed() -> int:
 
 
 def _port_base() -> int:
-    """The first of five consecutive free ports (ca init --port-base)."""
-    rng = random.SystemRandom()
-    for _ in range(200):
-        base = rng.randrange(20000, 60000)
-        try:
-            socks = []
-            for port in range(base, base + 5):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no five consecutive free ports")
+    """The first of eight consecutive free ports (ca init --port-base N uses N..N+5, the CH API N+7)."""
+    return free_ports(8, consecutive=True)[0]
 
 
 def _wait(predicate, timeout: float) -> bool:

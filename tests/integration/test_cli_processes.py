@@ -13,18 +13,9 @@ import yaml
 from slicex.home import Home
 from slicex.tls_xmlrpc import client
 from tests.factories import request_rspec, vm
+from tests.ports import free_ports
 
 REDIS = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/11")
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def slicex(home: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -267,6 +258,8 @@ def test_a_zombie_or_a_reused_pid_is_not_running(tmp_path):
     configure(home, "pid.test")
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
+        # until the child has exec'd, its command line is still this process's (a loaded host showed that)
+        assert _wait(lambda: tuple(procs._cmdline(sleeper.pid))[:1] == ("sleep",))
         record = procs.ProcessRecord(sleeper.pid, procs._stat(sleeper.pid)[1], procs._cmdline(sleeper.pid))
         assert procs.alive(record)
         # the same pid with another start time (a reused pid) or another command line is someone else

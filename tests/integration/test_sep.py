@@ -33,7 +33,8 @@ from slicex.home import Home
 from slicex.store import open_store
 from slicex.tls_xmlrpc import client
 from tests.integration.conftest import start, stop
-from tests.integration.test_cli_processes import free_ports, slicex
+from tests.integration.test_cli_processes import slicex
+from tests.ports import free_ports
 
 RSPEC3 = "http://www.geni.net/resources/rspec/3"
 STITCH = "http://www.geni.net/resources/rspec/ext/stitch/2/"

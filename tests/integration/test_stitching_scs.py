@@ -15,6 +15,8 @@ import pytest
 import yaml
 from lxml import etree
 
+from tests.ports import free_ports
+
 ROOT = Path(__file__).resolve().parents[2]
 STITCH = "{http://www.geni.net/resources/rspec/ext/stitch/2/}"
 QINQ = "{http://slicex.dev/rspec/ext/qinq/1}"
@@ -56,12 +58,6 @@ def request(a: str, b: str, link: str = "stitched0") -> str:
 </rspec>"""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def scs(tmp_path):
     """Start `slicex scs` on a topology written by the test; yields (write_topology, proxy)."""
@@ -74,7 +70,7 @@ def scs(tmp_path):
             entries.append({"substrate": f"{name}.yaml", "url": f"https://127.0.0.1:1844{len(entries) + 1}/"})
         topo = tmp_path / "topology.yaml"
         topo.write_text(yaml.safe_dump({"aggregates": entries + (extra or [])}))
-        port = free_port()
+        (port,) = free_ports(1)
         p = subprocess.Popen([sys.executable, "-m", "cli", "scs", "--topology", str(topo), "--port",
                               str(port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
