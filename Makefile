@@ -26,7 +26,7 @@ demo: system-deps venv
 	$(BIN)/slicex demo
 
 test: system-deps venv redis
-	$(BIN)/python -m pytest -q -n 3 --dist loadfile --durations=20 tests
+	$(BIN)/python -m pytest -q --durations=20 tests
 
 lint: venv
 	$(BIN)/ruff check .

@@ -1,9 +1,12 @@
-"""Suite-wide settings for running the suite in parallel (`make test` runs pytest-xdist workers, a test file
-per worker at a time).
+"""Suite-wide settings for running the suite in parallel: `make test` runs it in one process; a developer
+may run `python -m pytest -n 3 --dist loadfile tests` (pytest-xdist, a test file per worker at a time).
 
-Each worker gets a Redis database of its own (tests flush the database they use), and the test files that use
-the host's network — namespaces, taps, Open vSwitch, of which only one userspace instance can run on a host —
-take turns: each holds a host-wide lock from its first test's set-up to its last test's tear-down."""
+Each worker then gets a Redis database of its own (tests flush the database they use), and the test files
+that use the host's network — namespaces, taps, Open vSwitch, of which only one userspace instance can run on
+a host — take turns: each holds a host-wide lock from its first test's set-up to its last test's tear-down.
+Known hazard of the parallel run: every file on a worker shares that worker's database, so a background
+thread a test leaves running can write into a later file's state (seen once in test_redis_workers.py); the
+serial run gives most files a database of their own."""
 
 from __future__ import annotations
 
