@@ -49,10 +49,26 @@ def test_an_actor_killed_while_answering_is_unavailable_not_an_internal_error(tm
     port = listener.getsockname()[1]
 
     def answer_nothing() -> None:
-        conn, _ = listener.accept()
-        with ctx.wrap_socket(conn, server_side=True) as tls:
-            tls.recv(65536)
-            tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: 0\r\n\r\n")
+        """Every connection (the client's transport may retry once) gets the status line and no body, after
+        its whole request was read: closing with unread bytes resets the connection instead."""
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return  # the test closed the listener
+            try:
+                with ctx.wrap_socket(conn, server_side=True) as tls:
+                    data = b""
+                    while b"\r\n\r\n" not in data:
+                        data += tls.recv(65536)
+                    head, _, body = data.partition(b"\r\n\r\n")
+                    length = int(next((line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                                       if line.lower().startswith(b"content-length:")), b"0"))
+                    while len(body) < length:
+                        body += tls.recv(65536)
+                    tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: 0\r\n\r\n")
+            except (OSError, ssl.SSLError):
+                continue
 
     threading.Thread(target=answer_nothing, daemon=True).start()
     client = ActorClient("broker", f"https://127.0.0.1:{port}/", str(tmp_path / "am.pem"), str(tmp_path / "am.key"),
