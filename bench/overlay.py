@@ -233,12 +233,7 @@ def dataplane(url: str, prefix: str, pings: int, runs: int, seconds: float) -> t
     finally:
         for r in routers:
             r.stop()
-        for ns in hostnet.namespaces():
-            if ns.startswith(prefix + "-"):
-                hostnet.del_namespace(ns)
-        for name in hostnet.links():
-            if name.startswith(prefix):
-                hostnet.del_link(name)
+        hostnet.remove_prefixed(prefix)
         c.undefine("dp")
         c.close()
     return rtt_rows, tput_rows

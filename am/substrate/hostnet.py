@@ -123,6 +123,17 @@ def add_veth(ns: str, ns_if: str, host_if: str, mac: str) -> None:
     run(["ip", "link", "set", host_if, "up"])
 
 
+def remove_prefixed(prefix: str) -> None:
+    """Delete the namespaces named `<prefix>-…` and the host links named `<prefix>…` (what a run that used
+    `prefix` for its names left behind)."""
+    for ns in namespaces():
+        if ns.startswith(prefix + "-"):
+            del_namespace(ns)
+    for name in links():
+        if name.startswith(prefix):
+            del_link(name)
+
+
 def add_trunk(a: str, b: str, mtu: int = 9000) -> None:
     """A veth "trunk" between two aggregates' bridges on this host (a stitched cable): both ends up, in the
     host's namespace, checksum offload off, and an MTU above 1500 so a full frame fits under an S-tag and a

@@ -97,12 +97,7 @@ def overlay():
     finally:
         for r in routers:
             r.stop()
-        for ns in hostnet.namespaces():
-            if ns.startswith(prefix + "-"):
-                hostnet.del_namespace(ns)
-        for name in hostnet.links():
-            if name.startswith(prefix):
-                hostnet.del_link(name)
+        hostnet.remove_prefixed(prefix)
         claims.undefine("s1")
         claims.close()
 
