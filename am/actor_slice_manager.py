@@ -122,6 +122,7 @@ class ActorSliceManager(Records, Recovery, Delivery):
         self._reaped_at: datetime | None = None
         self._claimed_here: set[str] = set()  # reservations whose store lock a thread of this process holds
         self._available: tuple[str, frozenset[str]] = ("", frozenset())  # the broker's last availability answer
+        self._index_records()  # records a slice manager before the per-slice index left
 
     # ---- SliceManager: allocate -----------------------------------------------------------------------------
     def allocate(self, slice_urn: str, owner_urn: str, request: Request, end: datetime,
@@ -553,7 +554,8 @@ class ActorSliceManager(Records, Recovery, Delivery):
         return bool(doc and doc.get("shutdown"))
 
     def request_of(self, slice_urn: str) -> list[Request]:
-        return [Request((), (), d["xml"]) for d in self.store.scan(REQUESTS) if d["slice_urn"] == slice_urn]
+        return [Request((), (), d["xml"]) for d in self.store.scan(REQUESTS, f"{slice_urn}#")
+                if d["slice_urn"] == slice_urn]
 
     def ended(self, slice_urn: str, now: datetime) -> str | None:
         """Why a slice that has no slivers here lost its last ones by itself (term ended, failure), if that

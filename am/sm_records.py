@@ -22,6 +22,7 @@ RESERVATIONS = "sm-reservations"
 REQUESTS = "sm-requests"
 SLICES = "sm-slices"
 INSTANCES = "sm-instances"
+SLIVERS_OF = "sm-slice-slivers"  # "<slice>#<sliver>" → the sliver: one slice's records, read without the others'
 ENDED = "sm-ended"  # slice → why its last slivers ended on their own (expiry, failure): for a clear Status
 ENDED_KEPT = timedelta(days=1)
 
@@ -86,6 +87,7 @@ class Record:
     provisioned: bool = False
     shutdown: bool = False
     discard: bool = False  # forget it once its releases are delivered (a deleted or abandoned sliver)
+    indexed: bool = field(default=False, compare=False)  # its slice's index names it (not stored: true once loaded)
 
     def to_doc(self) -> dict[str, Any]:
         return {"id": self.id, "slice_urn": self.slice_urn, "owner_urn": self.owner_urn, "client_id": self.client_id,
@@ -103,7 +105,7 @@ class Record:
                       Ticket.from_doc(d["ticket"]) if d.get("ticket") else None,
                       Lease.from_doc(d["lease"]) if d.get("lease") else None,
                       [message_from(m) for m in d.get("outbox", [])], d.get("error_type", ""),
-                      bool(d.get("provisioned")), bool(d.get("shutdown")), bool(d.get("discard")))
+                      bool(d.get("provisioned")), bool(d.get("shutdown")), bool(d.get("discard")), indexed=True)
 
     @property
     def ticket_id(self) -> str:
@@ -130,12 +132,33 @@ class Records:
                 self.store.put(ENDED, rec.slice_urn, {"slice_urn": rec.slice_urn, "reason": rec.r.reason,
                                                       "end": rfc3339(rec.r.end) if rec.r.end else ""})
             self.store.delete(RESERVATIONS, rec.id)
+            self.store.delete(SLIVERS_OF, _index_key(rec.slice_urn, rec.id))
         else:
+            if not rec.indexed:  # written before the record: a stored record is always found by its slice
+                self._index(rec.slice_urn, rec.id)
+                rec.indexed = True
             self.store.put(RESERVATIONS, rec.id, rec.to_doc())
 
+    def _index(self, slice_urn: str, rid: str) -> None:
+        self.store.put(SLIVERS_OF, _index_key(slice_urn, rid), {"slice_urn": slice_urn, "id": rid})
+
+    def _index_records(self) -> int:
+        """Index records a slice manager without the per-slice index stored (start-up); returns how many."""
+        indexed = {(d["slice_urn"], d["id"]) for d in self.store.scan(SLIVERS_OF)}
+        missing = [(d["slice_urn"], d["id"]) for d in self.store.scan(RESERVATIONS)
+                   if (d["slice_urn"], d["id"]) not in indexed]
+        for slice_urn, rid in missing:
+            self._index(slice_urn, rid)
+        return len(missing)
+
     def records(self, slice_urn: str | None = None) -> list[Record]:
-        return [Record.from_doc(d) for d in self.store.scan(RESERVATIONS)
-                if slice_urn is None or d["slice_urn"] == slice_urn]
+        """Every record, or one slice's: through its index, so a call costs the same however many slivers
+        other slices hold (an index entry whose record is gone, left by a crash between the two deletes,
+        is skipped)."""
+        if slice_urn is None:
+            return [Record.from_doc(d) for d in self.store.scan(RESERVATIONS)]
+        recs = (self._load(d["id"]) for d in self.store.scan(SLIVERS_OF, f"{slice_urn}#"))
+        return [rec for rec in recs if rec is not None and rec.slice_urn == slice_urn]
 
     def reservations(self) -> list[rs.Reservation]:
         return [rec.r for rec in self.records()]
@@ -143,8 +166,13 @@ class Records:
     def _forget_requests(self, slice_urns: set[str]) -> None:
         """Drop the stored requests of these slices (whose locks the caller holds) that no live sliver is
         from any more; another slice's request may belong to an allocation still being made."""
-        live = {(d["slice_urn"], d["client_id"]) for d in self.store.scan(RESERVATIONS) if d["slice_urn"] in slice_urns}
-        for doc in self.store.scan(REQUESTS):
-            if doc["slice_urn"] in slice_urns and not any((doc["slice_urn"], c) in live for c in doc["client_ids"]):
-                self.store.delete(REQUESTS, doc["key"])
+        for slice_urn in slice_urns:
+            live = {rec.client_id for rec in self.records(slice_urn)}
+            for doc in self.store.scan(REQUESTS, f"{slice_urn}#"):
+                if doc["slice_urn"] == slice_urn and not any(c in live for c in doc["client_ids"]):
+                    self.store.delete(REQUESTS, doc["key"])
+
+
+def _index_key(slice_urn: str, rid: str) -> str:
+    return f"{slice_urn}#{rid}"
 

@@ -117,8 +117,12 @@ class RedisStore:
     def delete(self, table: str, key: str) -> bool:
         return bool(self._call(lambda: self._r.hdel(self._t(table), key)))
 
-    def scan(self, table: str) -> list[dict[str, Any]]:
-        items = self._call(lambda: self._r.hgetall(self._t(table)))
+    def scan(self, table: str, prefix: str = "") -> list[dict[str, Any]]:
+        if prefix:  # matched in the server: only the matching documents travel and are decoded
+            pattern = _glob_escape(prefix) + "*"
+            items = self._call(lambda: dict(self._r.hscan_iter(self._t(table), match=pattern, count=1000)))
+        else:
+            items = self._call(lambda: self._r.hgetall(self._t(table)))
         return [json.loads(items[k]) for k in sorted(items)]
 
     # ---- claims ----------------------------------------------------------------------------------------------

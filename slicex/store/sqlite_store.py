@@ -1,6 +1,10 @@
 """SQLite store: the embedded default. One file, safe across threads of one process and across processes
 (SQLite's own locking; claims use INSERT so two owners can never both succeed).
 
+Writes go through one connection under a lock; reads of a file store take a connection of their own from a
+pool, so a request thread reading never queues behind another's write (WAL lets readers and the writer run
+together, and every read sees the writes committed before it began).
+
 Opening is safe against concurrent openers: every connection waits on locks (busy timeout), and the opening
 steps SQLite answers "database is locked" without waiting for (switching to WAL while another connection
 checkpoints or closes the file) are retried with a jittered backoff until the same deadline."""
@@ -8,6 +12,7 @@ checkpoints or closes the file) are retried with a jittered backoff until the sa
 from __future__ import annotations
 
 import json
+import queue
 import random
 import sqlite3
 import threading
@@ -24,6 +29,7 @@ CREATE INDEX IF NOT EXISTS claims_owner ON claims (owner);
 
 
 BUSY_TIMEOUT_SECONDS = 30.0
+_LAST = "\U0010ffff"  # the greatest code point: every key starting with P sorts below P + _LAST
 
 
 def _busy(exc: sqlite3.Error) -> bool:
@@ -35,6 +41,9 @@ class SqliteStore:
     def __init__(self, path: str, busy_timeout: float = BUSY_TIMEOUT_SECONDS):
         self.path = path
         self._lock = threading.RLock()
+        self._busy_timeout = busy_timeout
+        self._readers: queue.SimpleQueue[sqlite3.Connection] | None = None if path == ":memory:" else queue.SimpleQueue()
+        self._opened: list[sqlite3.Connection] = []
         deadline = time.monotonic() + busy_timeout
         delay = 0.005
         try:
@@ -76,8 +85,34 @@ class SqliteStore:
             except sqlite3.Error as exc:
                 raise DbError(f"SQLite store {self.path}: {exc}") from None
 
+    def _read(self, fn):
+        """Run a read on a pooled connection (an in-memory store has only its one connection)."""
+        if self._readers is None:
+            return self._run(fn)
+        try:
+            db = self._readers.get_nowait()
+        except queue.Empty:
+            db = self._open_reader()
+        try:
+            return fn(db)
+        except sqlite3.Error as exc:
+            raise DbError(f"SQLite store {self.path}: {exc}") from None
+        finally:
+            self._readers.put(db)
+
+    def _open_reader(self) -> sqlite3.Connection:
+        try:
+            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
+                                 timeout=self._busy_timeout)
+            db.execute("PRAGMA query_only=1")
+        except sqlite3.Error as exc:
+            raise DbError(f"cannot open SQLite store {self.path}: {exc}") from None
+        with self._lock:
+            self._opened.append(db)
+        return db
+
     def get(self, table: str, key: str) -> dict[str, Any] | None:
-        row = self._run(lambda db: db.execute("SELECT doc FROM docs WHERE tbl=? AND key=?", (table, key)).fetchone())
+        row = self._read(lambda db: db.execute("SELECT doc FROM docs WHERE tbl=? AND key=?", (table, key)).fetchone())
         return json.loads(row[0]) if row else None
 
     def put(self, table: str, key: str, doc: dict[str, Any]) -> None:
@@ -89,8 +124,14 @@ class SqliteStore:
         cur = self._run(lambda db: db.execute("DELETE FROM docs WHERE tbl=? AND key=?", (table, key)))
         return cur.rowcount > 0
 
-    def scan(self, table: str) -> list[dict[str, Any]]:
-        rows = self._run(lambda db: db.execute("SELECT doc FROM docs WHERE tbl=? ORDER BY key", (table,)).fetchall())
+    def scan(self, table: str, prefix: str = "") -> list[dict[str, Any]]:
+        if prefix:  # a range of the primary key: only the matching rows are read
+            rows = self._read(lambda db: db.execute(
+                "SELECT doc FROM docs WHERE tbl=? AND key>=? AND key<? ORDER BY key",
+                (table, prefix, prefix + _LAST)).fetchall())
+        else:
+            rows = self._read(lambda db: db.execute("SELECT doc FROM docs WHERE tbl=? ORDER BY key",
+                                                    (table,)).fetchall())
         return [json.loads(r[0]) for r in rows]
 
     def claim(self, key: str, owner: str) -> bool:
@@ -123,18 +164,23 @@ class SqliteStore:
         return cur.rowcount
 
     def owner_of(self, key: str) -> str | None:
-        row = self._run(lambda db: db.execute("SELECT owner FROM claims WHERE key=?", (key,)).fetchone())
+        row = self._read(lambda db: db.execute("SELECT owner FROM claims WHERE key=?", (key,)).fetchone())
         return row[0] if row else None
 
     def claims_of(self, owner: str) -> list[str]:
-        rows = self._run(lambda db: db.execute("SELECT key FROM claims WHERE owner=? ORDER BY key", (owner,)).fetchall())
+        rows = self._read(lambda db: db.execute("SELECT key FROM claims WHERE owner=? ORDER BY key",
+                                                (owner,)).fetchall())
         return [r[0] for r in rows]
 
     def all_claims(self, prefix: str = "") -> dict[str, str]:
-        rows = self._run(lambda db: db.execute("SELECT key, owner FROM claims WHERE key LIKE ?",
-                                               (prefix.replace("%", r"\%") + "%",)).fetchall())
+        # a key range, not LIKE: LIKE ignores ASCII case and reads "_" and "%" in the prefix as wildcards
+        rows = self._read(lambda db: db.execute("SELECT key, owner FROM claims WHERE key>=? AND key<?",
+                                                (prefix, prefix + _LAST)).fetchall())
         return {k: o for k, o in rows}
 
     def close(self) -> None:
         with self._lock:
+            for db in self._opened:
+                db.close()
+            self._opened.clear()
             self._db.close()

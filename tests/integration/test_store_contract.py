@@ -111,6 +111,51 @@ def test_all_claims_filters_by_prefix(store):
     assert store.all_claims("nothing:") == {}
 
 
+def test_all_claims_prefix_is_literal_and_case_sensitive(store):
+    """A prefix is text, not a pattern: SQLite's LIKE read "_" as any character and ignored ASCII case."""
+    store.claim_all(["ab:1", "AB:2", "a_:3", "a%:4"], "a")
+    assert store.all_claims("a_") == {"a_:3": "a"}
+    assert store.all_claims("a%") == {"a%:4": "a"}
+    assert store.all_claims("ab") == {"ab:1": "a"}
+
+
+def test_scan_with_a_prefix_reads_only_keys_starting_with_it(store):
+    for key in ["s1#a", "s1#b", "s10#a", "s2#a", "s1*#c", "S1#d"]:
+        store.put("t", key, {"k": key})
+    store.put("other", "s1#z", {"k": "other"})
+    assert [d["k"] for d in store.scan("t", "s1#")] == ["s1#a", "s1#b"]
+    assert [d["k"] for d in store.scan("t", "s1*")] == ["s1*#c"]  # "*" is a character, not a glob
+    assert [d["k"] for d in store.scan("t", "s1")] == ["s1#a", "s1#b", "s1*#c", "s10#a"]  # ordered by key
+    assert store.scan("t", "nothing") == []
+    assert len(store.scan("t")) == 6
+
+
+def test_reads_see_every_write_committed_before_them_from_any_thread(store):
+    """File stores read on pooled connections: a write on the writer is visible to the next read anywhere."""
+    errors: list[str] = []
+
+    def worker(n: int) -> None:
+        for i in range(40):
+            key = f"w{n}-{i}"
+            store.put("t", key, {"i": i})
+            if store.get("t", key) != {"i": i}:
+                errors.append(f"{key}: own write not read back")
+            assert store.claim(f"c{n}-{i}", f"o{n}")
+            if store.owner_of(f"c{n}-{i}") != f"o{n}":
+                errors.append(f"c{n}-{i}: own claim not read back")
+            store.delete("t", key)
+            if store.get("t", key) is not None:
+                errors.append(f"{key}: deleted but still read")
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(store.all_claims()) == 240
+
+
 def test_release_owner_leaves_other_owners_alone(store):
     store.claim_all(["a1", "a2", "a3"], "alice")
     store.claim_all(["b1"], "bob")

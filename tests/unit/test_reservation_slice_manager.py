@@ -12,6 +12,7 @@ from am import reservation as rs
 from am import slice_manager as sm
 from am.actor_slice_manager import ActorSliceManager, in_process
 from am.authority import LEASES
+from am.sm_records import RESERVATIONS, SLIVERS_OF
 from am.substrate.emulated import EmulatedDriver
 from broker.broker import Demand
 from rspec.request import parse_request
@@ -61,6 +62,7 @@ def everything_released(store, asm) -> None:
     assert store.scan(LEASES) == [], "leases left"
     assert asm.broker.calendar.bookings == {}, "broker bookings left"
     assert asm.records() == [], "reservations left"
+    assert store.scan(SLIVERS_OF) == [], "index entries left"
 
 
 def test_allocate_provision_start_delete_a_lan(world):
@@ -202,3 +204,22 @@ def test_a_new_slice_manager_on_the_same_store_sees_everything(world):
         again.delete(["urn:publicid:IDN+t.org+sliver+nope"], now)
     again.delete([s.urn for s in slivers], now)
     everything_released(store, asm)
+
+
+def test_a_slice_is_read_through_its_index_and_older_stores_are_indexed_at_start(world):
+    """Status/Describe read one slice's records, not every slice's; a store written before the index
+    existed (records, no index entries) is indexed when a slice manager starts on it."""
+    store, clock, asm = world
+    now = clock.now()
+    other = "urn:publicid:IDN+t.org+slice+s10"  # its name starts with SLICE's: the index key ends at "#"
+    mine = asm.allocate(SLICE, "o", parse_request(request_rspec([vm("a")])), now + 10 * MIN, now)
+    theirs = asm.allocate(other, "o", parse_request(request_rspec([vm("b")])), now + 10 * MIN, now)
+    assert [rec.id for rec in asm.records(SLICE)] == [mine[0].urn]
+    assert [rec.id for rec in asm.records(other)] == [theirs[0].urn]
+    for doc in store.scan(SLIVERS_OF):
+        store.delete(SLIVERS_OF, f"{doc['slice_urn']}#{doc['id']}")
+    assert asm.records(SLICE) == []  # what an older store looks like to the index
+    again = ActorSliceManager(store, SUB, asm.broker, asm.authority)
+    assert [s.urn for s in again.slivers(SLICE, now)] == [mine[0].urn]
+    store.delete(RESERVATIONS, mine[0].urn)  # a crash between the record's delete and its index entry's
+    assert again.records(SLICE) == [] and [rec.id for rec in again.records(other)] == [theirs[0].urn]
