@@ -136,6 +136,9 @@ class Broker:
         self.queue = FifoQueue()
         self._claimed: dict[str, bool] = {}  # ticket id -> its units are claimed in the store
         self._substrates: dict[str, Substrate] = {}  # authority -> the substrate description it delegated
+        # bookings made under the lock whose signed tickets are written to the store after it (signing and
+        # writing outside the lock keep the other callers' placements moving): `_load` keeps them
+        self._unpublished: dict[str, tuple[frozenset[str], Term]] = {}
         self.fault = lambda boundary: None  # fault injection (tests): called at internal boundaries
         self._load()
 
@@ -165,6 +168,13 @@ class Broker:
             except CalendarError:
                 continue  # a stale copy overlapping a newer promise: the store's claims decide
             claimed[t.id] = bool(td.get("claimed", True))
+        for tid, (booked, term) in self._unpublished.items():  # granted, its ticket not written yet
+            cal.release(tid)
+            try:
+                cal.book(tid, booked, term)
+            except CalendarError:
+                continue
+            claimed.setdefault(tid, self._claimed.get(tid, True))
         queue = FifoQueue()
         for q in sorted(self.store.scan(QUEUE), key=lambda q: q["key"]):
             if q.get("broker") == self.name:
@@ -365,8 +375,11 @@ class Broker:
             return {"report": report(substrate, request, placed, shortfalls)}
         explicit_group = group is not None
         group = group or f"ticket:{uuid.uuid4().hex}"
+        pending: list[_Unpublished] = []
         with self._lock:
             if explicit_group:
+                if any(t.rsplit("/", 1)[0] == group for t in self._unpublished):
+                    raise Busy(f"broker {self.name}: tickets of {group} are being granted right now; ask again")
                 if self._granted(group, list(rids.values())) is not None:
                     return self._placed(group, list(rids.values()))
                 self._refuse_relinquished(group, list(rids.values()))
@@ -387,17 +400,33 @@ class Broker:
                 where = {rids[p.client_id]: {"kind": p.kind, "component_id": p.component_id,
                                              "details": to_doc(dict(p.details))} for p in placed}
                 try:
-                    self._grant(holder, exact, term, now, group, where)
+                    self._grant(holder, exact, term, now, group, where, publish=pending)
                 except Busy:
                     self._load()  # another broker process on the store won a unit: see its promises, again
                     continue
-                booked = {u for rid in exact for u in self.calendar.bookings[f"{group}/{rid}"].units}
-                for key in self.store.claims_of(group):  # an earlier, crashed attempt chose other units
-                    if key not in booked:
-                        self.store.release(key, group)
-                return self._placed(group, list(rids.values()))
-            raise Busy(f"broker {self.name}: the units chosen for this request were promised to others "
-                       f"{PLACE_ATTEMPTS} times in a row (other brokers on this store); ask again")
+                break
+            else:
+                raise Busy(f"broker {self.name}: the units chosen for this request were promised to others "
+                           f"{PLACE_ATTEMPTS} times in a row (other brokers on this store); ask again")
+        tickets = self._publish(pending)
+        booked = {u for p in pending for u in p.booked}
+        for key in self.store.claims_of(group):  # an earlier, crashed attempt chose other units
+            if key not in booked:
+                self.store.release(key, group)
+        return {"tickets": tickets, "placements": {rid: dict(where.get(rid) or {}) for rid in rids.values()}}
+
+    def _publish(self, pending: Sequence[_Unpublished]) -> dict[str, Ticket]:
+        """Sign the tickets granted under the lock and write them (after it), then note the change."""
+        tickets: dict[str, Ticket] = {}
+        for p in pending:
+            tickets[p.rid] = sign_ticket(p.ticket, self.key)
+            self._put_ticket(tickets[p.rid], p.booked, p.claimed, placement=p.placement)
+        with self._lock:
+            for p in pending:
+                self._unpublished.pop(p.ticket.id, None)
+        if pending:
+            self._bump()
+        return tickets
 
     def _placed(self, group: str, rids: Sequence[str]) -> dict[str, Any]:
         tickets, placements = {}, {}
@@ -465,7 +494,10 @@ class Broker:
         return out
 
     def _grant(self, holder: str, demands: Mapping[str, Demand], term: Term, now: datetime,
-               group: str, placements: Mapping[str, Any] | None = None) -> dict[str, Ticket]:
+               group: str, placements: Mapping[str, Any] | None = None,
+               publish: list[_Unpublished] | None = None) -> dict[str, Ticket]:
+        """Book and claim every demand, all or none, and issue its tickets: signed and written here, or, with
+        `publish`, appended to it unsigned for the caller to `_publish` once it has let go of the lock."""
         exact = all(not (d.amounts or d.label_sets) for d in demands.values())
         avoid: set[str] = set()
         for attempt in range(4):
@@ -493,14 +525,21 @@ class Broker:
             tickets = {}
             for rid, c in choices.items():
                 tid = f"{group}/{rid}"
-                self.calendar.book(tid, c.units, term)
+                booking = self.calendar.book(tid, c.units, term)
                 self._claimed[tid] = started
                 t = Ticket(tid, self.name, holder, rid, tuple(c.named), term.start, term.end, 1,
                            resource_type=next(iter(c.counts), ""), count=sum(c.counts.values()),
                            labels=c.labels, authority=self.authority)
+                placement = (placements or {}).get(rid)
+                if publish is not None:
+                    self._unpublished[tid] = (booking.units, term)
+                    publish.append(_Unpublished(rid, t, list(c.units), started, placement))
+                    tickets[rid] = t
+                    continue
                 tickets[rid] = sign_ticket(t, self.key)
-                self._put_ticket(tickets[rid], c.units, started, placement=(placements or {}).get(rid))
-            self._bump()
+                self._put_ticket(tickets[rid], c.units, started, placement=placement)
+            if publish is None:
+                self._bump()
             return tickets
         raise AssertionError("unreachable")
 
@@ -752,23 +791,28 @@ class Broker:
                     return self.extend_ticket(ticket, end, limit, now)
                 raise InsufficientNodes(f"broker {self.name}: cannot extend ticket {ticket.id} to "
                                         f"{end:%Y-%m-%dT%H:%M:%SZ}: {exc}") from None
-            longer = sign_ticket(replace(current, end=end, sequence=max(current.sequence, ticket.sequence) + 1,
-                                         signature=""), self.key)
-            self.fault("broker:extended")
-            self._put_ticket(longer, booked, self._claimed.get(current.id, True),
-                             placement=doc.get("placement") if doc else None)
-            self._bump()
-            return longer
+            extended = self.calendar.bookings[current.id]
+            self._unpublished[current.id] = (extended.units, extended.term)
+            claimed = self._claimed.get(current.id, True)
+        longer = sign_ticket(replace(current, end=end, sequence=max(current.sequence, ticket.sequence) + 1,
+                                     signature=""), self.key)
+        self.fault("broker:extended")
+        self._put_ticket(longer, booked, claimed, placement=doc.get("placement") if doc else None)
+        with self._lock:
+            self._unpublished.pop(current.id, None)
+        self._bump()
+        return longer
 
     def relinquish(self, ticket: Ticket, now: datetime | None = None) -> int:
         """Give a ticket's units back (on close, failure or expiry; idempotent); waiting requests are then
         served. Returns how many claims were released."""
         now = now or _utcnow()
-        with self._lock:
-            released = self._drop(ticket.id, ticket.units)
-            self._remember_relinquished(ticket.id, now)
-            self._serve(now)
-            return released
+        self._remember_relinquished(ticket.id, now)
+        released = self._drop(ticket.id, ticket.units)
+        if len(self.queue):  # a request enqueued after this check found the units free already
+            with self._lock:
+                self._serve(now)
+        return released
 
     def relinquish_group(self, group: str, now: datetime | None = None) -> int:
         """Give back everything a ticket group holds, tickets or not (a request whose answer was lost), and
@@ -788,17 +832,23 @@ class Broker:
             return released
 
     def _drop(self, tid: str, units: Sequence[str]) -> int:
+        """Forget a ticket and give its units back: the store's claims first, then the calendar (so this
+        process never promises a unit whose claim is still held). The lock is held only for the calendar."""
         group = tid.rsplit("/", 1)[0]
-        booking = self.calendar.release(tid)
-        self._claimed.pop(tid, None)
         doc = self.store.get(TICKETS, tid)
+        with self._lock:
+            booking = self.calendar.bookings.get(tid)
         self.store.delete(TICKETS, tid)
         self.fault("broker:relinquishing")
         keys = set(units) | (booking.units if booking else set()) | set(doc.get("booked", []) if doc else [])
         released = sum(1 for k in keys if self.store.release(k, group))
+        with self._lock:
+            self.calendar.release(tid)
+            self._claimed.pop(tid, None)
+            self._unpublished.pop(tid, None)
+            # claims of the group no live ticket of it books (a crashed attempt chose other units)
+            live = any(t.rsplit("/", 1)[0] == group for t in self.calendar.bookings)
         self._bump()
-        # claims of the group no live ticket of it books (a crashed attempt chose other units)
-        live = {u for t, b in self.calendar.bookings.items() if t.rsplit("/", 1)[0] == group for u in b.units}
         if not live:
             released += self.store.release_owner(group)
         return released
@@ -853,6 +903,17 @@ class Broker:
                 self._bump()
             return {"started": started, "failed": failed, "expired": expired, "queue_timed_out": timed_out,
                     "served": served}
+
+
+@dataclass(frozen=True)
+class _Unpublished:
+    """A ticket granted under the broker's lock, to be signed and written after it."""
+
+    rid: str
+    ticket: Ticket
+    booked: list[str]
+    claimed: bool
+    placement: Mapping[str, Any] | None
 
 
 def _exact(p: Placement) -> Demand:
