@@ -69,7 +69,8 @@ class SubstrateDriver(Protocol):
     """The four things an authority asks of a substrate. `status` records are the driver's own JSON-able
     data about a unit; the authority stores them and hands them back. `create` and `destroy` may be asked
     twice for the same `spec.id` (an authority that crashed between the driver's answer and its own record
-    asks again): doing it twice must leave one unit, or none."""
+    asks again): doing it twice must leave one unit, or none. Calls for different slivers may run at the same
+    time (one sliver's never overlap): a driver guards whatever it shares between slivers."""
 
     description: str
 
@@ -106,6 +107,9 @@ def as_driver(driver: Any) -> SubstrateDriver:
     return driver if hasattr(driver, "create") else EmulatedAdapter(driver)
 
 
+LEASE_LOCK_STRIPES = 64
+
+
 # ---- the actor ----------------------------------------------------------------------------------------------------
 class Authority:
     def __init__(self, name: str, driver: Any, broker_keys: dict[str, Any], store: Store | None = None,
@@ -120,7 +124,11 @@ class Authority:
         # tests of the core) the `now` argument is the time.
         self.clock = clock
         self._unit_pool = {u: p.name for p in (inventory.pools if inventory else ()) for u in p.units}
-        self._lock = threading.RLock()
+        # One lease's redeem, extend, modify and close never overlap; different leases' run in parallel, driver
+        # calls included (a driver guards its own shared state). Choosing the units of a count ticket is the one
+        # step that looks at every lease, and has a lock of its own.
+        self._lease_locks = [threading.RLock() for _ in range(LEASE_LOCK_STRIPES)]
+        self._picking = threading.Lock()
         self.fault = lambda boundary: None  # fault injection (tests): called at internal boundaries
 
     # ---- delegation ------------------------------------------------------------------------------------------
@@ -231,6 +239,9 @@ class Authority:
             raise Refused(f"ticket {ticket.id} promises {ticket.count} of {pool.name}; authority {self.name} "
                           f"delegated {len(pool.units)} of them to broker {ticket.broker}")
 
+    def _lease_lock(self, lease_id: str) -> threading.RLock:
+        return self._lease_locks[hash(lease_id) % LEASE_LOCK_STRIPES]
+
     def _doc(self, lease_id: str) -> dict[str, Any] | None:
         return self.store.get(LEASES, lease_id) if self.store is not None else None
 
@@ -242,19 +253,13 @@ class Authority:
         if self.store is None or self.substrate is None:
             raise BadArgs(f"authority {self.name} keeps no leases (it was built to delegate only)")
         self._verify(ticket, now)
-        with self._lock:
+        with self._lease_lock(ticket.id):
             doc = self._doc(ticket.id)
             if doc is not None and doc["state"] == "active":
                 return Lease.from_doc(doc["lease"]), doc["status"]  # asked again after a lost answer
-            units = ticket.units or self._pick(ticket)
+            units, keys = self._take(ticket)
             lease = self._signed(Lease(ticket.id, self.name, ticket.id, ticket.holder, ticket.reservation, units,
                                        now, ticket.end, ticket.sequence, labels=ticket.labels))
-            keys = [f"leased:{u}" for u in units]
-            if not self.store.claim_all(keys, lease.id):
-                other = next((self.store.owner_of(k) for k in keys if self.store.owner_of(k) not in (None, lease.id)),
-                             "?")
-                raise Refused(f"authority {self.name}: a unit of ticket {ticket.id} is already leased to {other} "
-                              f"(two promises of one unit: check the brokers this authority trusts)")
             spec = replace(spec, units=units, labels=spec.labels or ticket.labels)
             self.store.put(LEASES, lease.id, {"lease": lease.to_doc(), "ticket": ticket.to_doc(),
                                               "spec": spec.to_doc(), "status": {}, "state": "creating"})
@@ -272,6 +277,27 @@ class Authority:
             self.store.put(LEASES, lease.id, {"lease": lease.to_doc(), "ticket": ticket.to_doc(),
                                               "spec": spec.to_doc(), "status": status, "state": "active"})
             return lease, status
+
+    def _take(self, ticket: Ticket) -> tuple[tuple[str, ...], list[str]]:
+        """Claim the units a ticket promises (for a count ticket, the first ones not leased) as leased:
+        (units, claim keys); Refused if one is leased to someone else."""
+        if ticket.units:
+            units = ticket.units
+            keys = [f"leased:{u}" for u in units]
+            claimed = self.store.claim_all(keys, ticket.id)
+        else:
+            with self._picking:  # two count tickets never pick the same free unit
+                for _attempt in range(3):  # a named ticket took one of the picked units meanwhile: pick again
+                    units = self._pick(ticket)
+                    keys = [f"leased:{u}" for u in units]
+                    claimed = self.store.claim_all(keys, ticket.id)
+                    if claimed:
+                        break
+        if not claimed:
+            other = next((o for k in keys if (o := self.store.owner_of(k)) not in (None, ticket.id)), "?")
+            raise Refused(f"authority {self.name}: a unit of ticket {ticket.id} is already leased to {other} "
+                          f"(two promises of one unit: check the brokers this authority trusts)")
+        return units, keys
 
     def _pick(self, ticket: Ticket) -> tuple[str, ...]:
         """Concrete units for a count ticket: the first ones of its pool not leased to anyone."""
@@ -300,7 +326,7 @@ class Authority:
         """Move a lease's end to its extended ticket's end (the ticket must be newer than the lease and
         promise what the redeemed one promised)."""
         self._verify(ticket, self._now(now))
-        with self._lock:
+        with self._lease_lock(ticket.id):
             doc = self._doc(ticket.id)
             if doc is None:
                 raise SearchFailed(f"authority {self.name}: no lease for ticket {ticket.id} (closed, reaped or "
@@ -325,7 +351,7 @@ class Authority:
         """An operational action on a leased unit (ORCA modifyLease): the driver's new record. `properties`
         (ORCA's modify properties; e.g. the new `logins` of geni_update_users) replace those keys of the
         lease's details before the driver acts, and stay with the lease (a restart adopts them)."""
-        with self._lock:
+        with self._lease_lock(lease_id):
             doc = self._doc(lease_id)
             if doc is None or doc["state"] != "active":
                 raise SearchFailed(f"authority {self.name}: no active lease {lease_id}")
@@ -359,7 +385,7 @@ class Authority:
         """Tear a lease down and free its units; closing what is not (or no longer) leased is fine."""
         if self.store is None:
             return False
-        with self._lock:
+        with self._lease_lock(lease_id):
             doc = self._doc(lease_id)
             if doc is None:
                 for k in self.store.claims_of(lease_id):  # a redeem that crashed before recording

@@ -3,6 +3,7 @@ extends, modifies, closes and reaps leases through a substrate driver."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -160,3 +161,66 @@ def test_expired_leases_are_reaped_on_the_authoritys_clock():
     assert a.reap(T0 + H) == ["g/r1"] and [lease.id for lease in a.leases()] == ["g/r2"]
     assert a.store.all_claims() == {"leased:core:pc1:1": "g/r2"}
 
+
+
+class Blocking(Recorder):
+    """A driver whose create of one sliver waits until released (a slow substrate: minutes for real hosts)."""
+
+    def __init__(self, slow: str):
+        super().__init__()
+        self.slow = slow
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def create(self, spec, now):
+        if spec.id == self.slow:
+            self.entered.set()
+            assert self.release.wait(10), "never released"
+        return super().create(spec, now)
+
+
+def test_a_slow_driver_call_for_one_lease_does_not_hold_up_the_others():
+    """No authority-wide lock across a driver call: r2 is leased and closed while r1's create is under way,
+    and a second redeem of r1 waits for the first (one lease's calls never overlap)."""
+    d = Blocking("r1")
+    a = authority(d, SqliteStore(":memory:"))
+    results: dict[str, object] = {}
+
+    def redeem(name):
+        results[name] = a.redeem(ticket(tid="g/r1"), spec("r1"), T0)
+
+    first = threading.Thread(target=redeem, args=("first",))
+    first.start()
+    assert d.entered.wait(5)
+    lease, _ = a.redeem(ticket(("core:pc1:1",), tid="g/r2"), spec("r2"), T0)
+    assert a.close(lease.id, T0)
+    again = threading.Thread(target=redeem, args=("again",))
+    again.start()
+    again.join(0.3)
+    assert again.is_alive(), "a second redeem of the same lease ran while the first was in the driver"
+    d.release.set()
+    first.join(5)
+    again.join(5)
+    assert results["first"] == results["again"]
+    assert d.calls == [("create", "r2"), ("destroy", "r2"), ("create", "r1")]
+
+
+def test_concurrent_count_tickets_never_lease_one_unit_twice():
+    a = authority(store=None)
+    errors: list[str] = []
+    leases = []
+
+    def redeem(i):
+        try:
+            leases.append(a.redeem(ticket((), tid=f"g/c{i}", resource_type="core:pc1", count=1), spec(f"c{i}"),
+                                   T0)[0])
+        except Refused as exc:
+            errors.append(exc.message)
+
+    threads = [threading.Thread(target=redeem, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(u for lease in leases for u in lease.units) == [f"core:pc1:{i}" for i in range(4)]
+    assert len(errors) == 2 and all("are not leased" in e for e in errors)
