@@ -15,6 +15,7 @@ with which an authority's substrate description travels inside its delegation (b
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from collections.abc import Iterable, Set
@@ -118,12 +119,18 @@ def from_doc(cls: Any, doc: Any) -> Any:
     return _build(cls, doc)
 
 
+@functools.cache
+def _hints(tp: Any) -> dict[str, Any]:
+    """A dataclass's resolved type hints: resolving them parses annotation strings, so once per class."""
+    return typing.get_type_hints(tp)
+
+
 def _build(tp: Any, value: Any) -> Any:
     if value is None:
         return None
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
-        hints = typing.get_type_hints(tp)
+        hints = _hints(tp)
         kw = {f.name: _build(hints[f.name], value[f.name]) for f in dataclasses.fields(tp)
               if f.init and f.name in value}
         return tp(**kw)

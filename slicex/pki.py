@@ -284,9 +284,11 @@ class TrustStore:
                      at: datetime) -> list[x509.Certificate]:
         """The path from `leaf` to a trusted root (RFC 5280 path validation by cryptography), every
         certificate on it inside the namespace of that root; or raise saying why there is none."""
-        name = cert_urn(leaf) or leaf.subject.rfc4514_string()
+        def name() -> str:  # for refusals only: reading the subjectAltName costs as much as the cached check
+            return cert_urn(leaf) or leaf.subject.rfc4514_string()
+
         if not (leaf.not_valid_before_utc <= at <= leaf.not_valid_after_utc):
-            raise CredentialExpired(f"certificate {name} is valid {leaf.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} "
+            raise CredentialExpired(f"certificate {name()} is valid {leaf.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} "
                                     f"to {leaf.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}, not at {at:%Y-%m-%dT%H:%M:%SZ}")
         trusted, paths = self.trusted, self._paths  # one consistent set while a peer's roots are replaced
         if not trusted:
@@ -303,9 +305,9 @@ class TrustStore:
             expired = [c for c in intermediates + [r.cert for r in trusted]
                        if c.subject == leaf.issuer and not (c.not_valid_before_utc <= at <= c.not_valid_after_utc)]
             if expired:
-                raise CredentialExpired(f"certificate {name}: its issuer {expired[0].subject.rfc4514_string()} is "
+                raise CredentialExpired(f"certificate {name()}: its issuer {expired[0].subject.rfc4514_string()} is "
                                         f"not valid at {at:%Y-%m-%dT%H:%M:%SZ}") from None
-            raise CredentialSignerUntrusted(f"certificate {name} does not chain to a root this aggregate trusts "
+            raise CredentialSignerUntrusted(f"certificate {name()} does not chain to a root this aggregate trusts "
                                             f"(issuer {leaf.issuer.rfc4514_string()}): {exc}") from None
         root = next(r for r in trusted if r.cert == path[-1])
         for cert in path[:-1]:

@@ -28,6 +28,10 @@ CREATE INDEX IF NOT EXISTS claims_owner ON claims (owner);
 """
 
 
+_CLAIM_ALL = """INSERT OR IGNORE INTO claims (key, owner) SELECT value, :owner FROM json_each(:keys)
+WHERE NOT EXISTS (SELECT 1 FROM claims WHERE key IN (SELECT value FROM json_each(:keys)) AND owner != :owner)"""
+_COUNT_MINE = "SELECT COUNT(*) FROM claims WHERE owner = :owner AND key IN (SELECT value FROM json_each(:keys))"
+
 BUSY_TIMEOUT_SECONDS = 30.0
 _LAST = "\U0010ffff"  # the greatest code point: every key starting with P sorts below P + _LAST
 
@@ -138,22 +142,15 @@ class SqliteStore:
         return self.claim_all([key], owner)
 
     def claim_all(self, keys: list[str], owner: str) -> bool:
-        def txn(db: sqlite3.Connection) -> bool:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                for key in keys:
-                    row = db.execute("SELECT owner FROM claims WHERE key=?", (key,)).fetchone()
-                    if row is not None and row[0] != owner:
-                        db.execute("ROLLBACK")
-                        return False
-                    db.execute("INSERT OR IGNORE INTO claims (key, owner) VALUES (?, ?)", (key, owner))
-                db.execute("COMMIT")
-                return True
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-
-        return self._run(txn)
+        """One statement, so atomic: every key not yet held is inserted if no key is held by another owner,
+        else nothing is. Nothing inserted means all were this owner's already, or one was someone else's."""
+        wanted = sorted(set(keys))
+        if not wanted:
+            return True
+        args = {"owner": owner, "keys": json.dumps(wanted)}
+        if self._run(lambda db: db.execute(_CLAIM_ALL, args).rowcount) > 0:
+            return True
+        return self._read(lambda db: db.execute(_COUNT_MINE, args).fetchone()[0]) == len(wanted)
 
     def release(self, key: str, owner: str) -> bool:
         cur = self._run(lambda db: db.execute("DELETE FROM claims WHERE key=? AND owner=?", (key, owner)))
