@@ -361,10 +361,11 @@ def _serve_until_stopped(every: Callable[[], None] | None = None) -> None:
 
 def _run_foreground(home: Home, print_config: bool = False, distributed: bool = False) -> int:
     from am.service import EmbeddedDeployment
-    from slicex import logs
+    from slicex import logs, runtime
 
     logs.configure(home.config())  # log_format: text | json (slicex.logs)
     try:
+        runtime.tune_process(home.config())
         _prepare(home, distributed)
     except GeniError as exc:
         print(f"error: {exc.message}", file=sys.stderr, flush=True)
@@ -425,11 +426,16 @@ def _run_foreground(home: Home, print_config: bool = False, distributed: bool = 
 def cmd_actor(args: argparse.Namespace) -> int:
     """Run one actor (broker or authority) over mutual TLS until stopped (`up --distributed` starts them)."""
     from am.service import ActorProcess, bind_store
-    from slicex import logs
+    from slicex import logs, runtime
     from slicex.store import open_store
 
     home = _home(args)
     logs.configure(home.config())  # log_format: text | json (slicex.logs)
+    try:
+        runtime.tune_process(home.config())
+    except GeniError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
     supervisor = os.environ.get("SLICEX_SUPERVISOR_PID")
     if supervisor and not procs.die_with_parent(int(supervisor)):
         print(f"the {args.role} actor's `slicex up` (pid {supervisor}) is gone; not starting", file=sys.stderr)
