@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -39,13 +40,26 @@ class ManualClock:
             self._now = when
 
 
+@functools.lru_cache(maxsize=4096)
 def rfc3339(when: datetime) -> str:
-    """GENI time format: RFC 3339 with an explicit UTC zone."""
+    """GENI time format: RFC 3339 with an explicit UTC zone. Cached: the same few terms are written into
+    every record, ticket and lease a call saves."""
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(text: str) -> datetime:
     """Parse the times clients send (RFC 3339, ISO 8601 with or without zone; naive means UTC)."""
+    if isinstance(text, str):
+        return _parse_text(text)  # cached: records read back the same few times on every call
+    return _parse(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(text: str) -> datetime:
+    return _parse(text)
+
+
+def _parse(text: object) -> datetime:
     from slicex.errors import BadArgs
 
     if isinstance(text, datetime):

@@ -497,6 +497,10 @@ class CredentialVerifier:
     def __init__(self, trust: pki.TrustStore, cache_size: int = 4096):
         self.trust = trust
         self._signed = pki.LruCache(cache_size)  # credential bytes → what its signatures cover
+        # (credential bytes, caller's certificate, target, privilege, roots' generation) → the answer, and the
+        # times between which every certificate and credential it rests on is valid: the same call with the
+        # same credential (what omni and scripts make over and over) is answered without checking it again
+        self._granted = pki.LruCache(cache_size)
 
     def verify(self, credentials: list, caller_cert: x509.Certificate, target_urn: str | None, privilege: str,
                now: datetime, speaking_for: str | None = None) -> VerifiedCredential:
@@ -543,6 +547,23 @@ class CredentialVerifier:
 
     def _verify_one(self, text: Any, caller: x509.Certificate, caller_urn: str, target_urn: str | None,
                     privilege: str, now: datetime) -> VerifiedCredential:
+        key = None
+        if isinstance(text, (str, bytes)):
+            key = (hashlib.sha256(text.encode() if isinstance(text, str) else text).digest(),
+                   caller.fingerprint(pki.hashes.SHA256()), (target_urn or "").lower(), target_urn is None,
+                   privilege, self.trust.generation)
+            hit = self._granted.get(key)
+            if hit is not None and hit[1] <= now < hit[2]:
+                return hit[0]
+        verified, valid_from, valid_until = self._check_one(text, caller, caller_urn, target_urn, privilege, now)
+        if key is not None:
+            self._granted.put(key, (verified, valid_from, valid_until))
+        return verified
+
+    def _check_one(self, text: Any, caller: x509.Certificate, caller_urn: str, target_urn: str | None,
+                   privilege: str, now: datetime) -> tuple[VerifiedCredential, datetime, datetime]:
+        """Every check of one credential; with the answer, the window in which each certificate of every
+        path it rests on (and the credential chain) stays valid, so that the answer holds within it."""
         cred, signers = verify_signed(text, self.trust, now, self._signed)
         if cred.type != "privilege":
             raise CredentialInvalid(f"a {cred.type!r} credential cannot grant privileges here")
@@ -560,4 +581,9 @@ class CredentialVerifier:
         if target_urn is not None and not cred.allows(privilege):
             raise Forbidden(f"credential for {cred.target_urn} grants {', '.join(sorted(cred.privileges)) or 'nothing'}"
                             f"; {privilege} is needed")
-        return VerifiedCredential(cred, caller_urn, earliest)
+        paths = [self.trust.verify_chain(chain[0], chain[1:], now) for chain in signers.values()]
+        paths.append(self.trust.verify_chain(caller, list(cred.owner_gid[1:]), now))
+        certs = [c for path in paths for c in path]
+        valid_from = max(c.not_valid_before_utc for c in certs)
+        valid_until = min([earliest, *(c.not_valid_after_utc for c in certs)])
+        return VerifiedCredential(cred, caller_urn, earliest), valid_from, valid_until

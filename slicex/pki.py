@@ -242,6 +242,7 @@ class TrustStore:
                  namespaces: Mapping[str, str | list[str]] | None = None):
         configured = {name: (ns,) if isinstance(ns, str) else tuple(ns) for name, ns in (namespaces or {}).items()}
         self._paths = LruCache(4096)  # (leaf, intermediates) → (path, valid from, valid until)
+        self.generation = 0  # counts replacements of roots: results verified under older roots are stale
         self.trusted: list[TrustedRoot] = []
         self.ignored: list[str] = []
         for cert in certs or []:
@@ -269,6 +270,7 @@ class TrustStore:
         kept = [r for r in self.trusted if r.source != source]
         self.trusted = kept + [TrustedRoot(c, tuple(n.lower() for n in namespaces), source) for c in certs]
         self._paths = LruCache(4096)
+        self.generation += 1
 
     @property
     def roots(self) -> list[x509.Certificate]:

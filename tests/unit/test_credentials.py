@@ -275,3 +275,36 @@ def test_a_credential_sent_again_is_not_verified_again_but_time_still_counts(hom
     with pytest.raises(CredentialInvalid):
         verifier.verify(sfa(altered), pki.load_cert(alice), SLICE, "createsliver", NOW)
     assert len(calls) == 2
+
+
+def test_a_remembered_answer_is_given_only_to_the_same_call_within_its_validity(home, monkeypatch):
+    """The verifier remembers a granted call (same credential bytes, caller certificate, target, privilege and
+    roots) and answers it again without checking; anything else about the call is checked in full. An attacker
+    replaying a credential someone else used, for another target or privilege, after it expired, before its
+    certificates were valid, or after its root was dropped gets the refusal the full check gives."""
+    import slicex.credentials as credentials
+
+    a, (alice, _), (bob, _) = home
+    xml = a.credential(alice, privileges={"info": False}, expires=NOW + timedelta(hours=1))
+    verifier = a.verifier()
+    checks = []
+    real = credentials.CredentialVerifier._check_one
+    monkeypatch.setattr(credentials.CredentialVerifier, "_check_one",
+                        lambda self, *args: checks.append(args[3:5]) or real(self, *args))
+    first = verifier.verify(sfa(xml), pki.load_cert(alice), SLICE, "listresources", NOW)
+    assert verifier.verify(sfa(xml), pki.load_cert(alice), SLICE, "listresources", NOW + timedelta(minutes=5)) == first
+    assert len(checks) == 1  # answered again from memory
+    with pytest.raises(CredentialMismatch, match="not to you"):  # bob replays alice's credential
+        verifier.verify(sfa(xml), pki.load_cert(bob), SLICE, "listresources", NOW)
+    with pytest.raises(CredentialMismatch, match="not "):  # another target
+        verifier.verify(sfa(xml), pki.load_cert(alice), "urn:publicid:IDN+cred.test+slice+other", "listresources", NOW)
+    with pytest.raises(Forbidden, match="deleteslice is needed"):  # a privilege it does not grant
+        verifier.verify(sfa(xml), pki.load_cert(alice), SLICE, "deleteslice", NOW)
+    with pytest.raises(CredentialExpired):  # at its expiry the remembered answer is not used
+        verifier.verify(sfa(xml), pki.load_cert(alice), SLICE, "listresources", NOW + timedelta(hours=1))
+    with pytest.raises(CredentialExpired):  # before the certificates were issued
+        verifier.verify(sfa(xml), pki.load_cert(alice), SLICE, "listresources", NOW - timedelta(days=2))
+    verifier.trust.set_roots("certificate", [], ())  # the operator drops the root that vouched for it
+    with pytest.raises(CredentialSignerUntrusted):
+        verifier.verify(sfa(xml), pki.load_cert(alice), SLICE, "listresources", NOW)
+    assert len(checks) == 7
