@@ -352,6 +352,11 @@ def ceiling_rows(rows: list[dict]) -> list[dict]:
 
 
 # ---- main -----------------------------------------------------------------------------------------------------
+DEPLOYMENTS = ("embedded", "redis-2workers")
+CONNECTIONS = ("new", "keepalive")
+OPERATIONS = ("GetVersion", "lifecycle")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--deployments", default="embedded",
@@ -365,6 +370,12 @@ def main() -> int:
     p.add_argument("--min-calls", type=int, default=300, help="GetVersion samples wanted per cell (default 300)")
     p.add_argument("--clients", choices=["processes", "threads"], default="processes")
     args = p.parse_args()
+    for flag, given, known in (("--deployments", args.deployments, DEPLOYMENTS),
+                               ("--connections", args.connections, CONNECTIONS),
+                               ("--operations", args.operations, OPERATIONS)):
+        unknown = [x for x in given.split(",") if x not in known]
+        if unknown:  # measured nothing and printed a row of zeros for a misspelt name before
+            p.error(f"{flag}: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
     redis_url = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/7")
     rows: list[dict] = []
     print(f"machine: {machine()}; clients are {args.clients}; the deployment runs in its own process(es)\n")
@@ -372,11 +383,9 @@ def main() -> int:
         for name in args.deployments.split(","):
             if name == "embedded":
                 dep = Deployment(Path(tmp), name)
-            elif name == "redis-2workers":
+            else:
                 _flush(redis_url)
                 dep = Deployment(Path(tmp), name, store=redis_url, workers=2)
-            else:
-                p.error(f"unknown deployment {name}")
             dep.start()
             try:
                 n = 0
