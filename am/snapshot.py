@@ -148,9 +148,10 @@ def pending_summary(records: Iterable[Any], now: datetime) -> list[dict[str, Any
 
 
 def slice_manager_state(sm: Any, now: datetime) -> dict[str, Any]:
-    """The slice manager's reservations (`records()`), grouped by slice, and the store's claims (`usage_keys()`)."""
+    """The slice manager's reservations (`records()`), grouped by slice, and the units in use (`usage_keys()`,
+    the broker's answer)."""
     records = [rec for rec in sm.records() if not rec.discard]
-    keys = sm.usage_keys()
+    keys = sm.usage_keys(now)
     slices: dict[str, dict[str, Any]] = {}
     for rec in sorted(records, key=lambda rec: (rec.slice_urn, rec.client_id)):
         if rec.r.state == rs.CLOSED:

@@ -168,6 +168,9 @@ class OfctlProgrammer:
             self.ovs.ofctl("replace-flows", bridge, f.name)
         finally:
             os.unlink(f.name)
+        # the datapath keeps forwarding on flows it cached from removed rules until its revalidator runs; a
+        # stopped link must stop at once (a ping right after geni_stop went through, now and then)
+        self.ovs.appctl("revalidator/purge")
 
 
 def cookie_flows(ovs: OvsSwitch, bridge: str) -> list[str]:

@@ -122,6 +122,10 @@ class OvsSwitch:
     def ofctl(self, command: str, bridge: str, *args: str) -> str:
         return self._run(["ovs-ofctl", "-O", "OpenFlow13", command, self.mgmt(bridge), *args])
 
+    def appctl(self, *args: str) -> str:
+        """A command to this switch's ovs-vswitchd (its own control socket, not the host's)."""
+        return self._run(["ovs-appctl", "-t", str(self.run_dir / "ovs-vswitchd.ctl"), *args])
+
     def mgmt(self, bridge: str) -> str:
         return f"unix:{self.run_dir / (bridge + '.mgmt')}"
 
