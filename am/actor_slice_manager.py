@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from am import reservation as rs
@@ -568,10 +568,9 @@ class ActorSliceManager(Records, Recovery, Delivery):
             return None
         return doc["reason"]
 
-    def usage_keys(self, now: datetime | None = None) -> set[str]:
-        """The unit keys in use now, for the dashboard and metrics: the broker's availability answer (as the
-        advertisement gets it), not the broker's claims read from the store."""
-        return set(self.in_use(now or datetime.now(UTC).replace(microsecond=0)))
+    def usage_keys(self) -> set[str]:
+        # not units: lease markers, reservation locks, and the slice authority's slice-name claims
+        return {k for k in self.store.all_claims() if not k.startswith(("leased:", "sm-lock:", "sa_slice:"))}
 
     def views(self, slivers: list[Sliver]):
         from rspec.manifest import SliverView

@@ -50,12 +50,11 @@ class StateSample:
 
 
 class StateSource:
-    """What metrics read of a slice manager (ActorSliceManager has both): its records, and the units in use
-    (the broker's availability answer)."""
+    """What metrics read of a slice manager (ActorSliceManager has both): records from the store, claims."""
 
     def records(self) -> list[Any]: ...
 
-    def usage_keys(self, now: datetime | None = None) -> set[str]: ...
+    def usage_keys(self) -> set[str]: ...
 
 
 def sample_of(records: Iterable[Any], usage_keys: Iterable[str], now: datetime) -> StateSample:
@@ -237,4 +236,4 @@ class Metrics:
 def for_slice_manager(substrate: Substrate, sm: StateSource, now: Callable[[], datetime],
                       interval: float = 5.0) -> Metrics:
     """Metrics over a slice manager's records and the store's claims (no actor calls, no slice manager lock)."""
-    return Metrics(substrate, lambda: sample_of(sm.records(), sm.usage_keys(now()), now()), interval)
+    return Metrics(substrate, lambda: sample_of(sm.records(), sm.usage_keys(), now()), interval)

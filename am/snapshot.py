@@ -148,10 +148,9 @@ def pending_summary(records: Iterable[Any], now: datetime) -> list[dict[str, Any
 
 
 def slice_manager_state(sm: Any, now: datetime) -> dict[str, Any]:
-    """The slice manager's reservations (`records()`), grouped by slice, and the units in use (`usage_keys()`,
-    the broker's answer)."""
+    """The slice manager's reservations (`records()`), grouped by slice, and the store's claims (`usage_keys()`)."""
     records = [rec for rec in sm.records() if not rec.discard]
-    keys = sm.usage_keys(now)
+    keys = sm.usage_keys()
     slices: dict[str, dict[str, Any]] = {}
     for rec in sorted(records, key=lambda rec: (rec.slice_urn, rec.client_id)):
         if rec.r.state == rs.CLOSED:

@@ -224,19 +224,3 @@ def test_a_slice_is_read_through_its_index_and_older_stores_are_indexed_at_start
     store.delete(RESERVATIONS, mine[0].urn)  # a crash between the record's delete and its index entry's
     assert again.records(SLICE) == [] and [rec.id for rec in again.records(other)] == [theirs[0].urn]
 
-
-def test_the_units_in_use_are_the_brokers_answer_not_its_claims_read_from_the_store(tmp_path):
-    """The dashboard and metrics ask the slice manager for the units in use: it asks the broker (availability),
-    so with the broker down it says so instead of reading the broker's claims behind its back."""
-    store = SqliteStore(str(tmp_path / "s.db"))
-    asm = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY)
-    clock = ManualClock()
-    now = clock.now()
-    slivers = asm.allocate(SLICE, "o", parse_request(request_rspec([vm("a")])), now + 10 * MIN, now)
-    assert asm.usage_keys(now) == set(slivers[0].details["keys"])
-    broker = Flaky(asm.broker, only=("availability",))
-    asm.broker = broker
-    broker.down = True
-    asm._available = ("", frozenset())  # nothing cached: the next answer must come from the broker
-    with pytest.raises(Unavailable):
-        asm.usage_keys(now)
