@@ -575,14 +575,14 @@ class CredentialVerifier:
             raise CredentialMismatch(f"credential belongs to {cred.owner_urn}, not to you ({caller_urn})")
         # TLS checked the caller's chain against every root; here its name must also lie in its root's namespace
         # (a peer's root cannot mint identities in ours).
-        self.trust.verify_chain(caller, list(cred.owner_gid[1:]), now)
+        caller_path = self.trust.verify_chain(caller, list(cred.owner_gid[1:]), now)
         if target_urn is not None and cred.target_urn.lower() != target_urn.lower():
             raise CredentialMismatch(f"credential is for {cred.target_urn}, not {target_urn}")
         if target_urn is not None and not cred.allows(privilege):
             raise Forbidden(f"credential for {cred.target_urn} grants {', '.join(sorted(cred.privileges)) or 'nothing'}"
                             f"; {privilege} is needed")
         paths = [self.trust.verify_chain(chain[0], chain[1:], now) for chain in signers.values()]
-        paths.append(self.trust.verify_chain(caller, list(cred.owner_gid[1:]), now))
+        paths.append(caller_path)
         certs = [c for path in paths for c in path]
         valid_from = max(c.not_valid_before_utc for c in certs)
         valid_until = min([earliest, *(c.not_valid_after_utc for c in certs)])

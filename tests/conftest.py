@@ -10,12 +10,13 @@ serial run gives most files a database of their own."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 from collections.abc import Iterator
 
 import pytest
+
+from am.substrate import hostnet
 
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _WORKER:
@@ -25,8 +26,6 @@ if _WORKER:
     # set before any test module reads it at import time; subprocesses (`slicex up`) inherit it
     os.environ["SLICEX_REDIS_URL"] = f"{_server}/{(int(_db or 0) + _index) % 16}"
 
-HOST_NETWORK_LOCK = "/tmp/slicex-host-network.lock"
-
 
 @pytest.fixture(scope="module", autouse=True)
 def _host_network_turn(request) -> Iterator[None]:
@@ -34,9 +33,5 @@ def _host_network_turn(request) -> Iterator[None]:
     if "netns" not in request.path.name:
         yield
         return
-    with open(HOST_NETWORK_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with hostnet.host_lock("host-network"):
+        yield

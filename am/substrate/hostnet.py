@@ -141,7 +141,7 @@ def add_trunk(a: str, b: str, mtu: int = 9000) -> None:
     # Two aggregates on one host may start a stitched link over the same cable at the same moment (the
     # exchange point starts both halves in parallel): one makes it, the other finds it made. Without the lock
     # the second deleted the pair the first was still setting up.
-    with _host_lock("trunks"):
+    with host_lock("trunks"):
         if a in links() and b in links():
             return
         run(["ip", "link", "del", a], check=False)
@@ -153,7 +153,7 @@ def add_trunk(a: str, b: str, mtu: int = 9000) -> None:
 
 
 @contextmanager
-def _host_lock(name: str):
+def host_lock(name: str):
     """A lock every process on this host shares (an flock on a file under /run/lock)."""
     path = Path("/run/lock") / f"slicex-{name}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
