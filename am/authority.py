@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -33,12 +34,23 @@ from typing import Any, Protocol
 from slicex.clock import Clock, rfc3339
 from slicex.errors import BadArgs, CredentialInvalid, Expired, GeniError, Refused, SearchFailed, ServerError
 from slicex.store import Store
-from slicex.ticket import Lease, SignedDelegation, Ticket, sign_delegation, sign_lease, verify_ticket
+from slicex.ticket import (
+    Lease,
+    SignedDelegation,
+    SignedReclaim,
+    Ticket,
+    sign_delegation,
+    sign_lease,
+    sign_reclaim,
+    verify_ticket,
+)
 
 log = logging.getLogger("slicex.authority")
 
 LEASES = "authority-leases"
 DELEGATED = "authority-delegations"
+NUMBERED = "authority-message-numbers"  # the last number this authority gave a message to each broker
+NUMBER_EPOCH = 1_577_836_800  # 2020-01-01T00:00:00Z
 """What each authority delegated to each broker (key "<authority>|<broker>", names of pools and label sets):
 the authority's own record, so a ticket is checked against what it gave, not what a broker says it has."""
 
@@ -129,6 +141,8 @@ class Authority:
         # step that looks at every lease, and has a lock of its own.
         self._lease_locks = [threading.RLock() for _ in range(LEASE_LOCK_STRIPES)]
         self._picking = threading.Lock()
+        self._numbering = threading.Lock()  # the numbers of its messages to brokers
+        self._last_number = 0  # without a store
         self.fault = lambda boundary: None  # fault injection (tests): called at internal boundaries
 
     # ---- delegation ------------------------------------------------------------------------------------------
@@ -154,8 +168,8 @@ class Authority:
 
     def reclaim(self, broker: Any, names: list[str], now: datetime) -> tuple[list[str], list[str]]:
         """Take inventory back from a broker (maintenance): (reclaimed now, still promised and draining)."""
-        free, busy = broker.reclaim(self.name, names, now)
         to = self._broker_name(broker)
+        free, busy = broker.reclaim(self._order(names, to), now)
         held = self._delegated(to)
         if held is not None:
             self._record(to, set(held) - set(free))  # draining ones stay: their tickets are still good
@@ -167,8 +181,32 @@ class Authority:
         part = replace(part, broker=to)
         if self.key is None:
             return part
-        issued = self.clock.now() if self.clock is not None else datetime.now(UTC).replace(microsecond=0)
-        return sign_delegation(SignedDelegation(self.name, to, issued, part.to_doc()), self.key)
+        return sign_delegation(SignedDelegation(self.name, to, self._issued(), part.to_doc(), self._number(to)),
+                               self.key)
+
+    def _order(self, names: list[str], to: str) -> SignedReclaim:
+        """The reclaim message: signed with this authority's key and numbered like its delegations (unsigned
+        without a key: a broker that knows this authority's key refuses that)."""
+        order = SignedReclaim(self.name, to, self._issued(), tuple(names), self._number(to))
+        return sign_reclaim(order, self.key) if self.key is not None else order
+
+    def _issued(self) -> datetime:
+        return self.clock.now() if self.clock is not None else datetime.now(UTC).replace(microsecond=0)
+
+    def _number(self, broker: str) -> int:
+        """The next number of a message to `broker`: above every number this authority gave before (kept in
+        its record, so across restarts and with the operator's `slicex maintenance` on the same store) and at
+        least the wall clock's seconds since 2020 (an XML-RPC integer until 2088), so an authority whose store
+        was lost still numbers above what the broker applied."""
+        with self._numbering:
+            key = f"{self.name}|{broker}"
+            doc = self.store.get(NUMBERED, key) if self.store is not None else None
+            number = max(int(time.time()) - NUMBER_EPOCH, self._last_number + 1,
+                         int((doc or {}).get("sequence", 0)) + 1)
+            self._last_number = number
+            if self.store is not None:
+                self.store.put(NUMBERED, key, {"authority": self.name, "broker": broker, "sequence": number})
+            return number
 
     def _broker_name(self, broker: Any) -> str:
         """The name tickets from `broker` carry (a proxy to a remote broker: the inventory's broker)."""

@@ -210,7 +210,8 @@ class EmbeddedDeployment:
             # for it
         else:
             self.broker = Broker("broker", self.store, load_signing_key(home.broker_key.read_bytes()), policy=policy,
-                                 authority=self.authority_name(), authority_keys={self.authority_name(): lease_key})
+                                 authority=self.authority_name(), authority_keys={self.authority_name(): lease_key},
+                                 clock=self.clock)
             self.authority_actor = Authority(self.authority_name(), self.driver,
                                              {"broker": actor_public_key(home, "broker", self.authority)},
                                              store=self.store, key=load_signing_key(home.authority_key.read_bytes()),
@@ -404,7 +405,7 @@ class ActorProcess:
                  clock: Clock | None = None, failures: FailurePlan | None = None, broker_url: str | None = None):
         """`broker_url`: where the authority delegates (default: `host` and `broker_port` of slicex.yaml)."""
         from am.authority import Delegator, authority_handlers
-        from broker.remote import RemoteBroker, broker_handlers
+        from broker.remote import RemoteBroker, broker_callers, broker_handlers
         from slicex.actor_rpc import ActorClient, ActorServer
 
         cfg = home.config()
@@ -421,9 +422,11 @@ class ActorProcess:
             # delegations are accepted only signed with the authority actor's key
             self.actor: Any = Broker("broker", self.store, load_signing_key(home.broker_key.read_bytes()),
                                      policy=policy_named(cfg.get("broker_policy", "first-fit")), authority=am_urn,
-                                     authority_keys={am_urn: actor_public_key(home, "authority", authority)})
+                                     authority_keys={am_urn: actor_public_key(home, "authority", authority)},
+                                     clock=self.clock)
             handlers = broker_handlers(self.actor)
-            callers = {am_urn, actor_urn(authority, "authority")}  # the slice manager; the authority delegating
+            # the slice manager asks for promises; the authority delegates and reclaims
+            callers = broker_callers(am_urn, actor_urn(authority, "authority"))
         else:
             substrate = load_substrate(cfg["substrate"]) if cfg["substrate"] else default_substrate(authority)
             self.host_driver = host_driver(cfg, home)
@@ -433,7 +436,7 @@ class ActorProcess:
                                    store=self.store, key=load_signing_key(home.authority_key.read_bytes()),
                                    inventory=export_substrate(substrate, am_urn, "broker"), clock=self.clock)
             handlers = authority_handlers(self.actor)
-            callers = {am_urn}
+            callers = {am_urn: frozenset(handlers)}  # the slice manager alone
             # it delegates its own inventory, as the authority actor (its certificate) calling the broker
             url = broker_url or f"https://{cfg['host']}:{cfg.get('broker_port', 8002)}/"
             to = RemoteBroker(ActorClient("broker", url, str(home.authority_cert), str(home.authority_key),

@@ -39,7 +39,7 @@ from broker.delegation import Delegation, claim, export_prefixes, reclaim
 from broker.placement import Placement, Shortfall, plan, report, request_of
 from broker.policy import BinView, FifoQueue, FirstFit, Policy, Waiting, choose_label, rank
 from rspec.substrate import Substrate
-from slicex.clock import parse_time, rfc3339
+from slicex.clock import Clock, parse_time, rfc3339
 from slicex.errors import (
     BadArgs,
     Busy,
@@ -55,7 +55,15 @@ from slicex.errors import (
 from slicex.inventory import from_doc, keys_under, to_doc, units
 from slicex.store import Store
 from slicex.term import Term
-from slicex.ticket import SignedDelegation, Ticket, load_signing_key, sign_ticket, verify_delegation
+from slicex.ticket import (
+    SignedDelegation,
+    SignedReclaim,
+    Ticket,
+    load_signing_key,
+    sign_ticket,
+    verify_delegation,
+    verify_reclaim,
+)
 
 DELEGATIONS = "delegations"
 TICKETS = "broker-tickets"
@@ -120,8 +128,12 @@ def _utcnow() -> datetime:
 class Broker:
     def __init__(self, name: str, store: Store, key_pem: Any, cert: x509.Certificate | None = None,
                  policy: Policy | None = None, authority: str = "",
-                 authority_keys: Mapping[str, Any] | None = None):
+                 authority_keys: Mapping[str, Any] | None = None, clock: Clock | None = None):
         self.name = name
+        # Its own time, when it has a clock (every deployment): promises start, end and are evicted by it, never
+        # by a caller's `now` (a caller a day ahead would otherwise end everyone's promises). Without one (pure
+        # tests of the core) the `now` argument is the time.
+        self.clock = clock
         # authority name → public key of its certificate: delegations must be signed with it. Every deployment
         # sets it; None only for a broker of pure tests and one-command tools over a throw-away store, which
         # take the inventory their caller hands them.
@@ -141,6 +153,11 @@ class Broker:
         self._unpublished: dict[str, tuple[frozenset[str], Term]] = {}
         self.fault = lambda boundary: None  # fault injection (tests): called at internal boundaries
         self._load()
+
+    def _now(self, now: datetime | None) -> datetime:
+        if self.clock is not None:
+            return self.clock.now()
+        return now or _utcnow()
 
     # ---- state from the store --------------------------------------------------------------------------------
     def _load(self) -> None:
@@ -224,6 +241,8 @@ class Broker:
         delegation, signed = self._verified(delegation)
         with self._lock:
             doc = self._delegation_doc(delegation.authority)
+            if not self._in_order(doc, signed, "delegation", self._delegation_changes_nothing(doc, delegation)):
+                return  # a resend of what is already in force
             if signed is not None:  # what it was given, each document once; ones every name of which a later
                 # document granted again say nothing more and go
                 later = set(delegation.names())
@@ -247,6 +266,34 @@ class Broker:
                 self._substrates[merged.authority] = from_doc(Substrate, merged.substrate)
             self._bump()
 
+    def _in_order(self, doc: dict[str, Any], message: SignedDelegation | SignedReclaim | None, what: str,
+                  changes_nothing: bool) -> bool:
+        """An authority numbers its messages to this broker; they are applied in that order. A message numbered
+        at or below the last one applied is refused unless it would change nothing (the same grant or order
+        sent again); False then: nothing to apply. Without the authority's keys (a broker of pure tests) every
+        message is applied. Records the number in `doc` (the caller writes it)."""
+        if message is None or self.authority_keys is None:
+            return True
+        last = int(doc.get("sequence", 0))
+        if message.sequence > last or message.sequence == last == 0:
+            doc["sequence"] = message.sequence
+            return True
+        if changes_nothing:
+            return False
+        raise Refused(f"broker {self.name}: {what} number {message.sequence} from {message.authority} is older "
+                      f"than its number {last}, already applied: an old message cannot undo a newer one (the "
+                      f"authority sends a new one)")
+
+    @staticmethod
+    def _delegation_changes_nothing(doc: dict[str, Any], delegation: Delegation) -> bool:
+        if not doc.get("delegation"):
+            return False
+        held = Delegation.from_doc(doc["delegation"])
+        out = set(doc.get("reclaimed", [])) | set(doc.get("draining", []))
+        return (set(delegation.pools) <= set(held.pools) and set(delegation.label_sets) <= set(held.label_sets)
+                and not out & set(delegation.names())
+                and delegation.substrate in (None, held.substrate))
+
     def delegations(self, authority: str = "") -> list[dict[str, Any]]:
         """The signed delegation documents this broker accepted (from `authority`, or from every one), oldest
         first: what it was given, with the signature that shows who gave it."""
@@ -256,13 +303,20 @@ class Broker:
     def delegated(self) -> list[str]:
         return sorted(p for d in self.store.scan(DELEGATIONS) if d["broker"] == self.name for p in d["prefixes"])
 
-    def reclaim(self, authority: str, prefixes: Sequence[str],
-                now: datetime | None = None) -> tuple[list[str], list[str]]:
-        """The authority takes back delegated inventory (e.g. a host going into maintenance). What nothing
-        promises leaves at once; what is promised stops taking new promises and is returned as still
-        promised. Returns (reclaimed, still promised)."""
-        now = now or _utcnow()
+    def reclaim(self, order: SignedReclaim, now: datetime | None = None) -> tuple[list[str], list[str]]:
+        """The authority takes back delegated inventory (e.g. a host going into maintenance), by an order signed
+        with its key when this broker knows its authorities' keys (CredentialInvalid, Refused otherwise, and
+        nothing changes). What nothing promises leaves at once; what is promised stops taking new promises and
+        is returned as still promised. Returns (reclaimed, still promised)."""
+        self._verified_reclaim(order)
+        authority, prefixes = order.authority, list(order.names)
+        now = self._now(now)
         with self._lock:
+            doc = self._delegation_doc(authority)
+            out = set(doc.get("reclaimed", [])) | set(doc.get("draining", []))
+            if not self._in_order(doc, order, "reclaim order", set(prefixes) <= out):
+                reclaimed = set(doc.get("reclaimed", []))
+                return [p for p in prefixes if p in reclaimed], [p for p in prefixes if p not in reclaimed]
             self._forget_released(u for p in prefixes for u in self.calendar.units_of(p)
                                   if self.calendar.holders_ever(u))
             claims = self.store.all_claims()
@@ -270,7 +324,6 @@ class Broker:
             self.calendar.draining |= busy_by_claim & (set(self.calendar.pools) | set(self.calendar.label_sets))
             free, busy = reclaim(self.calendar, [p for p in prefixes if p not in busy_by_claim], now)
             busy = sorted(set(busy) | busy_by_claim, key=list(prefixes).index)
-            doc = self._delegation_doc(authority)
             if doc.get("delegation"):
                 doc["delegation"] = Delegation.from_doc(doc["delegation"]).without(free).to_doc()
             doc["prefixes"] = [p for p in doc["prefixes"] if p not in free]
@@ -279,6 +332,17 @@ class Broker:
             self.store.put(DELEGATIONS, f"{self.name}|{authority}", doc)
             self._bump()
             return free, busy
+
+    def _verified_reclaim(self, order: SignedReclaim) -> None:
+        if self.authority_keys is None:  # a broker of tests and tools: trusts its caller
+            return
+        key = self.authority_keys.get(order.authority)
+        if key is None:
+            raise CredentialInvalid(f"broker {self.name} does not know authority {order.authority} (it takes "
+                                    f"reclaim orders from {', '.join(sorted(self.authority_keys)) or 'none'})")
+        verify_reclaim(order, key)
+        if order.broker != self.name:
+            raise Refused(f"reclaim order from {order.authority} is for broker {order.broker}, not {self.name}")
 
     def reclaimed(self, authority: str) -> list[str]:
         doc = self.store.get(DELEGATIONS, f"{self.name}|{authority}") or {}
@@ -307,7 +371,7 @@ class Broker:
         (`unchanged`). Advertisements (ListResources geni_available) are built from this answer. With a
         future `term` (ListResources with a time window) the answer is what cannot be promised over that
         term: advance bookings included, and today's claims only if their tickets may still run then."""
-        now = now or _utcnow()
+        now = self._now(now)
         with self._lock:
             version = self.version()
             if term is not None and term.start > now:
@@ -366,6 +430,7 @@ class Broker:
         image_policy = str(demands.get("image_policy") or "reject")
         parts = {str(k): str(v) for k, v in (demands.get("bitstream_parts") or {}).items()}
         substrate = self.substrate_of(authority)
+        now = self._now(now)
         future = term.start > now  # an advance reservation: booked now, claimed by `tick` when it starts
         if dry_run:
             with self._lock:
@@ -441,7 +506,7 @@ class Broker:
                end: datetime, group: str | None = None, now: datetime | None = None) -> dict[str, Ticket]:
         """Grant exactly these units per reservation, all or none (a planner chose them)."""
         demands = {rid: Demand(units=tuple(units)) for rid, units in units_by_reservation.items()}
-        granted = self.issue(holder, demands, Term(start, end), now or start, group=group)
+        granted = self.issue(holder, demands, Term(start, end), self._now(now or start), group=group)
         assert granted is not None
         return granted
 
@@ -451,6 +516,7 @@ class Broker:
         before asking can always relinquish (even after a crash), and asking again with the same group
         returns the tickets already granted. With `wait_until`, a request that cannot be served now joins
         the FIFO queue and None is returned (ask `query` later); otherwise the refusal is raised."""
+        now = self._now(now)
         explicit_group = group is not None
         group = group or f"ticket:{uuid.uuid4().hex}"
         with self._lock:
@@ -806,7 +872,7 @@ class Broker:
     def relinquish(self, ticket: Ticket, now: datetime | None = None) -> int:
         """Give a ticket's units back (on close, failure or expiry; idempotent); waiting requests are then
         served. Returns how many claims were released."""
-        now = now or _utcnow()
+        now = self._now(now)
         self._remember_relinquished(ticket.id, now)
         released = self._drop(ticket.id, ticket.units)
         if len(self.queue):  # a request enqueued after this check found the units free already
@@ -817,7 +883,7 @@ class Broker:
     def relinquish_group(self, group: str, now: datetime | None = None) -> int:
         """Give back everything a ticket group holds, tickets or not (a request whose answer was lost), and
         withdraw it from the queue."""
-        now = now or _utcnow()
+        now = self._now(now)
         with self._lock:
             released = 0
             self._remember_relinquished(f"{group}/*", now)
@@ -857,6 +923,7 @@ class Broker:
         """The broker's clock: claim the units of advance tickets whose term has started, drop tickets ended
         more than EXPIRY_GRACE ago (a slice manager that vanished), fail queued requests past their deadline,
         and serve the queue. Returns what happened, for logs."""
+        now = self._now(now)
         with self._lock:
             started, failed = [], []
             for tid, b in list(self.calendar.bookings.items()):

@@ -1,5 +1,7 @@
-"""The broker as a network actor: its server side (methods over mutual TLS) and the proxy slice managers use,
-with the same methods as broker.broker.Broker."""
+"""The broker as a network actor: its server side (methods over mutual TLS), who may call which method, and
+the proxy slice managers and authorities use, with the same methods as broker.broker.Broker.
+
+A broker in its own process runs its own clock (ActorProcess): no caller advances it."""
 
 from __future__ import annotations
 
@@ -11,8 +13,20 @@ from broker.broker import Broker, Demand
 from broker.delegation import Delegation
 from slicex.actor_rpc import ActorClient
 from slicex.clock import parse_time, rfc3339
+from slicex.errors import BadArgs
 from slicex.term import Term
-from slicex.ticket import SignedDelegation, Ticket
+from slicex.ticket import SignedDelegation, SignedReclaim, Ticket
+
+# what each kind of caller may ask: a slice manager asks for promises and what is free; an authority hands
+# inventory over and takes it back. Reading what was delegated and promised is open to both.
+READS = frozenset({"reclaimed", "delegations", "tickets"})
+SLICE_MANAGER_CALLS = READS | {"ticket", "issue", "extend_ticket", "relinquish", "query", "place", "availability"}
+AUTHORITY_CALLS = READS | {"accept", "reclaim"}
+
+
+def broker_callers(slice_manager: str, authority: str) -> dict[str, frozenset[str]]:
+    """The broker actor server's callers (certificate URN) and the methods each may call."""
+    return {slice_manager: SLICE_MANAGER_CALLS, authority: AUTHORITY_CALLS}
 
 
 def _t(text: str | None) -> datetime | None:
@@ -53,14 +67,15 @@ def broker_handlers(broker: Broker) -> dict[str, Any]:
     def reclaimed(authority):
         return broker.reclaimed(authority)
 
-    def tick(now):
-        return broker.tick(parse_time(now))
-
     def accept(delegation):
         # a signed document (the authority's grant) is verified by the broker; a bare one is refused by a
         # broker that knows its authorities' keys
-        broker.accept(SignedDelegation.from_doc(delegation) if "signature" in delegation
+        try:
+            parsed = (SignedDelegation.from_doc(delegation) if "signature" in delegation
                       else Delegation.from_doc(delegation))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BadArgs(f"broker {broker.name}: not a delegation: {exc!r}") from None
+        broker.accept(parsed)
         return True
 
     def delegations(authority=""):
@@ -69,11 +84,15 @@ def broker_handlers(broker: Broker) -> dict[str, Any]:
     def tickets():
         return broker.tickets()
 
-    def reclaim(authority, names, now=""):
-        return list(broker.reclaim(authority, names, _t(now)))
+    def reclaim(order, now=""):
+        try:
+            parsed = SignedReclaim.from_doc(order)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BadArgs(f"broker {broker.name}: not a reclaim order: {exc!r}") from None
+        return list(broker.reclaim(parsed, _t(now)))
 
     return {"ticket": ticket, "issue": issue, "extend_ticket": extend_ticket, "relinquish": relinquish,
-            "query": query, "place": place, "availability": availability, "reclaimed": reclaimed, "tick": tick, "accept": accept,
+            "query": query, "place": place, "availability": availability, "reclaimed": reclaimed, "accept": accept,
             "reclaim": reclaim, "delegations": delegations, "tickets": tickets}
 
 
@@ -123,9 +142,6 @@ class RemoteBroker:
     def reclaimed(self, authority: str) -> list[str]:
         return self.client.call("reclaimed", authority)
 
-    def tick(self, now: datetime) -> dict[str, list[str]]:
-        return self.client.call("tick", rfc3339(now))
-
     def accept(self, delegation: Delegation | SignedDelegation) -> None:
         """ORCA claim: an authority in another process delegates to this broker (a signed document)."""
         self.client.call("accept", delegation.to_doc())
@@ -138,6 +154,6 @@ class RemoteBroker:
         """The broker's tickets and queue (Broker.tickets)."""
         return self.client.call("tickets")
 
-    def reclaim(self, authority: str, names: Sequence[str], now: datetime | None = None) -> tuple[list[str], list[str]]:
-        free, busy = self.client.call("reclaim", authority, list(names), rfc3339(now) if now else "")
+    def reclaim(self, order: SignedReclaim, now: datetime | None = None) -> tuple[list[str], list[str]]:
+        free, busy = self.client.call("reclaim", order.to_doc(), rfc3339(now) if now else "")
         return free, busy

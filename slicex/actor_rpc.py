@@ -13,7 +13,7 @@ import logging
 import ssl
 import threading
 import xmlrpc.client
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 from xml.parsers.expat import ExpatError
 
@@ -28,11 +28,12 @@ _ERRORS = {cls.code: cls for cls in GeniError.__subclasses__()}
 
 
 class ActorServer:
-    def __init__(self, name: str, handlers: dict[str, Callable[..., Any]], allowed_urns: set[str],
+    def __init__(self, name: str, handlers: dict[str, Callable[..., Any]], callers: Mapping[str, Collection[str]],
                  address: tuple[str, int], cert_file: str, key_file: str, ca_file: str):
+        """`callers`: the URN of each peer it answers, with the methods that peer may call."""
         self.name = name
         self.handlers = handlers
-        self.allowed = {u.lower() for u in allowed_urns}
+        self.callers = {urn.lower(): frozenset(methods) for urn, methods in callers.items()}
         self.server = TlsXmlRpcServer(address, server_context(cert_file, key_file, ca_file), self._dispatch,
                                       lambda message, too_big=False: xmlrpc.client.Fault(6 if too_big else 1, message))
 
@@ -50,11 +51,14 @@ class ActorServer:
 
     def _serve(self, method: str, params: tuple, cert: x509.Certificate | None) -> Any:
         caller = pki.cert_urn(cert) if cert is not None else ""
-        if caller.lower() not in self.allowed:
+        methods = self.callers.get(caller.lower())
+        if methods is None:
             return xmlrpc.client.Fault(3, f"{self.name}: {caller or 'an unnamed peer'} may not call actor methods")
         handler = self.handlers.get(method)
         if handler is None:
             return xmlrpc.client.Fault(13, f"{self.name} has no method {method!r}")
+        if method not in methods:
+            return xmlrpc.client.Fault(3, f"{self.name}: {caller} may not call {method}")
         logging.getLogger(f"slicex.{self.name}").log(logging.INFO if logs.request_id() else logging.DEBUG,
                                                      "%s.%s from %s", self.name, method, caller)
         try:

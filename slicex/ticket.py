@@ -15,7 +15,9 @@ A delegation (an authority's grant of inventory to a broker, ORCA's claim) is si
 authority, so a broker accepts inventory only from the authority whose key it holds, and keeps the signed
 document to show what it was given. Its `body` is the delegation as data (broker/delegation.py
 `Delegation.to_doc`: pools, label sets, substrate description); the kernel signs it without knowing its
-shape."""
+shape. A reclaim order (the authority takes inventory back) is signed the same way, with `"kind": "reclaim"`
+in what is signed so that neither document's signature passes for the other's. Both carry the authority's
+`sequence`: the broker applies them in that order (broker/broker.py `_in_order`)."""
 
 from __future__ import annotations
 
@@ -150,9 +152,12 @@ class SignedDelegation:
     broker: str  # the broker it is granted to
     issued: datetime  # by the authority's clock
     body: dict[str, Any]  # the delegation: {authority, broker, pools, label_sets, substrate}
+    # the authority numbers its messages to a broker (delegations and reclaims alike, increasing): the broker
+    # applies them in that order, so an old document sent again cannot undo a newer one
+    sequence: int = 0
     signature: str = ""
 
-    _OPTIONAL = ()
+    _OPTIONAL = ("sequence",)
 
     def payload(self) -> bytes:
         return json.dumps(_canonical(self), sort_keys=True, separators=(",", ":")).encode()
@@ -163,7 +168,35 @@ class SignedDelegation:
     @staticmethod
     def from_doc(d: dict[str, Any]) -> SignedDelegation:
         return SignedDelegation(d["authority"], d["broker"], parse_time(d["issued"]), dict(d["body"]),
-                                d.get("signature", ""))
+                                int(d.get("sequence", 0)), d.get("signature", ""))
+
+
+@dataclass(frozen=True)
+class SignedReclaim:
+    """An authority's signed order to one broker to give back delegated inventory (maintenance), numbered in
+    the same sequence as its delegations."""
+
+    authority: str
+    broker: str
+    issued: datetime  # by the authority's clock
+    names: tuple[str, ...]  # pools and label sets
+    sequence: int = 0
+    signature: str = ""
+
+    _OPTIONAL = ()
+
+    def payload(self) -> bytes:
+        return json.dumps({**_canonical(self), "kind": "reclaim"}, sort_keys=True, separators=(",", ":")).encode()
+
+    def to_doc(self) -> dict[str, Any]:
+        return {**json.loads(self.payload()), "signature": self.signature}
+
+    @staticmethod
+    def from_doc(d: dict[str, Any]) -> SignedReclaim:
+        if d.get("kind") != "reclaim":
+            raise ValueError("not a reclaim order")
+        return SignedReclaim(d["authority"], d["broker"], parse_time(d["issued"]), tuple(str(n) for n in d["names"]),
+                             int(d.get("sequence", 0)), d.get("signature", ""))
 
 
 def _sign(obj, key):
@@ -202,6 +235,20 @@ def verify_lease(lease: Lease, authority_public_key) -> None:
 def sign_delegation(delegation: SignedDelegation, key) -> SignedDelegation:
     """Sign with the authority's key (a loaded private key, or PEM bytes)."""
     return _sign(delegation, key)
+
+
+def sign_reclaim(order: SignedReclaim, key) -> SignedReclaim:
+    """Sign with the authority's key (a loaded private key, or PEM bytes)."""
+    return _sign(order, key)
+
+
+def verify_reclaim(order: SignedReclaim, authority_public_key) -> None:
+    """Raise CredentialInvalid unless the authority's key signed exactly this reclaim order."""
+    if not order.signature:
+        raise CredentialInvalid(f"reclaim order from {order.authority} to broker {order.broker} is not signed; a "
+                                f"broker gives inventory back only on its authority's signed order")
+    _verify(order, authority_public_key,
+            f"reclaim order to broker {order.broker} is not signed by authority {order.authority} (or was altered)")
 
 
 def verify_delegation(delegation: SignedDelegation, authority_public_key) -> None:

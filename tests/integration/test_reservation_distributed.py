@@ -63,7 +63,7 @@ def actor_main(role: str, home_dir: str, prefix: str, port: int, conn) -> None:
             os._exit(137)
 
     actor.fault = fault
-    server = ActorServer(role, handlers, {AUTH}, ("127.0.0.1", port), str(cert), str(key_file), str(h.ca_cert))
+    server = ActorServer(role, handlers, {AUTH: frozenset(handlers)}, ("127.0.0.1", port), str(cert), str(key_file), str(h.ca_cert))
     server.start()
     conn.send(server.url)
     threading.Event().wait()

@@ -78,7 +78,7 @@ def impostor_broker(r: Running, cert: str, key: str, calls: list[str]) -> ActorS
         return handler
 
     handlers = {m: record(m) for m in ("place", "availability", "reclaimed", "issue", "ticket", "query", "accept")}
-    fake = ActorServer("broker", handlers, {AM}, ("127.0.0.1", port), cert, key, str(r.home.ca_cert))
+    fake = ActorServer("broker", handlers, {AM: frozenset(handlers)}, ("127.0.0.1", port), cert, key, str(r.home.ca_cert))
     fake.start()
     return fake
 
@@ -175,6 +175,20 @@ def test_the_authority_may_delegate_to_the_broker_but_not_the_other_way(distribu
     as_broker = ActorClient("authority", r.actors[1].url, str(h.broker_cert), str(h.broker_key), str(h.ca_cert), AUTH)
     with pytest.raises(Forbidden, match=re.escape(f"{BROKER} may not call")):
         as_broker.call("close", "x", "2030-01-01T00:00:00Z")
+
+
+@pytest.mark.parametrize("method", ["place", "issue", "ticket", "extend_ticket", "relinquish", "query", "availability"])
+def test_the_authoritys_identity_may_not_ask_the_broker_for_promises(distributed, method):
+    """Each caller calls only its own methods: the authority hands inventory over; it never asks for
+    promises (the slice manager's side: tests/security/test_delegation_forgery.py)."""
+    r = distributed
+    calls = counted(r)
+    h = r.home
+    as_authority = ActorClient("broker", r.actors[0].url, str(h.authority_cert), str(h.authority_key),
+                               str(h.ca_cert), BROKER)
+    with pytest.raises(Forbidden, match=re.escape(f"{AUTH} may not call {method}")):
+        as_authority.call(method, "x")
+    assert calls == []
 
 
 # ---- the authority checks tickets for real -------------------------------------------------------------------

@@ -100,8 +100,8 @@ class BrokerStub:
     def reclaimed(self, authority):
         return ["core:pc2"]  # the operator took pc2 out (maintenance)
 
-    def reclaim(self, authority, names, now):
-        return list(names), []
+    def reclaim(self, order, now):
+        return list(order.names), []
 
 
 def authority(clock=None) -> Authority:

@@ -22,6 +22,7 @@ from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slicex.errors import Busy, CredentialInvalid, Expired, Refused
 from slicex.store.sqlite_store import SqliteStore
+from slicex.ticket import SignedReclaim
 from tests.factories import request_rspec, vm
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -64,7 +65,7 @@ def test_delegation_and_reclaim_for_maintenance():
     broker.accept(export_substrate(SUB, "auth", "b"))
     pc1, pc2 = SUB.hosts[0].component_id, SUB.hosts[1].component_id
     broker.ticket("sm", {"r": [f"core:{pc2}:0"]}, NOW, NOW + timedelta(hours=1))
-    free, busy = broker.reclaim("auth", [f"core:{pc1}", f"core:{pc2}"])
+    free, busy = broker.reclaim(SignedReclaim("auth", "b", NOW, (f"core:{pc1}", f"core:{pc2}")))
     assert free == [f"core:{pc1}"] and busy == [f"core:{pc2}"]
     with pytest.raises(Refused, match="not in the inventory delegated"):
         broker.ticket("sm", {"r2": [f"core:{pc1}:0"]}, NOW, NOW + timedelta(hours=1))
@@ -128,7 +129,7 @@ def test_reclaimed_inventory_stays_out_until_delegated_again():
     store = SqliteStore(":memory:")
     broker = Broker("b", store, KEY)
     broker.accept(export_prefixes("auth", "b", ["core:h1", "core:h2"]))
-    broker.reclaim("auth", ["core:h1"])
+    broker.reclaim(SignedReclaim("auth", "b", NOW, ("core:h1",)))
     assert broker.reclaimed("auth") == ["core:h1"] and broker.delegated() == ["core:h2"]
     broker.accept(export_prefixes("auth", "b", ["core:h1"]))
     assert broker.reclaimed("auth") == [] and broker.delegated() == ["core:h1", "core:h2"]

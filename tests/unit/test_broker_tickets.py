@@ -30,7 +30,7 @@ from slicex.errors import (
 )
 from slicex.store.sqlite_store import SqliteStore
 from slicex.term import Term
-from slicex.ticket import Ticket, verify_ticket
+from slicex.ticket import SignedReclaim, Ticket, verify_ticket
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 H = timedelta(hours=1)
@@ -225,7 +225,7 @@ def test_tickets_nobody_relinquished_are_dropped_after_their_end_and_a_grace():
 
 def test_reclaimed_pools_are_refused_and_come_back_with_their_definition():
     b = broker()
-    free, busy = b.reclaim("auth", ["core:pc3", "mem:pc3"], T0)
+    free, busy = b.reclaim(SignedReclaim("auth", b.name, T0, ("core:pc3", "mem:pc3")), T0)
     assert (free, busy) == (["core:pc3", "mem:pc3"], [])
     with pytest.raises(Refused, match="not in the inventory"):
         b.ticket("sm", {"r": ["core:pc3:0"]}, T0, T0 + H)
@@ -237,7 +237,7 @@ def test_reclaimed_pools_are_refused_and_come_back_with_their_definition():
 def test_reclaiming_a_promised_host_drains_it():
     b = broker()
     one(b.issue("sm", {"r": Demand(amounts=(("core", 1),), bins=("pc2",))}, Term(T0, T0 + H), T0))
-    free, busy = b.reclaim("auth", ["core:pc2"], T0)
+    free, busy = b.reclaim(SignedReclaim("auth", b.name, T0, ("core:pc2",)), T0)
     assert (free, busy) == ([], ["core:pc2"])
     with pytest.raises(InsufficientNodes):
         b.issue("sm", {"r2": Demand(amounts=(("core", 1),), bins=("pc2",))}, Term(T0, T0 + H), T0)
