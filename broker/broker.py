@@ -344,6 +344,13 @@ class Broker:
         if order.broker != self.name:
             raise Refused(f"reclaim order from {order.authority} is for broker {order.broker}, not {self.name}")
 
+    def _out_of_service(self, authority: str) -> set[str]:
+        """Pools and label sets reclaimed or draining, as the store has them: another broker process on the store
+        (another AM worker's, or `slicex maintenance` over an embedded deployment's store) may have taken them
+        out after this one loaded its calendar."""
+        doc = self.store.get(DELEGATIONS, f"{self.name}|{authority}") or {}
+        return set(doc.get("reclaimed", [])) | set(doc.get("draining", []))
+
     def reclaimed(self, authority: str) -> list[str]:
         doc = self.store.get(DELEGATIONS, f"{self.name}|{authority}") or {}
         return list(doc.get("reclaimed", []))
@@ -410,14 +417,14 @@ class Broker:
               future: bool = False) -> set[str]:
         """What the policy must not choose: promised over the term, claimed in the store by anyone but `group`
         (claims of an earlier attempt of this very request, cut short by a crash, are its own to take again),
-        and inventory the authority reclaimed. For a `future` term (an advance reservation) a claim whose
+        and inventory the authority reclaimed or is reclaiming. For a `future` term (an advance reservation) a claim whose
         ticket ends before the term starts does not count."""
         if future:
             claimed = self._claimed_during(term, group)
         else:
             claimed = units(k for k, owner in self.store.all_claims().items() if owner != group)
         return (self.calendar.unavailable(term) | claimed
-                | keys_under(substrate, set(self.reclaimed(authority or self.authority))))
+                | keys_under(substrate, self._out_of_service(authority or self.authority)))
 
     def place(self, holder: str, demands: Mapping[str, Any], term: Term, now: datetime, group: str | None = None,
               dry_run: bool = False, authority: str = "") -> dict[str, Any]:

@@ -631,9 +631,9 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from am.authority import Authority
-    from broker.broker import Broker
     from broker.delegation import export_substrate
     from rspec.substrate import default_substrate, load_substrate
+    from slicex.devpki import ensure_actor_identities
     from slicex.store import open_store
 
     home = _home(args)
@@ -644,28 +644,51 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
         print(f"no host {args.host} in the substrate ({', '.join(h.name for h in substrate.hosts)})", file=sys.stderr)
         return 2
     name = f"urn:publicid:IDN+{cfg['authority']}+authority+am"
-    from slicex.devpki import actor_public_key, ensure_actor_identities
-
     ensure_actor_identities(home, cfg["authority"])  # a home from before the broker had a key of its own
     store = open_store(cfg["store"])  # the authority records what it delegates (tickets are checked against it)
-    # as the authority: a returned host is a delegation signed with its key, which the broker verifies
+    # as the authority: its orders and grants are documents signed with its key, which the broker verifies
     authority = Authority(name, None, {}, store=store, inventory=export_substrate(substrate, name, "broker"),
                           key=home.authority_key.read_bytes())
     pools = authority.inventory.on(host.component_id)
-    broker = Broker("broker", store, home.broker_key.read_bytes(), authority=name,
-                    authority_keys={name: actor_public_key(home, "authority", cfg["authority"])})
-    if args.end:
-        authority.delegate(broker, pools)
-        print(f"{host.name} is back in the broker's inventory")
-        return 0
-    _, busy = authority.reclaim(broker, pools, datetime.now(UTC))
+    broker = _maintenance_broker(home, cfg, store, name)
+    where = f" (broker actor at {broker.client.url})" if hasattr(broker, "client") else ""
+    try:
+        if args.end:
+            authority.delegate(broker, pools)
+            print(f"{host.name} is back in the broker's inventory{where}")
+            return 0
+        _, busy = authority.reclaim(broker, pools, datetime.now(UTC))
+    except GeniError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 1
     if busy:
         print(f"{host.name}: {len(busy)} of its resources are promised to slivers; they stay until those end. "
               f"Run this again after they expire or are deleted.")
         return 1
-    print(f"{host.name} is out of the broker's inventory (maintenance); `slicex maintenance {host.name} --end` "
-          f"returns it")
+    print(f"{host.name} is out of the broker's inventory (maintenance){where}; `slicex maintenance {host.name} "
+          f"--end` returns it")
     return 0
+
+
+def _maintenance_broker(home: Home, cfg: dict[str, Any], store: Any, authority: str) -> Any:
+    """Whom `slicex maintenance` sends the authority's signed messages to: a running broker actor (`up
+    --distributed`) over mutual TLS as the authority, so the broker process applies them to what it holds;
+    else (embedded, or nothing running) a broker over the store, where the AM's broker reads what is parked and
+    a broker process starting later loads it."""
+    from slicex.devpki import actor_public_key, actor_urn
+
+    actor = procs.running(_pid_path(home, "broker"))
+    if actor is not None:
+        from broker.remote import RemoteBroker
+        from slicex.actor_rpc import ActorClient
+
+        return RemoteBroker(ActorClient("broker", actor.info["url"], str(home.authority_cert), str(home.authority_key),
+                                        str(home.ca_cert), actor_urn(cfg["authority"], "broker"),
+                                        timeout=float(cfg["actor_timeout_seconds"])))
+    from broker.broker import Broker
+
+    return Broker("broker", store, home.broker_key.read_bytes(), authority=authority,
+                  authority_keys={authority: actor_public_key(home, "authority", cfg["authority"])})
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

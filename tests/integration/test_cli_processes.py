@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from slicex.home import Home
@@ -76,18 +77,24 @@ def test_up_distributed_detach_runs_actor_processes_and_down_stops_them(tmp_path
             assert s.connect_ex(("127.0.0.1", port)) != 0  # nothing listens any more
 
 
-def test_maintenance_takes_a_host_out_of_the_running_aggregates_inventory(tmp_path):
+@pytest.mark.parametrize("deployment", ["embedded", "distributed"])
+def test_maintenance_takes_a_host_out_of_the_running_aggregates_inventory(tmp_path, deployment):
+    """Embedded: the command reclaims over the store the AM's broker reads. Distributed: it sends the
+    authority's signed order to the running broker actor over mutual TLS, as the authority."""
+    from slicex.store.redis_store import RedisStore
+
     home = tmp_path / "home"
-    sa, am, v2, chapi = free_ports(4)
-    assert slicex(home, "ca", "init", "--authority", "mnt.test").returncode == 0
-    cfg = yaml.safe_load((home / "slicex.yaml").read_text())
-    cfg.update({"sa_port": sa, "am_port": am, "am_v2_port": v2, "chapi_port": chapi, "dashboard_port": 0})
-    (home / "slicex.yaml").write_text(yaml.safe_dump(cfg))
-    assert slicex(home, "user", "add", "alice").returncode == 0
-    assert slicex(home, "up", "--detach").returncode == 0
+    ports = configure(home, "mnt.test")
+    sa, am = ports["sa_port"], ports["am_port"]
+    if deployment == "distributed":
+        RedisStore(REDIS).flush()
+    up = slicex(home, "up", "--detach", *(["--distributed"] if deployment == "distributed" else []),
+                env={"SLICEX_STORE": REDIS} if deployment == "distributed" else None)
+    assert up.returncode == 0, up.stdout + up.stderr
     try:
         out = slicex(home, "maintenance", "bm1")
         assert out.returncode == 0, out.stdout + out.stderr
+        assert ("broker actor at https://" in out.stdout) == (deployment == "distributed"), out.stdout
         h = Home(home)
         am_proxy = client(f"https://127.0.0.1:{am}/", str(h.user_cert("alice")), str(h.user_key("alice")))
         sa_proxy = client(f"https://127.0.0.1:{sa}/", str(h.user_cert("alice")), str(h.user_key("alice")))

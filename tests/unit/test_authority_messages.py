@@ -268,3 +268,21 @@ def test_a_caller_cannot_make_a_promise_look_like_an_advance_reservation():
     unit = f"core:{HOST}:0"
     b.ticket("alice", {"r": [unit]}, T0, T0 + timedelta(hours=1), group="alice", now=T0 - timedelta(days=1))
     assert store.owner_of(unit) == "alice"
+
+
+def test_a_host_another_broker_process_is_draining_takes_no_new_promises():
+    """`slicex maintenance` over an embedded deployment's store, or another AM worker's broker, reclaims a host
+    that has a sliver: it drains (no new promises) until that sliver ends. The AM's own broker, which loaded
+    its calendar before, must see that in the store too, not place a new VM there."""
+    store = SqliteStore(":memory:")
+    ams = broker(store)
+    authority(store).export_to(ams)
+    term = Term(T0, T0 + timedelta(hours=1))
+    ams.place("alice", one_vm("a", host=HOST), term, T0, group="alice")
+    operators = broker(store)  # another process on the same store
+    a = authority(store)
+    free, busy = a.reclaim(operators, a.inventory.on(HOST), T0)
+    assert busy and set(busy) <= set(a.inventory.on(HOST))
+    with pytest.raises(InsufficientNodes):
+        ams.place("bob", one_vm("b", host=HOST), term, T0, group="bob")
+    assert list(ams.place("bob", one_vm("b"), term, T0, group="bob")["tickets"]) == ["b"]  # elsewhere
