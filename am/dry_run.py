@@ -26,10 +26,12 @@ def for_slice_manager(sm: Any, authority_name: str) -> Any:
     return run
 
 
-def plan_at_home(home: Any, rspec_xml: str, now: datetime, user: str | None = None) -> dict[str, Any]:
-    """`slicex plan`: the dry run against a deployment's store (running or not), as its AM would answer
-    Allocate with `slicex_dry_run` now: a broker over the store (its calendar and the substrate description
-    its authority delegated) answers the same `place` message with `dry_run`; it never signs or writes."""
+def plan_at_home(home: Any, rspec_xml: str, now: datetime, user: str | None = None,
+                 broker: Any = None) -> dict[str, Any]:
+    """`slicex plan`: the dry run as the deployment's AM would answer Allocate with `slicex_dry_run` now. The
+    `place` message with `dry_run` goes to `broker` (a running broker actor) when given; else a broker over
+    the store (its calendar and the substrate description its authority delegated; running or not) answers
+    it, and never signs or writes."""
     from broker.broker import Broker
     from broker.policy import policy_named
     from fpga_aggregate.bitstreams import BitstreamCatalogue
@@ -49,8 +51,10 @@ def plan_at_home(home: Any, rspec_xml: str, now: datetime, user: str | None = No
     store = open_store(cfg["store"])
     try:
         policy = policy_named(cfg.get("broker_policy", "first-fit"))
-        broker = Broker("broker", store, None, policy=policy, authority=name)  # never signs, never writes
-        if not broker.delegated():  # never started: nothing is promised; the authority's export is all there is
+        if broker is None:
+            broker = Broker("broker", store, None, policy=policy, authority=name)  # never signs, never writes
+        if isinstance(broker, Broker) and not broker.delegated():
+            # never started: nothing is promised; the authority's export is all there is
             from broker.delegation import export_substrate
             from slicex.store.sqlite_store import SqliteStore
 

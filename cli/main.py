@@ -672,23 +672,30 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
 
 def _maintenance_broker(home: Home, cfg: dict[str, Any], store: Any, authority: str) -> Any:
     """Whom `slicex maintenance` sends the authority's signed messages to: a running broker actor (`up
-    --distributed`) over mutual TLS as the authority, so the broker process applies them to what it holds;
-    else (embedded, or nothing running) a broker over the store, where the AM's broker reads what is parked and
-    a broker process starting later loads it."""
-    from slicex.devpki import actor_public_key, actor_urn
-
-    actor = procs.running(_pid_path(home, "broker"))
-    if actor is not None:
-        from broker.remote import RemoteBroker
-        from slicex.actor_rpc import ActorClient
-
-        return RemoteBroker(ActorClient("broker", actor.info["url"], str(home.authority_cert), str(home.authority_key),
-                                        str(home.ca_cert), actor_urn(cfg["authority"], "broker"),
-                                        timeout=float(cfg["actor_timeout_seconds"])))
+    --distributed`), as the authority, so the broker process applies them to what it holds; else (embedded,
+    or nothing running) a broker over the store, where the AM's broker reads what is parked and a broker
+    process starting later loads it."""
     from broker.broker import Broker
+    from slicex.devpki import actor_public_key
 
-    return Broker("broker", store, home.broker_key.read_bytes(), authority=authority,
-                  authority_keys={authority: actor_public_key(home, "authority", cfg["authority"])})
+    return _running_broker(home, cfg, "authority") or Broker(
+        "broker", store, home.broker_key.read_bytes(), authority=authority,
+        authority_keys={authority: actor_public_key(home, "authority", cfg["authority"])})
+
+
+def _running_broker(home: Home, cfg: dict[str, Any], as_role: str) -> Any:
+    """The running broker actor of this home (None when there is none), called over mutual TLS with the
+    certificate of `as_role` ("authority", or "am": the slice manager's identity)."""
+    actor = procs.running(_pid_path(home, "broker"))
+    if actor is None:
+        return None
+    from broker.remote import RemoteBroker
+    from slicex.actor_rpc import ActorClient
+    from slicex.devpki import actor_urn
+
+    cert, key = (home.authority_cert, home.authority_key) if as_role == "authority" else (home.am_cert, home.am_key)
+    return RemoteBroker(ActorClient("broker", actor.info["url"], str(cert), str(key), str(home.ca_cert),
+                                    actor_urn(cfg["authority"], "broker"), timeout=float(cfg["actor_timeout_seconds"])))
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -701,7 +708,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     home = _home(args)
     try:
-        answer = plan_at_home(home, Path(args.request).read_text(), datetime.now(UTC), args.user)
+        # a running broker actor answers itself (as it would the AM's Allocate with slicex_dry_run)
+        broker = _running_broker(home, home.config(), "am")
+        answer = plan_at_home(home, Path(args.request).read_text(), datetime.now(UTC), args.user, broker=broker)
     except GeniError as exc:
         print(f"slicex plan: {type(exc).__name__}: {exc.message}", file=sys.stderr)
         return 2
@@ -709,6 +718,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"slicex plan: cannot read {args.request}: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(answer, indent=1) if args.json else plan_text(answer))
+    if broker is not None and not args.json:
+        print(f"(answered by the broker actor at {broker.client.url})")
     return 0 if answer["fits"] else 1
 
 
