@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -221,13 +221,7 @@ class Broker:
         if not isinstance(delegation, SignedDelegation):
             raise CredentialInvalid(f"broker {self.name} refuses an unsigned delegation from "
                                     f"{delegation.authority}: an authority delegates a document signed with its key")
-        key = self.authority_keys.get(delegation.authority)
-        if key is None:
-            raise CredentialInvalid(f"broker {self.name} does not know authority {delegation.authority} (it "
-                                    f"accepts delegations from {', '.join(sorted(self.authority_keys)) or 'none'})")
-        verify_delegation(delegation, key)
-        if delegation.broker != self.name:
-            raise Refused(f"delegation from {delegation.authority} is for broker {delegation.broker}, not {self.name}")
+        self._check_signed(delegation, "delegation", verify_delegation)
         try:
             return Delegation.from_doc(delegation.body), delegation
         except (KeyError, TypeError, ValueError) as exc:
@@ -334,15 +328,21 @@ class Broker:
             return free, busy
 
     def _verified_reclaim(self, order: SignedReclaim) -> None:
-        if self.authority_keys is None:  # a broker of tests and tools: trusts its caller
-            return
-        key = self.authority_keys.get(order.authority)
+        if self.authority_keys is not None:  # None: a broker of tests and tools, which trusts its caller
+            self._check_signed(order, "reclaim order", verify_reclaim)
+
+    def _check_signed(self, message: SignedDelegation | SignedReclaim, what: str,
+                      verify: Callable[[Any, Any], None]) -> None:
+        """Raise unless the authority `message` names is one this broker knows, its key signed exactly this
+        message, and the message is addressed to this broker."""
+        assert self.authority_keys is not None
+        key = self.authority_keys.get(message.authority)
         if key is None:
-            raise CredentialInvalid(f"broker {self.name} does not know authority {order.authority} (it takes "
-                                    f"reclaim orders from {', '.join(sorted(self.authority_keys)) or 'none'})")
-        verify_reclaim(order, key)
-        if order.broker != self.name:
-            raise Refused(f"reclaim order from {order.authority} is for broker {order.broker}, not {self.name}")
+            raise CredentialInvalid(f"broker {self.name} does not know authority {message.authority} (it "
+                                    f"accepts {what}s from {', '.join(sorted(self.authority_keys)) or 'none'})")
+        verify(message, key)
+        if message.broker != self.name:
+            raise Refused(f"{what} from {message.authority} is for broker {message.broker}, not {self.name}")
 
     def _out_of_service(self, authority: str) -> set[str]:
         """Pools and label sets reclaimed or draining, as the store has them: another broker process on the store

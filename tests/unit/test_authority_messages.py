@@ -115,12 +115,18 @@ def test_a_number_is_above_the_last_even_when_the_wall_clock_went_back(monkeypat
     assert store.get(NUMBERED, f"{AUTH}|broker")["sequence"] == last + 1
 
 
-def test_an_old_delegation_replayed_after_maintenance_is_refused_and_changes_nothing():
+def delegated_over_a_wire() -> tuple[Broker, Wire, Authority]:
+    """A broker, the wire to it, and an authority that delegated its whole inventory over that wire."""
     store = SqliteStore(":memory:")
     b = broker(store)
     wire = Wire(b)
     a = authority(store)
     a.export_to(wire)
+    return b, wire, a
+
+
+def test_an_old_delegation_replayed_after_maintenance_is_refused_and_changes_nothing():
+    b, wire, a = delegated_over_a_wire()
     old_grant = wire.sent[0]
     pools = a.inventory.on(HOST)
     free, busy = a.reclaim(wire, pools, T0)
@@ -135,11 +141,7 @@ def test_an_old_delegation_replayed_after_maintenance_is_refused_and_changes_not
 
 
 def test_an_old_reclaim_order_replayed_after_the_host_came_back_is_refused_and_changes_nothing():
-    store = SqliteStore(":memory:")
-    b = broker(store)
-    wire = Wire(b)
-    a = authority(store)
-    a.export_to(wire)
+    b, wire, a = delegated_over_a_wire()
     pools = a.inventory.on(HOST)
     a.reclaim(wire, pools, T0)
     old_order = wire.sent[-1]
@@ -152,11 +154,7 @@ def test_an_old_reclaim_order_replayed_after_the_host_came_back_is_refused_and_c
 
 
 def test_the_latest_message_sent_again_changes_nothing_and_is_not_an_error():
-    store = SqliteStore(":memory:")
-    b = broker(store)
-    wire = Wire(b)
-    a = authority(store)
-    a.export_to(wire)
+    b, wire, a = delegated_over_a_wire()
     before = state(b)
     b.accept(wire.sent[-1])  # a retry after a lost answer
     assert state(b) == before
