@@ -49,10 +49,11 @@ log = logging.getLogger("slicex.authority")
 
 LEASES = "authority-leases"
 DELEGATED = "authority-delegations"
-NUMBERED = "authority-message-numbers"  # the last number this authority gave a message to each broker
-NUMBER_EPOCH = 1_577_836_800  # 2020-01-01T00:00:00Z
 """What each authority delegated to each broker (key "<authority>|<broker>", names of pools and label sets):
 the authority's own record, so a ticket is checked against what it gave, not what a broker says it has."""
+NUMBERED = "authority-message-numbers"
+"""The last number each authority gave a message (delegation or reclaim order) to each broker (same key)."""
+NUMBER_EPOCH = 1_577_836_800  # 2020-01-01T00:00:00Z; a message's number is at least the seconds since then
 
 
 # ---- the substrate driver seam -----------------------------------------------------------------------------------
