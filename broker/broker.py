@@ -125,6 +125,11 @@ def _utcnow() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
 
+def _out_of_service(delegation_doc: Mapping[str, Any]) -> set[str]:
+    """The pools and label sets of a broker's record of one authority that are reclaimed or draining."""
+    return set(delegation_doc.get("reclaimed", [])) | set(delegation_doc.get("draining", []))
+
+
 class Broker:
     def __init__(self, name: str, store: Store, key_pem: Any, cert: x509.Certificate | None = None,
                  policy: Policy | None = None, authority: str = "",
@@ -283,9 +288,8 @@ class Broker:
         if not doc.get("delegation"):
             return False
         held = Delegation.from_doc(doc["delegation"])
-        out = set(doc.get("reclaimed", [])) | set(doc.get("draining", []))
         return (set(delegation.pools) <= set(held.pools) and set(delegation.label_sets) <= set(held.label_sets)
-                and not out & set(delegation.names())
+                and not _out_of_service(doc) & set(delegation.names())
                 and delegation.substrate in (None, held.substrate))
 
     def delegations(self, authority: str = "") -> list[dict[str, Any]]:
@@ -307,8 +311,7 @@ class Broker:
         now = self._now(now)
         with self._lock:
             doc = self._delegation_doc(authority)
-            out = set(doc.get("reclaimed", [])) | set(doc.get("draining", []))
-            if not self._in_order(doc, order, "reclaim order", set(prefixes) <= out):
+            if not self._in_order(doc, order, "reclaim order", set(prefixes) <= _out_of_service(doc)):
                 reclaimed = set(doc.get("reclaimed", []))
                 return [p for p in prefixes if p in reclaimed], [p for p in prefixes if p not in reclaimed]
             self._forget_released(u for p in prefixes for u in self.calendar.units_of(p)
@@ -344,12 +347,11 @@ class Broker:
         if message.broker != self.name:
             raise Refused(f"{what} from {message.authority} is for broker {message.broker}, not {self.name}")
 
-    def _out_of_service(self, authority: str) -> set[str]:
+    def _taken_out(self, authority: str) -> set[str]:
         """Pools and label sets reclaimed or draining, as the store has them: another broker process on the store
         (another AM worker's, or `slicex maintenance` over an embedded deployment's store) may have taken them
         out after this one loaded its calendar."""
-        doc = self.store.get(DELEGATIONS, f"{self.name}|{authority}") or {}
-        return set(doc.get("reclaimed", [])) | set(doc.get("draining", []))
+        return _out_of_service(self.store.get(DELEGATIONS, f"{self.name}|{authority}") or {})
 
     def reclaimed(self, authority: str) -> list[str]:
         doc = self.store.get(DELEGATIONS, f"{self.name}|{authority}") or {}
@@ -424,7 +426,7 @@ class Broker:
         else:
             claimed = units(k for k, owner in self.store.all_claims().items() if owner != group)
         return (self.calendar.unavailable(term) | claimed
-                | keys_under(substrate, self._out_of_service(authority or self.authority)))
+                | keys_under(substrate, self._taken_out(authority or self.authority)))
 
     def place(self, holder: str, demands: Mapping[str, Any], term: Term, now: datetime, group: str | None = None,
               dry_run: bool = False, authority: str = "") -> dict[str, Any]:
