@@ -50,8 +50,10 @@ def test_runner_repeats_a_pinned_3_node_lan_measures_it_and_records_failures(net
         for m in r["links"]:
             # the 10 Mbit/s LAN, enforced by tc (unshaped, this veth carries thousands of Mbit/s). The upper bound
             # allows for iperf3's receiver total on a loaded host: one CI run reported 12.0 for a 2 s test whose
-            # first second is omitted, the queue filled during the omitted second arriving inside the window
-            assert 9.0 <= m["tcp_mbps"] <= 12.5, m
+            # first second is omitted, the queue filled during the omitted second arriving inside the window. The
+            # lower bound: TCP's payload is about 95 % of a 10 Mbit/s wire, and one 1-second window on a loaded host
+            # varies by some percent more (a `make test` run measured 8.997)
+            assert 8.5 <= m["tcp_mbps"] <= 12.5, m
             assert m["rtt_ms"] and m["ping_loss_pct"] == 0 and m["udp_jitter_ms"] is not None
             assert m["udp_loss_pct"] is not None
     s = json.loads((out / "results.json").read_text())["summary"]
