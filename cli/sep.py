@@ -46,7 +46,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     base = config.parent
     base.mkdir(parents=True, exist_ok=True)
     authority = home.config()["authority"]
-    urn = f"urn:publicid:IDN+{authority}+authority+sep"
+    urn = f"urn:publicid:IDN+{authority}+tool+sep"  # a tool acting for users, not an authority: it issues nothing
     cert, key = pki.issue_certificate(home.ca_cert.read_bytes(), home.ca_key.read_bytes(), urn,
                                       f"{authority} slice exchange point", days=3650)
     pki.write_cert(base / "sep-cert.pem", cert)

@@ -34,7 +34,7 @@ from slicex.errors import (
     GeniError,
     TooBig,
 )
-from slicex.urn import parse_urn
+from slicex.urn import Urn, parse_urn
 from slicex.xmlsafe import parse_xml
 
 DS = "http://www.w3.org/2000/09/xmldsig#"
@@ -452,6 +452,24 @@ def _authority_of(urn: str) -> str:
         return ""
 
 
+ISSUER_NAME = "sa"
+"""Slice and user credentials are issued by slice authorities only, named `urn:publicid:IDN+<ns>+authority+sa`
+as gcf, ProtoGENI and the GENI clearinghouse name theirs. Every other identity a root certifies (an aggregate,
+broker or authority actor, an exchange point, a user) signs other things or nothing, and a credential whose
+first signer it is proves nothing: holding the AM's or a network-facing relay's key must not make one the owner
+of another user's slice. Delegation (a credential's owner signing a child for someone else) is unaffected: the
+root of every chain is still a slice authority's."""
+
+
+def _slice_authority(urn: str) -> Urn | None:
+    """The URN as a slice authority's (`…+authority+sa`), or None when it names anything else."""
+    try:
+        parsed = parse_urn(urn, "authority")
+    except BadArgs:
+        return None
+    return parsed if parsed.name.lower() == ISSUER_NAME else None
+
+
 def _check_delegation(cred: Credential, signers: dict[str, list[x509.Certificate]]) -> None:
     child = cred
     while child.parent is not None:
@@ -472,11 +490,12 @@ def _check_delegation(cred: Credential, signers: dict[str, list[x509.Certificate
         child = parent
     root_signer = signers[child.xml_id][0]
     signer_urn = pki.cert_urn(root_signer)
-    try:
-        signer = parse_urn(signer_urn, "authority")
-    except BadArgs:
-        raise CredentialInvalid(f"credential signer {signer_urn or root_signer.subject.rfc4514_string()} is not "
-                                f"an authority") from None
+    signer = _slice_authority(signer_urn)
+    if signer is None:
+        raise CredentialInvalid(f"credential for {child.target_urn} was issued by "
+                                f"{signer_urn or root_signer.subject.rfc4514_string()}, which is not a slice "
+                                f"authority: only a slice authority (urn:publicid:IDN+<namespace>+authority+"
+                                f"{ISSUER_NAME}) issues slice and user credentials; get yours from it")
     target_auth = _authority_of(child.target_urn)
     if not (target_auth == signer.authority.lower() or target_auth.startswith(signer.authority.lower() + ":")):
         raise CredentialSignerUntrusted(f"{signer_urn} may not issue credentials for {child.target_urn} (outside "

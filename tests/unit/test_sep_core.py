@@ -246,7 +246,7 @@ def planner(topology):
     from slicex.clock import SystemClock
 
     domains = [Domain(urn, f"https://{key}/") for key, urn in DOMAINS.items()]
-    return ExchangePoint("urn:publicid:IDN+d0.test+authority+sep", "https://sep/", domains, None, None, None, None,
+    return ExchangePoint("urn:publicid:IDN+d0.test+tool+sep", "https://sep/", domains, None, None, None, None,
                          SystemClock(), topology=lambda *_a, **_k: (topology, []))
 
 
