@@ -241,8 +241,10 @@ class SliceAuthority:
         self.store.release(NAME_CLAIM + record["urn"].lower(), record.get("claim", ""))
         return deleted
 
-    def ListAggregates(self, caller: x509.Certificate) -> dict[str, str]:
-        return dict(self.aggregates)
+    def ListAggregates(self, caller: x509.Certificate) -> list[list[str]]:
+        """The aggregates as gcf's clearinghouse lists them: `[urn, url]` pairs (omni's gcf framework unpacks
+        each entry as a pair; a struct made it fail, and every omni call without `-a` with it)."""
+        return [[urn, url] for urn, url in sorted(self.aggregates.items())]
 
     def ListMySlices(self, caller: x509.Certificate, user_urn: str = "") -> list[str]:
         owner = self._caller_urn(caller)

@@ -80,14 +80,20 @@ def _write_omni_config(home: Home, user: str | None) -> Path | None:
 
 
 def cmd_omni_config(args: argparse.Namespace) -> int:
+    from slicex import omniconfig
+
     home = _home(args)
     if args.framework == "chapi":
         return _chapi_omni_config(home, args)
-    path = _write_omni_config(home, args.user)
-    if path is None:
+    users = home.users()
+    if not users:
         print("no users yet: run `slicex user add NAME` first", file=sys.stderr)
         return 2
-    print(path.read_text() if args.show else path)
+    if args.show:  # prints only: omni_config stays the one later omni runs use
+        user = args.user or ("alice" if "alice" in users else users[0])
+        print(omniconfig.render(home, user, home.config()["authority"], *_urls(home)))
+        return 0
+    print(_write_omni_config(home, args.user))
     return 0
 
 
@@ -124,14 +130,17 @@ def _chapi_omni_config(home: Home, args: argparse.Namespace) -> int:
     user = args.user or ("alice" if "alice" in users else users[0])
     cfg = home.config()
     _sa, am_url = _urls(home)
-    path = omniconfig.write_chapi(home, user, cfg["authority"], f"https://{cfg['host']}:{chapi_port(cfg)}", am_url,
-                                  args.project, home.root / "omni_config_chapi")
+    chapi_url, path = f"https://{cfg['host']}:{chapi_port(cfg)}", home.root / "omni_config_chapi"
+    if args.show:  # prints only: no file written, no project created
+        print(omniconfig.render_chapi(home, user, cfg["authority"], chapi_url, am_url, args.project, path))
+        return 0
+    omniconfig.write_chapi(home, user, cfg["authority"], chapi_url, am_url, args.project, path)
     if args.project:
         ok, how = _project_exists_or_create(home, user, args.project)
         print(f"project {args.project}: {how}", file=sys.stderr)
         if not ok:
             return 3
-    print(path.read_text() if args.show else path)
+    print(path)
     return 0
 
 
@@ -777,7 +786,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     oc = sub.add_parser("omni-config", help="write $SLICEX_HOME/omni_config for a user and print its path")
     oc.add_argument("--user", help="which user (default alice, else the first)")
-    oc.add_argument("--show", action="store_true", help="print the config instead of its path")
+    oc.add_argument("--show", action="store_true", help="only print the config: write no file (and, with "
+                                                        "--framework chapi, create no project)")
     oc.add_argument("--framework", choices=["gcf", "chapi"], default="gcf",
                     help="chapi: omni's Common Federation API framework (CH, SA, MA on chapi_port), written to "
                          "$SLICEX_HOME/omni_config_chapi (docs/federation.md)")

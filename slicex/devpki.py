@@ -138,13 +138,14 @@ def add_user(home: Home, authority: str, name: str, email: str | None = None) ->
     pki.write_cert(home.user_cert(name), cert)
     pki.write_key(home.user_key(name), key)
     ssh = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pki.write_key(home.user_ssh_key(name), ssh.private_bytes(serialization.Encoding.PEM,
-                                                             serialization.PrivateFormat.OpenSSH,
-                                                             serialization.NoEncryption()))
+    private = home.user_ssh_private(name)
+    pki.write_key(private, ssh.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                             serialization.NoEncryption()))
     home.user_ssh_pub(name).write_bytes(
         ssh.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
         + f" {name}@{authority}\n".encode())
-    return [home.user_cert(name), home.user_key(name), home.user_ssh_pub(name), home.user_ssh_key(name)]
+    (home.root / f"{name}-ssh.key").unlink(missing_ok=True)  # a re-issued user's old key no longer pairs with .pub
+    return [home.user_cert(name), home.user_key(name), home.user_ssh_pub(name), private]
 
 
 def roots_bundle(home: Home) -> Path:

@@ -7,6 +7,7 @@ Layout:
   am/ sa/                  aggregate and slice authority certificates and keys
   broker/ authority/       broker (signs tickets) and authority (signs leases) actor certificates and keys
   <user>-cert.pem -key.pem user certificate and key (beside omni_config), <user>-ssh.pub ssh key
+  <user>-ssh               the ssh private key (`<user>-ssh.key` in homes made before: still read)
   omni_config              ready-to-use omni configuration
   state.db                 SQLite store (embedded default)
   run/slicex.pid logs/     background process bookkeeping"""
@@ -108,8 +109,15 @@ class Home:
     def user_ssh_pub(self, name: str) -> Path:
         return self.root / f"{name}-ssh.pub"
 
+    def user_ssh_private(self, name: str) -> Path:
+        """Where `slicex user add` writes the private ssh key: the public key's path minus `.pub`, the name
+        ssh tooling derives from it (omni's readyToLogin.py among them)."""
+        return self.root / f"{name}-ssh"
+
     def user_ssh_key(self, name: str) -> Path:
-        return self.root / f"{name}-ssh.key"
+        """The user's private ssh key to read: `<user>-ssh`, or `<user>-ssh.key` in homes made before."""
+        key, legacy = self.user_ssh_private(name), self.root / f"{name}-ssh.key"
+        return legacy if legacy.exists() and not key.exists() else key
 
     def users(self) -> list[str]:
         return sorted(p.name[: -len("-cert.pem")] for p in self.root.glob("*-cert.pem"))
