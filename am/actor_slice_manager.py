@@ -575,7 +575,8 @@ class ActorSliceManager(Records, Recovery, Delivery):
     def views(self, slivers: list[Sliver]):
         from rspec.manifest import SliverView
 
-        return [SliverView(s.client_id, s.urn, s.kind, s.component_id, s.details) for s in slivers]
+        return [SliverView(s.client_id, s.urn, s.kind, s.component_id, s.details, s.operational_state)
+                for s in slivers]
 
 
 def in_process(store: Store, substrate: Any, driver: Any, broker_key: Any = None, authority_key: Any = None,

@@ -24,7 +24,7 @@ from rspec.manifest import SliverView, build_manifest, empty_manifest
 from rspec.request import parse_request
 from slicex import __version__, logs, pki
 from slicex.clock import Clock, parse_time, rfc3339
-from slicex.credentials import parse_credential
+from slicex.credentials import parse_credential, sort_credentials
 from slicex.errors import (
     BadArgs,
     BadVersion,
@@ -212,10 +212,8 @@ class AggregateManager:
         """The slices the SFA credentials passed claim to be for (canonical, unverified): the targets to try
         when a call names only slivers. The verifier then checks each claim in full."""
         targets: list[str] = []
-        for entry in credentials if isinstance(credentials, list) else []:
-            text = entry.get("geni_value") if isinstance(entry, dict) and entry.get("geni_type") == "geni_sfa" \
-                else entry
-            if not isinstance(text, str):
+        for text in sort_credentials(credentials)[0] if isinstance(credentials, list) else []:
+            if not isinstance(text, (str, bytes)):
                 continue
             try:
                 urn = parse_urn(parse_credential(text).target_urn)
@@ -312,7 +310,8 @@ class AggregateManager:
     def _manifest(self, slice_urn: str, slivers: list[Sliver], now: datetime) -> str:
         if not slivers:
             return empty_manifest(now)
-        views = [SliverView(s.client_id, s.urn, s.kind, s.component_id, s.details) for s in slivers]
+        views = [SliverView(s.client_id, s.urn, s.kind, s.component_id, s.details, s.operational_state)
+                 for s in slivers]
         manifest = build_manifest([r.xml for r in self.sm.request_of(slice_urn)], views, self._cm_id(), now)
         substrate = getattr(self.sm, "substrate", None)
         if substrate is not None and substrate.external_links:

@@ -7,8 +7,9 @@ at its own URL, and every v2 call is a composition of the v3 handlers: the same 
 errors, the same slivers.
 
 v2 shapes (AM API v2): CreateSliver(slice, creds, rspec, users, options) -> manifest string; DeleteSliver,
-RenewSliver, Shutdown -> True; SliverStatus -> {geni_urn, geni_status, geni_expires, geni_resources:
-[{geni_urn, geni_status, geni_error}]} with statuses configuring|ready|failed|unknown; ListResources with
+Shutdown -> True; RenewSliver -> True with the slivers' new expiration as `output` (as gcf's v2 AM);
+SliverStatus -> {geni_urn, geni_status, geni_expires, geni_resources: [{geni_urn, geni_status, geni_error}]}
+with statuses configuring|ready|failed|unknown; ListResources with
 `geni_slice_urn` -> the slice's manifest. Credentials are plain XML strings (v3's structs are accepted too).
 Every answer is `{code, value, output}`; failures are results, never faults; GetVersion says `geni_api: 2`."""
 
@@ -150,8 +151,13 @@ class AggregateManagerV2:
                        "geni_expires": expires, "geni_resources": resources})
 
     def _RenewSliver(self, cert, slice_urn, credentials, expiration, options) -> dict[str, Any]:
+        """True, and in `output` the expiration the slivers now have (as gcf's v2 aggregate answers): omni reads
+        a time there after geni_extend_alap and records it; v3's sentence explaining a cut-short renewal is
+        logged instead."""
         renewed = self.v3._Renew(cert, [self._slice(slice_urn)], credentials, expiration, options)
-        return result(True, output=renewed["output"])
+        if renewed["output"]:
+            log.info("v2 RenewSliver of %s: %s", slice_urn, renewed["output"])
+        return result(True, output=min(s["geni_expires"] for s in renewed["value"]))  # RFC 3339 UTC: text order
 
     def _Shutdown(self, cert, slice_urn, credentials, options) -> dict[str, Any]:
         return self.v3._Shutdown(cert, self._slice(slice_urn), credentials, options)

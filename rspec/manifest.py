@@ -21,6 +21,10 @@ SERVICES_EXT = "http://slicex.dev/rspec/ext/services/1"
 """slicex's manifest extension for what an `execute` service did: a `result` child of each execute element
 (state, exit_code, the tail of its output as text)."""
 
+SLIVER_INFO_EXT = "http://groups.geni.net/exogeni/attachment/wiki/RspecExtensions/sliver-info/1"
+"""ExoGENI's per-sliver status extension (a `geni_sliver_info` child of each node with a `state`), the form in
+which geni-tools' readyToLogin.py and remote-execute.py read whether a node is ready for login."""
+
 
 @dataclass(frozen=True)
 class SliverView:
@@ -31,6 +35,15 @@ class SliverView:
     kind: str  # "node" | "link"
     component_id: str = ""
     details: Mapping[str, Any] = field(default_factory=dict)
+    operational_state: str = ""  # the AM API v3 geni_operational_status; "" for views without one
+
+
+def sliver_info_state(operational_state: str) -> str:
+    """An operational state as ExoGENI's geni_sliver_info names it: `ready` when users can log in (also while
+    an action runs on a ready node), otherwise the v3 state without its `geni_` prefix."""
+    if operational_state in ("geni_ready", "geni_ready_busy"):
+        return "ready"
+    return operational_state.removeprefix("geni_")
 
 
 def empty_manifest(now: datetime | None = None) -> str:
@@ -128,6 +141,11 @@ def _annotate_node(el: etree._Element, v: SliverView, cm: str) -> None:
         from rspec.fpga_ext import annotate_manifest
 
         annotate_manifest(fpga, d)  # where it landed and what it gets (the FPGA model's view once provisioned)
+    if v.operational_state:
+        for old in el.findall(q(SLIVER_INFO_EXT, "geni_sliver_info")):
+            el.remove(old)
+        info = etree.SubElement(el, q(SLIVER_INFO_EXT, "geni_sliver_info"), nsmap={"sliver_info": SLIVER_INFO_EXT})
+        info.set("state", sliver_info_state(v.operational_state))
     if d.get("hostname"):
         host = el.find(q(RSPEC3, "host"))
         if host is None:

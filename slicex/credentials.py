@@ -508,6 +508,45 @@ def _xml_value(value: Any) -> Any:
     return value.data if isinstance(value, xmlrpc.client.Binary) else value
 
 
+def sort_credentials(credentials: list) -> tuple[list[Any], list[Any], list[GeniError]]:
+    """What a client passed, as (SFA credentials, ABAC statements, refusals).
+
+    A struct labelled geni_sfa 2/3 or geni_abac 1 goes where its label says, a bare string is SFA. Any other
+    label is the client's guess, not the credential's: omni labels a delegated credential `geni_unknown`
+    because it holds two `<type>` elements (its own and its parent's). Such an entry is an SFA credential when
+    its content parses as a privilege credential. No trust rests on that: a label never verified anything,
+    and an SFA credential (like a bare string) is then verified in full from its content alone."""
+    sfa: list[Any] = []
+    abac: list[Any] = []
+    errors: list[GeniError] = []
+    for entry in credentials:
+        if isinstance(entry, str):
+            sfa.append(entry)
+        elif isinstance(entry, dict):
+            kind, version = entry.get("geni_type"), str(entry.get("geni_version", ""))
+            value = _xml_value(entry.get("geni_value"))
+            if kind == "geni_sfa" and version in ("2", "3"):
+                sfa.append(value)
+            elif kind == "geni_abac" and version == "1":
+                abac.append(value)
+            else:
+                try:
+                    content = parse_credential(value).type
+                except GeniError as exc:
+                    content = f"not a credential ({exc.message})"
+                if content == "privilege":
+                    sfa.append(value)
+                else:
+                    errors.append(CredentialInvalid(
+                        f"unknown credential type {kind} {version}, and its content is not an SFA privilege "
+                        f"credential ({content}); this aggregate accepts geni_sfa 2/3 (or an SFA privilege "
+                        f"credential under any label) and geni_abac 1"))
+        else:
+            errors.append(CredentialInvalid(f"a credential must be a struct or a string, got "
+                                            f"{type(entry).__name__}"))
+    return sfa, abac, errors
+
+
 # error ranks: a credential that got further explains the refusal better
 _RANK = {CredentialInvalid: 1, CredentialSignerUntrusted: 2, CredentialExpired: 3, CredentialMismatch: 4, Forbidden: 5}
 
@@ -527,24 +566,7 @@ class CredentialVerifier:
         credential the caller owns); raise the most informative refusal otherwise."""
         if not isinstance(credentials, list):
             raise BadArgs(f"credentials must be a list, got {type(credentials).__name__}")
-        sfa: list[Any] = []
-        abac: list[Any] = []
-        errors: list[GeniError] = []
-        for entry in credentials:
-            if isinstance(entry, str):
-                sfa.append(entry)
-            elif isinstance(entry, dict):
-                kind, version = entry.get("geni_type"), str(entry.get("geni_version", ""))
-                if kind == "geni_sfa" and version in ("2", "3"):
-                    sfa.append(_xml_value(entry.get("geni_value")))
-                elif kind == "geni_abac" and version == "1":
-                    abac.append(_xml_value(entry.get("geni_value")))
-                else:
-                    errors.append(CredentialInvalid(f"unknown credential type {kind} {version}; this aggregate "
-                                                    f"accepts geni_sfa 2/3 and geni_abac 1"))
-            else:
-                errors.append(CredentialInvalid(f"a credential must be a struct or a string, got "
-                                                f"{type(entry).__name__}"))
+        sfa, abac, errors = sort_credentials(credentials)
         caller = caller_cert
         caller_urn = pki.cert_urn(caller_cert)
         if speaking_for is not None:
