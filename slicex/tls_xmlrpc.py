@@ -12,7 +12,13 @@ Oversize bodies are answered, not dropped: the decision is made from Content-Len
 the answer is sent at once, then up to `DRAIN_BYTES` of the body are read and thrown away (for at most
 `DRAIN_SECONDS`) so a client still sending its body can finish and read the answer; then the connection is
 closed. Without the drain the server closed a socket with unread data, the kernel answered with a reset, and
-the client's send failed before it ever saw the answer."""
+the client's send failed before it ever saw the answer.
+
+What one connection may cost is bounded by `ConnectionLimits`: a socket with nothing to read for
+`idle_seconds` is closed, a connection older than `lifetime_seconds` is cut (one that trickles a byte at a time
+never goes idle), and beyond `max_connections` at once a new connection is closed unserved (each served one
+holds a thread and up to `max_body` bytes). `XmlRpcServer` is the same server over plain HTTP, for the path
+service (stitching/server.py), which omni's stitcher calls without a client certificate."""
 
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ import threading
 import time
 import xmlrpc.client
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
@@ -40,6 +47,19 @@ STOP_POLL_SECONDS = 0.05
 deployment with five servers take two seconds."""
 DRAIN_BYTES = 64 * 1024 * 1024
 DRAIN_SECONDS = 15.0
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """What one client may hold of a server: None lifts a bound."""
+
+    idle_seconds: float = 60.0  # a socket (TLS handshake included) with nothing to read this long is closed
+    lifetime_seconds: float | None = None  # a connection is cut this long after it was accepted
+    max_connections: int | None = None  # served at once; more are closed as they arrive
+
+
+AM_LIMITS = ConnectionLimits()
+"""The AM, slice authority and actor servers: a 60 s idle timeout, as before limits were named."""
 
 
 def server_context(cert_file: str, key_file: str, ca_file: str) -> ssl.SSLContext:
@@ -89,7 +109,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         body = self.rfile.read(length)
         cert = None
-        der = self.connection.getpeercert(binary_form=True)
+        peer_certificate = getattr(self.connection, "getpeercert", None)  # None over plain HTTP
+        der = peer_certificate(binary_form=True) if peer_certificate is not None else None
         if der:
             cert = x509.load_der_x509_certificate(der)
         if b"<!DOCTYPE" in body[:4096].upper() or b"<!ENTITY" in body.upper():
@@ -159,43 +180,76 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-class TlsXmlRpcServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
-    """A threaded XML-RPC server on a TLS socket that requires a client certificate."""
+class XmlRpcServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    """A threaded XML-RPC server over plain HTTP, a thread per connection within `limits`."""
 
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], context: ssl.SSLContext, dispatch: Dispatch,
-                 reject: Callable[..., Any], max_body: int = MAX_BODY_BYTES):
-        self.context = context
+    def __init__(self, address: tuple[str, int], dispatch: Dispatch, reject: Callable[..., Any],
+                 max_body: int = MAX_BODY_BYTES, limits: ConnectionLimits = AM_LIMITS):
         self.dispatch = dispatch
         self.reject = reject
         self.max_body = max_body
+        self.limits = limits
         self._open: set[socket.socket] = set()
         self._open_lock = threading.Lock()
+        self._served = 0  # connections accepted and not yet finished
         super().__init__(address, _Handler, bind_and_activate=True)
 
     def get_request(self) -> tuple[socket.socket, Any]:
         sock, addr = self.socket.accept()
-        sock.settimeout(60)
+        sock.settimeout(self.limits.idle_seconds)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle/delayed-ACK stall between replies
         return sock, addr
 
-    def process_request_thread(self, request: socket.socket, client_address: Any) -> None:
-        try:
-            tls = self.context.wrap_socket(request, server_side=True)
-        except (ssl.SSLError, OSError) as exc:
-            log.info("TLS handshake with %s failed: %s", client_address, exc)
+    def process_request(self, request: socket.socket, client_address: Any) -> None:
+        """Serve the connection in a thread of its own, or close it unserved when `max_connections` are."""
+        with self._open_lock:
+            full = self.limits.max_connections is not None and self._served >= self.limits.max_connections
+            if not full:
+                self._served += 1
+        if full:
+            log.warning("refused a connection from %s: %d connections are being served, the most at once",
+                        client_address, self.limits.max_connections)
             self.shutdown_request(request)
             return
-        with self._open_lock:
-            self._open.add(tls)
         try:
-            super().process_request_thread(tls, client_address)
-        finally:
+            super().process_request(request, client_address)
+        except Exception:
+            self._finished()
+            raise
+
+    def _finished(self) -> None:
+        with self._open_lock:
+            self._served -= 1
+
+    def _secure(self, request: socket.socket, client_address: Any) -> socket.socket | None:
+        """The connection to speak HTTP over (None: it failed before a request could be read)."""
+        return request
+
+    def process_request_thread(self, request: socket.socket, client_address: Any) -> None:
+        try:
+            conn = self._secure(request, client_address)
+            if conn is None:
+                return
             with self._open_lock:
-                self._open.discard(tls)
+                self._open.add(conn)
+            cutter = None
+            if self.limits.lifetime_seconds is not None:
+                cutter = threading.Timer(self.limits.lifetime_seconds, _cut, (conn, client_address))
+                cutter.daemon = True
+                cutter.start()
+            try:
+                super().process_request_thread(conn, client_address)
+            finally:
+                if cutter is not None:
+                    cutter.cancel()
+                with self._open_lock:
+                    self._open.discard(conn)
+        finally:
+            self._finished()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went away before its answer (it timed out, or was killed) is a log line, not a
@@ -228,6 +282,32 @@ class TlsXmlRpcServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
                              name=f"xmlrpc-{self.port}", daemon=True)
         t.start()
         return t
+
+
+def _cut(conn: socket.socket, client_address: Any) -> None:
+    """End a connection that outlived its lifetime: its thread's read or write fails and the thread ends."""
+    log.info("cut the connection from %s: it outlived its lifetime", client_address)
+    try:
+        socket.socket.shutdown(conn, socket.SHUT_RDWR)  # the plain socket's: under TLS too, without the TLS layer
+    except OSError:
+        pass
+
+
+class TlsXmlRpcServer(XmlRpcServer):
+    """The XML-RPC server on a TLS socket that requires a client certificate."""
+
+    def __init__(self, address: tuple[str, int], context: ssl.SSLContext, dispatch: Dispatch,
+                 reject: Callable[..., Any], max_body: int = MAX_BODY_BYTES, limits: ConnectionLimits = AM_LIMITS):
+        self.context = context
+        super().__init__(address, dispatch, reject, max_body, limits)
+
+    def _secure(self, request: socket.socket, client_address: Any) -> socket.socket | None:
+        try:
+            return self.context.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as exc:
+            log.info("TLS handshake with %s failed: %s", client_address, exc)
+            self.shutdown_request(request)
+            return None
 
 
 class SafeTransport(xmlrpc.client.SafeTransport):

@@ -2,37 +2,45 @@
 (`--scsURL http://HOST:PORT/geni/xmlrpc`; the stitcher sends no client certificate to an http URL).
 
 A thin edge: it reads the topology (reloading the file when it changes), hands each call to
-stitching.scs.compute_path, and logs what it answered."""
+stitching.scs.compute_path, and logs what it answered.
+
+Anyone who can reach the port may call it, inside the `slicex up` process, so the server is the AM's bounded
+one (slicex/tls_xmlrpc.py) over plain HTTP: a body over `MAX_BODY_BYTES` is answered TOOBIG (6) from its
+Content-Length before it is read, and `PATH_SERVICE_LIMITS` close idle sockets, cut connections that trickle,
+and serve a bounded number at once (more are closed unserved)."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import xmlrpc.client
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from socketserver import ThreadingMixIn
 from typing import Any
-from xmlrpc.server import SimpleXMLRPCRequestHandler, SimpleXMLRPCServer
 
+from slicex.errors import BadArgs, TooBig
+from slicex.tls_xmlrpc import STOP_POLL_SECONDS, ConnectionLimits, XmlRpcServer
 from stitching.model import Topology
 from stitching.scs import compute_path
 from stitching.topology import TopologyError, load_topology
 
 log = logging.getLogger("slicex.scs")
-RPC_PATHS = ("/", "/RPC2", "/geni/xmlrpc")
+
+MAX_BODY_BYTES = 2 * 1024 * 1024
+"""A ComputePath request is one request RSpec; the largest stitched requests are tens of KB."""
+PATH_SERVICE_LIMITS = ConnectionLimits(idle_seconds=15.0, lifetime_seconds=120.0, max_connections=16)
+"""At most 16 connections at once (16 threads, 16 × 2 MB of bodies), each closed after 15 s without a byte and
+cut after 2 minutes: omni's stitcher makes one short call at a time."""
 
 
-class _Handler(SimpleXMLRPCRequestHandler):
-    rpc_paths = RPC_PATHS
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
-        log.debug("%s " + format, self.address_string(), *args)
+def _error(code: int, message: str) -> dict[str, Any]:
+    return {"code": {"geni_code": code}, "output": message}
 
 
-class _Server(ThreadingMixIn, SimpleXMLRPCServer):
-    daemon_threads = True
-    allow_reuse_address = True
+def _reject(message: str, too_big: bool = False) -> dict[str, Any]:
+    """A request refused before it reached a method, as a result the stitcher reads like ComputePath's own."""
+    return _error(TooBig.code if too_big else BadArgs.code, message)
 
 
 class TopologySource:
@@ -58,9 +66,9 @@ class TopologySource:
             return self._topo
 
 
-def make_server(topology: Callable[[], Topology], host: str = "127.0.0.1", port: int = 8081) -> _Server:
+def make_server(topology: Callable[[], Topology], host: str = "127.0.0.1", port: int = 8081,
+                limits: ConnectionLimits = PATH_SERVICE_LIMITS) -> XmlRpcServer:
     """An XML-RPC server answering ComputePath (and GetVersion, ListAggregates for scs.py's own main)."""
-    server = _Server((host, port), requestHandler=_Handler, allow_none=False, logRequests=False)
 
     def ComputePath(params: Any) -> dict[str, Any]:  # noqa: N802 - the GENI SCS method name
         result = compute_path(topology(), params, datetime.now(UTC))
@@ -80,10 +88,20 @@ def make_server(topology: Callable[[], Topology], host: str = "127.0.0.1", port:
                 "value": {"geni_aggregate_list": {a.urn: {"urn": a.urn, "url": a.url}
                                                   for a in topo.aggregates.values()}}}
 
-    server.register_function(ComputePath, "ComputePath")
-    server.register_function(GetVersion, "GetVersion")
-    server.register_function(ListAggregates, "ListAggregates")
-    return server
+    methods: dict[str, Callable[..., dict[str, Any]]] = {
+        "ComputePath": ComputePath, "GetVersion": GetVersion, "ListAggregates": ListAggregates}
+
+    def dispatch(method: str, params: tuple, _cert: Any) -> Any:
+        call = methods.get(method)
+        if call is None:
+            return xmlrpc.client.Fault(1, f"method {method!r} is not supported; this path service answers "
+                                          f"{', '.join(methods)}")
+        try:
+            return call(*params)
+        except TypeError as exc:
+            return _error(BadArgs.code, f"{method}: {exc}")
+
+    return XmlRpcServer((host, port), dispatch, _reject, MAX_BODY_BYTES, limits)
 
 
 def serve(topology_file: Path, host: str, port: int) -> int:
@@ -94,7 +112,7 @@ def serve(topology_file: Path, host: str, port: int) -> int:
     print(f"slicex scs: http://{host}:{server.server_address[1]}/geni/xmlrpc ({len(topo.aggregates)} aggregates, "
           f"{len(topo.ports)} ports from {topology_file}); give it to stitcher.py as --scsURL", flush=True)
     try:
-        server.serve_forever()
+        server.serve_forever(poll_interval=STOP_POLL_SECONDS)
     except KeyboardInterrupt:
         pass
     finally:

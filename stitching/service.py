@@ -42,10 +42,11 @@ class PathService:
         return self.url
 
     def stop(self) -> None:
-        if self._thread is not None:
-            self.server.shutdown()
-            self._thread.join(5)
-        self.server.server_close()
+        if self._thread is None:
+            self.server.server_close()
+            return
+        self.server.close()  # stops serving and cuts the connections kept alive
+        self._thread.join(5)
 
     def describe(self) -> str:
         topo = self.source.get()
