@@ -499,7 +499,8 @@ class AggregateManager:
             if end <= start:
                 raise BadArgs(f"geni_start_time {rfc3339(start)} is not before the reservation's end {rfc3339(end)}"
                               + ("" if "geni_end_time" in options else " (the slice credential expires by then)"))
-        end = self._peer_policy("Allocate", verified, urn, now, end, "geni_end_time" in options, request)
+        if self.ledger is None or options.get("slicex_dry_run"):  # else the ledger admits it, counting atomically
+            end = self._peer_policy("Allocate", verified, urn, now, end, "geni_end_time" in options, request)
         if options.get("slicex_dry_run"):
             if self.dry_run is None:
                 raise Unsupported("slicex_dry_run is not offered by this aggregate")
@@ -511,9 +512,11 @@ class AggregateManager:
         later = {} if start is None else {"start": start}  # an advance reservation (geni_start_time)
         if self.ledger is None:
             slivers = self.sm.allocate(urn, owner, request, end, now, **later)
-        else:  # refused if it passes the owner's or project's service level (am/quotas.py), else recorded
+        else:  # the peer's policy and the owner's and project's service levels (am/quotas.py) checked, the
+            # allocation made and recorded, as one step: concurrent Allocates cannot together pass a limit
             slivers = self.ledger.allocate(owner, urn, request, now, end, "geni_end_time" in options,
-                                           lambda e: self.sm.allocate(urn, owner, request, e, now, **later))
+                                           lambda e: self.sm.allocate(urn, owner, request, e, now, **later),
+                                           peers=self.peers)
         return result({"geni_rspec": self._manifest(urn, slivers, now),
                        "geni_slivers": [self._struct(s) for s in slivers]})
 

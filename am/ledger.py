@@ -7,8 +7,9 @@ am/accounting.py (records, totals) and am/quotas.py (limits, checks).
 
 Store tables: `usage` holds every record (open and closed), `usage-open` a copy of the open ones (what is held
 now: scanned on each Allocate under a limit and by the reaper). A check and the allocation it admits run under
-one store claim per user and per project limited (`quota-lock:<urn>`), so two AM workers cannot both admit
-requests that together pass a limit."""
+one store claim per user, per project and per federation peer limited (`quota-lock:<urn>`,
+`quota-lock:peer:<name>`), so two threads or AM workers cannot both admit requests that together pass a limit:
+each counts what is held only after the other's slivers and usage records are in the store."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from am.slice_manager import Sliver
 from rspec.request import Request
 from rspec.substrate import Substrate
 from slicex.errors import Busy, GeniError
+from slicex.peers import PeerGate
 from slicex.store import Store
 from slicex.urn import canonical_urn
 
@@ -120,14 +122,19 @@ class Ledger:
 
     # ---- service levels ------------------------------------------------------------------------------------
     def allocate(self, user: str, slice_urn: str, request: Request, now: datetime, end: datetime, asked_end: bool,
-                 allocate: Callable[[datetime], list[Sliver]]) -> list[Sliver]:
-        """Allocate through `allocate(end)` if the user's and the project's limits allow the request on top of
-        what they hold (FORBIDDEN / OUTOFRANGE naming the limit otherwise, nothing taken), and record it."""
+                 allocate: Callable[[datetime], list[Sliver]], peers: PeerGate | None = None) -> list[Sliver]:
+        """Allocate through `allocate(end)` if the federation peer's policy (`peers`, for a peer's user or
+        slice) and the user's and the project's limits allow the request on top of what they hold (the peer's
+        refusal, or FORBIDDEN / OUTOFRANGE naming the limit, nothing taken), and record it. The counts, the
+        allocation and its record are one step under the count locks of everyone limited."""
         project = project_of(slice_urn)
-        end, _ = quotas.lease_end(user, project, self.policy, now, end, now, cut=not asked_end)
         lock = [k for k, limits in ((user_key(user), self.policy.for_user(user)),
                                     (project, self.policy.for_project(project))) if k and limits.limits_amounts]
-        with self._counting(lock):  # nothing to lock (and no count) when neither has a limit on amounts
+        peer = peers.counted_as(user, slice_urn) if peers is not None else None
+        with self._counting(lock + ([peer] if peer else [])):  # nothing to lock when nobody has a limit on amounts
+            if peers is not None:
+                end = peers.admit("Allocate", user, slice_urn, now, end, request, asked_end)
+            end, _ = quotas.lease_end(user, project, self.policy, now, end, now, cut=not asked_end)
             if lock:
                 held_user, held_project = held_now(self.open_records(), user_key(user), project)
                 quotas.check_amounts(user_key(user), project, self.policy, held_user, held_project,

@@ -63,6 +63,11 @@ class PeerPolicy:
     max_nodes: int | None = None
     max_cores: int | None = None
 
+    @property
+    def limits_usage(self) -> bool:
+        """Whether what the peer's users hold is limited (so admitting an Allocate must count it)."""
+        return any(limit is not None for limit in (self.max_slivers, self.max_nodes, self.max_cores))
+
     def to_config(self) -> dict[str, Any]:
         out: dict[str, Any] = {"aggregates": list(self.aggregates), "sliver_types": list(self.sliver_types)}
         if self.max_lease is not None:
@@ -379,6 +384,13 @@ class PeerGate:
         mine = [h for h in self.held() if peer.covers(h.owner_urn) or peer.covers(h.slice_urn)]
         nodes = [h for h in mine if h.kind == "node"]
         return Usage(len(mine), len(nodes), sum(h.cores for h in nodes))
+
+    def counted_as(self, caller_urn: str, slice_urn: str) -> str | None:
+        """The name under which the call's peer usage is counted (`peer:<name>`), None when no peer limits what
+        its users hold. Admitting an Allocate and making it must not interleave with another under that name,
+        or both count the same free quota (am/ledger.py holds a store claim on it)."""
+        peer = peer_of(self.peers(), caller_urn, slice_urn)
+        return f"peer:{peer.name}" if peer is not None and peer.policy.limits_usage else None
 
     def admit(self, operation: str, caller_urn: str, slice_urn: str, now: datetime, end: datetime,
               request: Any = None, asked: bool = True) -> datetime:
