@@ -40,6 +40,7 @@ from typing import Any
 from am import reservation as rs
 from am import slice_manager as sm
 from am.embed import mac_for
+from am.slice_identity import check_same_slice
 from am.slice_manager import Sliver
 from am.sm_delivery import DRIVE_ROUNDS, Delivery  # noqa: F401 - re-exported
 from am.sm_locks import SliceLocks
@@ -126,19 +127,24 @@ class ActorSliceManager(Records, Recovery, Delivery):
 
     # ---- SliceManager: allocate -----------------------------------------------------------------------------
     def allocate(self, slice_urn: str, owner_urn: str, request: Request, end: datetime,
-                 now: datetime, start: datetime | None = None) -> list[Sliver]:
+                 now: datetime, start: datetime | None = None, slice_uuid: str = "") -> list[Sliver]:
         """Ask the broker for tickets over [now, end), or with a later `start` over [start, end): an advance
-        reservation (geni_start_time), booked in the broker's calendar now and provisionable from `start`."""
+        reservation (geni_start_time), booked in the broker's calendar now and provisionable from `start`.
+        The slivers record `slice_uuid`; the slice's live slivers must have been allocated for the same one
+        (checked under the slice's lock: am/slice_identity.py)."""
         start = start if start and start > now else None
         if start is not None and end <= start:  # e.g. a service level's lease length cut the end (am/quotas.py)
             raise OutOfRange(f"an advance reservation from {rfc3339(start)} cannot end at {rfc3339(end)}, before it "
                           f"starts (is the lease length your service level allows shorter than the wait?)")
         self._catch_up(now)
         with self._on_slices([slice_urn]):
-            return self._allocate(slice_urn, owner_urn, request, end, now, start)
+            check_same_slice(slice_urn, slice_uuid, (rec.slice_uuid for rec in self.records(slice_urn)
+                                                     if not rec.discard and rec.r.state not in (rs.CLOSE_WAIT,
+                                                                                                rs.CLOSED)))
+            return self._allocate(slice_urn, owner_urn, request, end, now, start, slice_uuid)
 
     def _allocate(self, slice_urn: str, owner_urn: str, request: Request, end: datetime,
-                  now: datetime, start: datetime | None = None) -> list[Sliver]:
+                  now: datetime, start: datetime | None = None, slice_uuid: str = "") -> list[Sliver]:
         self.store.delete(ENDED, slice_urn)
         parts = self._bitstream_parts(owner_urn)
         for attempt in range(PLAN_RETRIES):
@@ -146,6 +152,7 @@ class ActorSliceManager(Records, Recovery, Delivery):
                 time.sleep(random.uniform(0, min(0.1, 0.005 * 2 ** attempt)))
             recs = self._records(request, slice_urn, owner_urn, f"ticket:{uuid.uuid4().hex}", parts)
             for rec in recs.values():
+                rec.slice_uuid = slice_uuid
                 rec.r, rec.outbox = rs.demand(rec.r, now, end, start=start)
                 if start is not None:
                     rec.details["geni_start_time"] = rfc3339(start)  # shown in the sliver struct (Status, Describe)
@@ -499,7 +506,7 @@ class ActorSliceManager(Records, Recovery, Delivery):
                    "reservation": {"state": r.state, "pending": r.pending, "sequence": r.sequence,
                                    "request": r.request, "reason": r.reason}}
         return Sliver(rec.id, rec.slice_urn, rec.client_id, rec.kind, alloc, op, r.end or now, error,
-                      rec.component_id, rec.owner_urn, details)
+                      rec.component_id, rec.owner_urn, details, rec.slice_uuid)
 
     def slivers(self, slice_urn: str, now: datetime) -> list[Sliver]:
         self._catch_up(now)

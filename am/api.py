@@ -18,6 +18,7 @@ from typing import Any
 from cryptography import x509
 
 from am import slice_manager as sm
+from am.slice_identity import check_same_slice, slice_uuid
 from am.slice_manager import SliceManager, Sliver
 from rspec import namespaces as ns
 from rspec.manifest import SliverView, build_manifest, empty_manifest
@@ -250,6 +251,8 @@ class AggregateManager:
         if not sliver_urns:
             for s in self.sm.slivers(slice_urn, now):
                 slivers[s.urn] = s
+        # the slivers answer to the slice they were allocated for, not to a slice made again under its name
+        check_same_slice(slice_urn, slice_uuid(verified.credential), (s.slice_uuid for s in slivers.values()))
         return slice_urn, list(slivers.values()), verified
 
     def _may(self, cert: x509.Certificate, credentials: Any, slice_urn: str, privilege: str,
@@ -474,6 +477,7 @@ class AggregateManager:
         now = self.clock.now()
         urn = canonical_urn(slice_urn, "slice")
         verified = self._authorise(cert, credentials, urn, "createsliver", options)
+        identity = slice_uuid(verified.credential)  # recorded with the slivers; checked against the slice's
         self._check_not_shut_down(urn)
         start = self._start_time(options, now)
         if not isinstance(rspec, str):
@@ -509,7 +513,9 @@ class AggregateManager:
             return result(plan, output="dry run: nothing was allocated" + ("" if plan["fits"] else
                                                                            "; " + plan["summary"]))
         owner = verified.effective_caller_urn
-        later = {} if start is None else {"start": start}  # an advance reservation (geni_start_time)
+        later: dict[str, Any] = {"slice_uuid": identity}
+        if start is not None:  # an advance reservation (geni_start_time)
+            later["start"] = start
         if self.ledger is None:
             slivers = self.sm.allocate(urn, owner, request, end, now, **later)
         else:  # the peer's policy and the owner's and project's service levels (am/quotas.py) checked, the
@@ -610,7 +616,8 @@ class AggregateManager:
         urn = canonical_urn(slice_urn, "slice")
         operator = self._operator(cert, options)
         try:
-            self._authorise(cert, credentials, urn, "shutdown", options)
+            verified = self._authorise(cert, credentials, urn, "shutdown", options)
+            check_same_slice(urn, slice_uuid(verified.credential), (s.slice_uuid for s in self.sm.slivers(urn, now)))
         except GeniError:
             if operator is None:
                 raise

@@ -42,11 +42,15 @@ class Sliver:
     component_id: str = ""
     owner_urn: str = ""
     details: dict[str, Any] = field(default_factory=dict)  # host, vlan tag, MACs, login, ...
+    slice_uuid: str = ""  # the UUID of the slice it was allocated for (am/slice_identity.py), '' if none named
 
 
 class SliceManager(Protocol):
     def allocate(self, slice_urn: str, owner_urn: str, request: Request, end: datetime,
-                 now: datetime) -> list[Sliver]: ...
+                 now: datetime, start: datetime | None = None, slice_uuid: str = "") -> list[Sliver]:
+        """Tickets for `request`; CredentialInvalid if the slice's live slivers were allocated for another
+        UUID of that slice name (checked under the slice's lock, am/slice_identity.py)."""
+        ...
 
     def provision(self, sliver_urns: list[str], end: datetime, users: list[dict[str, Any]],
                   now: datetime) -> list[Sliver]: ...

@@ -87,6 +87,7 @@ class Record:
     provisioned: bool = False
     shutdown: bool = False
     discard: bool = False  # forget it once its releases are delivered (a deleted or abandoned sliver)
+    slice_uuid: str = ""  # the UUID of the slice it was allocated for (am/slice_identity.py)
     indexed: bool = field(default=False, compare=False)  # its slice's index names it (not stored: true once loaded)
 
     def to_doc(self) -> dict[str, Any]:
@@ -96,7 +97,8 @@ class Record:
                 "ticket": self.ticket.to_doc() if self.ticket else None,
                 "lease": self.lease.to_doc() if self.lease else None,
                 "outbox": [message_doc(m) for m in self.outbox], "error_type": self.error_type,
-                "provisioned": self.provisioned, "shutdown": self.shutdown, "discard": self.discard}
+                "provisioned": self.provisioned, "shutdown": self.shutdown, "discard": self.discard,
+                "slice_uuid": self.slice_uuid}
 
     @staticmethod
     def from_doc(d: dict[str, Any]) -> Record:
@@ -105,7 +107,8 @@ class Record:
                       Ticket.from_doc(d["ticket"]) if d.get("ticket") else None,
                       Lease.from_doc(d["lease"]) if d.get("lease") else None,
                       [message_from(m) for m in d.get("outbox", [])], d.get("error_type", ""),
-                      bool(d.get("provisioned")), bool(d.get("shutdown")), bool(d.get("discard")), indexed=True)
+                      bool(d.get("provisioned")), bool(d.get("shutdown")), bool(d.get("discard")),
+                      d.get("slice_uuid", ""), indexed=True)
 
     @property
     def ticket_id(self) -> str:

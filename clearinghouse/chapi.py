@@ -144,6 +144,8 @@ def when(value: Any, what: str) -> datetime:
 # ---- roles and who may do what --------------------------------------------------------------------------------
 LEAD, ADMIN, MEMBER, AUDITOR = "LEAD", "ADMIN", "MEMBER", "AUDITOR"
 ROLES = (LEAD, ADMIN, MEMBER, AUDITOR)
+RANK = {AUDITOR: 0, MEMBER: 1, ADMIN: 2, LEAD: 3}
+"""Roles from least to most power: nobody raises their own role (the Common Federation API's roles)."""
 
 
 def members_of(record: dict[str, Any]) -> dict[str, str]:
@@ -167,6 +169,29 @@ def require_role(record: dict[str, Any], member: str, allowed: tuple[str, ...], 
                             f"{' or '.join(allowed)}")
 
 
+def require_sliver_info_writer(slice_rec: dict[str, Any], member: str) -> None:
+    """Sliver info is the business of the slice's members (not of members of its project outside it, who may
+    look): who records, changes or deletes it must hold LEAD, ADMIN or MEMBER in the slice."""
+    role = role_of(slice_rec, member)
+    if role not in (LEAD, ADMIN, MEMBER):
+        what = f"is {role} of slice {slice_rec['urn']}" if role else f"is not a member of slice {slice_rec['urn']}"
+        raise authorization(f"{member} {what}; only its LEAD, ADMINs and MEMBERs record, change or delete its "
+                            f"sliver info")
+
+
+def one_public_key(text: Any) -> str:
+    """The one OpenSSH public key line `create_key` takes (a key file's final newline dropped): text holding
+    several lines is refused, since it would be stored and handed to aggregates as one key."""
+    if not isinstance(text, str):
+        raise argument("KEY_PUBLIC must be an OpenSSH public key line (ssh-rsa AAAA... comment)")
+    key = text.strip()
+    if "\n" in key or "\r" in key:
+        raise argument("KEY_PUBLIC holds more than one line; one key per call (call create_key once per key)")
+    if not key.startswith(("ssh-", "ecdsa-")) or len(key) > 16384:
+        raise argument("KEY_PUBLIC must be an OpenSSH public key line (ssh-rsa AAAA... comment)")
+    return key
+
+
 def may_see_slice(slice_rec: dict[str, Any], project_rec: dict[str, Any] | None, member: str) -> bool:
     """Slice members see their slices; project members see the slices of their project."""
     return role_of(slice_rec, member) is not None or (project_rec is not None
@@ -174,10 +199,13 @@ def may_see_slice(slice_rec: dict[str, Any], project_rec: dict[str, Any] | None,
 
 
 def membership_changes(record: dict[str, Any], options: dict[str, Any], prefix: str,
-                       our_authority: str) -> dict[str, str]:
-    """The members after `members_to_add/remove/change` ({SLICE|PROJECT}_MEMBER, _ROLE); the lead stays.
-    Members must be users of this authority: the MA serves no one else."""
+                       our_authority: str, caller: str) -> dict[str, str]:
+    """The members after `caller` (a LEAD or ADMIN there) applies `members_to_add/remove/change`
+    ({SLICE|PROJECT}_MEMBER, _ROLE). Nobody raises their own role; only a LEAD makes a LEAD or changes or
+    removes one (so an ADMIN cannot depose the lead, alone or by crowning an accomplice); a LEAD always
+    remains. Members must be users of this authority: the MA serves no one else."""
     members = members_of(record)
+    mine = members.get(caller.lower())
     for entry in (options.get("members_to_add") or []) + (options.get("members_to_change") or []):
         if not isinstance(entry, dict) or f"{prefix}_MEMBER" not in entry:
             raise argument(f"members_to_add/change entries are structs with {prefix}_MEMBER and {prefix}_ROLE")
@@ -187,9 +215,20 @@ def membership_changes(record: dict[str, Any], options: dict[str, Any], prefix: 
         role = str(entry.get(f"{prefix}_ROLE", MEMBER)).upper()
         if role not in ROLES:
             raise argument(f"role {role!r} is not one of {', '.join(ROLES)}")
-        members[str(urn).lower()] = role
-    for urn in options.get("members_to_remove") or []:
-        members.pop(str(urn).lower(), None)
+        key = str(urn).lower()
+        if key == caller.lower() and RANK[role] > RANK.get(mine or "", -1):
+            raise authorization(f"{caller} may not promote themselves from {mine} to {role} in {record['urn']}; "
+                                f"a LEAD of it gives roles")
+        if mine != LEAD and LEAD in (role, members.get(key)):
+            raise authorization(f"{caller} may not make {urn} {role} in {record['urn']}: only a LEAD makes a LEAD or "
+                                f"changes a LEAD's role, and you are {mine}")
+        members[key] = role
+    for text in options.get("members_to_remove") or []:
+        key = str(text).lower()
+        if mine != LEAD and members.get(key) == LEAD:
+            raise authorization(f"{caller} may not remove {text} from {record['urn']}: only a LEAD removes a LEAD, "
+                                f"and you are {mine}")
+        members.pop(key, None)
     if LEAD not in members.values():
         raise argument(f"{record['urn']} would have no LEAD; change the lead by adding another LEAD first")
     return members
@@ -282,7 +321,8 @@ def slice_expiry(requested: Any, now: datetime, policy: SlicePolicy, project_rec
 
 
 def slice_uid(rec: dict[str, Any]) -> str:
-    """A slice made through the gcf interface has no UID: derive a stable one from its URN."""
+    """The slice's UUID, the one its certificate carries; a record made before records kept it has none, so
+    a stable one is derived from its URN."""
     return rec.get("uid") or str(uuid.uuid5(uuid.NAMESPACE_URL, rec["urn"].lower()))
 
 

@@ -24,6 +24,7 @@ from cryptography import x509
 
 from clearinghouse import chapi
 from clearinghouse.chapi import ChError, argument, authorization
+from clearinghouse.projects import PROJECTS, live_project, require_slice_maker
 from clearinghouse.slice_authority import SLICES, SliceAuthority
 from slicex import pki
 from slicex.clock import parse_time, rfc3339
@@ -31,7 +32,6 @@ from slicex.errors import GeniError
 from slicex.urn import parse_urn
 
 log = logging.getLogger("slicex.chapi")
-PROJECTS = "ch_projects"
 PROJECT_CLAIM = "ch_project:"  # + lower-cased project URN
 SLIVER_INFO = "ch_sliver_info"
 KEYS = "ma_keys"
@@ -177,16 +177,7 @@ class ChapiAuthority:
     # ---- projects ----------------------------------------------------------------------------------------------
     def _project(self, urn_text: Any) -> dict[str, Any]:
         """A live project record, or ARGUMENT "Unknown project" (the phrase omni recognises)."""
-        if not isinstance(urn_text, str):
-            raise argument(f"Unknown project {urn_text!r}: a project URN is a string")
-        authority, name = chapi.project_name_of(urn_text)
-        rec = self.store.get(PROJECTS, urn_text.lower())
-        if rec is None or authority.lower() != self.authority.lower():
-            raise argument(f"Unknown project {urn_text}: this slice authority has no such project (create it "
-                           f"with create_project or `slicex project create {name}`)")
-        if chapi.project_expired(rec, self.clock.now()):
-            raise argument(f"Unknown project {urn_text}: it expired at {rec['expires']}")
-        return rec
+        return live_project(self.store, self.authority, urn_text, self.clock.now())
 
     def _create_project(self, caller: x509.Certificate, credentials: Any, options: Any) -> dict[str, Any]:
         lead = self._member(caller)
@@ -245,7 +236,7 @@ class ChapiAuthority:
         member = self._member(caller)
         rec = self._project(urn)
         chapi.require_role(rec, member, (chapi.LEAD, chapi.ADMIN), "change the members of")
-        rec["members"] = chapi.membership_changes(rec, chapi.options_of(options), "PROJECT", self.authority)
+        rec["members"] = chapi.membership_changes(rec, chapi.options_of(options), "PROJECT", self.authority, member)
         self.store.put(PROJECTS, rec["urn"].lower(), rec)
         return True
 
@@ -259,6 +250,9 @@ class ChapiAuthority:
         rec = self.store.get(SLICES, str(urn).lower())
         if rec is None or (not allow_expired and parse_time(rec["expires"]) <= self.clock.now()):
             raise argument(f"Unknown slice urn {urn_text} (no such slice at this slice authority, or it expired)")
+        if rec.get("deleted") and not allow_expired:
+            raise argument(f"Unknown slice urn {urn_text}: its owner deleted it at {rec['deleted']} (the name stays "
+                           f"reserved until {rec['expires']})")
         if not chapi.may_see_slice(rec, self._project_of(rec), member):
             raise authorization(f"slice {rec['urn']} is not yours: {member} is not a member of it or its project")
         return rec
@@ -273,8 +267,8 @@ class ChapiAuthority:
         fields = chapi.fields_of(options, ("SLICE_NAME",))
         project = None
         if fields.get("SLICE_PROJECT_URN"):
-            project = self._project(fields["SLICE_PROJECT_URN"])
-            chapi.require_role(project, owner, (chapi.LEAD, chapi.ADMIN, chapi.MEMBER), "create slices in")
+            project = require_slice_maker(self.store, self.authority, fields["SLICE_PROJECT_URN"], owner,
+                                          self.clock.now())
         urn = chapi.slice_urn_for(self.authority, fields["SLICE_NAME"], project["name"] if project else None)
         now = self.clock.now()
         expires = chapi.slice_expiry(fields.get("SLICE_EXPIRATION"), now, self.policy, project)
@@ -294,7 +288,8 @@ class ChapiAuthority:
         now = self.clock.now()
         projects = {r["urn"].lower(): r for r in self.store.scan(PROJECTS)}
         visible = {r["urn"]: chapi.slice_fields(r, now) for r in self.store.scan(SLICES)
-                   if chapi.may_see_slice(r, projects.get((r.get("project") or "").lower()), member)}
+                   if not r.get("deleted")
+                   and chapi.may_see_slice(r, projects.get((r.get("project") or "").lower()), member)}
         return chapi.select(visible, chapi.options_of(options))
 
     def _update_slice(self, caller: x509.Certificate, urn: Any, credentials: Any, options: Any) -> bool:
@@ -321,7 +316,8 @@ class ChapiAuthority:
         if cert.not_valid_after_utc < end + timedelta(days=1):
             urn = parse_urn(rec["urn"], "slice")
             days = (end - self.clock.now()).days + 2
-            pem, _key = pki.issue_certificate(self.sa.ca_cert_pem, self.sa.ca_key_pem, rec["urn"], urn.name, days=days)
+            pem, _key = pki.issue_certificate(self.sa.ca_cert_pem, self.sa.ca_key_pem, rec["urn"], urn.name, days=days,
+                                              subject_uuid=chapi.slice_uid(rec))  # the same slice, the same UUID
             rec["cert"] = pem.decode()
 
     def _lookup_slices_for_member(self, caller: x509.Certificate, member_urn: Any, credentials: Any,
@@ -329,7 +325,7 @@ class ChapiAuthority:
         member = self._self_only(caller, member_urn)
         now = self.clock.now()
         rows = [chapi.for_member(chapi.slice_fields(r, now), "SLICE", chapi.role_of(r, member) or "")
-                for r in self.store.scan(SLICES) if chapi.role_of(r, member)]
+                for r in self.store.scan(SLICES) if chapi.role_of(r, member) and not r.get("deleted")]
         match = chapi.options_of(options).get("match")
         return [r for r in rows if chapi.matches(r, match)]
 
@@ -343,7 +339,7 @@ class ChapiAuthority:
         member = self._member(caller)
         rec = self._slice(urn, member)
         chapi.require_role(rec, member, (chapi.LEAD, chapi.ADMIN), "change the members of")
-        rec["members"] = chapi.membership_changes(rec, chapi.options_of(options), "SLICE", self.authority)
+        rec["members"] = chapi.membership_changes(rec, chapi.options_of(options), "SLICE", self.authority, member)
         self.store.put(SLICES, rec["urn"].lower(), rec)
         return True
 
@@ -382,7 +378,7 @@ class ChapiAuthority:
     def _create_sliver_info(self, caller: x509.Certificate, credentials: Any, options: Any) -> bool:
         member = self._member(caller)
         rec = chapi.new_sliver_info(chapi.fields_of(chapi.options_of(options)), member, self.clock.now())
-        self._slice(rec["SLIVER_INFO_SLICE_URN"], member)
+        chapi.require_sliver_info_writer(self._slice(rec["SLIVER_INFO_SLICE_URN"], member), member)
         key = rec["SLIVER_INFO_URN"].lower()
         if self.store.get(SLIVER_INFO, key) is not None:
             raise ChError(chapi.DUPLICATE, f"sliver info for {rec['SLIVER_INFO_URN']} already exists; update it")
@@ -390,10 +386,13 @@ class ChapiAuthority:
         return True
 
     def _sliver_info(self, urn: Any, member: str) -> dict[str, Any]:
+        """A sliver info record the member may change or delete (a member of its slice, not of its project
+        only); project members who may see it get AUTHORIZATION, others "Unknown"."""
         rec = self.store.get(SLIVER_INFO, urn.lower()) if isinstance(urn, str) else None
         if rec is None:
             raise argument(f"Unknown sliver urn {urn!r}: no sliver info recorded for it")
-        self._slice(rec["SLIVER_INFO_SLICE_URN"], member, allow_expired=True)
+        chapi.require_sliver_info_writer(self._slice(rec["SLIVER_INFO_SLICE_URN"], member, allow_expired=True),
+                                         member)
         return rec
 
     def _update_sliver_info(self, caller: x509.Certificate, urn: Any, credentials: Any, options: Any) -> bool:
@@ -510,10 +509,8 @@ class ChapiAuthority:
         owner = args[0] if len(args) == 3 else fields.get("KEY_MEMBER", me)
         if not isinstance(owner, str) or owner.lower() != me.lower():
             raise authorization(f"you are {me}; you may add keys to your own account only")
-        pub = fields["KEY_PUBLIC"]
-        if not isinstance(pub, str) or not pub.startswith(("ssh-", "ecdsa-")) or len(pub) > 16384:
-            raise argument("KEY_PUBLIC must be an OpenSSH public key line (ssh-rsa AAAA... comment)")
-        key = {"KEY_ID": uuid.uuid4().hex, "KEY_MEMBER": me, "KEY_PUBLIC": pub.strip(),
+        pub = chapi.one_public_key(fields["KEY_PUBLIC"])
+        key = {"KEY_ID": uuid.uuid4().hex, "KEY_MEMBER": me, "KEY_PUBLIC": pub,
                "KEY_DESCRIPTION": str(fields.get("KEY_DESCRIPTION") or "")}
         self.store.put(KEYS, key["KEY_ID"], key)
         return key

@@ -8,8 +8,16 @@ fault saying the store is unavailable and to retry, never a value a client could
 
 Slice names are claimed atomically in the store (`store.claim`) before the slow work (the slice's key and
 certificate), so two users asking for one name at once get one owner and one clear refusal. The claim's
-owner is a token unique to that creation; it is released with the record (DeleteSlice, or a later
-CreateSlice finding the record expired), so an expired slice's name becomes claimable again."""
+owner is a token unique to that creation; it is released when a later CreateSlice finds the record expired,
+so an expired slice's name becomes claimable again.
+
+A slice is its URN and its UUID (the `urn:uuid:` beside the URN in the slice certificate, so in every slice
+credential's target; the CH API's SLICE_UID). As GENI clearinghouses never reuse a slice name, a name is
+never handed to anyone else before the slice expires: `DeleteSlice` only marks the slice deleted (no longer
+listed or renewable) and the name stays reserved until the slice's expiration, since slivers its credentials
+reached may live until then. Its owner may take it back with CreateSlice (the same slice, the same UUID).
+A slice in a project (`<authority>:<project>+slice+<name>`) is made for that project's members only, by the
+check the CH API makes (clearinghouse/projects.py)."""
 
 from __future__ import annotations
 
@@ -23,6 +31,7 @@ from typing import Any
 
 from cryptography import x509
 
+from clearinghouse.projects import project_of_slice, require_slice_maker
 from slicex import pki
 from slicex.clock import Clock, parse_time, rfc3339
 from slicex.credentials import create_credential
@@ -156,11 +165,28 @@ class SliceAuthority:
         if urn.top_authority != self.authority.lower():
             raise BadArgs(f"{slice_urn} belongs to authority {urn.authority}; this slice authority issues slices "
                           f"under {self.authority}")
-        record, _created = self.claim_slice(urn, owner)
+        extra = None
+        project = project_of_slice(self.authority, urn)
+        if project is not None and not self._owns_live(urn, owner):
+            extra = {"project": require_slice_maker(self.store, self.authority, project, owner,
+                                                    self.clock.now())["urn"]}
+        record, _created = self.claim_slice(urn, owner, extra)
         if record["owner"].lower() != owner.lower():
+            if record.get("deleted"):
+                raise AlreadyExists(f"slice {slice_urn} was deleted at {record['deleted']}, and its name is reserved "
+                                    f"until {record['expires']}, when the slice would have expired (slice names are "
+                                    f"never reused while slivers of the old slice may live); choose another name")
             raise AlreadyExists(f"slice {slice_urn} already exists and belongs to {record['owner']}; "
                                 f"choose another slice name")
+        if record.get("deleted"):  # its owner takes a deleted slice back: the same slice, the same UUID
+            record = {k: v for k, v in record.items() if k != "deleted"}
+            self.store.put(SLICES, _key(urn), record)
         return self._slice_credential(caller, record)
+
+    def _owns_live(self, urn: Urn, owner: str) -> bool:
+        record = self.store.get(SLICES, _key(urn))
+        return record is not None and record["owner"].lower() == owner.lower() \
+            and parse_time(record["expires"]) > self.clock.now()
 
     def claim_slice(self, urn: Urn, owner: str, extra: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
         """The live record of slice `urn` and whether this call created it (for `owner`, with `extra` fields
@@ -193,12 +219,15 @@ class SliceAuthority:
 
     def _create(self, urn: Urn, owner: str, token: str, now: datetime,
                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The slow part, done only by the holder of the name claim: the slice's certificate and record."""
+        """The slow part, done only by the holder of the name claim: the slice's certificate and record. The
+        slice's UUID (`uid`, the CH API's SLICE_UID) is the one its certificate carries."""
+        uid = str((extra or {}).get("uid") or uuid.uuid4())
         cert_pem, _key_pem = pki.issue_certificate(self.ca_cert_pem, self.ca_key_pem, str(urn), urn.name,
-                                                   days=self.policy.max_slice_lifetime.days + 1)
+                                                   days=self.policy.max_slice_lifetime.days + 1, subject_uuid=uid)
         record = {"urn": str(urn), "owner": owner, "created": rfc3339(now), "claim": token,
                   "expires": rfc3339(now + self.policy.slice_lifetime), "cert": cert_pem.decode()}
         record.update(extra or {})
+        record["uid"] = uid
         self.store.put(SLICES, _key(urn), record)
         return record
 
@@ -214,7 +243,7 @@ class SliceAuthority:
         record = self._owned(caller, slice_urn)
         return {"urn": record["urn"], "owner": record["owner"], "expires": record["expires"]}
 
-    def _owned(self, caller: x509.Certificate, slice_urn: str) -> dict[str, Any]:
+    def _owned(self, caller: x509.Certificate, slice_urn: str, deleted_too: bool = False) -> dict[str, Any]:
         owner = self._caller_urn(caller)
         urn = parse_urn(slice_urn, "slice")
         record = self.store.get(SLICES, _key(urn))
@@ -222,6 +251,9 @@ class SliceAuthority:
             raise BadArgs(f"no slice {slice_urn} at this slice authority (or it expired)")
         if record["owner"].lower() != owner.lower():
             raise BadArgs(f"slice {slice_urn} belongs to {record['owner']}")
+        if record.get("deleted") and not deleted_too:
+            raise BadArgs(f"slice {slice_urn} was deleted at {record['deleted']}; CreateSlice takes it back (its "
+                          f"name is yours until {record['expires']})")
         return record
 
     def RenewSlice(self, caller: x509.Certificate, slice_urn: str, expiration: Any) -> bool:
@@ -235,11 +267,14 @@ class SliceAuthority:
         return True
 
     def DeleteSlice(self, caller: x509.Certificate, slice_urn: str) -> bool:
-        """Forget the slice, then free its name (in that order, so a new claimant never loses its record)."""
-        record = self._owned(caller, slice_urn)
-        deleted = self.store.delete(SLICES, record["urn"].lower())
-        self.store.release(NAME_CLAIM + record["urn"].lower(), record.get("claim", ""))
-        return deleted
+        """Mark the slice deleted: it is no longer listed or renewable, and no credential is issued for it
+        except to its owner taking it back. Its name stays reserved until the slice's expiration, since
+        slivers its credentials reached may live until then (aggregates may be anywhere; the SA cannot ask)."""
+        record = self._owned(caller, slice_urn, deleted_too=True)
+        if not record.get("deleted"):
+            record["deleted"] = rfc3339(self.clock.now())
+            self.store.put(SLICES, record["urn"].lower(), record)
+        return True
 
     def ListAggregates(self, caller: x509.Certificate) -> list[list[str]]:
         """The aggregates as gcf's clearinghouse lists them: `[urn, url]` pairs (omni's gcf framework unpacks
@@ -250,7 +285,8 @@ class SliceAuthority:
         owner = self._caller_urn(caller)
         now = self.clock.now()
         return sorted(r["urn"] for r in self.store.scan(SLICES)
-                      if r["owner"].lower() == owner.lower() and parse_time(r["expires"]) > now)
+                      if r["owner"].lower() == owner.lower() and parse_time(r["expires"]) > now
+                      and not r.get("deleted"))
 
     def slice_expiry(self, slice_urn: str) -> datetime | None:
         record = self.store.get(SLICES, slice_urn.lower())

@@ -75,15 +75,18 @@ def create_ca(authority: str, common_name: str, days: int = 3650) -> tuple[bytes
 
 
 def issue_certificate(ca_cert_pem: bytes, ca_key_pem: bytes, urn: str, common_name: str, email: str | None = None,
-                      is_ca: bool = False, days: int = 365, key_pem: bytes | None = None) -> tuple[bytes, bytes]:
-    """A certificate for `urn` signed by the CA; returns (cert PEM, key PEM)."""
+                      is_ca: bool = False, days: int = 365, key_pem: bytes | None = None,
+                      subject_uuid: str | None = None) -> tuple[bytes, bytes]:
+    """A certificate for `urn` signed by the CA; returns (cert PEM, key PEM). `subject_uuid` is the
+    `urn:uuid:` it carries beside the URN (a new one if not given): a slice keeps its UUID across the
+    certificates issued for it over its life."""
     ca = x509.load_pem_x509_certificate(ca_cert_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, None)
     key = serialization.load_pem_private_key(key_pem, None) if key_pem else _key()
     now = datetime.now(UTC) - BACKDATE
     not_after = min(now + timedelta(days=days), ca.not_valid_after_utc)
     names: list[x509.GeneralName] = [x509.UniformResourceIdentifier(urn),
-                                     x509.UniformResourceIdentifier(f"urn:uuid:{uuid.uuid4()}")]
+                                     x509.UniformResourceIdentifier(f"urn:uuid:{subject_uuid or uuid.uuid4()}")]
     if email:
         names.append(x509.RFC822Name(email))
     builder = (x509.CertificateBuilder()

@@ -26,11 +26,20 @@ QUOTAS = {"projects": {PROJECT: {"cores": 4, "lease_hours": 48}},
 
 @pytest.fixture(params=["embedded", "distributed"])
 def limited(request, pki_home, tmp_path: Path) -> Iterator[Running]:
-    yield from deployment(request.param, pki_home, tmp_path, quotas=QUOTAS)
+    from tests.integration.test_chapi import chapi_user
+    from tests.integration.test_chapi import ok as ch_ok
+
+    for running in deployment(request.param, pki_home, tmp_path, quotas=QUOTAS):
+        alice = chapi_user(running, "alice")  # proj1, alice its lead, bob a member: they make its slices
+        ch_ok(alice.sa.create_project([], {"fields": {"PROJECT_NAME": "proj1"}}))
+        ch_ok(alice.sa.modify_project_membership(PROJECT, [], {"members_to_add": [
+            {"PROJECT_MEMBER": f"urn:publicid:IDN+{AUTHORITY}+user+bob", "PROJECT_ROLE": "MEMBER"}]}))
+        yield running
 
 
 def project_slice(user: User, name: str) -> tuple[str, list[dict]]:
-    """A slice of project proj1 (the CH API form `<authority>:<project>`) and its credential."""
+    """A slice of project proj1 (the CH API form `<authority>:<project>`, which the slice authority makes for
+    the project's members only) and its credential."""
     urn = f"urn:publicid:IDN+{AUTHORITY}:proj1+slice+{name}"
     return urn, [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": user.sa.CreateSlice(urn)}]
 

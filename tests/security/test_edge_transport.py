@@ -115,7 +115,7 @@ def test_concurrent_create_slice_for_one_name_gives_exactly_one_owner(running):
         assert urn not in other.sa.ListMySlices(other.urn)
 
 
-def test_expired_or_deleted_slice_name_can_be_claimed_again(running):
+def test_an_expired_slice_name_can_be_claimed_again_and_a_deleted_one_once_it_has_expired(running):
     alice, bob = running.user("alice"), running.user("bob")
     urn, _ = alice.slice_credential("reuse")
     with pytest.raises(xmlrpc.client.Fault):
@@ -124,6 +124,10 @@ def test_expired_or_deleted_slice_name_can_be_claimed_again(running):
     _, creds = bob.slice_credential("reuse")
     assert urn in bob.sa.ListMySlices(bob.urn)
     assert bob.sa.DeleteSlice(urn) is True
+    with pytest.raises(xmlrpc.client.Fault) as reserved:  # deleted, but reserved until it would have expired
+        alice.sa.CreateSlice(urn)
+    assert reserved.value.faultCode == 17 and "reserved until" in reserved.value.faultString
+    running.clock.advance(timedelta(days=8))
     _, creds = alice.slice_credential("reuse")
     assert urn in alice.sa.ListMySlices(alice.urn)
     ok(alice.am.Allocate(urn, creds, request_rspec([vm("a")]), {}))

@@ -110,16 +110,50 @@ def test_gcf_slices_have_their_owner_as_lead_and_a_stable_uid():
 def test_membership_changes_keep_a_lead_and_our_users_only():
     rec = {"urn": "urn:publicid:IDN+x+project+p", "lead": ALICE, "members": {ALICE.lower(): "LEAD"}}
     members = chapi.membership_changes(rec, {"members_to_add": [{"PROJECT_MEMBER": BOB, "PROJECT_ROLE": "admin"}]},
-                                       "PROJECT", AUTH)
+                                       "PROJECT", AUTH, ALICE)
     assert members == {ALICE.lower(): "LEAD", BOB.lower(): "ADMIN"}
     with raises(3, "no LEAD"):
-        chapi.membership_changes(rec, {"members_to_remove": [ALICE]}, "PROJECT", AUTH)
+        chapi.membership_changes(rec, {"members_to_remove": [ALICE]}, "PROJECT", AUTH, ALICE)
     with raises(3, "serves its own users"):
         chapi.membership_changes(rec, {"members_to_add": [{"PROJECT_MEMBER": "urn:publicid:IDN+peer.test+user+p"}]},
-                                 "PROJECT", AUTH)
+                                 "PROJECT", AUTH, ALICE)
     with raises(3, "not one of"):
         chapi.membership_changes(rec, {"members_to_add": [{"PROJECT_MEMBER": BOB, "PROJECT_ROLE": "OWNER"}]},
-                                 "PROJECT", AUTH)
+                                 "PROJECT", AUTH, ALICE)
+
+
+CAROL = f"urn:publicid:IDN+{AUTH}+user+carol"
+
+
+def test_nobody_raises_their_own_role_and_only_a_lead_makes_or_unmakes_a_lead():
+    rec = {"urn": "urn:publicid:IDN+x+slice+s", "owner": ALICE,
+           "members": {ALICE.lower(): "LEAD", BOB.lower(): "ADMIN", CAROL.lower(): "MEMBER"}}
+
+    def change(caller: str, urn: str, role: str) -> dict:
+        return chapi.membership_changes(rec, {"members_to_change": [{"SLICE_MEMBER": urn, "SLICE_ROLE": role}]},
+                                        "SLICE", AUTH, caller)
+
+    for caller, role in ((BOB, "LEAD"), (CAROL, "ADMIN"), (CAROL, "LEAD")):
+        with raises(2, "promote themselves"):
+            change(caller, caller, role)
+    with raises(2, "only a LEAD makes a LEAD"):
+        change(BOB, CAROL, "LEAD")  # an admin crowning an accomplice
+    with raises(2, "only a LEAD makes a LEAD"):
+        change(BOB, ALICE, "MEMBER")
+    with raises(2, "only a LEAD removes a LEAD"):
+        chapi.membership_changes(rec, {"members_to_remove": [ALICE]}, "SLICE", AUTH, BOB)
+    assert change(BOB, CAROL, "ADMIN")[CAROL.lower()] == "ADMIN"  # an admin may raise others below LEAD
+    assert change(BOB, BOB, "MEMBER")[BOB.lower()] == "MEMBER"  # and step down himself
+    assert change(ALICE, CAROL, "LEAD")[CAROL.lower()] == "LEAD"
+
+
+def test_one_public_key_takes_one_line():
+    assert chapi.one_public_key("ssh-ed25519 AAAA a\n") == "ssh-ed25519 AAAA a"
+    for text in ("ssh-ed25519 AAAA a\nssh-ed25519 BBBB b", "ssh-ed25519 AAAA a\rssh-rsa B", "x\nssh-rsa A"):
+        with raises(3, "one key per call"):
+            chapi.one_public_key(text)
+    with raises(3, "OpenSSH public key line"):
+        chapi.one_public_key("not a key")
 
 
 def test_require_role_says_who_may_not_do_what():
