@@ -22,6 +22,7 @@ from typing import Any
 from cryptography import x509
 
 from am.api import AggregateManager, error_result, result
+from am.slice_identity import check_same_slice, slice_uuid
 from slicex.errors import AlreadyExists, BadArgs, GeniError, ServerError, Unsupported
 from slicex.urn import canonical_urn
 
@@ -111,8 +112,10 @@ class AggregateManagerV2:
         if not isinstance(users, list):
             raise BadArgs("users must be a list of {'urn': ..., 'keys': [...]} structs")
         urn = canonical_urn(slice_urn, "slice")
-        self.v3._authorise(cert, credentials, urn, "createsliver", options)
-        if self.v3.sm.slivers(urn, self.v3.clock.now()):
+        verified = self.v3._authorise(cert, credentials, urn, "createsliver", options)
+        existing = self.v3.sm.slivers(urn, self.v3.clock.now())
+        check_same_slice(urn, slice_uuid(verified.credential), (s.slice_uuid for s in existing))  # re-created?
+        if existing:
             raise AlreadyExists(f"slice {urn} already has slivers here; DeleteSliver first (AM API v2 holds one "
                                 f"sliver per slice), or use AM API v3 at {self.v3.identity.url} to add to it")
         allocate_opts = {k: v for k, v in options.items() if k in ("geni_speaking_for", "geni_start_time")}

@@ -150,6 +150,18 @@ def test_a_credential_for_a_recreated_slice_cannot_reach_the_old_slices_slivers(
     _still_hers(alice, urn, creds, slivers)
 
 
+def test_v2_create_sliver_with_a_recreated_slices_credential_is_refused_as_re_created(running):
+    alice, urn, creds, slivers = _alices_slice(running, "oldv2")
+    bob = running.user("bob")
+    v2 = client(running.deployment.endpoints.am_v2_url, str(bob.cert), str(bob.key))
+    recreated = [c["geni_value"] for c in _sa_credential(running, bob, _slice_cert(running, urn))]
+    for call in (lambda: v2.CreateSliver(urn, recreated, request_rspec([vm("b")]), [], {}),
+                 lambda: v2.SliverStatus(urn, recreated, {}), lambda: v2.DeleteSliver(urn, recreated, {})):
+        reply = call()
+        assert code(reply) == 20 and "re-created" in reply["output"], reply
+    _still_hers(alice, urn, creds, slivers)
+
+
 def test_a_credential_naming_no_slice_uuid_cannot_reach_slivers_recorded_with_one(running):
     alice, urn, creds, slivers = _alices_slice(running, "noid")
     bob = running.user("bob")
