@@ -149,11 +149,13 @@ RANK = {AUDITOR: 0, MEMBER: 1, ADMIN: 2, LEAD: 3}
 
 
 def members_of(record: dict[str, Any]) -> dict[str, str]:
-    """URN (lower-cased) → role. A slice made through the gcf interface has only its owner, as LEAD."""
+    """URN (lower-cased) → role. A record without a members table (a slice made through the gcf interface,
+    its membership never changed) has its creator as its only member, as LEAD; otherwise the table is the
+    whole truth, so a creator the new LEAD removed stays removed."""
     members = {k.lower(): v for k, v in (record.get("members") or {}).items()}
     owner = record.get("owner") or record.get("lead")
-    if owner:
-        members.setdefault(owner.lower(), LEAD)
+    if owner and not members:
+        members[owner.lower()] = LEAD
     return members
 
 

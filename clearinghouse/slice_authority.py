@@ -31,6 +31,7 @@ from typing import Any
 
 from cryptography import x509
 
+from clearinghouse import chapi
 from clearinghouse.projects import project_of_slice, require_slice_maker
 from slicex import pki
 from slicex.clock import Clock, parse_time, rfc3339
@@ -40,6 +41,7 @@ from slicex.errors import (
     BadArgs,
     Busy,
     CredentialSignerUntrusted,
+    Forbidden,
     GeniError,
     TimedOut,
     Unavailable,
@@ -178,10 +180,19 @@ class SliceAuthority:
                                     f"never reused while slivers of the old slice may live); choose another name")
             raise AlreadyExists(f"slice {slice_urn} already exists and belongs to {record['owner']}; "
                                 f"choose another slice name")
+        self._still_member(record, owner)
         if record.get("deleted"):  # its owner takes a deleted slice back: the same slice, the same UUID
             record = {k: v for k, v in record.items() if k != "deleted"}
             self.store.put(SLICES, _key(urn), record)
         return self._slice_credential(caller, record)
+
+    @staticmethod
+    def _still_member(record: dict[str, Any], owner: str) -> None:
+        """The creator of a slice whose lead was handed over through the CH API may have been removed from it;
+        then this interface gives them nothing either."""
+        if chapi.role_of(record, owner) is None:
+            raise Forbidden(f"you are no longer a member of slice {record['urn']}: its LEAD removed you (ask them "
+                            f"to add you back)")
 
     def _owns_live(self, urn: Urn, owner: str) -> bool:
         record = self.store.get(SLICES, _key(urn))
@@ -251,6 +262,7 @@ class SliceAuthority:
             raise BadArgs(f"no slice {slice_urn} at this slice authority (or it expired)")
         if record["owner"].lower() != owner.lower():
             raise BadArgs(f"slice {slice_urn} belongs to {record['owner']}")
+        self._still_member(record, owner)
         if record.get("deleted") and not deleted_too:
             raise BadArgs(f"slice {slice_urn} was deleted at {record['deleted']}; CreateSlice takes it back (its "
                           f"name is yours until {record['expires']})")
@@ -286,7 +298,7 @@ class SliceAuthority:
         now = self.clock.now()
         return sorted(r["urn"] for r in self.store.scan(SLICES)
                       if r["owner"].lower() == owner.lower() and parse_time(r["expires"]) > now
-                      and not r.get("deleted"))
+                      and not r.get("deleted") and chapi.role_of(r, owner) is not None)
 
     def slice_expiry(self, slice_urn: str) -> datetime | None:
         record = self.store.get(SLICES, slice_urn.lower())

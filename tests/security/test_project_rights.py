@@ -113,6 +113,27 @@ def test_an_admin_cannot_promote_himself_or_depose_the_lead(running, alice, kind
     fails(modify(urn, [], {"members_to_remove": [bob.urn, alice.urn]}), 3, "no LEAD")
 
 
+def test_a_creator_removed_by_the_new_lead_is_out_through_both_interfaces(running, alice):
+    """The slice's creator hands the lead over and is removed: she is not a member any more, through the CH
+    API or the gcf slice authority (before, the record's creator came back as LEAD on every read)."""
+    bob = chapi_user(running, "bob")
+    _join(alice, bob)
+    ok(alice.sa.create_slice([], {"fields": {"SLICE_NAME": "handover", "SLICE_PROJECT_URN": PROJECT}}))
+    urn = _project_slice("handover")
+    _join(alice, bob, "LEAD", urn, "SLICE")
+    ok(bob.sa.modify_slice_membership(urn, [], {"members_to_remove": [alice.urn]}))
+    assert ok(bob.sa.lookup_slice_members(urn, [], {})) == [{"SLICE_MEMBER": bob.urn, "SLICE_ROLE": "LEAD"}]
+    fails(alice.sa.get_credentials(urn, [], {}), 2, "not a member of slice")
+    gcf = running.user("alice")
+    with pytest.raises(xmlrpc.client.Fault) as refused:
+        gcf.sa.CreateSlice(urn)
+    assert refused.value.faultCode == 3 and "no longer a member" in refused.value.faultString
+    assert urn not in gcf.sa.ListMySlices(alice.urn)
+    with pytest.raises(xmlrpc.client.Fault):
+        gcf.sa.RenewSlice(urn, rfc3339(running.clock.now() + timedelta(days=9)))
+    assert ok(bob.sa.get_credentials(urn, [], {}))[0]["geni_type"] == "geni_sfa"
+
+
 def test_the_only_lead_cannot_leave_or_step_down(running, alice):
     for change in ({"members_to_remove": [alice.urn]},
                    {"members_to_change": [{"PROJECT_MEMBER": alice.urn, "PROJECT_ROLE": "ADMIN"}]}):
