@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from slicex import pki
 from slicex.clock import parse_time, rfc3339
 from slicex.errors import (
     AlreadyExists,
@@ -323,9 +324,12 @@ def slice_expiry(requested: Any, now: datetime, policy: SlicePolicy, project_rec
 
 
 def slice_uid(rec: dict[str, Any]) -> str:
-    """The slice's UUID, the one its certificate carries; a record made before records kept it has none, so
-    a stable one is derived from its URN."""
-    return rec.get("uid") or str(uuid.uuid5(uuid.NAMESPACE_URL, rec["urn"].lower()))
+    """The slice's UUID, the one its certificate carries (a record made before records kept it: read from its
+    certificate, so reissued certificates and aggregates' records keep naming the same slice)."""
+    if rec.get("uid"):
+        return rec["uid"]
+    cert = pki.load_certs(rec.get("cert") or "")
+    return (pki.cert_uuid(cert[0]) if cert else "") or str(uuid.uuid5(uuid.NAMESPACE_URL, rec["urn"].lower()))
 
 
 def slice_fields(rec: dict[str, Any], now: datetime) -> dict[str, Any]:

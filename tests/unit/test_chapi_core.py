@@ -205,3 +205,16 @@ def test_projects_have_names_omni_can_put_in_a_urn():
     assert not chapi.project_expired(rec, NOW)
     with raises(3, "Unknown project"):
         chapi.project_name_of("urn:publicid:IDN+x+slice+s")
+
+
+def test_a_slice_record_without_its_uid_takes_the_one_its_certificate_carries():
+    """Records made before they kept the UUID: a reissued certificate must name the slice its slivers know."""
+    import uuid
+
+    from slicex import pki
+
+    ca, ca_key = pki.create_ca(AUTH, "CA")
+    named = str(uuid.uuid4())
+    cert, _ = pki.issue_certificate(ca, ca_key, f"urn:publicid:IDN+{AUTH}+slice+old", "old", subject_uuid=named)
+    assert chapi.slice_uid({"urn": f"urn:publicid:IDN+{AUTH}+slice+old", "cert": cert.decode()}) == named
+    assert chapi.slice_uid({"urn": f"urn:publicid:IDN+{AUTH}+slice+old", "cert": cert.decode(), "uid": "u1"}) == "u1"
