@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test system-deps venv redis lint bench clean
+.PHONY: demo test system-deps venv redis node-image lint bench clean
 
 $(STAMP): setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,7 +25,11 @@ redis: system-deps
 demo: system-deps venv
 	$(BIN)/slicex demo
 
-test: system-deps venv redis
+# The netns substrate's default node image (debootstrap, ~40 s once per host; kept in /var/lib/slicex/images).
+node-image: system-deps venv
+	@$(BIN)/slicex image build --quiet
+
+test: system-deps venv redis node-image
 	$(BIN)/python -m pytest -q --durations=20 tests
 
 lint: venv

@@ -10,7 +10,7 @@ import logging
 import time
 import traceback
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,6 +30,7 @@ from slicex.errors import (
     BadArgs,
     BadVersion,
     CredentialInvalid,
+    Forbidden,
     GeniError,
     OutOfRange,
     Refused,
@@ -104,6 +105,9 @@ class AggregateManager:
         self.peers: Any = None
         # am.ledger.Ledger: usage records per sliver and the operator's service levels (docs/operator-guide.md)
         self.ledger: Any = None
+        # slice URN -> its members' URNs at this deployment's slice authority (none for other authorities'
+        # slices): who besides the caller may be named in geni_users
+        self.slice_members: Callable[[str], Iterable[str]] | None = None
 
     # ---- dispatch ---------------------------------------------------------------------------------------------
     METHODS = ("GetVersion", "ListResources", "Describe", "Allocate", "Renew", "Provision", "Status",
@@ -414,13 +418,29 @@ class AggregateManager:
         if self.sm.is_shut_down(slice_urn):
             raise Refused(f"slice {slice_urn} has been shut down by the operator; contact them to restore it")
 
-    def _users(self, options: dict[str, Any]) -> list[dict[str, Any]]:
+    def _users(self, options: dict[str, Any], slice_urn: str, verified: Any) -> list[dict[str, Any]]:
+        """The accounts to make on the slice's nodes. Only the caller (the credential's owner, or the user a
+        tool speaks for) and the slice's members at its slice authority may be named: a node account is
+        that user's, and naming another slice's user must not make one (an account's files, keys and
+        processes are theirs)."""
         users = options.get("geni_users", [])
         if not isinstance(users, list) or not all(isinstance(u, dict) for u in users):
             raise BadArgs("geni_users must be a list of {'urn': ..., 'keys': [...]} structs")
+        allowed = {verified.effective_caller_urn.lower(), verified.credential.owner_urn.lower()}
+        if users and self.slice_members is not None:
+            allowed |= {m.lower() for m in self.slice_members(slice_urn)}
         for u in users:
             if not isinstance(u.get("keys", []), list):
                 raise BadArgs(f"geni_users entry {u.get('urn')}: keys must be a list of public keys")
+            urn = u.get("urn")
+            try:
+                parse_urn(urn, "user")
+            except GeniError:
+                raise BadArgs(f"geni_users entry {urn!r}: urn must be a user URN "
+                              f"(urn:publicid:IDN+<authority>+user+<name>)") from None
+            if urn.lower() not in allowed:
+                raise Forbidden(f"geni_users names {urn}, who is neither you ({verified.effective_caller_urn}) nor "
+                                f"a member of slice {slice_urn}; add them to the slice at its slice authority first")
         return users
 
     # ---- the methods -----------------------------------------------------------------------------------------
@@ -562,6 +582,7 @@ class AggregateManager:
         now = self.clock.now()
         slice_urn, slivers, verified = self._authorised_slivers(cert, urns, credentials, "createsliver", options, now)
         self._check_not_shut_down(slice_urn)
+        users = self._users(options, slice_urn, verified)
         self._rspec_version(options) if "geni_rspec_version" in options else None
         if not slivers:
             raise self._no_slivers(slice_urn, now, "to provision; Allocate first")
@@ -572,7 +593,7 @@ class AggregateManager:
         end = self._peer_policy("Provision", verified, slice_urn, now, end, "geni_end_time" in options)
         if self.ledger is not None:  # the owners' and projects' lease lengths (am/quotas.py)
             end, _ = self.ledger.lease_end(slivers, now, end, "geni_end_time" not in options)
-        provisioned = self.sm.provision([s.urn for s in slivers], end, self._users(options), now)
+        provisioned = self.sm.provision([s.urn for s in slivers], end, users, now)
         if self.ledger is not None:
             self.ledger.extended(provisioned)
         return result({"geni_rspec": self._manifest(slice_urn, provisioned, now),
@@ -589,14 +610,14 @@ class AggregateManager:
     def _PerformOperationalAction(self, cert, urns, credentials, action, options) -> dict[str, Any]:
         options = self._options(options)
         now = self.clock.now()
-        slice_urn, slivers, _ = self._authorised_slivers(cert, urns, credentials, "createsliver", options, now)
+        slice_urn, slivers, verified = self._authorised_slivers(cert, urns, credentials, "createsliver", options, now)
         self._check_not_shut_down(slice_urn)
         if not isinstance(action, str) or action not in sm.ACTIONS:
             raise Unsupported(f"operational action {action!r} is not supported; supported: {', '.join(sm.ACTIONS)}")
         if not slivers:
             raise self._no_slivers(slice_urn, now)
-        done = self.sm.perform([s.urn for s in slivers], action, now, bool(options.get("geni_best_effort")),
-                               self._users(options))
+        users = self._users(options, slice_urn, verified) if action == "geni_update_users" else []
+        done = self.sm.perform([s.urn for s in slivers], action, now, bool(options.get("geni_best_effort")), users)
         return result([self._struct(s) for s in done])
 
     def _Delete(self, cert, urns, credentials, options) -> dict[str, Any]:

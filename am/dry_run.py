@@ -32,15 +32,15 @@ def plan_at_home(home: Any, rspec_xml: str, now: datetime, user: str | None = No
     `place` message with `dry_run` goes to `broker` (a running broker actor) when given; else a broker over
     the store (its calendar and the substrate description its authority delegated; running or not) answers
     it, and never signs or writes."""
+    from am.service import deployment_substrate
     from broker.broker import Broker
     from broker.policy import policy_named
     from fpga_aggregate.bitstreams import BitstreamCatalogue
     from rspec.request import parse_request
-    from rspec.substrate import default_substrate, load_substrate
     from slicex.store import open_store
 
     cfg = home.config()
-    substrate = load_substrate(cfg["substrate"]) if cfg["substrate"] else default_substrate(cfg["authority"])
+    substrate = deployment_substrate(cfg)
     name = f"urn:publicid:IDN+{cfg['authority']}+authority+am"
     whole = parse_request(rspec_xml)
     request = whole.for_aggregate(name)

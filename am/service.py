@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -58,6 +59,37 @@ def substrate_driver(substrate: Substrate, bitstreams: BitstreamCatalogue, fpga_
     return FpgaDriver(driver, boards_from_config(substrate.fpga_boards), bitstreams, fpga_backend)
 
 
+def slice_members_in(store: Store) -> Callable[[str], list[str]]:
+    """The members of a slice this deployment's slice authority holds (none for other authorities' slices)."""
+    from clearinghouse.chapi import members_of
+    from clearinghouse.slice_authority import SLICES
+
+    def members(slice_urn: str) -> list[str]:
+        record = store.get(SLICES, slice_urn.lower())
+        return list(members_of(record)) if record else []
+
+    return members
+
+
+def deployment_substrate(cfg: dict[str, Any]) -> Substrate:
+    """The substrate this deployment offers: the operator's file (or the demo rack) and, on the netns
+    substrate, the node images of the host's catalogue in place of the file's (a container boots only what
+    the catalogue holds)."""
+    from dataclasses import replace
+
+    substrate = load_substrate(cfg["substrate"]) if cfg["substrate"] else default_substrate(cfg["authority"])
+    if (cfg.get("substrate_driver") or "emulated") != "netns":
+        return substrate
+    from pathlib import Path
+
+    from am.substrate.images import DEFAULT_DIR, DEFAULT_IMAGE, ImageCatalogue, offered_images
+
+    opts = cfg.get("netns") or {}
+    catalogue = ImageCatalogue(Path(opts.get("images_dir") or DEFAULT_DIR))
+    return replace(substrate, images=offered_images(catalogue, substrate.authority,
+                                                    str(opts.get("default_image") or DEFAULT_IMAGE)))
+
+
 def host_driver(cfg: dict[str, Any], home: Home) -> Any:
     """The driver that makes real slivers on this host when slicex.yaml says `substrate_driver: netns`
     (`slicex up --substrate netns` records it), else None. Options under `netns:`: `prefix` of every host
@@ -81,9 +113,15 @@ def host_driver(cfg: dict[str, Any], home: Home) -> Any:
     # trunks the driver makes from the substrate's external links (docs/substrate-netns.md, "Several aggregates")
     cables = {e.local_port: e.remote_port for e in load_substrate(cfg["substrate"]).external_links} \
         if cfg.get("substrate") else {}
+    from am.substrate.images import DEFAULT_DIR, DEFAULT_IMAGE, ImageCatalogue
+
     return NetnsDriver(prefix, Path(opts["run_dir"]) if opts.get("run_dir") else None,
                        opts.get("controller", "auto"), switch_dir=Path(opts["switch_dir"]) if opts.get("switch_dir")
-                       else None, cables=cables)
+                       else None, cables=cables,
+                       state_dir=Path(opts["state_dir"]) if opts.get("state_dir") else None,
+                       images=ImageCatalogue(Path(opts.get("images_dir") or DEFAULT_DIR)),
+                       default_image=str(opts.get("default_image") or DEFAULT_IMAGE),
+                       pids_max=int(opts.get("pids_max") or 1024))
 
 
 def openstack_driver(cfg: dict[str, Any], home: Home) -> Any:
@@ -171,8 +209,7 @@ class EmbeddedDeployment:
         self.authority = self.cfg["authority"]
         host = self.cfg["host"]
         self.store = store or open_store(self.cfg["store"])
-        self.substrate = substrate or (load_substrate(self.cfg["substrate"]) if self.cfg["substrate"]
-                                       else default_substrate(self.authority))
+        self.substrate = substrate or deployment_substrate(self.cfg)
         self.ledger = ledger_for(self.cfg, self.store, self.substrate)  # slicex.yaml `quotas:` checked before serving
         self.bitstreams = BitstreamCatalogue(self.store, home.root / "bitstreams")
         self.fpga_backend = EmulatedFpgaBackend()
@@ -269,6 +306,7 @@ class EmbeddedDeployment:
         self.am.peers = self.peer_trust.gate(self.am_urn, held_slivers(self.sm.records), wanted_nodes(self.substrate))
         self.peer_trust.watch_tls(*(s.context for s in (self._am_server, self._am_v2_server) if s is not None))
         self.am.ledger = self.ledger  # usage records and service levels; the reaper ends expired usage
+        self.am.slice_members = slice_members_in(self.store)  # who geni_users may name besides the caller
         self.am_v2 = AggregateManagerV2(self.am, self.endpoints.am_v2_url)
         self.sa = SliceAuthority(self.authority, home.sa_cert.read_bytes(), home.sa_key.read_bytes(),
                                  home.ca_cert.read_bytes(), home.ca_key.read_bytes(), self.store, self.clock,
@@ -428,7 +466,7 @@ class ActorProcess:
             # the slice manager asks for promises; the authority delegates and reclaims
             callers = broker_callers(am_urn, actor_urn(authority, "authority"))
         else:
-            substrate = load_substrate(cfg["substrate"]) if cfg["substrate"] else default_substrate(authority)
+            substrate = deployment_substrate(cfg)
             self.host_driver = host_driver(cfg, home)
             driver = substrate_driver(substrate, BitstreamCatalogue(self.store, home.root / "bitstreams"),
                                       EmulatedFpgaBackend(), failures, self.host_driver)

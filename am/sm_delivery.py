@@ -213,6 +213,7 @@ class Delivery:
 
     def _spec(self, rec: Record, inputs: Iterable[tuple[str, int]]) -> SliverSpec:
         details = {k: v for k, v in rec.details.items() if k != "reservation"}  # logins: a driver with sshd needs them
+        details["slice_urn"] = rec.slice_urn  # a host driver keeps one slice's nodes apart from another's
         return SliverSpec(rec.id, rec.kind, rec.client_id, rec.ticket.units if rec.ticket else (),
                           tuple(inputs) or (rec.ticket.labels if rec.ticket else ()), details)
 

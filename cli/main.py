@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from cli import image as image_cli
 from slicex import procs
 from slicex.errors import BadArgs, GeniError, Refused, Unavailable
 from slicex.home import Home
@@ -271,6 +272,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     home.pid_file.unlink(missing_ok=True)  # a dead process's (or a reused pid's) file
     if getattr(args, "substrate", None):  # recorded, so the detached child and the authority actor read it too
         _record_config(home, "substrate_driver", args.substrate)
+    try:
+        _ensure_node_image(home)
+    except GeniError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
     if not args.detach:
         return _run_foreground(home, print_config=args.print_config, distributed=args.distributed)
     try:
@@ -296,6 +302,21 @@ def cmd_up(args: argparse.Namespace) -> int:
         time.sleep(0.2)
     print(f"slicex did not answer within 60 s; see {home.log_file}", file=sys.stderr)
     return 1
+
+
+def _ensure_node_image(home: Home) -> None:
+    """On the netns substrate nodes boot an image of the host's catalogue: the first `up` that finds none
+    builds the default one here, with a progress bar, before any server starts (once per host)."""
+    cfg = home.config()
+    if cfg.get("substrate_driver") != "netns":
+        return
+    from am.substrate.images import DEFAULT_DIR, DEFAULT_IMAGE, ImageCatalogue
+
+    opts = cfg.get("netns") or {}
+    catalogue = ImageCatalogue(Path(opts.get("images_dir") or DEFAULT_DIR))
+    name = str(opts.get("default_image") or DEFAULT_IMAGE)
+    if catalogue.get(name) is None:
+        image_cli.build_with_progress(catalogue, name)
 
 
 class _Supervisor:
@@ -407,6 +428,7 @@ def _run_foreground(home: Home, print_config: bool = False, distributed: bool = 
     procs.write(home.pid_file, procs.this_process({"role": "slicex", "distributed": distributed,
                                                    "am_url": endpoints.am_url, "sa_url": endpoints.sa_url,
                                                    "dashboard_url": deployment.dashboard_url,
+                                                   **({"chapi_url": deployment.chapi.url} if deployment.chapi else {}),
                                                    **({"scs_url": scs.start()} if scs else {})}))
     path = _write_omni_config(home, None)
     print(f"slice authority: {endpoints.sa_url}\naggregate:       {endpoints.am_url}", flush=True)
@@ -600,8 +622,34 @@ def cmd_status(args: argparse.Namespace) -> int:
     store_ok, store_text = _store_status(home)
     good = good and store_ok
     print(f"store:      {store_text}")
+    for line in _node_lines(home):
+        print(line)
     print(f"users:      {', '.join(home.users()) or 'none'}")
     return 0 if good else 3
+
+
+def _node_lines(home: Home) -> list[str]:
+    """On the netns substrate, each node container of this deployment: running or not, the limits it got,
+    the memory and CPU time it used."""
+    cfg = home.config()
+    if cfg.get("substrate_driver") != "netns":
+        return []
+    from am.substrate.container import NodeContainer
+    from am.substrate.netns import STATE_ROOT
+    from am.substrate.netns_plan import deployment_prefix
+
+    opts = cfg.get("netns") or {}
+    prefix = opts.get("prefix") or deployment_prefix(str(cfg.get("deployment_id") or home.root.resolve()))
+    lxcpath = Path(opts.get("state_dir") or STATE_ROOT / f"slicex-{prefix}") / "lxc"
+    names = sorted(d.name for d in lxcpath.iterdir()) if lxcpath.is_dir() else []
+    lines = [f"nodes:      {len(names)} container{'s' if len(names) != 1 else ''} in {lxcpath}"]
+    for name in names:
+        n = NodeContainer(lxcpath, name).summary()
+        lines.append(f"  {n['hostname'] or '?':<12} {name}  {'running' if n['running'] else 'stopped':<8} "
+                     f"cores {n.get('cores', '?')} (cpus {n.get('cpus', '?')}), memory {n.get('memory_mb', '?')} MB "
+                     f"(using {int(n.get('memory_bytes', 0)) / 2**20:.1f} MB), pids {n.get('pids', '?')}, "
+                     f"cpu {int(n.get('cpu_ns', 0)) / 1e9:.1f} s")
+    return lines
 
 
 def _catalogue(args: argparse.Namespace):
@@ -640,14 +688,14 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from am.authority import Authority
+    from am.service import deployment_substrate
     from broker.delegation import export_substrate
-    from rspec.substrate import default_substrate, load_substrate
     from slicex.devpki import ensure_actor_identities
     from slicex.store import open_store
 
     home = _home(args)
     cfg = home.config()
-    substrate = load_substrate(cfg["substrate"]) if cfg["substrate"] else default_substrate(cfg["authority"])
+    substrate = deployment_substrate(cfg)
     host = substrate.host(args.host)
     if host is None:
         print(f"no host {args.host} in the substrate ({', '.join(h.name for h in substrate.hosts)})", file=sys.stderr)
@@ -829,6 +877,8 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="each process (running? answering? serving?) and the store; exit 3 if "
                                        "anything is wrong")
     st.set_defaults(func=cmd_status)
+
+    image_cli.add_parser(sub)
 
     fpga = sub.add_parser("fpga", help="bitstream catalogue of the FPGA aggregate")
     fpga_sub = fpga.add_subparsers(dest="fpga_command", required=True)

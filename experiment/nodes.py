@@ -101,6 +101,19 @@ def topology(manifest: str) -> tuple[dict[str, ManifestNode], list[Link]]:
     return nodes, links
 
 
+def node_memory(manifest: str) -> dict[str, int]:
+    """Bytes each node's container uses, as the manifest reports it (`sx:container memory_bytes`, netns
+    container nodes); nodes that report none are left out."""
+    from rspec.manifest import SERVICES_EXT
+
+    out = {}
+    for n in etree.fromstring(manifest.encode()).iter(_q("node")):
+        box = n.find(f"{{{SERVICES_EXT}}}container")
+        if box is not None and (box.get("memory_bytes") or "").isdigit():
+            out[n.get("client_id", "")] = int(box.get("memory_bytes"))
+    return out
+
+
 def netns_execs(prefix: str) -> Callable[[dict[str, ManifestNode]], dict[str, NodeExec]]:
     """NodeExecs by namespace for the netns aggregate whose host objects carry `prefix`."""
     from am.substrate.netns_plan import netns_name

@@ -61,6 +61,8 @@ def summary(reps: list[dict[str, Any]]) -> dict[str, Any]:
     """Success rate, failures by step (each with its error), time to ready, per-link spread."""
     ok = [r for r in reps if r["ok"]]
     ready = [r["time_to_ready_s"] for r in reps if r.get("time_to_ready_s") is not None]
+    booted = [r["provision_to_ready_s"] for r in reps if r.get("provision_to_ready_s") is not None]
+    memory = [b / 2**20 for r in reps for b in (r.get("node_memory_bytes") or {}).values()]
     links: dict[str, dict[str, list[float]]] = {}
     for r in reps:
         for m in r.get("links", []):
@@ -77,6 +79,10 @@ def summary(reps: list[dict[str, Any]]) -> dict[str, Any]:
         "failures": [{"rep": r["rep"], "step": r["failed_step"], "error": r["error"]} for r in reps if not r["ok"]],
         "time_to_ready_s": {"n": len(ready), "p50": percentile(ready, 50), "p95": percentile(ready, 95),
                             "min": min(ready) if ready else None, "max": max(ready) if ready else None},
+        "provision_to_ready_s": {"n": len(booted), "p50": percentile(booted, 50), "p95": percentile(booted, 95),
+                                 "min": min(booted) if booted else None, "max": max(booted) if booted else None},
+        "idle_node_memory_mib": {"n": len(memory), "p50": percentile(memory, 50), "p95": percentile(memory, 95),
+                                 "max": max(memory) if memory else None},
         "links": {label: {"tcp_mbps": _spread(d["tcp_mbps"]), "udp_mbps": _spread(d["udp_mbps"]),
                           "udp_jitter_ms": _spread(d["udp_jitter_ms"]), "udp_loss_pct": _spread(d["udp_loss_pct"]),
                           "rtt_ms": {"n": len(d["rtt_ms"]), "p50": percentile(d["rtt_ms"], 50),
@@ -98,6 +104,14 @@ def summary_text(s: dict[str, Any]) -> str:
              f"(success rate {'n/a' if rate is None else f'{100 * rate:.0f}%'})",
              f"time to ready (Allocate to all slivers geni_ready, s): p50 {_fmt(t['p50'], t['n'])}, "
              f"p95 {_fmt(t['p95'], t['n'])}, min {_fmt(t['min'])}, max {_fmt(t['max'])} (n={t['n']})"]
+    b = s.get("provision_to_ready_s") or {"n": 0}
+    if b["n"]:
+        lines.append(f"provision to ready (Provision to all slivers geni_ready, s): p50 {_fmt(b['p50'])}, "
+                     f"p95 {_fmt(b['p95'])}, min {_fmt(b['min'])}, max {_fmt(b['max'])} (n={b['n']})")
+    m = s.get("idle_node_memory_mib") or {"n": 0}
+    if m["n"]:
+        lines.append(f"idle node memory (container cgroup, MiB): p50 {_fmt(m['p50'])}, p95 {_fmt(m['p95'])}, "
+                     f"max {_fmt(m['max'])} (n={m['n']} nodes)")
     for step, count in s["failures_by_step"].items():
         lines.append(f"failed at {step}: {count}")
     for f in s["failures"][:10]:

@@ -19,7 +19,7 @@ from typing import Any
 from experiment import pinned, report
 from experiment.client import AmClient, Slice, StepError
 from experiment.measure import MeasureError, measure_pair
-from experiment.nodes import ManifestNode, NodeExec, topology
+from experiment.nodes import ManifestNode, NodeExec, node_memory, topology
 
 
 @dataclass
@@ -75,14 +75,17 @@ def repetition(exp: Experiment, rep: int, request: str) -> dict[str, Any]:
         _timed(times, "allocate", lambda: c.allocate(s, request))
         allocated = True
         step = "provision"
+        t_provision = time.monotonic()
         manifest = _timed(times, "provision", lambda: c.provision(s))
         step = "start"
         _timed(times, "start", lambda: c.start(s))
         step = "ready"
         _timed(times, "ready", lambda: c.wait_ready(s, exp.ready_timeout))
         rec["time_to_ready_s"] = round(time.monotonic() - t0, 4)
+        rec["provision_to_ready_s"] = round(time.monotonic() - t_provision, 4)
         step = "describe"
         manifest = c.describe(s)
+        rec["node_memory_bytes"] = node_memory(manifest)  # each node idle: booted, nothing measured yet
         rec["placement"] = pinned.placement_of(manifest)
         if exp.placement is not None:
             step = "pinning"

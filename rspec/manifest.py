@@ -127,6 +127,14 @@ def _annotate_node(el: etree._Element, v: SliverView, cm: str) -> None:
             login.set("hostname", lg["hostname"])
             login.set("port", str(lg.get("port", 22)))
             login.set("username", lg["username"])
+    machine = d.get("container")
+    if machine:  # what the node got: its image and the limits the kernel enforces, and what it uses now
+        for old in el.findall(q(SERVICES_EXT, "container")):
+            el.remove(old)
+        box = etree.SubElement(el, q(SERVICES_EXT, "container"), nsmap={"sx": SERVICES_EXT})
+        for attr in ("image", "cores", "memory_mb", "cpus", "pids", "memory_bytes"):
+            if machine.get(attr) not in (None, ""):
+                box.set(attr, str(machine[attr]))
     results = d.get("execute") or []
     for x, r in zip(el.findall(f"{q(RSPEC3, 'services')}/{q(RSPEC3, 'execute')}"), results, strict=False):
         for old in x.findall(q(SERVICES_EXT, "result")):

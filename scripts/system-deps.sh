@@ -2,7 +2,8 @@
 # Install the Debian packages slicex's tests and demo use, if missing: redis-server, xmlsec1, iproute2; for the
 # netns substrate (real slivers on one host) Open vSwitch (userspace datapath, started privately, never the
 # system service), iperf3, ethtool, ping and openssh-server; chromium for the dashboard's browser test
-# (tests/integration/test_dashboard_browser.py drives it with Playwright, no browser download).
+# (tests/integration/test_dashboard_browser.py drives it with Playwright, no browser download); lxc, uidmap and
+# debootstrap for the netns substrate's container nodes and their images.
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
@@ -15,14 +16,22 @@ command -v ethtool >/dev/null || need+=(ethtool)
 command -v ping >/dev/null || need+=(iputils-ping)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v chromium >/dev/null || need+=(chromium)
-[ ${#need[@]} -eq 0 ] && exit 0
+# container nodes of the netns substrate: unprivileged LXC, newuidmap, and debootstrap for node images
+# (without recommends: no lxcfs, no LXC network of its own)
+lean=()
+command -v lxc-start >/dev/null || lean+=(lxc)
+[ -e /usr/sbin/init.lxc.static ] || lean+=(lxc)
+command -v newuidmap >/dev/null || lean+=(uidmap)
+command -v debootstrap >/dev/null || lean+=(debootstrap)
+[ ${#need[@]} -eq 0 ] && [ ${#lean[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   SUDO=sudo
 else
   SUDO=
 fi
-mapfile -t need < <(printf '%s\n' "${need[@]}" | sort -u)
-echo "installing Debian packages: ${need[*]}"
+[ ${#need[@]} -gt 0 ] && mapfile -t need < <(printf '%s\n' "${need[@]}" | sort -u)
+[ ${#lean[@]} -gt 0 ] && mapfile -t lean < <(printf '%s\n' "${lean[@]}" | sort -u)
+echo "installing Debian packages: ${need[*]} ${lean[*]}"
 $SUDO apt-get update -q >/dev/null
 # policy-rc.d 101: the packages' own services (system Open vSwitch, sshd) are not started by the install;
 # slicex starts private instances.
@@ -30,4 +39,9 @@ if [ ! -e /usr/sbin/policy-rc.d ] && [ -w /usr/sbin ]; then
   printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
   trap 'rm -f /usr/sbin/policy-rc.d' EXIT
 fi
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need[@]}" >/dev/null
+if [ ${#need[@]} -gt 0 ]; then
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need[@]}" >/dev/null
+fi
+if [ ${#lean[@]} -gt 0 ]; then
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${lean[@]}" >/dev/null
+fi

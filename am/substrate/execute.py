@@ -1,29 +1,40 @@
 """Post-boot `execute` services of netns nodes (rspec `<services><execute shell= command=/>`).
 
-At every geni_start (and geni_restart) the node's services run one after the other inside its namespace, in
-its own UTS namespace (so `hostname` is the node's), as the node's first slice user (else `nobody`), never as
-root: a namespace shares the host's kernel and file system. Each one's output goes to
-`<base>/<ns>/exec/<n>.out` and its exit code to `<n>.rc`; the node is geni_configuring while they run,
-geni_ready once all exited 0, and geni_failed naming the first that did not (or that was interrupted).
-The manifest shows each service's state, exit code and the tail of its output."""
+At every geni_start (and geni_restart) the node's services run one after the other inside its container, as
+the node's first slice user (else `nobody`), in that user's home. Their output and exit codes stay inside the
+node (`/var/lib/slicex-services/<n>.out`, `<n>.rc`, the user's own files); the aggregate reads them only
+through the container (`NodeContainer.attach`: the node's root reads regular files only, a tail of bounded
+size, within a deadline), never by following a path on the host that a user could point elsewhere. The node
+is geni_configuring while they run, geni_ready once all exited 0, and geni_failed naming the first that did
+not (or that was interrupted). The manifest shows each service's state, exit code and the tail of its output."""
 
 from __future__ import annotations
 
-import os
-import shlex
-import shutil
-import subprocess
+import base64
+import binascii
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-from am.substrate.login import NODE_GID, Account, _alive, _kill
+from am.substrate.container import RESULTS_SCRIPT, SERVICES_SCRIPT, NodeContainer
+from am.substrate.login import Account, _alive, _kill
 from slicex.errors import BadArgs
 
 SHELLS = {"sh": "/bin/sh", "bash": "/bin/bash", "/bin/sh": "/bin/sh", "/bin/bash": "/bin/bash",
           "/usr/bin/bash": "/usr/bin/bash"}
 OUTPUT_TAIL = 4000  # characters of output the manifest shows per service
-NOBODY = 65534
+RESULTS_LIMIT = 64 * 1024  # bytes the aggregate reads of one results answer, whatever the node prints
+IN_NODE_DIR = "/var/lib/slicex-services"
+MARKER = "slicex-services"  # in the command line of the host's lxc-attach (its pid check)
+
+# as the node's root: a fresh results directory owned by the user, then the services as that user
+_AS_USER = """D=$1; U=$2; shift 2
+rm -rf "$D"; mkdir -p "$D"; chown "$U" "$D"; chmod 700 "$D"
+H=$(getent passwd "$U" | cut -d: -f6); [ -d "$H" ] || H=$D
+exec setpriv --reuid="$U" --regid="$(id -g "$U")" --init-groups --inh-caps=-all \
+  env -i HOME="$H" USER="$U" LOGNAME="$U" PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 \
+  /bin/sh -c "$SERVICES" sx "$D" "$@"
+"""
 
 
 @dataclass(frozen=True)
@@ -46,83 +57,85 @@ def services_of(details: Mapping, client_id: str = "") -> list[Service]:
     return out
 
 
-def runner_script(services: list[Service], d: Path) -> str:
-    """A shell script running each service in turn, recording output and exit code; pure."""
-    lines = ["#!/bin/sh", 'cd "$HOME" || cd /']
-    for n, s in enumerate(services):
-        cmd, out, rc = (shlex.quote(os.fspath(d / f"{n}.{ext}")) for ext in ("cmd", "out", "rc"))
-        lines.append(f'{SHELLS[s.shell]} -c "$(cat {cmd})" </dev/null >{out} 2>&1; echo $? >{rc}.tmp; '
-                     f"mv {rc}.tmp {rc}")
-    return "\n".join(lines) + "\n"
+def parse_results(text: str, services: list[Service]) -> dict[int, tuple[int | None, str]]:
+    """The node's answer to RESULTS_SCRIPT: per service index (exit code or None, output tail). Lines that
+    do not parse are ignored: the answer comes from inside the node."""
+    out: dict[int, tuple[int | None, str]] = {}
+    for line in text.splitlines():
+        parts = line.split(" ")
+        if len(parts) != 3 or not parts[0].isdigit() or int(parts[0]) >= len(services):
+            continue
+        rc = int(parts[1]) if parts[1].isdigit() and len(parts[1]) <= 6 else None
+        try:
+            output = "" if parts[2] == "-" else base64.b64decode(parts[2], validate=True).decode(errors="replace")
+        except (binascii.Error, ValueError):
+            output = ""
+        out[int(parts[0])] = (rc, output[-OUTPUT_TAIL:])
+    return out
 
 
 class NodeServices:
-    """The execute services of one node, in `<base>/<netns>/exec/`."""
+    """The execute services of one node: started and read through its container; the host keeps only the
+    pid of the lxc-attach that runs them and the last results it read (both in the container's root-only
+    directory)."""
 
-    def __init__(self, base: Path, netns: str, hostname: str):
-        self.node_dir = base / netns
-        self.dir = self.node_dir / "exec"
-        self.netns = netns
-        self.hostname = hostname
+    def __init__(self, container: NodeContainer):
+        self.container = container
+        self.pid_file = container.dir / "services.pid"
+        self.state_file = container.dir / "services.json"
 
     def start(self, services: list[Service], user: Account | None) -> None:
         """Run `services` afresh (results of an earlier boot are dropped)."""
         self.stop()
+        self.state_file.unlink(missing_ok=True)
         if not services:
             return
-        shutil.rmtree(self.dir, ignore_errors=True)
-        self.dir.mkdir(parents=True)
-        uid, name = (user.uid, user.name) if user else (NOBODY, "nobody")
-        home = self.node_dir / "home" / name if user else self.dir
-        for n, s in enumerate(services):
-            (self.dir / f"{n}.cmd").write_text(s.command)
-        (self.dir / "run.sh").write_text(runner_script(services, self.dir))
-        (self.dir / "services").write_text("\n".join(f"{s.shell}\t{s.command!r}" for s in services))
-        for p in [self.dir, *self.dir.iterdir()]:
-            os.chown(p, uid, NODE_GID)
-        env = ["env", "-i", f"HOME={home}", f"USER={name}", f"LOGNAME={name}", "PATH=/usr/local/bin:/usr/bin:/bin",
-               "LANG=C.UTF-8"]
-        as_user = ["setpriv", f"--reuid={uid}", f"--regid={NODE_GID}", "--clear-groups", "--inh-caps=-all"]
-        script = 'hostname "$1" && shift && exec "$@"'
-        proc = subprocess.Popen(["ip", "netns", "exec", self.netns, "unshare", "--uts", "sh", "-c", script, "sx",
-                                 self.hostname, *as_user, *env, "/bin/sh", str(self.dir / "run.sh")],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=open(self.node_dir / "exec.log", "ab"), start_new_session=True)
-        (self.node_dir / "exec.pid").write_text(f"{proc.pid}\n")
+        pairs = [x for s in services for x in (SHELLS[s.shell], s.command)]
+        self.container.spawn(["/usr/bin/env", f"SERVICES={SERVICES_SCRIPT}", "/bin/sh", "-c", _AS_USER, MARKER,
+                              IN_NODE_DIR, user.name if user else "nobody", *pairs],
+                             self.pid_file, self.container.dir / "services.log")
+        self.state_file.write_text(json.dumps({"started": True, "results": None}))
 
     def running(self) -> bool:
-        return _alive(self.node_dir / "exec.pid", str(self.dir / "run.sh")) is not None
+        return _alive(self.pid_file, MARKER) is not None
 
     def stop(self) -> None:
-        _kill(self.node_dir / "exec.pid", str(self.dir / "run.sh"))
+        _kill(self.pid_file, MARKER)
 
     def results(self, services: list[Service]) -> list[dict]:
-        """Per service: shell, command, state (waiting | running | exited | interrupted), exit code, output."""
-        out = []
+        """Per service: shell, command, state (not started | waiting | running | exited | interrupted), exit
+        code, output. Read inside the node while it runs; once all ended, the last answer is kept."""
+        try:
+            state = json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            state = {"started": False, "results": None}
+        if state.get("results") is not None and len(state["results"]) == len(services):
+            return state["results"]
         alive = self.running()
-        started = self.dir.exists()
+        found: dict[int, tuple[int | None, str]] = {}
+        if state.get("started") and self.container.running():
+            rc, out = self.container.attach(["/bin/sh", "-c", RESULTS_SCRIPT, "sx", IN_NODE_DIR, str(len(services)),
+                                             str(OUTPUT_TAIL * 4)], timeout=5, limit=RESULTS_LIMIT)
+            if rc == 0:
+                found = parse_results(out.decode(errors="replace"), services)
+        results = []
         current = True
         for n, s in enumerate(services):
-            rc_file, out_file = self.dir / f"{n}.rc", self.dir / f"{n}.out"
-            r: dict = {"shell": s.shell, "command": s.command, "exit_code": None, "output": ""}
-            if out_file.exists():
-                text = out_file.read_text(errors="replace")
-                r["output"] = text[-OUTPUT_TAIL:]
-            if rc_file.exists():
-                try:
-                    r["exit_code"] = int(rc_file.read_text().strip())
-                    r["state"] = "exited"
-                except ValueError:
-                    r["state"] = "interrupted"
-            elif not started:
+            code, output = found.get(n, (None, ""))
+            r: dict = {"shell": s.shell, "command": s.command, "exit_code": code, "output": output}
+            if code is not None:
+                r["state"] = "exited"
+            elif not state.get("started"):
                 r["state"] = "not started"
             elif alive:
                 r["state"] = "running" if current else "waiting"
                 current = False
             else:
                 r["state"] = "interrupted"
-            out.append(r)
-        return out
+            results.append(r)
+        if state.get("started") and not alive and all(r["state"] in ("exited", "interrupted") for r in results):
+            self.state_file.write_text(json.dumps({"started": True, "results": results}))
+        return results
 
 
 def verdict(results: list[dict]) -> tuple[str, str]:
@@ -137,3 +150,4 @@ def verdict(results: list[dict]) -> tuple[str, str]:
     if any(r["state"] in ("running", "waiting", "not started") for r in results):
         return "running", ""
     return "done", ""
+

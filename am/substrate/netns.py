@@ -9,11 +9,15 @@
   them. Ports of different segments never exchange a frame, so slices are isolated.
 - Link capacity is a token bucket on both ends of every interface on the link (egress of the namespace end
   and of the bridge end). Latency and loss need netem; where the kernel lacks it they are refused.
-- Login (am/substrate/login.py): each node has its own sshd inside its namespace, started by geni_start,
-  reached through a port on the host (127.0.0.1 by default) with the slice users' keys (geni_users at
-  Provision, geni_update_users after); the manifest's login service names that host and port. Post-boot
-  `execute` services (am/substrate/execute.py) run at every start, as the node's user; the node is
-  configuring while they run and failed, naming the command, if one exits non-zero.
+- Each node is also a machine (am/substrate/container.py): an unprivileged LXC container joined to that
+  namespace, with its own root file system (an overlay over the slice's uid-shifted copy of a catalogue
+  image, am/substrate/images.py), its own users and processes, its uids in a host range no other slice
+  holds, and the sliver type's cores and memory enforced with cgroups. geni_start boots it, geni_stop stops it.
+- Login (am/substrate/login.py): the node's sshd runs inside its container with the slice users' keys
+  (geni_users at Provision, geni_update_users after), reached through a port on the host (127.0.0.1 by
+  default); the manifest's login service names that host and port. Post-boot `execute` services
+  (am/substrate/execute.py) run inside the node at every start, as its user; the node is configuring while
+  they run and failed, naming the command, if one exits non-zero.
 
 Every object name starts with the deployment's prefix (netns_plan.py), so `reconcile` can remove what belongs
 to no live lease after a crash and adopt the rest. Status checks the real objects: a node whose namespace
@@ -26,6 +30,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -33,9 +38,20 @@ from typing import Any
 
 from am.authority import SliverSpec
 from am.substrate import hostnet
+from am.substrate.container import (
+    NodeContainer,
+    NodeLimits,
+    UidRanges,
+    assign_uids,
+    ensure_subids,
+    lxc_missing,
+    node_limits,
+    uid_base,
+)
 from am.substrate.execute import NodeServices, services_of, verdict
 from am.substrate.flows import AccessPort, Segment, Uplink, segment_flows
-from am.substrate.login import NodeLogin, accounts, kill_netns_processes
+from am.substrate.images import DEFAULT_IMAGE, ImageCatalogue, NodeImage, image_name, shift_copy
+from am.substrate.login import Account, LoginRelay, accounts, kill_netns_processes
 from am.substrate.netns_plan import (
     LinkPlan,
     NodePlan,
@@ -53,25 +69,34 @@ from slicex.errors import BadArgs, GeniError, ServerError, Unsupported
 
 log = logging.getLogger("slicex.netns")
 
-DESCRIPTION = ("netns substrate: each node is a Linux network namespace on this host, each link a VLAN segment of "
-               "a private Open vSwitch bridge programmed over OpenFlow, capacity enforced with tc, an sshd per "
-               "node on a host port; no VM: nodes share the host's kernel and file system")
+DESCRIPTION = ("netns substrate: each node is an unprivileged LXC container on this host (its own root file "
+               "system from an image, users, processes and uid range; cores and memory enforced by cgroups) in a "
+               "network namespace of its own, each link a VLAN segment of a private Open vSwitch bridge "
+               "programmed over OpenFlow, capacity enforced with tc, an sshd per node on a host port; nodes "
+               "share the host's kernel")
+STATE_ROOT = Path("/var/lib")  # /var/lib/slicex-<prefix>: containers, their layers, uid-shifted image copies
+UID_RANGES_DIR = Path("/var/lib/slicex/uid-ranges")  # host-wide: deployments sharing a host never share a range
 NEEDED = ("root", "ip", "tc", "ethtool", "netns", "veth", "tbf")
 READY, NOTREADY, FAILED = "geni_ready", "geni_notready", "geni_failed"
 
 
 class NetnsDriver:
-    """SubstrateDriver over namespaces, veths, tc and a private OVS. `start` before use, `shutdown` after."""
+    """SubstrateDriver over namespaces, veths, tc, a private OVS and a container per node. `start` before use,
+    `shutdown` after."""
 
     def __init__(self, prefix: str, run_dir: Path | None = None, controller: str = "auto", timeout: float = 30.0,
                  login_address: str = "127.0.0.1", login_host: str | None = None, switch_dir: Path | None = None,
-                 cables: Mapping[str, str] | None = None):
+                 cables: Mapping[str, str] | None = None, state_dir: Path | None = None,
+                 images: ImageCatalogue | None = None, default_image: str = DEFAULT_IMAGE,
+                 uid_ranges_dir: Path | None = None, pids_max: int = 1024):
         """`switch_dir`: the run directory of an Open vSwitch shared with other deployments on this host (one
         bridge each; slicex.yaml `netns: {switch_dir: ...}`). Two ovs-vswitchd with the userspace datapath
         cannot run on one host: the second cannot create its `ovs-netdev` tap ("Device or resource busy") and
         its bridges never come up. `cables`: external port URN -> the remote port URN (the substrate's
         external links); on a shared switch the driver joins two aggregates' bridges itself, with a veth pair
-        named from both ports (`shared_trunk_name`), the first time a stitched link uses the cable."""
+        named from both ports (`shared_trunk_name`), the first time a stitched link uses the cable.
+        `state_dir` holds the node containers (default /var/lib/slicex-<prefix>); `images` the operator's
+        image catalogue; `default_image` what a node that names none boots."""
         self.prefix = check_prefix(prefix)
         self.bridge = f"{prefix}-br"
         self.dpid = int(hashlib.sha256(prefix.encode()).hexdigest()[:12], 16)
@@ -92,8 +117,15 @@ class NetnsDriver:
         self.enabled: set[int] = set()  # segments started (their rules installed)
         self.ports: dict[str, tuple[int, int, str]] = {}  # bridge port -> (ofport, vlan, mac)
         self.netem = False
-        # per-node login and services (readable by the nodes' users: the switch's run directory is root-only)
-        self.nodes_dir = Path(f"{self.run_dir}-nodes")
+        self.nodes_dir = Path(f"{self.run_dir}-nodes")  # login relays' pid files and logs (root's)
+        self.state_dir = Path(state_dir or STATE_ROOT / f"slicex-{prefix}")
+        self.lxcpath = self.state_dir / "lxc"
+        self.bases_dir = self.state_dir / "bases"  # per uid range, the image copies shifted into it
+        self.images = images or ImageCatalogue()
+        self.default_image = default_image
+        self.uid_ranges = UidRanges(uid_ranges_dir or UID_RANGES_DIR)
+        self.pids_max = pids_max
+        self.node_slices: dict[str, str] = {}  # namespace of a live node -> its slice's uid range owner
         self.trunks: dict[str, int] = {}  # external port URN (lower case) -> ofport of its trunk device
         self.login_address = login_address  # where the login ports listen
         self.login_host = login_host or login_address  # what the manifest tells users to connect to
@@ -101,11 +133,21 @@ class NetnsDriver:
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> None:
-        """Check the host can do it, start (or adopt) the private switch and the controller."""
+        """Check the host can do it, start (or adopt) the private switch and the controller; make sure an
+        image exists to boot nodes from (the first start builds the default one)."""
         caps = hostnet.capabilities()
         missing = [f"{k}: {caps.get(k, 'not probed')}" for k in NEEDED if caps.get(k) != "ok"]
+        missing += lxc_missing()
         if missing:
             raise Unsupported("the netns substrate cannot run on this host: " + "; ".join(missing))
+        changed = ensure_subids()
+        if changed:
+            log.info("netns: gave root the node uid ranges in %s", ", ".join(changed))
+        if self.images.get(self.default_image) is None:
+            log.info("netns: building node image %s (debootstrap; once per host)", self.default_image)
+            self.images.build(self.default_image)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir.chmod(0o711)
         self.netem = caps.get("netem") == "ok"
         self.ovs.start()
         self.flows.start()
@@ -114,8 +156,9 @@ class NetnsDriver:
             self._push()
 
     def shutdown(self, remove: bool = False) -> None:
-        """Stop the controller and the switch (slivers' namespaces stay: their leases are live; the next
-        start reconciles). `remove` also deletes the run directory (tests, operators uninstalling)."""
+        """Stop the controller and the switch (slivers' namespaces and containers stay: their leases are live;
+        the next start reconciles). `remove` also deletes the run and state directories (tests, operators
+        uninstalling)."""
         self.flows.stop()
         if remove and self.ovs.running():
             self.ovs.vsctl("--if-exists", "del-br", self.bridge)
@@ -126,6 +169,12 @@ class NetnsDriver:
             self.ovs.stop(remove=remove)
         if remove:
             shutil.rmtree(self.nodes_dir, ignore_errors=True)  # node directories went with their slivers
+            if self.lxcpath.is_dir():
+                for d in self.lxcpath.iterdir():
+                    NodeContainer(self.lxcpath, d.name).destroy()
+            for owner in self._owned_ranges():
+                self.uid_ranges.release(owner)
+            shutil.rmtree(self.state_dir, ignore_errors=True)
             hostnet.del_link(self.bridge)  # the netdev datapath's tap for the bridge may outlive the daemon
 
     # ---- the SubstrateDriver seam ----------------------------------------------------------------------------
@@ -145,15 +194,23 @@ class NetnsDriver:
             plan = self._node_plan(spec)
             services_of(spec.details, spec.client_id)  # refuse an unknown shell now, not at boot
             accts = accounts(spec.details.get("logins") or ())
+            image = self._image(spec)
+            limits = self._limits(spec, plan)
+            owner = self._owner(spec)
             try:
+                index = self.uid_ranges.claim(owner)
+                self.node_slices[plan.netns] = owner
                 self._build(plan, up=False)
-                login = self._login(plan)
-                login.prepare(accts)
-                port = login.ensure_forward(None)
-            except GeniError:
+                self._define(plan, image, index, limits)
+                self._set_users(plan, accts, running=False)
+                port = self._relay(plan).ensure_forward(None)
+            except (GeniError, OSError) as exc:
                 self._teardown(plan)
-                raise
-            return {"state": NOTREADY, "netns": plan.netns, "login_port": port,
+                if isinstance(exc, GeniError):
+                    raise
+                raise ServerError(f"node {spec.client_id}: {exc}") from None
+            return {"state": NOTREADY, "netns": plan.netns, "login_port": port, "image": image.name,
+                    "uid_range": index, "limits": limits.to_doc(),
                     "interfaces": {i.client_id: {"device": i.ns_if, "address": i.address, "vlan": i.vlan,
                                                  "rate_kbps": i.rate_kbps} for i in plan.interfaces}}
 
@@ -161,7 +218,9 @@ class NetnsDriver:
         with self._lock:
             if action == "geni_update_users":
                 if spec.kind == "node":  # the authority merged the new users into the spec's logins
-                    self._login(self._node_plan(spec)).set_accounts(accounts(spec.details.get("logins") or ()))
+                    plan = self._node_plan(spec)
+                    self._set_users(plan, accounts(spec.details.get("logins") or ()),
+                                    running=self._container(plan).running())
                 return {**status, "error": ""}
             if action not in ("geni_start", "geni_stop", "geni_restart"):
                 raise Unsupported(f"{action} is not an action of the netns substrate")
@@ -201,7 +260,9 @@ class NetnsDriver:
                     self.enabled.discard(vlan)
                     self._push()
                 return
-            self._teardown(self._node_plan(spec))
+            plan = self._node_plan(spec)
+            self.node_slices.setdefault(plan.netns, self._owner(spec))
+            self._teardown(plan)
 
     def status(self, spec: SliverSpec, status: dict[str, Any], now: datetime) -> tuple[str, str]:
         """The recorded state, checked against the host: what is gone is geni_failed, saying what."""
@@ -219,10 +280,12 @@ class NetnsDriver:
             if down:
                 return FAILED, f"interfaces {', '.join(down)} of namespace {ns} are down"
             plan = self._node_plan(spec)
-            login = self._login(plan)
-            if not login.sshd_running():
-                return FAILED, f"the sshd of node {spec.client_id} (namespace {ns}) is not running"
-            if status.get("login_port") and not login.forward_running():
+            container = self._container(plan)
+            if not container.running():
+                return FAILED, f"the container of node {spec.client_id} ({plan.netns}) is not running"
+            if "sshd" not in container.process_names():
+                return FAILED, f"the sshd of node {spec.client_id} (container {ns}) is not running"
+            if status.get("login_port") and not self._relay(plan).forward_running():
                 return FAILED, (f"the login port {self.login_address}:{status['login_port']} of node "
                                 f"{spec.client_id} has no relay to its sshd")
             services = services_of(spec.details, spec.client_id)
@@ -236,7 +299,8 @@ class NetnsDriver:
 
     def view(self, spec: SliverSpec, status: dict[str, Any]) -> dict[str, Any]:
         """What the manifest shows of a node beyond the slice manager's record: where its users log in
-        (this host's login port, not port 22 of a name nobody resolves) and its execute services' results."""
+        (this host's login port, not port 22 of a name nobody resolves), its execute services' results and
+        what the machine got (image, cores, memory)."""
         if spec.kind != "node":
             return {}
         out: dict[str, Any] = {}
@@ -244,9 +308,13 @@ class NetnsDriver:
         if port:
             out["logins"] = [{"username": a.name, "hostname": self.login_host, "port": port}
                              for a in accounts(spec.details.get("logins") or ())]
+        plan = self._node_plan(spec)
+        if status.get("limits"):
+            out["container"] = {**status["limits"], "image": status.get("image", ""),
+                                **self._container(plan).usage()}
         services = services_of(spec.details, spec.client_id)
         if services:
-            out["execute"] = self._services(self._node_plan(spec)).results(services)
+            out["execute"] = self._services(plan).results(services)
         return out
 
     # ---- reconcile -------------------------------------------------------------------------------------------
@@ -259,6 +327,7 @@ class NetnsDriver:
             self.enabled.clear()
             self.ports.clear()
             self.trunks.clear()
+            self.node_slices.clear()
             for spec, status in live:
                 if spec.kind == "link":
                     plan = self._link_plan(spec, check=False)
@@ -266,23 +335,30 @@ class NetnsDriver:
                         self.links[plan.vlan] = plan
                         if status.get("state") == READY:
                             self.enabled.add(plan.vlan)
-            plans: list[tuple[NodePlan, bool]] = [(self._node_plan(spec), status.get("state") == READY)
-                                                  for spec, status in live if spec.kind == "node"]
+            nodes = [(spec, status, self._node_plan(spec)) for spec, status in live if spec.kind == "node"]
+            for spec, _status, plan in nodes:
+                self.node_slices[plan.netns] = self._owner(spec)
             for vlan in self.enabled:
                 for port, _tags in self.links[vlan].uplinks:
                     self._trunk(port)
-            keep = set().union(*(p.names() for p, _ in plans)) | {self.bridge} | {
+            keep = set().union(*(p.names() for _s, _st, p in nodes)) | {self.bridge} | {
                 self.trunk_device(port) for lk in self.links.values() for port, _t in lk.uplinks}
             removed: list[str] = []
+            if self.lxcpath.is_dir():
+                for d in self.lxcpath.iterdir():
+                    if d.name not in keep:
+                        NodeContainer(self.lxcpath, d.name).destroy()
+                        removed.append(f"container {d.name}")
             for ns in sorted(hostnet.namespaces()):
                 if ns.startswith(self.prefix + "-") and ns not in keep:
-                    self._login_of(ns).remove()
+                    self._relay_of(ns).remove()
+                    kill_netns_processes(ns)
                     hostnet.del_namespace(ns)
                     removed.append(f"namespace {ns}")
             if self.nodes_dir.exists():
                 for d in self.nodes_dir.iterdir():
                     if d.name not in keep:
-                        self._login_of(d.name).remove()
+                        self._relay_of(d.name).remove()
                         removed.append(f"node directory {d}")
             if hostnet.NETNS_ETC.exists():
                 for d in hostnet.NETNS_ETC.glob(f"{self.prefix}-*"):
@@ -296,14 +372,21 @@ class NetnsDriver:
                 if owned(self.prefix, name) and name not in keep:
                     hostnet.del_link(name)
                     removed.append(f"veth {name}")
+            live_owners = set(self.node_slices.values())
+            for owner in self._owned_ranges():
+                if owner not in live_owners:
+                    self.uid_ranges.release(owner)
+                    removed.append(f"uid range of {owner.split(' ', 1)[1]}")
             adopted = []
-            records = {self._node_plan(spec).netns: (spec, status) for spec, status in live if spec.kind == "node"}
-            for plan, up in plans:
+            for spec, status, plan in nodes:
+                up = status.get("state") == READY
+                index = self.uid_ranges.claim(self._owner(spec))
                 self._build(plan, up=up)
-                spec, status = records[plan.netns]
-                login = self._login(plan)
-                login.prepare(accounts(spec.details.get("logins") or ()))
-                login.ensure_forward(status.get("login_port"))
+                recorded = status.get("image")
+                image = (self.images.get(recorded) or recorded) if recorded else self._image(spec)
+                self._define(plan, image, index, self._limits(spec, plan))
+                self._set_users(plan, accounts(spec.details.get("logins") or ()), running=False)
+                self._relay(plan).ensure_forward(status.get("login_port"))
                 self._node_services(spec, plan, status, up, restart=False, boot=False)
                 adopted.append(plan.netns)
             self._push()
@@ -321,12 +404,29 @@ class NetnsDriver:
             out += [f"/etc/netns/{d.name}" for d in hostnet.NETNS_ETC.glob(f"{self.prefix}-*")]
         if self.nodes_dir.exists():
             out += [f"node directory {d}" for d in self.nodes_dir.iterdir()]
+        if self.lxcpath.is_dir():
+            out += [f"container {d.name}" for d in self.lxcpath.iterdir()]
+        out += [f"cgroup {d}" for d in self.cgroups()]
+        out += [f"uid range {i} ({owner})" for i, owner in self.uid_ranges.claims().items()
+                if owner.startswith(self.prefix + " ")]
         out += [f"process {pid} ({cmd})" for pid, cmd in self.processes()]
         return out
 
+    def cgroups(self) -> list[Path]:
+        """This deployment's node cgroups on the host (each controller's slicex/<prefix>-* directories)."""
+        root = Path("/sys/fs/cgroup")
+        out: list[Path] = []
+        for ctrl in [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []:
+            for top in ("slicex", "slicex-monitor"):
+                if (ctrl / top).is_dir():
+                    out += sorted((ctrl / top).glob(f"{self.prefix}-*"))
+        return out
+
     def processes(self) -> list[tuple[int, str]]:
-        """This deployment's node processes (sshd, login relays, services), by their command lines."""
-        marks = (str(self.nodes_dir) + "/", f"--netns {self.prefix}-")
+        """This deployment's node processes (relays, lxc-attach and lxc monitors, and every process inside
+        its containers), by their command lines and cgroups."""
+        marks = (str(self.nodes_dir) + "/", f"--netns {self.prefix}-", str(self.lxcpath) + " ")
+        inside = {pid for d in self.cgroups() for pid in _cgroup_pids(d)}
         out = []
         for p in Path("/proc").iterdir():
             if not p.name.isdigit():
@@ -335,8 +435,9 @@ class NetnsDriver:
                 cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
             except OSError:
                 continue
-            if cmd and any(m in cmd for m in marks) and int(p.name) != os.getpid():
-                out.append((int(p.name), cmd[:120]))
+            pid = int(p.name)
+            if pid != os.getpid() and (pid in inside or (cmd and any(m in cmd + " " for m in marks))):
+                out.append((pid, cmd[:120]))
         return out
 
     # ---- helpers ---------------------------------------------------------------------------------------------
@@ -346,8 +447,70 @@ class NetnsDriver:
     def _node_plan(self, spec: SliverSpec) -> NodePlan:
         return node_plan(self.prefix, spec.id, spec.client_id, spec.labels, spec.details, self.links)
 
+    def _owner(self, spec: SliverSpec) -> str:
+        """Who holds a node's uid range: its slice (every node of a slice shares one range, no other slice
+        does); a sliver recorded before slices were named holds one of its own."""
+        return f"{self.prefix} {spec.details.get('slice_urn') or spec.id}"
+
+    def _owned_ranges(self) -> list[str]:
+        return sorted({o for o in self.uid_ranges.claims().values() if o.startswith(self.prefix + " ")})
+
+    def _image(self, spec: SliverSpec, recorded: str | None = None) -> NodeImage:
+        """The catalogue image a node boots: the one it booted before (a restart), else its disk_image, else
+        the default. One the catalogue lacks is refused naming those it has."""
+        wanted = recorded or image_name(str(spec.details.get("disk_image") or "")) or self.default_image
+        img = self.images.get(wanted)
+        if img is None:
+            offered = ", ".join(i.name for i in self.images.list()) or "none: slicex image build"
+            raise BadArgs(f"node {spec.client_id}: disk image {wanted} is not in this aggregate's catalogue "
+                          f"(offered: {offered})")
+        return img
+
+    def _limits(self, spec: SliverSpec, plan: NodePlan) -> NodeLimits:
+        return node_limits(spec.details, plan.netns, os.cpu_count() or 1, self.pids_max)
+
+    def _lower(self, image: NodeImage | str, index: int) -> Path:
+        """The image copy shifted into uid range `index` (made once, kept for the next slice holding the
+        range: containers only ever write their own upper layer). Given only a name (a node adopted after
+        its image left the catalogue), the copy it booted."""
+        base = uid_base(index)
+        holder = self.bases_dir / str(index)
+        if isinstance(image, str):
+            found = sorted(holder.glob(f"{image}-*")) if holder.is_dir() else []
+            if not found:
+                raise ServerError(f"image {image} is gone from the catalogue and from uid range {index}'s copies")
+            return found[-1]
+        lower = holder / f"{image.name}-{image.build_id}"
+        if not lower.is_dir():
+            holder.mkdir(parents=True, exist_ok=True)
+            os.chown(holder, base, base)
+            holder.chmod(0o700)  # only that range's root gets through: other slices' roots are other uids
+            for old in holder.iterdir():
+                if old.name.startswith(f"{image.name}-"):
+                    shutil.rmtree(old, ignore_errors=True)
+            shift_copy(image.rootfs, lower, base)
+        return lower
+
+    def _container(self, plan: NodePlan) -> NodeContainer:
+        return NodeContainer(self.lxcpath, plan.netns)
+
+    def _define(self, plan: NodePlan, image: NodeImage | str, index: int, limits: NodeLimits) -> None:
+        # a node that shares its namespace with its container: its root may bind port 22, its users ping
+        hostnet.exec_in(plan.netns, ["sysctl", "-q", "-w", "net.ipv4.ip_unprivileged_port_start=22",
+                                     "net.ipv4.ping_group_range=0 2147483647"], check=True)
+        self._container(plan).define(plan.hostname, self._lower(image, index), uid_base(index), plan.netns, limits)
+
+    def _set_users(self, plan: NodePlan, accts: list[Account], running: bool) -> None:
+        container = self._container(plan)
+        uids = dict(assign_uids([(a.name, a.urn) for a in accts], container.users()))
+        container.set_users([(a.name, uids[a.name], a.keys) for a in accts])
+        if running:
+            container.sync_users()
+
     def _build(self, plan: NodePlan, up: bool) -> None:
-        """Make the node's objects exist as planned (idempotent): namespace, veths, addresses, rates, ports."""
+        """Make the node's network objects exist as planned (idempotent): namespace, veths, addresses, rates,
+        ports. The bridge end's token bucket goes on after the port is added: Open vSwitch removes a root
+        qdisc already on an interface it adds as a port."""
         hostnet.add_namespace(plan.netns, plan.hostname)
         for i in plan.interfaces:
             hostnet.add_veth(plan.netns, i.ns_if, i.host_if, i.mac)
@@ -355,10 +518,10 @@ class NetnsDriver:
                 hostnet.set_address(plan.netns, i.ns_if, i.address)
             tbf = tbf_args(i.rate_kbps) if i.rate_kbps else None
             hostnet.shape(plan.netns, i.ns_if, tbf)
-            hostnet.shape(None, i.host_if, tbf)
             hostnet.set_up(plan.netns, i.ns_if, up)
             if i.vlan is not None:
                 self.ports[i.host_if] = (self.ovs.add_port(self.bridge, i.host_if, i.vlan), i.vlan, i.mac)
+            hostnet.shape(None, i.host_if, tbf)
         self._push()
 
     def trunk_device(self, port: str) -> str:
@@ -387,38 +550,56 @@ class NetnsDriver:
             self.trunks[key] = self.ovs.add_port(self.bridge, dev)
         return self.trunks[key]
 
-    def _login(self, plan: NodePlan) -> NodeLogin:
-        return NodeLogin(self.nodes_dir, plan.netns, plan.hostname, self.login_address)
+    def _relay(self, plan: NodePlan) -> LoginRelay:
+        return LoginRelay(self.nodes_dir, plan.netns, plan.hostname, self.login_address)
 
-    def _login_of(self, ns: str) -> NodeLogin:
-        return NodeLogin(self.nodes_dir, ns, ns, self.login_address)
+    def _relay_of(self, ns: str) -> LoginRelay:
+        return LoginRelay(self.nodes_dir, ns, ns, self.login_address)
 
     def _services(self, plan: NodePlan) -> NodeServices:
-        return NodeServices(self.nodes_dir, plan.netns, plan.hostname)
+        return NodeServices(self._container(plan))
 
     def _node_services(self, spec: SliverSpec, plan: NodePlan, status: dict[str, Any], up: bool, restart: bool,
                        boot: bool) -> None:
-        """sshd and execute services follow the node: started with it (services run at each boot, not when
-        a restarted aggregate adopts a running node), stopped with it."""
-        login, services = self._login(plan), self._services(plan)
+        """The container (its sshd) and execute services follow the node: booted with it (services run at
+        each boot, not when a restarted aggregate adopts a running node), stopped with it."""
+        container, services = self._container(plan), self._services(plan)
         if not up or restart:
             services.stop()
-            login.stop_sshd()
+            container.stop()
         if up:
-            login.start_sshd()
+            container.start()
+            self._wait_sshd(spec, plan, container)
             if boot:
                 accts = accounts(spec.details.get("logins") or ())
                 services.start(services_of(spec.details, spec.client_id), accts[0] if accts else None)
 
+    def _wait_sshd(self, spec: SliverSpec, plan: NodePlan, container: NodeContainer, timeout: float = 20.0) -> None:
+        """Until the node's sshd listens on port 22 of its namespace (a fresh node makes its host key first)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if ":22 " in hostnet.exec_in(plan.netns, ["ss", "-Hltn", "sport = :22"], timeout=5).stdout + " ":
+                return
+            if not container.running():
+                break
+            time.sleep(0.05)
+        raise ServerError(f"node {spec.client_id}: its sshd did not listen within {timeout:.0f} s (container "
+                          f"{plan.netns} {'runs' if container.running() else 'stopped'}; see "
+                          f"{container.dir / 'lxc.log'})")
+
     def _teardown(self, plan: NodePlan) -> None:
-        self._login(plan).remove()  # sshd, sessions, relay and services: nothing may hold the namespace
-        kill_netns_processes(plan.netns)
+        self._container(plan).destroy()  # every process of the node, its layers and cgroups
+        self._relay(plan).remove()
+        kill_netns_processes(plan.netns)  # nothing may hold the namespace
         for i in plan.interfaces:
             self.ovs.del_port(self.bridge, i.host_if)
             self.ports.pop(i.host_if, None)
         hostnet.del_namespace(plan.netns)
         for i in plan.interfaces:  # the namespace took its ends and their peers; a half-made pair may remain
             hostnet.del_link(i.host_if)
+        owner = self.node_slices.pop(plan.netns, None)
+        if owner is not None and owner not in self.node_slices.values():
+            self.uid_ranges.release(owner)  # the slice's last node here: its range is free for another slice
         self._push()
 
     def _push(self) -> None:
@@ -430,3 +611,13 @@ class NetnsDriver:
                             if p.lower() in self.trunks)
             segments.append(Segment(vlan, ports, uplinks))
         self.flows.apply(self.bridge, self.dpid, segment_flows(segments))
+
+
+def _cgroup_pids(d: Path) -> set[int]:
+    out: set[int] = set()
+    for dirpath, _dirs, _files in os.walk(d):
+        try:
+            out |= {int(x) for x in Path(dirpath, "cgroup.procs").read_text().split()}
+        except (OSError, ValueError):
+            pass
+    return out

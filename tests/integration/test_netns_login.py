@@ -130,6 +130,11 @@ def test_users_log_in_with_ssh_services_run_after_boot_and_delete_leaves_no_proc
         assert results[1].text.strip().endswith("/home/alice")
 
         n1_urn = n1.get("sliver_id")
+        refused = am.PerformOperationalAction([n1_urn], creds, "geni_update_users", {"geni_users": [bob]})
+        assert refused["code"]["geni_code"] == 3 and "neither you" in refused["output"], refused  # not a member
+        chapi_sa = client(procs.read(home.pid_file).info["chapi_url"] + "/SA", cert, key)
+        assert chapi_sa.modify_slice_membership(urn, [], {"members_to_add": [
+            {"SLICE_MEMBER": bob["urn"], "SLICE_ROLE": "MEMBER"}]})["code"] == 0
         ok(am.PerformOperationalAction([n1_urn], creds, "geni_update_users", {"geni_users": [bob]}))
         out = ssh(home, "bob", port1, "id -un", key_of="bob")
         assert out.returncode == 0 and out.stdout.strip() == "bob", out.stderr
