@@ -508,14 +508,19 @@ def _xml_value(value: Any) -> Any:
     return value.data if isinstance(value, xmlrpc.client.Binary) else value
 
 
+UNCLASSIFIED = "geni_unknown"
+"""The label omni gives a credential it cannot classify: a delegated credential holds two `<type>` elements (its
+own and its parent's), and omni's type check wants exactly one."""
+
+
 def sort_credentials(credentials: list) -> tuple[list[Any], list[Any], list[GeniError]]:
     """What a client passed, as (SFA credentials, ABAC statements, refusals).
 
-    A struct labelled geni_sfa 2/3 or geni_abac 1 goes where its label says, a bare string is SFA. Any other
-    label is the client's guess, not the credential's: omni labels a delegated credential `geni_unknown`
-    because it holds two `<type>` elements (its own and its parent's). Such an entry is an SFA credential when
-    its content parses as a privilege credential. No trust rests on that: a label never verified anything,
-    and an SFA credential (like a bare string) is then verified in full from its content alone."""
+    A struct labelled geni_sfa 2/3 or geni_abac 1 goes where its label says, a bare string is SFA. A struct
+    labelled `geni_unknown` says the client could not tell: its content decides, and it is SFA when it parses as
+    a privilege credential. No trust rests on that: an SFA credential (like a bare string) is verified in full
+    from its content alone. A struct naming a type that does not exist is refused (the GENI AM API acceptance
+    suite's badtype test), even when its content is a good credential."""
     sfa: list[Any] = []
     abac: list[Any] = []
     errors: list[GeniError] = []
@@ -529,18 +534,21 @@ def sort_credentials(credentials: list) -> tuple[list[Any], list[Any], list[Geni
                 sfa.append(value)
             elif kind == "geni_abac" and version == "1":
                 abac.append(value)
-            else:
+            elif kind == UNCLASSIFIED:
                 try:
                     content = parse_credential(value).type
                 except GeniError as exc:
-                    content = f"not a credential ({exc.message})"
+                    content = f"not a credential: {exc.message}"
                 if content == "privilege":
                     sfa.append(value)
                 else:
                     errors.append(CredentialInvalid(
-                        f"unknown credential type {kind} {version}, and its content is not an SFA privilege "
-                        f"credential ({content}); this aggregate accepts geni_sfa 2/3 (or an SFA privilege "
-                        f"credential under any label) and geni_abac 1"))
+                        f"credential labelled {UNCLASSIFIED} is not an SFA privilege credential ({content}); this "
+                        f"aggregate accepts geni_sfa 2/3 and geni_abac 1"))
+            else:
+                errors.append(CredentialInvalid(f"unknown credential type {kind} {version}; this aggregate "
+                                                f"accepts geni_sfa 2/3 and geni_abac 1 (and {UNCLASSIFIED} when "
+                                                f"the content is an SFA privilege credential)"))
         else:
             errors.append(CredentialInvalid(f"a credential must be a struct or a string, got "
                                             f"{type(entry).__name__}"))

@@ -1,6 +1,6 @@
-"""A credential's type label is the client's guess, not a fact: slicex reads what a credential is from its content
-(omni labels a delegated slice credential `geni_unknown`). Nothing a label says may make a document count for
-more than its verified content: each of these is refused with CREDENTIAL_INVALID (20) or MISMATCH (22), over
+"""When omni cannot tell a credential's type it labels it `geni_unknown` (a delegated slice credential holds two
+`<type>` elements); slicex then reads what it is from its content. Nothing a label says may make a document count
+for more than its verified content: each of these is refused with CREDENTIAL_INVALID (20) or MISMATCH (22), over
 mutual TLS, on both deployments."""
 
 from __future__ import annotations
@@ -40,6 +40,15 @@ def test_a_document_that_is_not_a_credential_is_refused_whatever_its_label(share
     _running, _alice, bob, urn, _cred = shared
     got, output = _refusal(bob.am.Describe([urn], _labelled(*label, value), {"geni_rspec_version": RSPEC_V3}))
     assert got == 20, output
+
+
+@pytest.mark.parametrize("label", [("geni_sfaBROKEN", "3"), ("geni_magic", "9"), ("geni_sfa", "1"), ("", "")])
+def test_a_genuine_credential_under_a_type_that_does_not_exist_is_refused(shared, label):
+    """Only omni's geni_unknown ("I could not tell") lets the content decide; a label naming a type that does
+    not exist is refused, as the GENI AM API acceptance suite's badtype test requires."""
+    _running, alice, _bob, urn, cred = shared
+    got, output = _refusal(alice.am.Describe([urn], _labelled(*label, cred), {"geni_rspec_version": RSPEC_V3}))
+    assert got == 20 and "unknown credential type" in output, output
 
 
 def test_a_speaks_for_statement_labelled_sfa_or_unknown_grants_nothing(shared):
