@@ -30,6 +30,12 @@ from slicex.ticket import Lease, Ticket, verify_lease
 DRIVE_ROUNDS = 64
 
 
+def _closes_a_link(rec: Record, msgs: Iterable[rs.Message]) -> bool:
+    """Whether `rec` is a link being closed: those go after the nodes closed with them, whose interfaces are
+    on the link (a cloud refuses to delete a network while ports are on it: Neutron's 409)."""
+    return rec.kind == "link" and any(m.kind == "close" for m in msgs)
+
+
 class Delivery:
     """Outbox delivery and answers."""
 
@@ -58,7 +64,7 @@ class Delivery:
                     delivered_any |= self._answer(rec, m, ev, now)
                     if ev is None:
                         stuck.add((rec.id, m))
-            for rid, msgs in sending.items():
+            for rid, msgs in sorted(sending.items(), key=lambda kv: _closes_a_link(recs[kv[0]], kv[1])):
                 # a ticket's units go back to the broker only once the authority let go of them: relinquished
                 # first, they could be promised and redeemed for another slice while still leased
                 for m in sorted(msgs, key=lambda m: m.kind != "close"):

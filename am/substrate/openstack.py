@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
@@ -35,6 +36,7 @@ from am.substrate.openstack_plan import (
     NetworkPlan,
     NodePlan,
     OpenStackSettings,
+    being_deleted,
     deployment_tag,
     network_plan,
     network_state,
@@ -72,6 +74,11 @@ def _or_none(find: Callable[[], Any]) -> Any:
         return None
 
 
+def _server_doc(server: Any) -> dict[str, Any]:
+    """The fields of an openstacksdk Server the plan reads."""
+    return {"id": server.id, "status": server.status, "fault": server.fault, "task_state": server.task_state}
+
+
 class OpenStackDriver:
     """SubstrateDriver over one OpenStack project. `start` before use (connects and checks the cloud)."""
 
@@ -82,6 +89,7 @@ class OpenStackDriver:
         self._connector = connector
         self.conn: Any = None
         self.links: dict[int, NetworkPlan] = {}  # live links by VLAN: what a node's ports attach to
+        self.poll_s = 0.5  # between looks at what the cloud does asynchronously (server deletion)
         self._lock = threading.RLock()
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
@@ -190,8 +198,7 @@ class OpenStackDriver:
         tag = sliver_tag(self.prefix, spec.id)
         ports = [{"id": p.id, "name": p.name, "status": p.status} for p in self.conn.network.ports(tags=tag)]
         server = self._find_server(plan.name)
-        doc = None if server is None else {"id": server.id, "status": server.status, "fault": server.fault,
-                                           "task_state": server.task_state}
+        doc = None if server is None else _server_doc(server)
         return node_state(doc, ports, len(plan.ports), bool(status.get("started")), spec.client_id)
 
     def view(self, spec: SliverSpec, status: dict[str, Any]) -> dict[str, Any]:
@@ -224,8 +231,12 @@ class OpenStackDriver:
                 log.info("openstack reconcile removed %s", ", ".join(removed))
             return {"removed": removed, "adopted": [spec.id for spec, _ in live]}
 
-    def leftovers(self) -> list[str]:
-        """Every resource of this deployment in the cloud (tests: nothing may remain after delete)."""
+    def leftovers(self, timeout_s: float = 60.0) -> list[str]:
+        """Every resource of this deployment in the cloud (tests: nothing may remain after delete). Servers Nova
+        is still deleting are waited for, up to `timeout_s`: right after a destroy they are listed still."""
+        deadline = time.monotonic() + timeout_s
+        while any(being_deleted(_server_doc(s)) for s in self._servers()) and time.monotonic() < deadline:
+            time.sleep(self.poll_s)
         return [f"{f.kind} {f.name or f.id}" for f in self._found()]
 
     # ---- helpers ---------------------------------------------------------------------------------------------
@@ -328,7 +339,13 @@ class OpenStackDriver:
             "user_data": base64.b64encode(plan.user_data.encode()).decode(), "metadata": dict(plan.metadata)}
         if plan.keypair_key:
             body["key_name"] = plan.name
-        return self.conn.compute.create_server(**body)
+        from openstack import exceptions
+
+        try:
+            return self.conn.compute.create_server(**body)
+        except exceptions.HttpException as exc:  # e.g. 400 "Image ... could not be found": Nova's words
+            raise ServerError(f"node {plan.client_id}: Nova refused to create its server ({exc.status_code}): "
+                              f"{exc.details or exc.message}") from None
 
     def _teardown_node(self, plan: NodePlan) -> None:
         dep = deployment_tag(self.prefix)
@@ -345,13 +362,18 @@ class OpenStackDriver:
                 self.conn.network.delete_security_group(sg, ignore_missing=True)
 
     def _teardown_network(self, plan: NetworkPlan) -> None:
+        from openstack import exceptions
+
         net = self._find_network(plan.name)
         if net is not None:
             try:
                 self.conn.network.delete_network(net, ignore_missing=True)  # its subnet goes with it
-            except Exception as exc:  # noqa: BLE001 - a port still on it (a node not yet deleted): say so
-                raise ServerError(f"link {plan.client_id}: network {plan.name} could not be deleted ({exc}); "
-                                  f"delete its nodes first, the close will be retried") from None
+            except exceptions.ConflictException as exc:  # Neutron's 409 NetworkInUse: a node's ports are on it
+                ports = sorted(p.name or p.id for p in self.conn.network.ports(network_id=net.id))
+                raise ServerError(f"link {plan.client_id}: Neutron refuses to delete network {plan.name} while "
+                                  f"ports are on it ({', '.join(ports) or 'none listed'}: "
+                                  f"{exc.details or exc.message}); delete its nodes first, the close will be "
+                                  f"retried") from None
         for q in self.conn.network.qos_policies(name=plan.name):
             self.conn.network.delete_qos_policy(q, ignore_missing=True)
 
@@ -359,13 +381,17 @@ class OpenStackDriver:
         """This deployment's resources in the project: tagged ones, our servers, our keypairs."""
         dep = deployment_tag(self.prefix)
         net = self.conn.network
-        out = [Found("server", s.id, s.name, frozenset((s.metadata or {}).values()))
-               for s in self.conn.compute.servers() if (s.metadata or {}).get("slicex") == dep]
+        out = [Found("server", s.id, s.name, frozenset((s.metadata or {}).values())) for s in self._servers()]
         for kind, listing in (("port", net.ports), ("qos_policy", net.qos_policies), ("network", net.networks),
                               ("security_group", net.security_groups)):
             out += [Found(kind, r.id, r.name, frozenset(r.tags or ())) for r in listing(tags=dep)]
         out += [Found("keypair", k.name, k.name) for k in self.conn.compute.keypairs()]
         return [f for f in out if f.kind != "keypair" or f.name.startswith(self.prefix + "-")]
+
+    def _servers(self) -> list[Any]:
+        """This deployment's servers (by the metadata every one of them carries)."""
+        dep = deployment_tag(self.prefix)
+        return [s for s in self.conn.compute.servers() if (s.metadata or {}).get("slicex") == dep]
 
     def _delete(self, f: Found) -> None:
         c, n = self.conn.compute, self.conn.network

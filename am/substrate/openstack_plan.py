@@ -277,6 +277,13 @@ SERVER_STATES = {"ACTIVE": READY, "BUILD": CONFIGURING, "REBUILD": CONFIGURING, 
                  "SOFT_DELETED": FAILED, "UNKNOWN": FAILED}
 
 
+def being_deleted(server: Mapping[str, Any]) -> bool:
+    """Whether Nova is still deleting a server: DELETE answers at once, the compute host removes it later
+    (about a second on the all-in-one cloud), and until then the server is listed."""
+    return (str(server.get("task_state") or "").lower() == "deleting"
+            or str(server.get("status", "")).upper() in ("DELETED", "SOFT_DELETED"))
+
+
 def node_state(server: Mapping[str, Any] | None, ports: Iterable[Mapping[str, Any]], expected_ports: int,
                started: bool, name: str) -> tuple[str, str]:
     """(GENI state, error) of a node from its server (None: not created, or gone) and its ports. A node not

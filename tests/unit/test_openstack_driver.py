@@ -56,6 +56,10 @@ class FakeCloud:
         self.flavors = {"m1.small": self._make("flavor.json", "flavor", "f-small", "m1.small")}
         self.images = {"ubuntu-22.04": self._make("image.json", None, "i-ubuntu", "ubuntu-22.04")}
         self.server_status_on_create = "BUILD"
+        # Nova answers DELETE at once and removes the server later (the all-in-one cloud listed it, task_state
+        # "deleting", for ~1 s): a deleted server stays listed for this many more server listings
+        self.listings_until_deleted = 2
+        self._deleting: dict[str, int] = {}
 
     @staticmethod
     def _make(fx: str, key: str | None, rid: str, name: str) -> dict:
@@ -148,6 +152,7 @@ class FakeCloud:
             return {"server": {"id": sid, "links": [], "OS-DCF:diskConfig": "AUTO", "security_groups": [],
                                "adminPass": "x"}}
         if p in ("/servers", "/servers/detail"):
+            self._finish_deletions()
             found = list(self.servers.values())
             if "name" in query:
                 found = [s for s in found if re.search(query["name"], s["name"])]
@@ -158,7 +163,8 @@ class FakeCloud:
                 context.status_code = 404
                 return {"itemNotFound": {"code": 404, "message": "Instance could not be found."}}
             if method == "DELETE":
-                del self.servers[s["id"]]
+                s["OS-EXT-STS:task_state"] = "deleting"
+                self._deleting.setdefault(s["id"], self.listings_until_deleted)
                 context.status_code = 204
                 return None
             if m.group(2):
@@ -169,6 +175,13 @@ class FakeCloud:
             return {"server": s}
         context.status_code = 404
         return {}
+
+    def _finish_deletions(self) -> None:
+        for sid in list(self._deleting):
+            self._deleting[sid] -= 1
+            if self._deleting[sid] < 0:
+                del self._deleting[sid]
+                self.servers.pop(sid, None)
 
     def _network(self, method, path, query, body, context):
         if path in ("/", "/v2.0/", "/v2.0"):
@@ -283,6 +296,7 @@ def settings(**kw) -> OpenStackSettings:
 @pytest.fixture
 def driver(cloud):
     d = OpenStackDriver(settings())
+    d.poll_s = 0.0
     d.start()
     cloud.calls.clear()
     return d
@@ -434,11 +448,24 @@ def test_delete_removes_everything_and_twice_is_harmless(driver, cloud):
     assert cloud.mutations() == []
 
 
+def test_leftovers_waits_for_the_servers_nova_is_still_deleting(driver, cloud):
+    recs = provision(driver)
+    for n in ("n1", "n2"):
+        recs[n] = driver.modify(node(n), recs[n], "geni_start", NOW)
+    for n in ("n1", "n2"):
+        driver.destroy(node(n), recs[n], NOW)
+    driver.destroy(link(), recs["lan0"], NOW)
+    assert [s["OS-EXT-STS:task_state"] for s in cloud.servers.values()] == ["deleting", "deleting"]
+    assert driver.leftovers() == []
+    assert not cloud.servers
+
+
 def test_deleting_a_link_before_its_nodes_says_why_and_can_be_retried(driver, cloud):
     from slicex.errors import ServerError
 
     recs = provision(driver)
-    with pytest.raises(ServerError, match="delete its nodes first"):
+    with pytest.raises(ServerError, match=r"Neutron refuses .* ports are on it \(xab12-\w+-\w+, xab12-\w+-\w+: "
+                                          r".*ports still in use on the network.*delete its nodes first"):
         driver.destroy(link(), recs["lan0"], NOW)
     for n in ("n1", "n2"):
         driver.destroy(node(n), recs[n], NOW)
@@ -459,10 +486,10 @@ def test_reconcile_removes_what_no_live_lease_holds_and_keeps_the_rest(driver, c
     other = FakeCloud._make("network.json", "network", "net-other", "someone-elses")  # not ours: untouched
     cloud.neutron["networks"]["net-other"] = other
     restarted = OpenStackDriver(settings())
+    restarted.poll_s = 0.0
     restarted.start()
     report = restarted.reconcile([(link(), recs["lan0"]), (node("n1"), recs["n1"])])
-    n2_server = next(iter(cloud.servers.values()), None)
-    assert n2_server is None
+    assert all(s["OS-EXT-STS:task_state"] == "deleting" for s in cloud.servers.values())  # n2's, going
     assert sorted(r.split()[0] for r in report["removed"]) == ["keypair", "port", "server"]
     left = restarted.leftovers()
     assert any(x.startswith("network") for x in left) and sum(x.startswith("port") for x in left) == 1

@@ -194,6 +194,35 @@ def test_a_failure_while_provisioning_says_why_and_frees_the_sliver(tmp_path):
     everything_released(store, asm)
 
 
+def test_one_delete_closes_the_nodes_before_their_link_whatever_order_it_names_them(tmp_path):
+    """A cloud refuses to delete a network while ports are on it (Neutron's 409 "ports still in use", seen on
+    the all-in-one OpenStack): the link's close goes after the closes of the nodes deleted with it."""
+    from am.authority import EmulatedAdapter
+    from slicex.errors import ServerError
+
+    class LikeNeutron(EmulatedAdapter):
+        nodes: set[str] = set()
+
+        def create(self, spec, now):
+            if spec.kind == "node":
+                self.nodes.add(spec.id)
+            return super().create(spec, now)
+
+        def destroy(self, spec, status, now):
+            if spec.kind == "link" and self.nodes:
+                raise ServerError(f"network {spec.client_id}: ports still in use (409)")
+            self.nodes.discard(spec.id)
+
+    store = SqliteStore(str(tmp_path / "s.db"))
+    now = ManualClock().now()
+    asm = in_process(store, SUB, LikeNeutron(EmulatedDriver(SUB)), broker_key=KEY)
+    slivers = asm.allocate(SLICE, "o", parse_request(three_node_lan()), now + 10 * MIN, now)
+    asm.provision([s.urn for s in slivers], now + timedelta(hours=1), [], now)
+    link_first = sorted((s.urn for s in slivers), key=lambda u: next(s.kind for s in slivers if s.urn == u) != "link")
+    asm.delete(link_first, now)
+    everything_released(store, asm)
+
+
 def test_a_new_slice_manager_on_the_same_store_sees_everything(world):
     store, clock, asm = world
     now = clock.now()
