@@ -15,8 +15,11 @@ The edge of am/substrate/openstack_plan.py: it applies the plan through an `open
   metadata), so creating twice finds the first, destroy twice finds nothing, and `reconcile` removes what no
   live lease holds.
 
-This has NOT been run against a live cloud: the tests drive it through openstacksdk against a fake Keystone,
-Nova, Neutron and Glance answering from JSON fixtures (tests/fixtures/openstack/)."""
+Tested against a live all-in-one OpenStack Zed (scripts/openstack-aio.sh; tests/integration/
+test_openstack_aio.py), and for speed against a fake Keystone, Nova, Neutron and Glance answering from JSON
+fixtures (tests/fixtures/openstack/). What the live cloud showed: Nova deletes servers asynchronously
+(`leftovers` waits), Neutron refuses to delete a network with ports on it (409: one Delete closes nodes before
+their links), and Nova's own words say why a server cannot be created."""
 
 from __future__ import annotations
 
@@ -51,7 +54,7 @@ from slicex.errors import BadArgs, GeniError, ServerError, Unsupported
 log = logging.getLogger("slicex.openstack")
 
 DESCRIPTION = ("openstack substrate: each node is a Nova server on Neutron ports, each link a Neutron network with "
-               "a VLAN segment on the operator's physical network (openstacksdk; not yet tried against a live cloud)")
+               "a VLAN segment on the operator's physical network (openstacksdk)")
 
 
 def connect(cloud: str) -> Any:
@@ -343,7 +346,7 @@ class OpenStackDriver:
 
         try:
             return self.conn.compute.create_server(**body)
-        except exceptions.HttpException as exc:  # e.g. 400 "Image ... could not be found": Nova's words
+        except exceptions.HttpException as exc:  # e.g. 400 "Can not find requested image": Nova's words
             raise ServerError(f"node {plan.client_id}: Nova refused to create its server ({exc.status_code}): "
                               f"{exc.details or exc.message}") from None
 

@@ -227,10 +227,12 @@ class FakeCloud:
             context.status_code = 404
             return {"NeutronError": {"type": f"{key}NotFound", "message": f"{key} {rid} could not be found."}}
         if method == "DELETE":
-            if kind == "networks" and any(pt["network_id"] == rid for pt in self.neutron["ports"].values()):
+            in_use = [pt["id"] for pt in self.neutron["ports"].values() if pt["network_id"] == rid]
+            if kind == "networks" and in_use:  # Neutron Zed's words, as the all-in-one cloud answered
                 context.status_code = 409
                 return {"NeutronError": {"type": "NetworkInUse", "message": f"Unable to complete operation on "
-                                         f"network {rid}. There are one or more ports still in use on the network."}}
+                                         f"network {rid}. There are one or more ports still in use on the network, "
+                                         f"id for these ports is: {', '.join(in_use)}.", "detail": ""}}
             del store[rid]
             if kind == "networks":
                 for sid in res["subnets"]:
