@@ -331,13 +331,13 @@ class Found:
     tags: frozenset[str] = frozenset()
 
 
-TEARDOWN_ORDER = ("server", "port", "qos_policy", "network", "security_group", "keypair")
+TEARDOWN_ORDER = ("server", "port", "network", "qos_policy", "security_group", "keypair")
 
 
 def orphans(prefix: str, found: Iterable[Found], live_sliver_ids: Iterable[str],
             live_slice_keys: Iterable[str]) -> list[Found]:
     """What reconcile removes, in a teardown order that Neutron accepts (servers, then their ports, then
-    networks, then security groups, then keypairs): resources with this deployment's tag (keypairs: name) that
+    networks, then the QoS policies they used, then security groups, then keypairs): resources with this deployment's tag (keypairs: name) that
     no live sliver (security groups: no live slice) holds."""
     dep = deployment_tag(prefix)
     live_tags = {sliver_tag(prefix, s) for s in live_sliver_ids}

@@ -227,6 +227,11 @@ class FakeCloud:
             context.status_code = 404
             return {"NeutronError": {"type": f"{key}NotFound", "message": f"{key} {rid} could not be found."}}
         if method == "DELETE":
+            users = [n["id"] for n in self.neutron["networks"].values() if n.get("qos_policy_id") == rid]
+            if kind == "qos/policies" and users:  # Neutron's QosPolicyInUse, as the all-in-one cloud answered
+                context.status_code = 409
+                return {"NeutronError": {"type": "QosPolicyInUse", "message": f"QoS Policy {rid} is used by "
+                                         f"network {users[0]}.", "detail": ""}}
             in_use = [pt["id"] for pt in self.neutron["ports"].values() if pt["network_id"] == rid]
             if kind == "networks" and in_use:  # Neutron Zed's words, as the all-in-one cloud answered
                 context.status_code = 409
@@ -500,6 +505,16 @@ def test_reconcile_removes_what_no_live_lease_holds_and_keeps_the_rest(driver, c
     restarted.reconcile([])
     assert restarted.leftovers() == []
     assert "net-other" in cloud.neutron["networks"]
+
+
+def test_reconcile_deletes_a_network_before_its_qos_policy(driver, cloud):
+    """Neutron refuses to delete a QoS policy a network still uses (409 QosPolicyInUse, seen on the live
+    cloud): the network goes first."""
+    driver.create(link(cap=10_000), NOW)
+    assert cloud.neutron["qos/policies"]
+    report = driver.reconcile([])
+    assert [r.split()[0] for r in report["removed"]] == ["network", "qos_policy"]
+    assert driver.leftovers() == []
 
 
 def test_an_unknown_flavor_is_refused_naming_the_mapping(driver, cloud):
