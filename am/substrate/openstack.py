@@ -201,6 +201,8 @@ class OpenStackDriver:
         tag = sliver_tag(self.prefix, spec.id)
         ports = [{"id": p.id, "name": p.name, "status": p.status} for p in self.conn.network.ports(tags=tag)]
         server = self._find_server(plan.name)
+        if server is not None and str(server.status).upper() == "ERROR" and not server.fault:
+            server = self.conn.compute.get_server(server.id)  # Nova lists no fault; the server's own page has it
         doc = None if server is None else _server_doc(server)
         return node_state(doc, ports, len(plan.ports), bool(status.get("started")), spec.client_id)
 

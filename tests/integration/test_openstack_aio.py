@@ -10,6 +10,7 @@ OS_CLIENT_CONFIG_FILE names one with a `slicex-aio` entry."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -44,8 +45,12 @@ from tests.integration.conftest import AUTHORITY, make_home  # noqa: E402
 CLOUD = "slicex-aio"
 PHYSNET = "physnet1"
 IMAGE = "slicex-aio-image"  # scripts/openstack-aio/bootstrap.py makes it, and the flavors
-FLAVORS = {"default-vm": "m1.tiny", "XOSmall": "m1.tiny", "XOHuge": "slicex-aio-huge"}
-HUGE_RAM_MB = 4_000_000  # more than the fake compute driver's 800 000 MB: no host can take it
+FLAVORS = {"default-vm": "m1.tiny", "XOSmall": "m1.tiny", "XOHuge": "slicex-aio-huge",
+           "XOQuota": "slicex-aio-overquota"}
+TEST_FLAVORS = {  # name: (RAM MiB, vCPUs, disk GiB)
+    "slicex-aio-huge": (512, 1, 1_000_000),  # more disk than the fake compute host's 600 000 GiB; no quota on disk
+    "slicex-aio-overquota": (4_000_000, 1, 1),  # more RAM than the project's default quota (51 200 MiB)
+}
 NOW = datetime.now(UTC)
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,10 +74,27 @@ def conn() -> Iterator[Any]:
                               text=True, check=True).stdout.strip()
         os.environ["OS_CLIENT_CONFIG_FILE"] = path  # `slicex up` below inherits it
     c = openstack.connect(cloud=CLOUD)
-    if c.compute.find_flavor(FLAVORS["XOHuge"]) is None:
-        c.compute.create_flavor(name=FLAVORS["XOHuge"], ram=HUGE_RAM_MB, vcpus=1, disk=1)
+    clean_earlier_runs(c)
+    for name, (ram, vcpus, disk) in TEST_FLAVORS.items():
+        have = c.compute.find_flavor(name)
+        if have is not None and (have.ram, have.vcpus, have.disk) != (ram, vcpus, disk):
+            c.compute.delete_flavor(have)
+            have = None
+        if have is None:
+            c.compute.create_flavor(name=name, ram=ram, vcpus=vcpus, disk=disk)
     yield c
     c.close()
+
+
+def clean_earlier_runs(c) -> None:
+    """Remove what an interrupted earlier run of these tests left in the cloud (its VLANs would stay taken)."""
+    tags = [t for r in [*c.network.networks(), *c.network.ports()] for t in (r.tags or ())]
+    tags += [(s.metadata or {}).get("slicex", "") for s in c.compute.servers()]
+    for prefix in {m.group(1) for t in tags if (m := re.fullmatch(r"slicex-(t[0-9a-f]{6})", t))}:
+        d = OpenStackDriver(settings(prefix))
+        d.start()
+        d.reconcile([])
+        d.shutdown()
 
 
 def new_prefix() -> str:
@@ -166,6 +188,18 @@ def test_a_node_no_host_can_take_is_failed_with_novas_reason(driver, conn):
     assert driver.leftovers() == []
 
 
+def test_a_node_over_the_projects_quota_fails_geni_start_with_novas_reason(driver, conn):
+    vlan = free_vlan(conn)
+    lan, big = link(vlan), node("n1", vlan, sliver_type="XOQuota")
+    recs = {"lan0": driver.create(lan, NOW), "n1": driver.create(big, NOW)}
+    with pytest.raises(ServerError, match=r"node n1: Nova refused to create its server \(403\): "
+                                          r"Quota exceeded for ram"):
+        driver.modify(big, recs["n1"], "geni_start", NOW)
+    driver.destroy(big, recs["n1"], NOW)
+    driver.destroy(lan, recs["lan0"], NOW)
+    assert driver.leftovers() == []
+
+
 def test_a_node_whose_image_is_gone_fails_geni_start_with_novas_reason(driver, conn):
     gone = f"slicex-aio-gone-{driver.prefix}"
     image = conn.image.create_image(name=gone, data=b"\0" * 1024, disk_format="raw", container_format="bare")
@@ -222,7 +256,7 @@ def aggregate(conn, tmp_path: Path):
     prefix = new_prefix()
     home = make_home(tmp_path / "home", substrate_driver="openstack", sa_port=0, am_port=0,
                      openstack={"cloud": CLOUD, "physical_network": PHYSNET, "flavors": FLAVORS,
-                                "default_image": IMAGE, "prefix": prefix})
+                                "images": {"ubuntu-22.04": IMAGE}, "default_image": IMAGE, "prefix": prefix})
     up = Up(home)
     checker = OpenStackDriver(settings(prefix))
     checker.start()
@@ -317,4 +351,5 @@ def test_deleting_the_link_before_its_nodes_in_one_call_leaves_nothing(aggregate
     all_in(am, urn, cred, "geni_ready")
     # the link first: Neutron refuses to delete a network while the nodes' ports are on it (409)
     ok(am.Delete([urns["lan0"], urns["n1"], urns["n2"]], cred, {}))
-    assert checker.leftovers(timeout_s=30) == []
+    assert not list(conn.network.networks(tags=f"slicex-{checker.prefix}")), "the link's close failed (409)"
+    assert checker.leftovers() == []

@@ -156,7 +156,8 @@ class FakeCloud:
             found = list(self.servers.values())
             if "name" in query:
                 found = [s for s in found if re.search(query["name"], s["name"])]
-            return {"servers": found}
+            # as Nova Zed answered on the all-in-one cloud: a listing carries no fault, the server's own page does
+            return {"servers": [{k: v for k, v in s.items() if k != "fault"} for s in found]}
         if m := re.fullmatch(r"/servers/([^/]+)(/action)?", p):
             s = self.servers.get(m.group(1))
             if s is None:
