@@ -52,6 +52,9 @@ def catalogue_for(args: argparse.Namespace) -> ImageCatalogue:
 
 def build_with_progress(catalogue: ImageCatalogue, name: str = DEFAULT_IMAGE, suite: str = DEFAULT_SUITE,
                         mirror: str | None = None, replace: bool = False, quiet: bool = False):
+    existing = catalogue.get(name)
+    if existing is not None and not replace:
+        return existing
     print(f"building node image {name} (Debian {suite}, debootstrap into {catalogue.root}; about a minute)",
           file=sys.stderr)
     progress = None if quiet else BuildProgress()

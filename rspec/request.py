@@ -47,6 +47,7 @@ class RequestNode:
     extensions: tuple[str, ...] = ()  # tags of foreign-namespace children, e.g. '{ns}fpga'
     fpga: FpgaRequest | None = None
     execute: tuple[tuple[str, str], ...] = ()  # post-boot services/execute: (shell, command)
+    install: tuple[tuple[str, str], ...] = ()  # services/install: (url of a tar archive, install_path)
 
 
 @dataclass(frozen=True)
@@ -190,10 +191,12 @@ def _node(el: etree._Element, seen: set[str]) -> RequestNode:
     ext = tuple(str(c.tag) for c in el if isinstance(c.tag, str) and etree.QName(c).namespace != RSPEC3)
     execute = tuple((x.get("shell") or "sh", x.get("command") or "")
                     for x in el.findall(f"{q(RSPEC3, 'services')}/{q(RSPEC3, 'execute')}"))
+    install = tuple((x.get("url") or "", x.get("install_path") or "")
+                    for x in el.findall(f"{q(RSPEC3, 'services')}/{q(RSPEC3, 'install')}"))
     return RequestNode(cid, el.get("component_id"), el.get("component_manager_id"), _bool(el.get("exclusive")),
                        st.get("name") if st is not None else None, image.get("name") if image is not None else None,
                        hw.get("name") if hw is not None else None, tuple(ifaces), ext, parse_fpga_request(el, cid),
-                       execute)
+                       execute, install)
 
 
 def _link(el: etree._Element, seen: set[str]) -> RequestLink:

@@ -490,12 +490,18 @@ class NodeContainer:
                 "--set-var", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                 "--set-var", "LANG=C.UTF-8", "--", *argv]
 
-    def attach(self, argv: Sequence[str], timeout: float = 5.0, limit: int = 1 << 20) -> tuple[int | None, bytes]:
-        """Run `argv` inside the node as its root; (exit code or None when cut, at most `limit` bytes of output).
-        The node's own programs answer: whatever they print or however long they take, the aggregate reads
-        no more than `limit` and waits no longer than `timeout`."""
-        proc = subprocess.Popen(self._attach_argv(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+    def attach(self, argv: Sequence[str], timeout: float = 5.0, limit: int = 1 << 20,
+               stdin: Path | None = None) -> tuple[int | None, bytes]:
+        """Run `argv` inside the node as its root, `stdin` (a host file) as its input; (exit code or None when
+        cut, at most `limit` bytes of output). The node's own programs answer: whatever they print or however
+        long they take, the aggregate reads no more than `limit` and waits no longer than `timeout`."""
+        source = open(stdin, "rb") if stdin is not None else subprocess.DEVNULL
+        try:
+            proc = subprocess.Popen(self._attach_argv(argv), stdin=source, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        finally:
+            if stdin is not None:
+                source.close()
         assert proc.stdout is not None
         chunks: list[bytes] = []
         size = 0

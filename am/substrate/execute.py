@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -94,7 +95,13 @@ class NodeServices:
         self.container.spawn(["/usr/bin/env", f"SERVICES={SERVICES_SCRIPT}", "/bin/sh", "-c", _AS_USER, MARKER,
                               IN_NODE_DIR, user.name if user else "nobody", *pairs],
                              self.pid_file, self.container.dir / "services.log")
-        self.state_file.write_text(json.dumps({"started": True, "results": None}))
+        self._save({"started": True, "results": None})
+
+    def _save(self, state: dict) -> None:
+        """By rename: a Status reading it at the same moment sees the old state or the new, never half."""
+        tmp = self.state_file.with_name(f".{self.state_file.name}.{threading.get_ident()}")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(self.state_file)
 
     def running(self) -> bool:
         return _alive(self.pid_file, MARKER) is not None
@@ -134,7 +141,7 @@ class NodeServices:
                 r["state"] = "interrupted"
             results.append(r)
         if state.get("started") and not alive and all(r["state"] in ("exited", "interrupted") for r in results):
-            self.state_file.write_text(json.dumps({"started": True, "results": results}))
+            self._save({"started": True, "results": results})
         return results
 
 

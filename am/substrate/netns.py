@@ -51,6 +51,7 @@ from am.substrate.container import (
 from am.substrate.execute import NodeServices, services_of, verdict
 from am.substrate.flows import AccessPort, Segment, Uplink, segment_flows
 from am.substrate.images import DEFAULT_IMAGE, ImageCatalogue, NodeImage, image_name, shift_copy
+from am.substrate.install import DEFAULT_MAX_BYTES, install_all, installs_of
 from am.substrate.login import Account, LoginRelay, accounts, kill_netns_processes
 from am.substrate.netns_plan import (
     LinkPlan,
@@ -88,7 +89,8 @@ class NetnsDriver:
                  login_address: str = "127.0.0.1", login_host: str | None = None, switch_dir: Path | None = None,
                  cables: Mapping[str, str] | None = None, state_dir: Path | None = None,
                  images: ImageCatalogue | None = None, default_image: str = DEFAULT_IMAGE,
-                 uid_ranges_dir: Path | None = None, pids_max: int = 1024):
+                 uid_ranges_dir: Path | None = None, pids_max: int = 1024, install_sources: Iterable[str] = (),
+                 install_max_bytes: int = DEFAULT_MAX_BYTES):
         """`switch_dir`: the run directory of an Open vSwitch shared with other deployments on this host (one
         bridge each; slicex.yaml `netns: {switch_dir: ...}`). Two ovs-vswitchd with the userspace datapath
         cannot run on one host: the second cannot create its `ovs-netdev` tap ("Device or resource busy") and
@@ -96,7 +98,8 @@ class NetnsDriver:
         external links); on a shared switch the driver joins two aggregates' bridges itself, with a veth pair
         named from both ports (`shared_trunk_name`), the first time a stitched link uses the cable.
         `state_dir` holds the node containers (default /var/lib/slicex-<prefix>); `images` the operator's
-        image catalogue; `default_image` what a node that names none boots."""
+        image catalogue; `default_image` what a node that names none boots; `install_sources` the URL prefixes
+        of the file servers install services may fetch from (none: install services are refused)."""
         self.prefix = check_prefix(prefix)
         self.bridge = f"{prefix}-br"
         self.dpid = int(hashlib.sha256(prefix.encode()).hexdigest()[:12], 16)
@@ -125,6 +128,8 @@ class NetnsDriver:
         self.default_image = default_image
         self.uid_ranges = UidRanges(uid_ranges_dir or UID_RANGES_DIR)
         self.pids_max = pids_max
+        self.install_sources = tuple(install_sources)
+        self.install_max_bytes = install_max_bytes
         self.node_slices: dict[str, str] = {}  # namespace of a live node -> its slice's uid range owner
         self.trunks: dict[str, int] = {}  # external port URN (lower case) -> ofport of its trunk device
         self.login_address = login_address  # where the login ports listen
@@ -155,10 +160,16 @@ class NetnsDriver:
         with self._lock:
             self._push()
 
+    def holds_slivers(self) -> bool:
+        """Whether any node of this deployment is on the host (a namespace or a container with its prefix)."""
+        return any(ns.startswith(self.prefix + "-") for ns in hostnet.namespaces()) or (
+            self.lxcpath.is_dir() and any(self.lxcpath.iterdir()))
+
     def shutdown(self, remove: bool = False) -> None:
-        """Stop the controller and the switch (slivers' namespaces and containers stay: their leases are live;
-        the next start reconciles). `remove` also deletes the run and state directories (tests, operators
-        uninstalling)."""
+        """Stop the controller and the switch. Slivers' namespaces and containers stay (their leases are live;
+        the next start reconciles); when there are none, nothing of this deployment does: its bridge, run and
+        state directories go too, as `remove` makes them go in any case (tests, operators uninstalling)."""
+        remove = remove or not self.holds_slivers()
         self.flows.stop()
         if remove and self.ovs.running():
             self.ovs.vsctl("--if-exists", "del-br", self.bridge)
@@ -193,6 +204,7 @@ class NetnsDriver:
                 raise BadArgs(f"the netns substrate has no {spec.kind} slivers")
             plan = self._node_plan(spec)
             services_of(spec.details, spec.client_id)  # refuse an unknown shell now, not at boot
+            installs_of(spec.details, spec.client_id, self.install_sources)  # and a file server not offered
             accts = accounts(spec.details.get("logins") or ())
             image = self._image(spec)
             limits = self._limits(spec, plan)
@@ -572,6 +584,10 @@ class NetnsDriver:
             self._wait_sshd(spec, plan, container)
             if boot:
                 accts = accounts(spec.details.get("logins") or ())
+                installs = installs_of(spec.details, spec.client_id, self.install_sources)
+                if installs:
+                    install_all(container, installs, accts[0].name if accts else "nobody", spec.client_id,
+                                self.install_max_bytes)
                 services.start(services_of(spec.details, spec.client_id), accts[0] if accts else None)
 
     def _wait_sshd(self, spec: SliverSpec, plan: NodePlan, container: NodeContainer, timeout: float = 20.0) -> None:

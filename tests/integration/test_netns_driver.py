@@ -94,7 +94,10 @@ def test_ten_megabit_link_measures_within_five_percent(driver):
     link, nodes = lan_specs("r", 1003, n=2, capacity_kbps=10_000)
     st = provision_and_start(driver, link, nodes)
     n1, n2 = (st[s.id]["netns"] for s in nodes)
-    assert "tbf" in hostnet.qdisc(n1, st[nodes[0].id]["interfaces"]["n1:if0"]["device"])
+    for spec in nodes:  # both ends of every interface: the node's egress and the switch's egress toward it
+        iface = driver._node_plan(spec).interfaces[0]
+        assert "tbf" in hostnet.qdisc(st[spec.id]["netns"], iface.ns_if)
+        assert "tbf" in hostnet.qdisc(None, iface.host_if), f"switch side of {spec.client_id} unshaped"
     mbps = iperf3_mbps(n2, "10.10.0.2", n1, seconds=3)
     assert 9.5 <= mbps <= 10.5, f"{mbps:.2f} Mbit/s on a 10 Mbit/s link"
 

@@ -124,6 +124,12 @@ def test_users_log_in_with_ssh_services_run_after_boot_and_delete_leaves_no_proc
 
         n1 = nodes_of(ok(am.Describe([urn], creds, {"geni_rspec_version": {"type": "GENI", "version": "3"}}))
                       ["geni_rspec"])["n1"]
+        box = n1.find(f"{{{SERVICES_EXT}}}container")  # what the machine got, as the kernel enforces it
+        assert (box.get("image"), box.get("cores"), box.get("memory_mb")) == ("debian-12", "1.0", "1024"), \
+            etree.tostring(n1)
+        assert int(box.get("memory_bytes")) > 0
+        out = ssh(home, "alice", port1, "nproc; cat /sys/fs/cgroup/memory/memory.limit_in_bytes; sudo -n id -u; ls /home")
+        assert out.stdout.split() == ["1", str(1024 * 2**20), "0", "alice"], (out.stdout, out.stderr)
         results = [x.find(f"{{{SERVICES_EXT}}}result") for x in n1.iter(f"{{{RSPEC3}}}execute")]
         assert [(r.get("state"), r.get("exit_code")) for r in results] == [("exited", "0"), ("exited", "0")]
         assert results[0].text.strip() == "hello from n1 as alice"

@@ -134,3 +134,25 @@ def test_image_names_and_the_hosts_mirror(tmp_path):
         "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\n")
     assert host_mirror(tmp_path) == "http://mirror.example/debian"
     assert host_mirror(tmp_path / "none") == "http://deb.debian.org/debian"
+
+
+def test_install_services_come_only_from_the_operators_file_servers():
+    from am.substrate.install import Install, allowed_source, installs_of
+
+    sources = ["http://files.example/pub", "https://mirror.example:8443/"]
+    assert allowed_source("http://files.example/pub/a.tgz", sources)
+    assert allowed_source("https://mirror.example:8443/x/y.tar", sources)
+    for url in ("http://files.example.evil/pub/a.tgz", "http://files.example/public/a.tgz",
+                "http://files.example:81/pub/a.tgz", "https://files.example/pub/a.tgz", "ftp://files.example/pub/a",
+                "http://user:pw@files.example/pub/a.tgz", "file:///etc/shadow", "http://127.0.0.1:6379/pub/x",
+                "https://mirror.example/x.tar", "not a url"):
+        assert not allowed_source(url, sources), url
+    details = {"install": [{"url": "http://files.example/pub/a.tgz", "install_path": "/local"}]}
+    assert installs_of(details, "n1", sources) == [Install("http://files.example/pub/a.tgz", "/local")]
+    with pytest.raises(BadArgs, match="none are configured"):
+        installs_of(details, "n1", [])
+    with pytest.raises(BadArgs, match="absolute"):
+        installs_of({"install": [{"url": "http://files.example/pub/a.tgz", "install_path": "local"}]}, "n1", sources)
+    req = parse_request(request_rspec([vm("n1", extra='<services><install url="http://f/a.tgz" install_path="/l"/>'
+                                                      '</services>')]))
+    assert req.nodes[0].install == (("http://f/a.tgz", "/l"),)
