@@ -11,11 +11,14 @@ from am.substrate.images import DEFAULT_DIR, DEFAULT_IMAGE, DEFAULT_SUITE, PACKA
 from slicex.errors import GeniError
 
 STAGES = ("Retrieving", "Validating", "Extracting", "Unpacking", "Configuring")
+# debootstrap's stage headings ("Retrieving packages...", "Unpacking the base system...") are not package steps
+HEADINGS = {"", "packages", "required", "the", "core", "base", "Release", "InRelease", "Packages"}
+STEPS_PER_PACKAGE = 5  # retrieved, validated, extracted, unpacked, configured (the base ones are not extracted)
 
 
 class BuildProgress:
-    """A progress bar over debootstrap's steps: every package is retrieved, validated, extracted or unpacked,
-    and configured, so the bar's total is known once retrieval has named them all (it grows until then)."""
+    """A progress bar over debootstrap's steps: every package is retrieved, validated, extracted, unpacked and
+    configured, so the bar's total is known once retrieval has named them all (it grows until then)."""
 
     def __init__(self, out: TextIO = sys.stderr, width: int = 30):
         self.out = out
@@ -26,12 +29,13 @@ class BuildProgress:
 
     def __call__(self, line: str) -> None:
         word, _, rest = line.partition(" ")
-        step = word in STAGES and bool(rest) and not rest.endswith("...")
+        first = rest.split(" ", 1)[0].rstrip(".")
+        step = word in STAGES and bool(first) and first not in HEADINGS
         if step:
-            if word == "Retrieving" and not rest.startswith(("Release", "Packages", "InRelease")):
-                self.packages.add(rest.split()[0])
+            if word == "Retrieving":
+                self.packages.add(first)
             self.done += 1
-        share = min(0.99, self.done / max(1, 4 * len(self.packages)))
+        share = min(0.99, self.done / max(1, STEPS_PER_PACKAGE * len(self.packages)))
         filled = int(share * self.width)
         text = f"[{'#' * filled}{'.' * (self.width - filled)}] {share:4.0%} {line[:60]}"
         if self.tty:

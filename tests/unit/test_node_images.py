@@ -95,14 +95,15 @@ def test_the_build_progress_bar_grows_with_debootstraps_steps():
     out = io.StringIO()
     bar = BuildProgress(out)
     for line in ["Retrieving InRelease", "Retrieving packages...", "Retrieving adduser 3.134",
-                 "Retrieving apt 2.6.1", "Validating adduser 3.134", "Validating apt 2.6.1",
-                 "Extracting adduser...", "Configuring apt..."]:
+                 "Retrieving apt 2.6.1", "Validating adduser 3.134", "Validating apt 2.6.1", "Extracting...",
+                 "Extracting adduser...", "Unpacking required packages...", "Unpacking adduser...",
+                 "Configuring required packages...", "Configuring apt...", "Unpacking the base system..."]:
         bar(line)
     text = out.getvalue()
-    assert "Retrieving packages..." in text  # not a terminal: the stages, one a line
-    assert "Retrieving apt" not in text
-    assert bar.packages == {"adduser", "apt"} and bar.done == 5
-    assert "%" in text.splitlines()[-1]
+    assert "Retrieving packages..." in text and "Unpacking the base system..." in text  # a log: stages only
+    assert "Retrieving apt" not in text and "Configuring apt" not in text
+    assert bar.packages == {"adduser", "apt"} and bar.done == 7
+    assert text.splitlines()[-1].split("]")[1].strip().startswith("70%")  # 7 of 2 packages x 5 steps
 
 
 def test_a_netns_deployment_offers_its_catalogue_and_refuses_other_images(tmp_path):
