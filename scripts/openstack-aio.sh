@@ -83,21 +83,34 @@ launch() {  # launch NAME [env VAR=...] CMD...: start unless running, output to 
   setsid "$@" >>"$LOG/$name.log" 2>&1 </dev/null &
   echo $! >"$RUN/$name.pid"
   log "started $name (pid $!)"
+  disown $!  # not this shell's job: its end is stop's business
 }
 
-halt() {  # halt NAME: TERM its process group, KILL after 10 s (the OVS agent ignores TERM)
-  local name="$1" f="$RUN/$1.pid" pid i
-  [ -s "$f" ] || return 0
-  pid="$(cat "$f")"
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+halt() {  # halt NAME...: TERM their process groups together, KILL what is left after 10 s (the OVS agent ignores TERM)
+  local name pid i alive=()
+  for name in "$@"; do
+    [ -s "$RUN/$name.pid" ] || continue
+    pid="$(cat "$RUN/$name.pid")"
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+      alive+=("$name:$pid")
+    else
+      rm -f "$RUN/$name.pid"
+    fi
+  done
+  for i in $(seq 1 50); do
+    still_alive "${alive[@]}" || break
+    sleep 0.2
+  done
+  for name in "${alive[@]}"; do
+    pid="${name#*:}"
     if kill -0 "$pid" 2>/dev/null; then kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true; fi
-    for i in $(seq 1 25); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-    log "stopped $name (pid $pid)"
-  fi
-  rm -f "$f"
+  done
+  for i in $(seq 1 25); do still_alive "${alive[@]}" || break; sleep 0.2; done
+  for name in "${alive[@]}"; do rm -f "$RUN/${name%%:*}.pid"; log "stopped ${name%%:*} (pid ${name#*:})"; done
 }
+
+still_alive() { local x; for x in "$@"; do kill -0 "${x#*:}" 2>/dev/null && return 0; done; return 1; }
 
 wait_for() {  # wait_for WHAT SECONDS CMD...: until CMD succeeds
   local what="$1" secs="$2" i; shift 2
@@ -269,9 +282,12 @@ cmd_start() {
   log "cloud up in $((SECONDS - t0))s; clouds.yaml: $STATE/clouds.yaml (cloud slicex-aio, physical network $PHYSNET)"
 }
 
-cmd_stop() {
-  local i
-  for ((i = ${#DAEMONS[@]} - 1; i >= 0; i--)); do halt "${DAEMONS[$i]}"; done
+cmd_stop() {  # the OpenStack services together, then what they use
+  halt neutron-openvswitch-agent neutron-server nova-compute nova-scheduler nova-conductor nova-api placement \
+    glance-api keystone
+  halt rabbitmq epmd mariadb
+  halt ovs-vswitchd
+  halt ovsdb-server
 }
 
 cmd_status() {
