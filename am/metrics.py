@@ -204,6 +204,27 @@ class _StateCollector:
         yield from state_families(self.sites, sample)
 
 
+class _HealthCollector:
+    """The last health checks, read when scraped (nothing is checked here: the store guard runs them)."""
+
+    def __init__(self, checks: Callable[[], Mapping[str, str]]):
+        self._checks = checks
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        checks = dict(self._checks())
+        yield GaugeMetricFamily("slicex_serving", "1 while every health check passes (the store carries this "
+                                "deployment's record and takes writes, the disk has room); 0: writes refused",
+                                value=int(all(v == "ok" for v in checks.values())))
+        ok = GaugeMetricFamily("slicex_health_check_ok", "1 when the health check passed, by check",
+                               labels=["check"])
+        for name, verdict in sorted(checks.items()):
+            ok.add_metric([name], int(verdict == "ok"))
+        yield ok
+
+
 class Metrics:
     """One deployment's metrics: AM API calls as they happen, the state when scraped."""
 
@@ -227,6 +248,12 @@ class Metrics:
         self.latency.labels(method, str(code)).observe(seconds)
         if method == "Allocate" and code != 0:
             self.allocation_failures.labels(error_type or "GeniError").inc()
+
+    def watch_health(self, checks: Callable[[], Mapping[str, str]]) -> None:
+        """Publish the process's latest health checks (`/health`'s, as the store guard last ran them):
+        `slicex_serving` is 0 while any fails (the store lost its deployment record, refuses writes, a full
+        disk), and `slicex_health_check_ok` says which."""
+        self.registry.register(_HealthCollector(checks))
 
     def exposition(self) -> bytes:
         """The text format Prometheus scrapes."""

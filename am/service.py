@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -121,7 +122,9 @@ def host_driver(cfg: dict[str, Any], home: Home) -> Any:
                        state_dir=Path(opts["state_dir"]) if opts.get("state_dir") else None,
                        images=ImageCatalogue(Path(opts.get("images_dir") or DEFAULT_DIR)),
                        default_image=str(opts.get("default_image") or DEFAULT_IMAGE),
-                       pids_max=int(opts.get("pids_max") or 1024))
+                       pids_max=int(opts.get("pids_max") or 1024),
+                       install_sources=[str(u) for u in opts.get("install_sources") or ()],
+                       install_max_bytes=int(opts.get("install_max_mb") or 256) * 2**20)
 
 
 def openstack_driver(cfg: dict[str, Any], home: Home) -> Any:
@@ -159,26 +162,46 @@ def warm_caches() -> None:
         fpga_ext.schema()
 
 
-def bind_store(store: Store, deployment_id: str, home: Home, create: bool) -> None:
-    """Refuse to run on a store that is not this deployment's. The first `slicex up` writes the deployment's
-    id (from slicex.yaml) into its store (create=True); every later process, `up` or an actor started by hand,
-    checks it. An actor that reads another store (another URL, SQLite instead of Redis) stops here instead of
-    splitting the deployment's state in two."""
+STORE_CHECK_SECONDS = 1.0
+
+
+def guarded(store: Store | None, cfg: dict[str, Any]) -> Any:
+    """The process's store (`store`, else the one slicex.yaml names) behind the deployment guard: the record
+    to expect is slicex.yaml's `deployment_id` (set by `slicex up`); the disk watched, a file SQLite store's."""
+    from slicex.store.guard import GuardedStore, sqlite_dir
+    from slicex.store.redis_store import redact
+
+    url = str(cfg["store"])
+    return GuardedStore(store or open_store(url), cfg.get("deployment_id") or None, redact(url),
+                        None if store is not None else sqlite_dir(url))
+
+
+def bind_store(store: Store, deployment_id: str, home: Home, create: bool) -> bool:
+    """Refuse to run on a store that is not this deployment's. The deployment's id (from slicex.yaml) is
+    written into its store only when `create` says so (a home's first `slicex up`, or `slicex up
+    --init-store`); every other process, `up` or an actor started by hand, checks it. An actor that reads
+    another store (another URL, SQLite instead of Redis) stops here instead of splitting the deployment's
+    state in two, and an `up` on a store that lost its data (a Redis restarted empty) stops instead of
+    adopting it. True when this call wrote the record."""
+    from slicex.store.guard import DEPLOYMENT_TABLE, RECORD_KEY
     from slicex.store.redis_store import redact
 
     url = redact(home.config()["store"])
-    doc = store.get("deployment", "id")
+    doc = store.get(DEPLOYMENT_TABLE, RECORD_KEY)
     if doc is None:
         if not create:
-            raise Refused(f"the store {url} has no deployment record, so `slicex up` of {home.root} has never "
-                          f"run on it: it is not this deployment's store. Check `store` in "
-                          f"{home.config_file} and SLICEX_STORE, then start `slicex up` first")
-        store.put("deployment", "id", {"id": deployment_id, "home": str(home.root)})
-        return
+            raise Refused(f"the store {url} has no deployment record, so it is not this deployment's store "
+                          f"({home.root}), or it lost its data (wiped, a Redis restarted without persistence). "
+                          f"Check `store` in {home.config_file} and SLICEX_STORE and restore the store's data; "
+                          f"if that data is gone for good, `slicex up --init-store` starts this deployment on "
+                          f"it empty")
+        store.put(DEPLOYMENT_TABLE, RECORD_KEY, {"id": deployment_id, "home": str(home.root)})
+        return True
     if doc.get("id") != deployment_id:
         raise Refused(f"the store {url} belongs to deployment {doc.get('id')} (home {doc.get('home')}), not to "
                       f"this one ({deployment_id}, home {home.root}). Point `store` in {home.config_file} at "
                       f"this deployment's store, or give this deployment a store of its own")
+    return False
 
 
 def am_v2_port(cfg: dict[str, Any]) -> int | None:
@@ -208,7 +231,8 @@ class EmbeddedDeployment:
         self.clock = clock or SystemClock()
         self.authority = self.cfg["authority"]
         host = self.cfg["host"]
-        self.store = store or open_store(self.cfg["store"])
+        # writes stop while the store lacks this deployment's record or the disk refuses them (slicex.store.guard)
+        self.store = guarded(store, self.cfg)
         self.substrate = substrate or deployment_substrate(self.cfg)
         self.ledger = ledger_for(self.cfg, self.store, self.substrate)  # slicex.yaml `quotas:` checked before serving
         self.bitstreams = BitstreamCatalogue(self.store, home.root / "bitstreams")
@@ -299,6 +323,9 @@ class EmbeddedDeployment:
         # this deployment's own registry: /metrics on the dashboard's port (am/metrics.py)
         self.metrics = metrics_for(self.substrate, self.sm, self.clock.now,
                                    float(self.cfg.get("metrics_interval_seconds", 5)))
+        self._checks: dict[str, str] = {}  # the store guard's last verdict (health(), the reaper's tick)
+        self._checked_at = 0.0
+        self.metrics.watch_health(lambda: self._checks)
         self.am = AggregateManager(AmIdentity(self.am_urn, self.endpoints.am_url, host, self.driver.description,
                                               v2_url=self.endpoints.am_v2_url),
                                    self.sm, self.verifier, self.clock, self._advertise, am_policy,
@@ -362,17 +389,21 @@ class EmbeddedDeployment:
             checks["rspec"] = "ok"
         except GeniError as exc:
             checks["rspec"] = exc.message
-        try:
-            self.store.get("deployment", "id")
-            checks["store"] = "ok"
-        except GeniError as exc:
-            checks["store"] = exc.message
+        checks.update(self._check_store())
         return {"serving": all(v == "ok" for v in checks.values()), "checks": checks}
+
+    def _check_store(self) -> dict[str, str]:
+        """The store guard's checks (a read of the deployment record and a write); writes stop while one
+        fails."""
+        self._checks = self.store.check(f"am:{self.sm.name}")
+        self._checked_at = time.monotonic()
+        return self._checks
 
     def start(self) -> Endpoints:
         warm_caches()
         if self.host_driver is not None:
             start_host_driver(self.host_driver, self.authority_actor)
+        self._tick()  # the first reaper pass before anything answers: expired slivers never look taken
         self._threads = [self._sa_server.start_background(), self._am_server.start_background()]
         if self._am_v2_server is not None:
             self._threads.append(self._am_v2_server.start_background())
@@ -396,14 +427,23 @@ class EmbeddedDeployment:
     def _reap_loop(self) -> None:
         tick = float(self.cfg.get("tick_seconds", 1.0))
         while not self._stop.wait(tick):
-            try:
+            self._tick()
+
+    def _tick(self) -> None:
+        """One pass of the reaper, after the store guard's check (at most once a second): nothing is reaped
+        while writes are refused, and a lost deployment record or a full disk is noticed without a caller."""
+        try:
+            if time.monotonic() - self._checked_at >= STORE_CHECK_SECONDS:
+                self._check_store()
+            if self.store.fault is None:
                 gone = self.sm.reap(self.clock.now())
                 if gone:
                     log.info("reaped %d expired slivers", len(gone))
                 self.ledger.reconcile(self.sm.records, self.clock.now())  # usage of slivers gone ends
-            except Exception:  # noqa: BLE001 - the reaper must keep running
-                log.exception("reaper failed; will retry next tick")
-            for p in self.publishers:  # the dashboard's snapshots: when changed, else every few seconds
+        except Exception:  # noqa: BLE001 - the reaper must keep running
+            log.exception("reaper failed; will retry next tick")
+        if self.store.fault is None:  # the dashboard's snapshots: when changed, else every few seconds
+            for p in self.publishers:
                 p.tick(self.clock.now())
 
     def _operator_shutdown(self, slice_urn: str, operator: str) -> None:
@@ -451,7 +491,7 @@ class ActorProcess:
         self.delegator: Delegator | None = None  # the authority's delegation to its broker
         authority = cfg["authority"]
         am_urn = actor_urn(authority, "am")  # also the name of the aggregate's inventory in tickets and leases
-        self.store = store or open_store(cfg["store"])
+        self.store = guarded(store, cfg)  # its writes stop too while the deployment record is lost
         self.clock = clock or SystemClock()
         if role not in ("broker", "authority"):
             raise ValueError(f"unknown actor {role!r}: broker or authority")
@@ -496,13 +536,19 @@ class ActorProcess:
         """The actor's own clock: the broker drops promises whose term ended and serves its queue; the
         authority closes expired leases."""
         tick = self.actor.tick if isinstance(self.actor, Broker) else self.actor.reap
+        checked_at = 0.0
         while not self._stop.wait(self.tick_seconds):
             try:
-                tick(self.clock.now())
+                if time.monotonic() - checked_at >= STORE_CHECK_SECONDS:
+                    checked_at = time.monotonic()
+                    self.store.check(f"actor:{self.server.name}")
+                if self.store.fault is None:
+                    tick(self.clock.now())
             except Exception:  # noqa: BLE001 - the clock must keep running (a store outage passes)
                 log.exception("%s clock failed; will retry next tick", self.server.name)
-            for p in self.publishers:
-                p.tick(self.clock.now())
+            if self.store.fault is None:
+                for p in self.publishers:
+                    p.tick(self.clock.now())
 
     @property
     def url(self) -> str:

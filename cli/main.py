@@ -206,13 +206,6 @@ def _configure_store(home: Home, distributed: bool) -> str:
     return home.config()["store"]
 
 
-def _deployment_id(home: Home) -> str:
-    """This deployment's id (slicex.yaml `deployment_id`, made on the first `up`); its store carries it too."""
-    dep = home.config().get("deployment_id")
-    if not dep:
-        dep = uuid.uuid4().hex[:16]
-        _record_config(home, "deployment_id", dep)
-    return str(dep)
 
 
 def _port_taken(host: str, port: int) -> bool:
@@ -226,19 +219,33 @@ def _port_taken(host: str, port: int) -> bool:
     return False
 
 
-def _prepare(home: Home, distributed: bool) -> None:
-    """Before a deployment starts: its store and id recorded and checked, actors left running by an `up`
-    that was killed (or started by hand) stopped, and its ports free. Refused (an error naming the cause)
-    when it cannot start."""
+def _bind_deployment_store(home: Home, url: str, init_store: bool) -> None:
+    """The deployment's id (slicex.yaml `deployment_id`, made by a home's first `up`) checked against the
+    record in its store. Only the first `up` of a home, or `--init-store`, writes that record (and says so):
+    a store that lost it (a Redis restarted empty) is refused, never silently adopted."""
     from am.service import bind_store
     from slicex.store import open_store
 
-    url = _configure_store(home, distributed)
+    known = home.config().get("deployment_id")
+    dep = str(known or uuid.uuid4().hex[:16])
     store = open_store(url)
     try:
-        bind_store(store, _deployment_id(home), home, create=True)
+        made = bind_store(store, dep, home, create=init_store or not known)
     finally:
         store.close()
+    if not known:  # after the store took it: a first `up` that failed there is still a first `up`
+        _record_config(home, "deployment_id", dep)
+    if made:
+        print(f"store {redact(url)} initialised for deployment {dep}" +
+              (" (--init-store: it starts empty)" if known else " (this home's first `slicex up`)"), flush=True)
+
+
+def _prepare(home: Home, distributed: bool, init_store: bool = False) -> None:
+    """Before a deployment starts: its store and id recorded and checked, actors left running by an `up`
+    that was killed (or started by hand) stopped, and its ports free. Refused (an error naming the cause)
+    when it cannot start."""
+    url = _configure_store(home, distributed)
+    _bind_deployment_store(home, url, init_store)
     for role in ACTORS:
         leftover = procs.running(_pid_path(home, role))
         if leftover is not None:
@@ -260,11 +267,54 @@ def _prepare(home: Home, distributed: bool) -> None:
                           f"this deployment; stop it or set another {key} in {home.config_file}")
 
 
+def _home_fault(home: Home) -> str | None:
+    """Why this home (and the directory of its SQLite store) cannot take the writes a deployment makes (a
+    full disk, a read-only file system, no permission), with what to do; None when it can."""
+    from slicex.diskfaults import remedy, write_fault
+    from slicex.store.guard import sqlite_dir
+
+    store_dir = sqlite_dir(str(home.config()["store"]))
+    for directory in dict.fromkeys([home.root] + ([store_dir] if store_dir else [])):
+        fault = write_fault(directory) if directory.is_dir() else None
+        if fault:
+            return f"{fault}: {remedy(fault)}"
+    return None
+
+
+def _exit_cause(home: Home) -> str:
+    """Why a detached `up` exited, for the terminal: the home's disk fault (its log may not have taken the
+    cause), else the last line of its log."""
+    fault = _home_fault(home)
+    if fault:
+        return fault
+    try:
+        with open(home.log_file, "rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - 4096))
+            lines = [line.strip() for line in log.read().decode(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1] if lines else "its log is empty"
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     home = _home(args)
     if not home.ca_cert.exists():
         print(f"no CA in {home.root}: run `slicex ca init` and `slicex user add NAME` first", file=sys.stderr)
         return 2
+    fault = _home_fault(home)
+    if fault is None:
+        try:
+            return _up(home, args)
+        except OSError as exc:  # a write the check above could not foresee (the disk filled since)
+            from slicex.diskfaults import os_fault, remedy
+
+            fault = os_fault(Path(exc.filename or home.root), exc)
+            fault = f"{fault}: {remedy(fault)}"
+    print(f"error: slicex cannot start: {fault}", file=sys.stderr, flush=True)  # a detached child's: its log
+    return 2
+
+
+def _up(home: Home, args: argparse.Namespace) -> int:
     running = procs.running(home.pid_file)
     if running is not None:
         print(f"slicex is already running (pid {running.pid}); `slicex down` stops it", file=sys.stderr)
@@ -278,9 +328,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2
     if not args.detach:
-        return _run_foreground(home, print_config=args.print_config, distributed=args.distributed)
+        return _run_foreground(home, print_config=args.print_config, distributed=args.distributed,
+                               init_store=args.init_store)
     try:
-        _prepare(home, args.distributed)
+        _prepare(home, args.distributed, args.init_store)
     except GeniError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2
@@ -292,7 +343,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            print(f"slicex exited with {proc.returncode}; see {home.log_file}", file=sys.stderr)
+            print(f"slicex exited with {proc.returncode}: {_exit_cause(home)}; see {home.log_file}", file=sys.stderr)
             return 1
         record = procs.read(home.pid_file)
         if record is not None and record.pid == proc.pid and _answering(home):  # its own servers, not others'
@@ -389,14 +440,15 @@ def _serve_until_stopped(every: Callable[[], None] | None = None) -> None:
         pass
 
 
-def _run_foreground(home: Home, print_config: bool = False, distributed: bool = False) -> int:
+def _run_foreground(home: Home, print_config: bool = False, distributed: bool = False,
+                    init_store: bool = False) -> int:
     from am.service import EmbeddedDeployment
     from slicex import logs, runtime
 
     logs.configure(home.config())  # log_format: text | json (slicex.logs)
     try:
         runtime.tune_process(home.config())
-        _prepare(home, distributed)
+        _prepare(home, distributed, init_store)
     except GeniError as exc:
         print(f"error: {exc.message}", file=sys.stderr, flush=True)
         return 2
@@ -510,7 +562,8 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 def _stop_host_switch(home: Home) -> list[str]:
     """The netns substrate's private Open vSwitch and OpenFlow controller, if an `up` killed before it could
-    stop them left them running (slivers' namespaces stay: their leases are live, the next `up` adopts them)."""
+    stop them left them running (slivers' namespaces stay: their leases are live, the next `up` adopts them);
+    with no sliver on the host, its bridge and run directories too."""
     cfg = home.config()
     if cfg.get("substrate_driver") != "netns":
         return []
@@ -518,6 +571,10 @@ def _stop_host_switch(home: Home) -> list[str]:
 
     driver = host_driver(cfg, home)
     if not driver.ovs.running():
+        left = [str(p) for p in (driver.run_dir, driver.nodes_dir) if p.exists()]
+        if left and not driver.holds_slivers():
+            driver.shutdown()
+            return [f"removed {', '.join(left)}"]
         return []
     driver.shutdown()
     if driver.shared_switch:  # netns: {switch_dir}: other aggregates' bridges are on it
@@ -854,6 +911,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "--detach)")
     up.add_argument("--detach", action="store_true", help="start in the background; return once they answer")
     up.add_argument("--print-config", action="store_true", help="also print the omni config")
+    up.add_argument("--init-store", action="store_true",
+                    help="start on a store without this deployment's record (one that lost its data, or a new "
+                         "one), writing the record: the deployment starts empty there. Without it such a store "
+                         "is refused (a home's first `up` initialises its store by itself)")
     up.add_argument("--distributed", action="store_true",
                     help="run the broker and the authority as processes of their own (actor calls over mutual "
                          "TLS), restarted if they die, with all state in the Redis that `store` in slicex.yaml "

@@ -1,0 +1,108 @@
+"""A running process's watch over its store: does the store still carry this deployment's record, and does
+it take a write?
+
+The deployment record (`deployment`/`id`, written by the first `slicex up`) is how a process knows the store
+is its own. A Redis restarted empty, or a store swapped under a running process, loses it: from then on the
+process must not write (a new Allocate would build a second, unrelated state over the one that was lost), so
+every write through `GuardedStore` is refused with UNAVAILABLE naming the cause until the record is back. A
+disk that is full or read-only refuses writes the same way (multi-document operations are not started only
+to fail halfway); reads keep working. `check` is what `/health`, `slicex status` and the metrics report."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from slicex.diskfaults import remedy, space_fault
+from slicex.errors import GeniError, Unavailable
+from slicex.store import Store
+
+log = logging.getLogger("slicex.store")
+
+DEPLOYMENT_TABLE = "deployment"
+RECORD_KEY = "id"
+HEALTH_TABLE = "health"
+
+
+def record_fault(doc: dict[str, Any] | None, deployment_id: str, shown_url: str) -> str | None:
+    """What is wrong with the deployment record a store holds now (None: it is this deployment's)."""
+    if doc is None:
+        return (f"the store {shown_url} has lost this deployment's record (wiped, restarted empty, or "
+                f"replaced): its slices are not in it, and writes are refused so that no new state is built "
+                f"over the lost one. Restore the store's data; or, to start this deployment empty, "
+                f"`slicex down` then `slicex up --init-store`")
+    if doc.get("id") != deployment_id:
+        return (f"the store {shown_url} now carries deployment {doc.get('id')}'s record (home {doc.get('home')}), "
+                f"not this one's ({deployment_id}): writes are refused. Point `store` back at this "
+                f"deployment's store")
+    return None
+
+
+def sqlite_dir(url: str) -> Path | None:
+    """The directory of a file SQLite store (where its journal grows), None for Redis or in-memory."""
+    if not url.startswith("sqlite://"):
+        return None
+    path = url[len("sqlite://"):]
+    return None if path in ("", ":memory:", "/:memory:") else Path(path).parent
+
+
+class GuardedStore:
+    """A store whose writes stop while `check` finds the deployment record lost or the disk unwritable."""
+
+    _WRITES = ("put", "delete", "claim", "claim_all", "release", "release_owner")
+
+    def __init__(self, inner: Store, deployment_id: str | None, shown_url: str, disk: Path | None = None):
+        """`deployment_id`: the record to expect (None: a store no `slicex up` bound, as in-process tests
+        build; only writes and the disk are checked). `disk`: the directory to watch for space."""
+        self.inner = inner
+        self.deployment_id = deployment_id
+        self.shown_url = shown_url
+        self.disk = disk
+        self.fault: str | None = None  # why writes are refused now
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self.inner, name)
+        if name not in self._WRITES:
+            return value
+
+        def refusing_while_faulty(*args: Any, **kwargs: Any) -> Any:
+            if self.fault is not None:
+                raise Unavailable(f"this aggregate is not serving writes: {self.fault}")
+            return value(*args, **kwargs)
+        return refusing_while_faulty
+
+    def check(self, probe: str) -> dict[str, str]:
+        """Read the deployment record, write `probe`'s health document, look at the disk: each "ok" or why not.
+        Writes are refused from now on while any of them fails (and allowed again once all pass); a change
+        is logged as an error, or as the recovery."""
+        checks = {"store": self._store_check(probe)}
+        if self.disk is not None:
+            checks["disk"] = (lambda f: f"{f}: {remedy(f)}" if f else "ok")(space_fault(self.disk))
+        failing = "; ".join(v for v in checks.values() if v != "ok") or None
+        if failing != self.fault:
+            if failing:
+                log.error("writes refused: %s", failing)
+            else:
+                log.warning("store %s answers as this deployment's and takes writes again: serving writes",
+                            self.shown_url)
+        self.fault = failing
+        return checks
+
+    def _store_check(self, probe: str) -> str:
+        try:
+            doc = self.inner.get(DEPLOYMENT_TABLE, RECORD_KEY)
+        except GeniError as exc:
+            return exc.message
+        if self.deployment_id is not None:
+            lost = record_fault(doc, self.deployment_id, self.shown_url)
+            if lost:
+                return lost
+        try:  # a write, not only a read: a full disk or a read-only Redis answers reads
+            self.inner.put(HEALTH_TABLE, probe, {"checked_at": datetime.now(UTC).isoformat()})
+        except GeniError as exc:
+            fault = space_fault(self.disk) if self.disk is not None else None
+            return f"the store {self.shown_url} refuses writes: {exc.message}" + (
+                f" ({fault}: {remedy(fault)})" if fault else "")
+        return "ok"
