@@ -17,7 +17,7 @@ from lxml import etree
 
 from am.substrate import hostnet
 from am.substrate.netns import NetnsDriver
-from am.substrate.netns_plan import netns_name
+from am.substrate.netns_plan import netns_name, owned
 from slicex import procs
 from slicex.tls_xmlrpc import client
 from tests.factories import RSPEC3, request_rspec, vm
@@ -162,3 +162,52 @@ def test_slices_through_the_am_api_are_real_isolated_survive_sigkill_and_leave_n
     assert down.returncode == 0, down.stderr
     assert not NetnsDriver(prefix).ovs.running()
     assert yaml.safe_load(home.config_file.read_text())["substrate_driver"] == "netns"
+
+
+def _qdiscs(prefix: str, namespaces: list[str]) -> dict[str, str]:
+    """The root qdisc kind of both ends of every link of a deployment: the host ends (on the switch) and the
+    node ends (in the node namespaces), by "host:<dev>" / "<ns>:<dev>"."""
+    ends = [(None, name) for name in hostnet.links() if owned(prefix, name) and name != f"{prefix}-br"]
+    ends += [(ns, name) for ns in namespaces for name in hostnet.links(ns) if name != "lo"]
+    return {f"{ns or 'host'}:{dev}": (hostnet.qdisc(ns, dev).split() or ["none"])[1] for ns, dev in ends}
+
+
+def _host_objects(prefix: str) -> dict[str, list[str]]:
+    """What a deployment with this prefix has made on the host: namespaces, links (bridge included), the
+    Open vSwitch bridges of its run directory, its /run and /var/lib entries."""
+    run_entries = sorted(str(p) for p in Path("/run").glob(f"slicex-{prefix}*"))
+    return {"namespaces": sorted(n for n in hostnet.namespaces() if n.startswith(prefix + "-")),
+            "links": sorted(n for n in hostnet.links() if n.startswith(prefix)),
+            "bridges": NetnsDriver(prefix).ovs.bridges() if NetnsDriver(prefix).ovs.running() else [],
+            "run": run_entries, "state": sorted(str(p) for p in Path("/var/lib").glob(f"slicex-{prefix}*"))}
+
+
+def test_links_are_shaped_both_ways_after_provision_and_restart_and_down_leaves_nothing(netns_home):
+    """Every end of a 10 Mbit/s link has its token bucket right after Provision (the switch side lost it
+    before: Open vSwitch drops a root qdisc on an interface it adds as a port) and again after the aggregate
+    restarts and adopts the slice; once the slice is deleted, `slicex down` leaves no namespace, link,
+    bridge or /run directory of the deployment (main left `<prefix>-br` and /run/slicex-<prefix>/)."""
+    home, up, prefix = netns_home
+    before = _host_objects(prefix)
+    am_url = up.start()
+    sa_url = procs.read(home.pid_file).info["sa_url"]
+    cert, key = str(home.user_cert("alice")), str(home.user_key("alice"))
+    am, sa = client(am_url, cert, key), client(sa_url, cert, key)
+    urn = f"urn:publicid:IDN+{AUTHORITY}+slice+shaped"
+    cred = [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": sa.CreateSlice(urn)}]
+    ok(am.Allocate(urn, cred, lan(capacity_kbps=10_000, n=2), {}))
+    manifest = ok(am.Provision([urn], cred, {"geni_users": []}))["geni_rspec"]
+    nodes = sorted(namespaces_of(manifest, prefix).values())
+    shaped = _qdiscs(prefix, nodes)
+    assert len(shaped) == 4 and set(shaped.values()) == {"tbf"}, shaped  # 2 veths, both ends each
+
+    up.stop()  # SIGTERM, as `slicex down` stops it: the slivers stay, the next start adopts them
+    am_url = up.start()
+    assert _qdiscs(prefix, nodes) == shaped
+    am = client(am_url, cert, key)
+    ok(am.Delete([urn], cred, {}))
+    up.stop()
+    down = subprocess.run([sys.executable, "-m", "cli", "--home", str(home.root), "down"],
+                          capture_output=True, text=True, timeout=60)
+    assert down.returncode == 0, down.stderr
+    assert _host_objects(prefix) == before, (before, _host_objects(prefix))
