@@ -7,6 +7,7 @@ import time
 import zlib
 from datetime import timedelta
 
+import yaml
 from lxml import etree
 
 from slicex.clock import parse_time, rfc3339
@@ -356,3 +357,32 @@ def test_describe_geni_compressed(running):
     plain = ok(alice.am.Describe([urn], creds, {"geni_rspec_version": RSPEC_V3}))["geni_rspec"]
     packed = ok(alice.am.Describe([urn], creds, {"geni_rspec_version": RSPEC_V3, "geni_compressed": True}))
     assert client_ids(zlib.decompress(base64.b64decode(packed["geni_rspec"])).decode()) == client_ids(plain) == {"a"}
+
+
+def test_first_reaper_pass_runs_before_a_restarted_aggregate_answers(running, pki_home):
+    """An allocation that expired while the aggregate was down is free in ListResources the moment the
+    restarted aggregate answers (issue 22: it looked taken for 1-2 s after `up --detach` returned). The
+    restarted deployment's clock ticks every 300 s, so only a pass made before it answered can free it."""
+    from tests.integration.conftest import start, stop
+
+    alice = running.user("alice")
+    urn, scred = alice.slice_credential("expired-while-down")
+    bm = f"urn:publicid:IDN+{AUTHORITY}+node+bm1"
+    ok(alice.am.Allocate(urn, scred, request_rspec([{"client_id": "b", "component_id": bm,
+                                                      "sliver_type": "raw-pc"}]), {}))
+    clock, distributed = running.clock, bool(running.actors)
+    stop(running)
+    clock.advance(timedelta(minutes=11))  # past the allocation's 10 minutes
+    config = pki_home.root / "slicex.yaml"
+    cfg = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**cfg, "tick_seconds": 300}))
+    again = start(pki_home, clock=clock, distributed=distributed)
+    try:
+        alice2 = again.user("alice")
+        ad = ok(alice2.am.ListResources(alice2.user_credential(), {"geni_rspec_version": RSPEC_V3,
+                                                                   "geni_available": True}))
+        assert bm in {n.get("component_id") for n in etree.fromstring(ad.encode()).iter(f"{{{RSPEC3}}}node")}
+    finally:
+        stop(again)
+        config.write_text(yaml.safe_dump(cfg))
+        running.deployment, running.actors = again.deployment, again.actors  # teardown stops them harmlessly
