@@ -152,12 +152,11 @@ YAML
 start_ovs() {
   mkdir -p "$OVS"
   [ -s "$OVS/conf.db" ] || ovsdb-tool create "$OVS/conf.db" /usr/share/openvswitch/vswitch.ovsschema
-  export OVS_RUNDIR="$OVS" OVS_DBDIR="$OVS" OVS_LOGDIR="$LOG"
-  launch ovsdb-server ovsdb-server "$OVS/conf.db" --remote="punix:$OVS/db.sock" --remote=ptcp:6640:127.0.0.1 \
+  launch ovsdb-server env OVS_RUNDIR="$OVS" OVS_DBDIR="$OVS" ovsdb-server "$OVS/conf.db" --remote="punix:$OVS/db.sock" --remote=ptcp:6640:127.0.0.1 \
     --pidfile="$OVS/ovsdb-server.pid" --unixctl="$OVS/ovsdb-server.ctl"
   wait_for ovsdb-server 20 test -S "$OVS/db.sock"
   ovs-vsctl --db="unix:$OVS/db.sock" --no-wait init
-  launch ovs-vswitchd ovs-vswitchd "unix:$OVS/db.sock" --pidfile="$OVS/ovs-vswitchd.pid" \
+  launch ovs-vswitchd env OVS_RUNDIR="$OVS" OVS_DBDIR="$OVS" ovs-vswitchd "unix:$OVS/db.sock" --pidfile="$OVS/ovs-vswitchd.pid" \
     --unixctl="$OVS/ovs-vswitchd.ctl"
   ovs-vsctl --db="unix:$OVS/db.sock" --timeout=20 --may-exist add-br "br-$PHYSNET" \
     -- set bridge "br-$PHYSNET" datapath_type=netdev
@@ -184,11 +183,11 @@ start_mariadb() {
 
 start_rabbitmq() {
   mkdir -p "$STATE/rabbitmq"
-  export HOME="$STATE/rabbitmq" ERL_EPMD_ADDRESS=127.0.0.1 RABBITMQ_NODENAME=rabbit@localhost \
-    RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_MNESIA_BASE="$STATE/rabbitmq/mnesia" RABBITMQ_LOG_BASE="$LOG" \
-    RABBITMQ_PID_FILE="$RUN/rabbitmq-beam.pid"
-  launch epmd epmd
-  launch rabbitmq /usr/lib/rabbitmq/bin/rabbitmq-server
+  local erl=(env HOME="$STATE/rabbitmq" ERL_EPMD_ADDRESS=127.0.0.1)
+  launch epmd "${erl[@]}" epmd
+  launch rabbitmq "${erl[@]}" RABBITMQ_NODENAME=rabbit@localhost RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
+    RABBITMQ_MNESIA_BASE="$STATE/rabbitmq/mnesia" RABBITMQ_LOG_BASE="$LOG" RABBITMQ_PID_FILE="$RUN/rabbitmq-beam.pid" \
+    /usr/lib/rabbitmq/bin/rabbitmq-server
   wait_for rabbitmq 90 port_open 5672
 }
 
