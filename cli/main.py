@@ -622,14 +622,21 @@ def _health(record: procs.ProcessRecord) -> str:
 def _store_status(home: Home) -> tuple[bool, str]:
     from am.service import bind_store
     from slicex.store import open_store
+    from slicex.store.guard import GuardedStore, sqlite_dir
 
     cfg = home.config()
     try:
         store = open_store(cfg["store"])
         try:
             bind_store(store, str(cfg.get("deployment_id") or ""), home, create=False)
+            # and a write, as /health makes: a full disk or a read-only Redis still answers reads
+            guard = GuardedStore(store, None, redact(cfg["store"]), sqlite_dir(cfg["store"]))
+            checks = guard.check("status", report=False)
         finally:
             store.close()
+        failing = "; ".join(v for v in checks.values() if v != "ok")
+        if failing:
+            return False, f"{redact(cfg['store'])}: this deployment's, but {failing}"
     except GeniError as exc:
         return False, f"{redact(cfg['store'])}: {exc.message}"
     except Exception as exc:  # noqa: BLE001 - status reports whatever is wrong

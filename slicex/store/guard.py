@@ -73,15 +73,15 @@ class GuardedStore:
             return value(*args, **kwargs)
         return refusing_while_faulty
 
-    def check(self, probe: str) -> dict[str, str]:
+    def check(self, probe: str, report: bool = True) -> dict[str, str]:
         """Read the deployment record, write `probe`'s health document, look at the disk: each "ok" or why not.
         Writes are refused from now on while any of them fails (and allowed again once all pass); a change
-        is logged as an error, or as the recovery."""
+        is logged as an error, or as the recovery (unless `report` is off: a one-off check that prints)."""
         checks = {"store": self._store_check(probe)}
         if self.disk is not None:
             checks["disk"] = (lambda f: f"{f}: {remedy(f)}" if f else "ok")(space_fault(self.disk))
         failing = "; ".join(v for v in checks.values() if v != "ok") or None
-        if failing != self.fault:
+        if failing != self.fault and report:
             if failing:
                 log.error("writes refused: %s", failing)
             else:
