@@ -25,8 +25,16 @@ DEFAULT_MAX_BYTES = 256 * 2**20
 # as the node's root: make the directory (the user's when it is new), then unpack as the user
 _UNPACK = """P=$1; U=$2
 if [ ! -e "$P" ]; then mkdir -p "$P" && chown "$U" "$P"; fi
-exec setpriv --reuid="$U" --regid="$(id -g "$U")" --init-groups --inh-caps=-all tar -x -C "$P" -f - 2>&1
+shift 2
+exec setpriv --reuid="$U" --regid="$(id -g "$U")" --init-groups --inh-caps=-all tar -x "$@" -C "$P" -f - 2>&1
 """
+# tar does not recognise compression on its standard input: the host tells it, from the archive's first bytes
+COMPRESSION = ((b"\x1f\x8b", "-z"), (b"BZh", "-j"), (b"\xfd7zXZ\x00", "-J"), (b"\x28\xb5\x2f\xfd", "--zstd"))
+
+
+def compression_flag(head: bytes) -> list[str]:
+    """tar's option for an archive starting with `head` (none for a plain tar)."""
+    return next(([flag] for magic, flag in COMPRESSION if head.startswith(magic)), [])
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,9 @@ def fetch(url: str, max_bytes: int = DEFAULT_MAX_BYTES, timeout: float = 60.0) -
                     raise ServerError(f"{url} is larger than {max_bytes // 2**20} MB (netns: install_max_mb)")
                 f.write(chunk)
         return out
+    except urllib.error.HTTPError as exc:
+        out.unlink(missing_ok=True)
+        raise ServerError(f"fetching {url}: HTTP {exc.code} {exc.reason}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         out.unlink(missing_ok=True)
         raise ServerError(f"fetching {url}: {getattr(exc, 'reason', None) or exc}") from None
@@ -100,7 +111,9 @@ def install_all(container: NodeContainer, installs: list[Install], user: str, cl
     for n, inst in enumerate(installs, start=1):
         archive = fetch(inst.url, max_bytes)
         try:
-            rc, out = container.attach(["/bin/sh", "-c", _UNPACK, "slicex-install", inst.path, user],
+            with open(archive, "rb") as f:
+                flag = compression_flag(f.read(8))
+            rc, out = container.attach(["/bin/sh", "-c", _UNPACK, "slicex-install", inst.path, user, *flag],
                                        timeout=120, limit=16 * 1024, stdin=archive)
         finally:
             archive.unlink(missing_ok=True)

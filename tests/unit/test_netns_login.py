@@ -156,3 +156,14 @@ def test_install_services_come_only_from_the_operators_file_servers():
     req = parse_request(request_rspec([vm("n1", extra='<services><install url="http://f/a.tgz" install_path="/l"/>'
                                                       '</services>')]))
     assert req.nodes[0].install == (("http://f/a.tgz", "/l"),)
+
+
+def test_tar_is_told_the_compression_of_an_install_archive():
+    import gzip
+
+    from am.substrate.install import compression_flag
+
+    assert compression_flag(gzip.compress(b"x")[:8]) == ["-z"]
+    assert compression_flag(b"BZh91AY&") == ["-j"]
+    assert compression_flag(b"\xfd7zXZ\x00\x00\x04") == ["-J"]
+    assert compression_flag(b"tools/he") == []
