@@ -36,10 +36,12 @@ def _node_spec(text: str) -> dict[str, str]:
     try:
         spec = dict(part.split("=", 1) for part in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: use id=ID,netns=NS,tap=IF,mac=MAC[,address=IP]") from None
+        raise argparse.ArgumentTypeError(f"{text!r}: use id=ID,netns=NS,tap=IF,mac=MAC[,address=IP][,rate=KBPS]") from None
     missing = {"id", "netns", "tap", "mac"} - spec.keys()
     if missing:
         raise argparse.ArgumentTypeError(f"{text!r} lacks {', '.join(sorted(missing))}")
+    if spec.get("rate") and not spec["rate"].isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: rate {spec['rate']!r} is not a whole number of kbps")
     if spec.get("address"):
         try:
             IPv4Address(spec["address"])
@@ -73,6 +75,8 @@ def run_router(claims: RedisClaims, namespace: str, cluster: str, listen: tuple[
             fd = tap.open_tap(spec["tap"])
             fds.append(fd)
             tap.place(spec["tap"], spec["netns"], holder.mac)
+            if spec.get("rate"):  # the link's capacity, on what this node sends (the other end holds the rest)
+                tap.shape(spec["netns"], spec["tap"], int(spec["rate"]))
 
             def changed(lease: Lease, spec: dict[str, str] = spec) -> None:
                 if lease.phase is Phase.LOST and lease.address is not None:

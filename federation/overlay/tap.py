@@ -11,6 +11,7 @@ import struct
 import uuid
 
 from am.substrate import hostnet
+from am.substrate.netns_plan import tbf_args
 from slicex.errors import ServerError
 
 TUNSETIFF = 0x400454CA
@@ -43,6 +44,13 @@ def place(name: str, netns: str, mac: str, mtu: int = 1500) -> None:
     hostnet.run(["ip", "-n", netns, "link", "set", "dev", name, "address", mac, "mtu", str(mtu)])
     hostnet.exec_in(netns, ["sysctl", "-q", "-w", f"net.ipv6.conf.{name}.disable_ipv6=1"])
     hostnet.run(["ip", "-n", netns, "link", "set", "dev", name, "up"])
+
+
+def shape(netns: str, name: str, rate_kbps: int) -> None:
+    """A token bucket on the tap's egress inside the node's namespace: what the node sends into the overlay,
+    at the link's capacity (as the netns driver shapes a veth). The router at the other end shapes its node
+    the same way, so both directions of the link are held to it."""
+    hostnet.shape(netns, name, tbf_args(rate_kbps))
 
 
 def set_address(netns: str, name: str, address: str, prefixlen: int) -> None:

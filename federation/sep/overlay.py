@@ -16,7 +16,8 @@ from typing import Any, Protocol
 @dataclass(frozen=True)
 class Endpoint:
     """One end of a link to join: the domain's AM URN, the node and interface client ids, the node's sliver URN
-    (from the domain's manifest), and the address the request gave the interface ("" if none)."""
+    (from the domain's manifest), the address the request gave the interface ("" if none), and the link's
+    capacity in kbps (0: none asked for), which the overlay holds what this end sends to."""
 
     domain: str
     node: str
@@ -24,6 +25,7 @@ class Endpoint:
     sliver_urn: str = ""
     host: str = ""
     ip: str = ""
+    capacity_kbps: int = 0
 
 
 class Overlay(Protocol):

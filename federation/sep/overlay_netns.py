@@ -85,7 +85,8 @@ class NetnsOverlay:
         netns = netns_name(prefix, ep.sliver_urn)
         tap = "ov" + _h(slice_urn, link_id, ep.node, n=11)
         mac = "02:" + ":".join(_h(ns, ep.node, n=10)[i:i + 2] for i in range(0, 10, 2))
-        spec = f"id={ep.node},netns={netns},tap={tap},mac={mac}"
+        spec = f"id={ep.node},netns={netns},tap={tap},mac={mac}" + (f",rate={ep.capacity_kbps}" if ep.capacity_kbps
+                                                                      else "")
         try:
             if ep.ip and IPv4Address(ep.ip) in self.network:
                 spec += f",address={ep.ip}"

@@ -29,7 +29,14 @@ from federation.sep import txn as tx
 from federation.sep.merge import merge_rspecs
 from federation.sep.overlay import MISSING, Endpoint, Overlay
 from federation.sep.relay import Domain, NoAnswer, Refusal, Relay
-from federation.sep.split import Split, domain_key, interface_addresses, split_request, without_links
+from federation.sep.split import (
+    Split,
+    domain_key,
+    interface_addresses,
+    link_capacities,
+    split_request,
+    without_links,
+)
 from rspec import namespaces as ns
 from slicex import __version__
 from slicex.clock import Clock, rfc3339
@@ -418,7 +425,8 @@ class ExchangePoint:
                     why = err.message + (f" ({'; '.join(unreadable)})" if unreadable else "")
             ips = interface_addresses(split.xml)
             joins[lk.link_id] = {"mode": "overlay", "why": why, "ends": [list(e) for e in lk.ends],
-                                 "ips": {iface: ips[iface] for _d, iface, _n in lk.ends if iface in ips}}
+                                 "ips": {iface: ips[iface] for _d, iface, _n in lk.ends if iface in ips},
+                                 "capacity_kbps": link_capacities(split.xml).get(lk.link_id, 0)}
         need_overlay = [k for k, j in joins.items() if j["mode"] == "overlay"]
         if need_overlay and self.overlay is None:
             raise Unsupported(f"cross-domain link(s) {', '.join(need_overlay)}: no layer-2 path between the domains "
@@ -546,7 +554,8 @@ class ExchangePoint:
                 slivers.setdefault(node.get("client_id", ""), node.get("sliver_id", ""))
         made: list[str] = []
         for lid, link in links.items():
-            a, b = (Endpoint(self.domains[d].urn, node, iface, slivers.get(node, ""), "", link.get("ips", {}).get(iface, ""))
+            a, b = (Endpoint(self.domains[d].urn, node, iface, slivers.get(node, ""), "", link.get("ips", {}).get(iface, ""),
+                             int(link.get("capacity_kbps") or 0))
                     for d, iface, node in link["ends"])
             try:
                 link["joined"] = dict(self.overlay.join(record["slice_urn"], lid, a, b))

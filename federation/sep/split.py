@@ -179,6 +179,20 @@ def interface_addresses(text: str) -> dict[str, str]:
             for i in node if _local(i) == "interface" for ip in i if _local(ip) == "ip" and ip.get("address")}
 
 
+def link_capacities(text: str) -> dict[str, int]:
+    """link client id -> the capacity (kbps) its properties ask for, the largest (links asking none: absent)."""
+    root = parse_xml(text, "request RSpec", 64 * MAX_REQUEST_BYTES)
+    out: dict[str, int] = {}
+    for link in root:
+        if _local(link) != "link":
+            continue
+        asked = [int(p.get("capacity", "")) for p in link if _local(p) == "property"
+                 and p.get("capacity", "").isdigit()]
+        if asked and max(asked) > 0:
+            out[link.get("client_id", "")] = max(asked)
+    return out
+
+
 def without_links(text: str, drop: Iterable[str]) -> str:
     """The request without these links (handed to the path service when the overlay joins them)."""
     gone = set(drop)

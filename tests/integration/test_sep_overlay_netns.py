@@ -25,7 +25,7 @@ from federation.sep.config import load_config
 from federation.sep.sdk import span_slice
 from federation.sep.server import SepServer
 from slicex.tls_xmlrpc import client
-from tests.integration.netns_support import new_prefix, ping, require_host
+from tests.integration.netns_support import new_prefix, ping, require_host, root_qdisc
 from tests.integration.stitching_support import Up, make_homes, request, urn
 from tests.integration.test_stitching_netns_am import remove_everything
 
@@ -97,6 +97,9 @@ def test_without_a_layer2_path_the_sep_joins_the_link_through_the_overlay_and_it
     ok, rtt = ping(ns_a, routers["b"]["address"], count=5)
     assert ok, f"a cannot reach b's overlay address {routers['b']['address']}"
     print(f"SEP overlay: ping a@sa.test -> b@sb.test ({routers['b']['address']}) RTT {rtt} ms")
+    # the link's capacity on both ends: each node's tap holds what that node sends (unshaped before)
+    for r in routers.values():
+        assert root_qdisc(r["netns"], r["tap"])[0] == "tbf", hostnet.qdisc(r["netns"], r["tap"])
     sep = client(testbeds["sep"].url, testbeds["cert"], testbeds["key"])
     gone = sep.Delete([s], got["credentials"], {})
     assert gone["code"]["geni_code"] == 0, gone["output"]

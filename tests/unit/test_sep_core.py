@@ -11,7 +11,7 @@ from lxml import etree
 
 from federation.sep import txn as tx
 from federation.sep.merge import merge_rspecs
-from federation.sep.split import domain_key, split_request
+from federation.sep.split import domain_key, link_capacities, split_request
 from slicex.errors import BadArgs, SearchFailed
 
 RSPEC3 = "http://www.geni.net/resources/rspec/3"
@@ -288,3 +288,14 @@ def test_no_layer2_path_and_no_overlay_is_unsupported_saying_so():
     with pytest.raises(Unsupported, match="no layer-2 path.*no overlay is configured.*Nothing was allocated"):
         planner(cables())._join_plan("urn:publicid:IDN+d0.test+slice+s",
                                      split_request(two_node_request(), DOMAINS), [], {})
+
+
+def test_link_capacities_are_the_largest_each_link_asks_for_and_links_without_one_are_absent():
+    """What the SEP hands its overlay to shape each end of a cross-domain link with (issue 22: overlay links
+    carried no token bucket)."""
+    rspec = """<rspec xmlns="http://www.geni.net/resources/rspec/3" type="request">
+      <link client_id="fast"><property source_id="a" dest_id="b" capacity="10000"/>
+        <property source_id="b" dest_id="a" capacity="20000"/></link>
+      <link client_id="free"><property source_id="a" dest_id="b" latency="5"/></link>
+      <link client_id="odd"><property source_id="a" dest_id="b" capacity="lots"/></link></rspec>"""
+    assert link_capacities(rspec) == {"fast": 20000}
