@@ -88,3 +88,38 @@ def _iperf3_once(server_ns: str, server_ip: str, client_ns: str, seconds: int) -
 
 def have_iperf3() -> bool:
     return Path("/usr/bin/iperf3").exists()
+
+
+def link_ends(namespaces: list[str]) -> list[tuple[str | None, str]]:
+    """Both ends of every link of these node namespaces: each interface inside (lo aside) and its veth peer
+    on the host (None: the host's namespace), the one the switch forwards to."""
+    host = {d.get("ifindex"): name for name, d in hostnet.links().items()}
+    ends: list[tuple[str | None, str]] = []
+    for ns in namespaces:
+        for name, d in hostnet.links(ns).items():
+            if name == "lo":
+                continue
+            ends.append((ns, name))
+            if d.get("link_index") in host:
+                ends.append((None, host[d["link_index"]]))
+    return ends
+
+
+def root_qdisc(ns: str | None, dev: str) -> tuple[str, int]:
+    """(kind of the root qdisc, its overlimits counter: packets it held back for want of tokens)."""
+    argv = ["tc"] + (["-n", ns] if ns else []) + ["-s", "qdisc", "show", "dev", dev, "root"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=False).stdout
+    kind = out.split()[1] if len(out.split()) > 1 else "none"
+    m = re.search(r"overlimits (\d+)", out)
+    return kind, int(m.group(1)) if m else 0
+
+
+def assert_shaped(mbps: float, capacity_kbps: int, ends: list[tuple[str | None, str]]) -> None:
+    """The link is shaped, asserted in ways load cannot break: every end has a token bucket, TCP (which
+    always probes for more) was held back by one (overlimits grew), and the measured rate is of the link's
+    order, not of an unshaped veth's (thousands of Mbit/s). A loaded host can only lower the figure, so no
+    window; the figure itself is for `slicex experiment` and the benchmarks to record."""
+    qdiscs = {f"{ns or 'host'}:{dev}": root_qdisc(ns, dev) for ns, dev in ends}
+    assert ends and all(kind == "tbf" for kind, _ in qdiscs.values()), qdiscs
+    assert sum(over for _, over in qdiscs.values()) > 0, qdiscs
+    assert 0 < mbps < 2 * capacity_kbps / 1000, f"{mbps:.2f} Mbit/s on a {capacity_kbps / 1000:g} Mbit/s link"

@@ -22,7 +22,16 @@ from slicex import procs
 from slicex.tls_xmlrpc import client
 from tests.factories import RSPEC3, request_rspec, vm
 from tests.integration.conftest import AUTHORITY, make_home
-from tests.integration.netns_support import cleanup, have_iperf3, iperf3_mbps, new_prefix, ping, require_host
+from tests.integration.netns_support import (
+    assert_shaped,
+    cleanup,
+    have_iperf3,
+    iperf3_mbps,
+    link_ends,
+    new_prefix,
+    ping,
+    require_host,
+)
 
 
 def ok(reply: dict):
@@ -138,7 +147,7 @@ def test_slices_through_the_am_api_are_real_isolated_survive_sigkill_and_leave_n
     if have_iperf3():
         mbps = iperf3_mbps(a["n2"], "10.10.0.2", a_n1, seconds=3)
         print(f"iperf3 TCP on the 10 Mbit/s LAN: {mbps:.2f} Mbit/s")
-        assert 9.5 <= mbps <= 10.5
+        assert_shaped(mbps, 10_000, link_ends(list(a.values())))
 
     # a crash: the aggregate dies with SIGKILL mid-life; a namespace of a creation it never recorded is left
     stray = f"{prefix}-{'0' * 12}"

@@ -23,7 +23,15 @@ from federation.sep.config import load_config
 from federation.sep.sdk import span_slice
 from federation.sep.server import SepServer
 from slicex.tls_xmlrpc import client
-from tests.integration.netns_support import have_iperf3, iperf3_mbps, new_prefix, ping, require_host
+from tests.integration.netns_support import (
+    assert_shaped,
+    have_iperf3,
+    iperf3_mbps,
+    link_ends,
+    new_prefix,
+    ping,
+    require_host,
+)
 from tests.integration.stitching_support import CAPACITY_KBPS, MODES, Up, make_homes, port, request, urn
 from tests.integration.test_stitching_netns_am import remove_everything
 
@@ -90,7 +98,7 @@ def test_a_slice_across_two_netns_testbeds_through_the_sep_carries_ping_over_the
     if have_iperf3():
         mbps = iperf3_mbps(ns["b"], "10.77.0.2", ns["a"], seconds=3)
         print(f"SEP netns: iperf3 TCP {mbps:.2f} Mbit/s on a {CAPACITY_KBPS / 1000:g} Mbit/s link")
-        assert abs(mbps - CAPACITY_KBPS / 1000 * 0.96) <= CAPACITY_KBPS / 1000 * 0.05, mbps
+        assert_shaped(mbps, CAPACITY_KBPS, link_ends([ns["a"], ns["b"]]))
     gone = sep.Delete([s], creds, {})
     assert gone["code"]["geni_code"] == 0, gone["output"]
     deadline = time.monotonic() + 15

@@ -28,7 +28,16 @@ from rspec.substrate import load_substrate
 from stitching.am_hops import apply_hops
 from stitching.scs import compute_path
 from stitching.topology import load_topology
-from tests.integration.netns_support import cleanup, have_iperf3, iperf3_mbps, new_prefix, ping, require_host
+from tests.integration.netns_support import (
+    assert_shaped,
+    cleanup,
+    have_iperf3,
+    iperf3_mbps,
+    link_ends,
+    new_prefix,
+    ping,
+    require_host,
+)
 from tests.integration.stitching_support import CAPACITY_KBPS, MODES, port, substrate, urn
 
 NOW = datetime(2026, 11, 23, tzinfo=UTC)
@@ -130,12 +139,12 @@ def packets(flows: list[str], needle: str) -> int:
 
 
 def capacity_measured(s: dict, mode: str) -> None:
-    """iperf3 TCP a -> b within 5 % of the link's TCP payload rate (9.6 of 10 Mbit/s: docs/substrate-netns.md)."""
+    """iperf3 TCP a -> b across the trunk, shaped at both ends of both aggregates' veths (assert_shaped)."""
     if not have_iperf3():
         return
     mbps = iperf3_mbps(s["nodes"]["b"], "10.77.0.2", s["nodes"]["a"], seconds=3)
     print(f"{mode}: iperf3 TCP {mbps:.2f} Mbit/s on a {CAPACITY_KBPS / 1000:g} Mbit/s link")
-    assert abs(mbps - CAPACITY_KBPS / 1000 * 0.96) <= CAPACITY_KBPS / 1000 * 0.05, mbps
+    assert_shaped(mbps, CAPACITY_KBPS, link_ends([s["nodes"]["a"], s["nodes"]["b"]]))
 
 
 def test_direct_path_same_tag_pings_and_measures_the_capacity(stitched):

@@ -26,7 +26,15 @@ from am.substrate.ovs import OvsSwitch
 from slicex.tls_xmlrpc import client
 from stitching.client import StitchClient
 from stitching.topology import load_topology
-from tests.integration.netns_support import have_iperf3, iperf3_mbps, new_prefix, ping, require_host
+from tests.integration.netns_support import (
+    assert_shaped,
+    have_iperf3,
+    iperf3_mbps,
+    link_ends,
+    new_prefix,
+    ping,
+    require_host,
+)
 from tests.integration.stitching_support import (
     CAPACITY_KBPS,
     MODES,
@@ -126,10 +134,10 @@ def test_stitched_link_through_the_am_api_of_three_netns_aggregates_carries_ping
         assert any("set_field:7101->vlan_vid" in ln for ln in flows), flows  # S-tag 3005 (0x1000 | 3005)
         assert after >= before + 5, flows
         print(f"qinq: sa's 802.1ad push rule {before} -> {after} packets")
-    if have_iperf3():  # the link's capacity end to end: within 5 % of its TCP payload rate (9.6 of 10 Mbit/s)
+    if have_iperf3():  # the link's capacity end to end: shaped at both ends at both aggregates
         mbps = iperf3_mbps(ns["sc"], "10.77.0.2", ns["sa"], seconds=3)
         print(f"{racks['mode']} through the AM API: iperf3 TCP {mbps:.2f} Mbit/s on a 10 Mbit/s link")
-        assert abs(mbps - CAPACITY_KBPS / 1000 * 0.96) <= CAPACITY_KBPS / 1000 * 0.05, mbps
+        assert_shaped(mbps, CAPACITY_KBPS, link_ends([ns["sa"], ns["sc"]]))
     assert sdk.release(s, creds, list(got.manifests)) == []
     for name in ("sa", "sc"):
         assert ns[name] not in hostnet.namespaces()
