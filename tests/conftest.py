@@ -3,7 +3,7 @@ may run `python -m pytest -n 3 --dist loadfile tests` (pytest-xdist, a test file
 
 Each worker then gets a Redis database of its own (tests flush the database they use), and the test files
 that use the host's network — namespaces, taps, Open vSwitch, of which only one userspace instance can run on
-a host — take turns: each holds a host-wide lock from its first test's set-up to its last test's tear-down.
+a host; "netns" in their name, or USES_HOST_NETWORK = True — take turns: each holds a host-wide lock from its first test's set-up to its last test's tear-down.
 Known hazard of the parallel run: every file on a worker shares that worker's database, so a background
 thread a test leaves running can write into a later file's state (seen once in test_redis_workers.py); the
 serial run gives most files a database of their own."""
@@ -30,7 +30,7 @@ if _WORKER:
 @pytest.fixture(scope="module", autouse=True)
 def _host_network_turn(request) -> Iterator[None]:
     """Module-scoped and autouse, so it is set up before the module's other fixtures and torn down after."""
-    if "netns" not in request.path.name:
+    if "netns" not in request.path.name and not getattr(request.module, "USES_HOST_NETWORK", False):
         yield
         return
     with hostnet.host_lock("host-network"):

@@ -26,6 +26,7 @@ from am.substrate.container import UID_RANGE_SIZE, UID_RANGES_START, lxc_missing
 from am.substrate.netns import NetnsDriver
 from tests.integration.netns_support import cleanup, new_prefix, require_host
 
+USES_HOST_NETWORK = True  # its nodes' switch: one userspace Open vSwitch per host (tests/conftest.py)
 NOW = datetime.now(UTC)
 ALICE = "urn:publicid:IDN+slicex.local+user+alice"
 BOB = "urn:publicid:IDN+slicex.local+user+bob"
