@@ -182,5 +182,8 @@ def test_read_only_home_is_refused_plainly(tmp_path: Path):
             out = _up_here(ro, *args)
             assert out.returncode == 2 and "read-only file system" in out.stderr, out.stdout + out.stderr
             assert "Traceback" not in out.stderr and "remount it read-write" in out.stderr, out.stderr
+        status = subprocess.run([sys.executable, "-m", "cli", "--home", str(ro), "status"], capture_output=True,
+                                text=True, timeout=60)
+        assert status.returncode == 3 and "read-only" in status.stdout, status.stdout + status.stderr
     finally:
         subprocess.run(["umount", "-l", str(ro)], check=False)
