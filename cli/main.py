@@ -221,23 +221,32 @@ def _port_taken(host: str, port: int) -> bool:
 
 def _bind_deployment_store(home: Home, url: str, init_store: bool) -> None:
     """The deployment's id (slicex.yaml `deployment_id`, made by a home's first `up`) checked against the
-    record in its store. Only the first `up` of a home, or `--init-store`, writes that record (and says so):
-    a store that lost it (a Redis restarted empty) is refused, never silently adopted."""
+    record in its store. The record is written only into a store this home has never run on (its first
+    `up`, or the first on another store: `up --distributed` after the embedded demo), recorded in
+    slicex.yaml `deployment_stores`, or with `--init-store` (and it says so): a store this home ran on that
+    lost the record (a Redis restarted empty) is refused, never silently adopted."""
     from am.service import bind_store
     from slicex.store import open_store
 
-    known = home.config().get("deployment_id")
+    cfg = home.config()
+    known = cfg.get("deployment_id")
+    # a home from before stores were recorded: the one it names is taken as used (a wiped one is refused)
+    used = [str(u) for u in cfg.get("deployment_stores") or ([redact(url)] if known else [])]
+    fresh = redact(url) not in used
     dep = str(known or uuid.uuid4().hex[:16])
     store = open_store(url)
     try:
-        made = bind_store(store, dep, home, create=init_store or not known)
+        made = bind_store(store, dep, home, create=init_store or not known or fresh)
     finally:
         store.close()
     if not known:  # after the store took it: a first `up` that failed there is still a first `up`
         _record_config(home, "deployment_id", dep)
+    if fresh:
+        _record_config(home, "deployment_stores", [*used, redact(url)])
     if made:
-        print(f"store {redact(url)} initialised for deployment {dep}" +
-              (" (--init-store: it starts empty)" if known else " (this home's first `slicex up`)"), flush=True)
+        why = ("--init-store: it starts empty" if init_store and known else
+               "this home's first `slicex up`" if not known else "this home's first `slicex up` on this store")
+        print(f"store {redact(url)} initialised for deployment {dep} ({why})", flush=True)
 
 
 def _prepare(home: Home, distributed: bool, init_store: bool = False) -> None:

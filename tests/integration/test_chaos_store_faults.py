@@ -187,3 +187,30 @@ def test_read_only_home_is_refused_plainly(tmp_path: Path):
         assert status.returncode == 3 and "read-only" in status.stdout, status.stdout + status.stderr
     finally:
         subprocess.run(["umount", "-l", str(ro)], check=False)
+
+
+def test_a_home_that_ran_embedded_starts_distributed_on_a_new_store_and_refuses_that_store_wiped(tmp_path: Path):
+    """The documented path from the demo to the scaled-out deployment (`make demo`, then `slicex up
+    --distributed`): Redis is a store this home never ran on, so its first `up` there initialises it and says
+    so; once it has run there, the same store wiped is refused like any other."""
+    from slicex.store.redis_store import RedisStore
+
+    RedisStore(REDIS_URL).flush()
+    dep = Deployment(tmp_path / "home", distributed=False)
+    try:
+        dep.up()
+        assert dep.status_ok(10)
+        dep.cli("down")
+        dep.distributed = True
+        dep.env["SLICEX_STORE"] = REDIS_URL
+        started = dep.cli("up", "--detach", "--distributed", check=False)
+        assert started.returncode == 0 and "first `slicex up` on this store" in started.stdout, \
+            started.stdout + started.stderr
+        assert dep.status_ok(10)
+        dep.cli("down")
+        RedisStore(REDIS_URL).flush()
+        refused = dep.cli("up", "--detach", "--distributed", check=False)
+        assert refused.returncode == 2 and "--init-store" in refused.stderr, refused.stdout + refused.stderr
+    finally:
+        dep.cli("down", check=False)
+        RedisStore(REDIS_URL).flush()
