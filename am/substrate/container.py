@@ -539,14 +539,14 @@ class NodeContainer:
             rc = proc.wait()
         return (None if cut else rc), b"".join(chunks)[:limit]
 
-    def spawn(self, argv: Sequence[str], pid_file: Path, log: Path) -> int:
+    def spawn(self, argv: Sequence[str], pid_file: Path, log: Path) -> subprocess.Popen:
         """Start `argv` inside the node in the background (it outlives the aggregate); its host pid (the
         lxc-attach that waits for it) goes to `pid_file`."""
         with open(log, "ab") as err:
             proc = subprocess.Popen(self._attach_argv(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                     stderr=err, start_new_session=True)
         pid_file.write_text(f"{proc.pid}\n")
-        return proc.pid
+        return proc
 
 
 def _write_atomic(path: Path, text: str, mode: int = 0o644) -> None:

@@ -14,6 +14,7 @@ import base64
 import binascii
 import json
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -92,9 +93,14 @@ class NodeServices:
         if not services:
             return
         pairs = [x for s in services for x in (SHELLS[s.shell], s.command)]
-        self.container.spawn(["/usr/bin/env", f"SERVICES={SERVICES_SCRIPT}", "/bin/sh", "-c", _AS_USER, MARKER,
-                              IN_NODE_DIR, user.name if user else "nobody", *pairs],
-                             self.pid_file, self.container.dir / "services.log")
+        proc = self.container.spawn(["/usr/bin/env", f"SERVICES={SERVICES_SCRIPT}", "/bin/sh", "-c", _AS_USER, MARKER,
+                                     IN_NODE_DIR, user.name if user else "nobody", *pairs],
+                                    self.pid_file, self.container.dir / "services.log")
+        # until the child is lxc-attach (its command line names the runner), a Status would find no runner and
+        # no exit codes, and take the services for interrupted
+        deadline = time.monotonic() + 5
+        while proc.poll() is None and not self.running() and time.monotonic() < deadline:
+            time.sleep(0.005)
         self._save({"started": True, "results": None})
 
     def _save(self, state: dict) -> None:

@@ -9,6 +9,7 @@ import http.server
 import io
 import tarfile
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -60,7 +61,7 @@ def files():
     server.shutdown()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def driver(files):
     require_host()
     if lxc_missing():
@@ -86,12 +87,12 @@ def test_an_archive_is_unpacked_in_the_node_as_its_user_before_the_services_run(
     spec = _node("urn:inst:ok", f"{files}/pub/tools.tgz", "stat -c %U /local/tools/hello.txt; cat /local/tools/hello.txt")
     st = driver.create(spec, NOW)
     st = driver.modify(spec, st, "geni_start", NOW)
-    for _ in range(100):
-        results = driver.view(spec, st)["execute"]
-        if results[0]["state"] == "exited":
-            break
+    deadline = time.monotonic() + 60
+    while (results := driver.view(spec, st)["execute"])[0]["state"] != "exited" and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert results[0]["exit_code"] == 0 and results[0]["output"].split("\n")[:2] == [
         "alice", "hello from the file server"], results
+    driver.destroy(spec, st, NOW)
 
 
 @pytest.mark.parametrize("path,why", [("big.tgz", "larger than"), ("moved.tgz", "not followed"),
