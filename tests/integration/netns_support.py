@@ -9,6 +9,8 @@ import re
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -47,6 +49,20 @@ def cleanup(driver: NetnsDriver) -> None:
         # the userspace datapath's own tap, shared by every ovs-vswitchd on the host: only when none runs
         if subprocess.run(["pgrep", "-x", "ovs-vswitchd"], capture_output=True).returncode != 0:
             hostnet.del_link("ovs-netdev")
+
+
+@contextmanager
+def started_driver(**options) -> Iterator[NetnsDriver]:
+    """A started NetnsDriver with a test's own prefix; afterwards everything of it is removed, and nothing
+    may be left on the host."""
+    require_host()
+    d = NetnsDriver(new_prefix(), **options)
+    try:
+        d.start()
+        yield d
+    finally:
+        cleanup(d)
+    assert not d.leftovers()
 
 
 def ping(ns: str, address: str, count: int = 3) -> tuple[bool, float | None]:

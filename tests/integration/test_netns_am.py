@@ -48,18 +48,20 @@ def lan(capacity_kbps: int | None = None, n: int = 3) -> str:
 
 
 class Up:
-    """`slicex up --substrate netns` as a child process (foreground), as an operator runs it."""
+    """`slicex up --substrate <substrate>` (netns by default) as a child process (foreground), as an operator
+    runs it."""
 
-    def __init__(self, home):
+    def __init__(self, home, substrate: str = "netns", cwd: Path | None = None):
         self.home = home
+        self.substrate = substrate
+        self.cwd = cwd
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> str:
-        log = open(self.home.root / "up.log", "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "cli", "--home", str(self.home.root), "up",
-                                      "--substrate", "netns"], stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        log.close()
+        with open(self.home.root / "up.log", "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "cli", "--home", str(self.home.root), "up",
+                                          "--substrate", self.substrate], stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True, cwd=self.cwd)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, (self.home.root / "up.log").read_text()[-2000:]

@@ -26,6 +26,7 @@ from tests.integration.netns_support import (
     new_prefix,
     ping,
     require_host,
+    started_driver,
 )
 
 NOW = datetime.now(UTC)
@@ -33,14 +34,8 @@ NOW = datetime.now(UTC)
 
 @pytest.fixture
 def driver():
-    require_host()
-    d = NetnsDriver(new_prefix())
-    try:
-        d.start()
+    with started_driver() as d:
         yield d
-    finally:
-        cleanup(d)
-    assert not d.leftovers()
 
 
 def lan_specs(slice_tag: str, vlan: int, n: int = 3, capacity_kbps: int = 0) -> tuple[SliverSpec, list[SliverSpec]]:

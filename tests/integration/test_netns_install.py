@@ -17,9 +17,8 @@ import pytest
 
 from am.authority import SliverSpec
 from am.substrate.container import lxc_missing
-from am.substrate.netns import NetnsDriver
 from slicex.errors import BadArgs, ServerError
-from tests.integration.netns_support import cleanup, new_prefix, require_host
+from tests.integration.netns_support import started_driver
 
 NOW = datetime.now(UTC)
 
@@ -63,16 +62,10 @@ def files():
 
 @pytest.fixture(scope="module")
 def driver(files):
-    require_host()
     if lxc_missing():
         pytest.skip("container nodes need: " + "; ".join(lxc_missing()))
-    d = NetnsDriver(new_prefix(), install_sources=[f"{files}/pub/"], install_max_bytes=200_000)
-    try:
-        d.start()
+    with started_driver(install_sources=[f"{files}/pub/"], install_max_bytes=200_000) as d:
         yield d
-    finally:
-        cleanup(d)
-    assert not d.leftovers()
 
 
 def _node(sliver: str, url: str, execute: str = "") -> SliverSpec:

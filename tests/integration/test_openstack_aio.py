@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -41,6 +40,7 @@ from slicex.errors import ServerError  # noqa: E402
 from slicex.tls_xmlrpc import client  # noqa: E402
 from tests.factories import RSPEC3, request_rspec, vm  # noqa: E402
 from tests.integration.conftest import AUTHORITY, make_home  # noqa: E402
+from tests.integration.test_netns_am import Up  # noqa: E402
 
 CLOUD = "slicex-aio"
 PHYSNET = "physnet1"
@@ -218,37 +218,6 @@ def test_a_node_whose_image_is_gone_fails_geni_start_with_novas_reason(driver, c
 
 
 # ---- `slicex up --substrate openstack` through the AM API ----------------------------------------------------------
-class Up:
-    """`slicex up --substrate openstack` as a child process (foreground), as an operator runs it."""
-
-    def __init__(self, home):
-        self.home = home
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> str:
-        with open(self.home.root / "up.log", "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "cli", "--home", str(self.home.root), "up",
-                                          "--substrate", "openstack"], stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True, cwd=REPO)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, (self.home.root / "up.log").read_text()[-2000:]
-            rec = procs.read(self.home.pid_file)
-            if rec is not None and rec.pid == self.proc.pid:
-                return rec.info["am_url"]
-            time.sleep(0.1)
-        raise AssertionError("slicex up did not start: " + (self.home.root / "up.log").read_text()[-2000:])
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-
 @pytest.fixture
 def aggregate(conn, tmp_path: Path):
     """A running `slicex up --substrate openstack` on the cloud, an AM client and a slice credential of
@@ -257,7 +226,7 @@ def aggregate(conn, tmp_path: Path):
     home = make_home(tmp_path / "home", substrate_driver="openstack", sa_port=0, am_port=0,
                      openstack={"cloud": CLOUD, "physical_network": PHYSNET, "flavors": FLAVORS,
                                 "images": {"ubuntu-22.04": IMAGE}, "default_image": IMAGE, "prefix": prefix})
-    up = Up(home)
+    up = Up(home, "openstack", cwd=REPO)
     checker = OpenStackDriver(settings(prefix))
     checker.start()
     try:

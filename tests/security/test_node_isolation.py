@@ -24,7 +24,7 @@ from am.authority import SliverSpec
 from am.substrate import hostnet
 from am.substrate.container import UID_RANGE_SIZE, UID_RANGES_START, lxc_missing
 from am.substrate.netns import NetnsDriver
-from tests.integration.netns_support import cleanup, new_prefix, require_host
+from tests.integration.netns_support import require_host, started_driver
 
 USES_HOST_NETWORK = True  # its nodes' switch: one userspace Open vSwitch per host (tests/conftest.py)
 NOW = datetime.now(UTC)
@@ -127,13 +127,8 @@ def nodes(tmp_path_factory):
     world = tmp / "world-readable"
     world.write_text(SECRET + "\n")
     world.chmod(0o644)
-    driver = NetnsDriver(new_prefix(), pids_max=96)
-    try:
-        driver.start()
+    with started_driver(pids_max=96) as driver:
         yield Nodes(driver, tmp, secret_file)
-    finally:
-        cleanup(driver)
-    assert not driver.leftovers()
 
 
 def test_both_slices_nodes_run_and_their_users_log_in(nodes):

@@ -440,13 +440,19 @@ def test_create_twice_makes_one_set_of_resources(driver, cloud):
     assert cloud.mutations() == []
 
 
-def test_delete_removes_everything_and_twice_is_harmless(driver, cloud):
+def _start_then_destroy(driver) -> dict:
+    """A started 2-node slice destroyed node by node, then its link; the records, for destroying again."""
     recs = provision(driver)
     for n in ("n1", "n2"):
         recs[n] = driver.modify(node(n), recs[n], "geni_start", NOW)
     for n in ("n1", "n2"):
         driver.destroy(node(n), recs[n], NOW)
     driver.destroy(link(), recs["lan0"], NOW)
+    return recs
+
+
+def test_delete_removes_everything_and_twice_is_harmless(driver, cloud):
+    recs = _start_then_destroy(driver)
     assert driver.leftovers() == []
     assert not cloud.servers and not cloud.keypairs and not any(cloud.neutron.values())
     cloud.calls.clear()
@@ -457,12 +463,7 @@ def test_delete_removes_everything_and_twice_is_harmless(driver, cloud):
 
 
 def test_leftovers_waits_for_the_servers_nova_is_still_deleting(driver, cloud):
-    recs = provision(driver)
-    for n in ("n1", "n2"):
-        recs[n] = driver.modify(node(n), recs[n], "geni_start", NOW)
-    for n in ("n1", "n2"):
-        driver.destroy(node(n), recs[n], NOW)
-    driver.destroy(link(), recs["lan0"], NOW)
+    _start_then_destroy(driver)
     assert [s["OS-EXT-STS:task_state"] for s in cloud.servers.values()] == ["deleting", "deleting"]
     assert driver.leftovers() == []
     assert not cloud.servers
