@@ -928,16 +928,19 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--detach", action="store_true", help="start in the background; return once they answer")
     up.add_argument("--print-config", action="store_true", help="also print the omni config")
     up.add_argument("--init-store", action="store_true",
-                    help="start on a store without this deployment's record (one that lost its data, or a new "
-                         "one), writing the record: the deployment starts empty there. Without it such a store "
-                         "is refused (a home's first `up` initialises its store by itself)")
+                    help="start on a store without this deployment's record (one that lost its data), writing "
+                         "the record: the deployment starts empty there. Without it such a store is refused; a "
+                         "store this home never ran on (its first `up`, or the first on another store) is "
+                         "initialised by itself (slicex.yaml deployment_stores)")
     up.add_argument("--distributed", action="store_true",
                     help="run the broker and the authority as processes of their own (actor calls over mutual "
                          "TLS), restarted if they die, with all state in the Redis that `store` in slicex.yaml "
                          "names (default redis://127.0.0.1:6379/0, recorded there)")
     up.add_argument("--substrate", choices=["emulated", "netns", "openstack"],
-                    help="netns: real slivers on this host (namespaces, veths, a private Open vSwitch programmed "
-                         "by an os-ken controller, tc rates; needs root; docs/substrate-netns.md); openstack: "
+                    help="netns: real slivers on this host (each node an unprivileged LXC container in its own "
+                         "network namespace, booted from `slicex image` images, the first `up` building the "
+                         "default one; links on a private Open vSwitch programmed by an os-ken controller, tc "
+                         "rates; needs root; docs/substrate-netns.md); openstack: "
                          "servers and VLAN networks of the clouds.yaml entry in slicex.yaml's `openstack:` "
                          "(docs/substrate-openstack.md); recorded in "
                          "slicex.yaml as substrate_driver")
