@@ -26,11 +26,13 @@ import os
 import select
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from am.substrate.images import remove_tree
 from slicex.errors import BadArgs, ServerError
 
 UID_RANGES_START = 100_000_000
@@ -338,10 +340,10 @@ class NodeContainer:
         (self.host_dir / "keys").chmod(0o755)
         for name, text in (("init", INIT_SCRIPT), ("sync-users", SYNC_USERS_SCRIPT), ("sshd_config", sshd_config()),
                            ("limits", "".join(f"{k}={v}\n" for k, v in limits.to_doc().items()))):
-            _write_atomic(self.host_dir / name, text)
+            write_atomic(self.host_dir / name, text)
         if not (self.host_dir / "users").exists():
-            _write_atomic(self.host_dir / "users", "")
-        _write_atomic(self.dir / "config", container_config(
+            write_atomic(self.host_dir / "users", "")
+        write_atomic(self.dir / "config", container_config(
             self.name, hostname, lower, self.fs, base, f"/run/netns/{netns}", self.host_dir, limits,
             self.dir / "lxc.log", cgroup_v1()))
 
@@ -360,8 +362,8 @@ class NodeContainer:
             if old.name not in listed:
                 old.unlink()
         for name, _uid, ks in users:
-            _write_atomic(keys / name, "".join(k + "\n" for k in ks))
-        _write_atomic(self.host_dir / "users", users_text((n, u) for n, u, _k in users))
+            write_atomic(keys / name, "".join(k + "\n" for k in ks))
+        write_atomic(self.host_dir / "users", users_text((n, u) for n, u, _k in users))
 
     def sync_users(self) -> None:
         rc, out = self.attach(["/bin/sh", f"/{MOUNT_POINT}/sync-users"], timeout=20)
@@ -405,7 +407,7 @@ class NodeContainer:
 
     def destroy(self) -> None:
         self.stop(timeout=1)
-        _remove(self.dir)
+        remove_tree(self.dir)
 
     def running(self) -> bool:
         return bool(self.pids())
@@ -413,15 +415,7 @@ class NodeContainer:
     def pids(self) -> list[int]:
         """Every process in the node's (container's) cgroup, nested ones included."""
         base = self._cgroup("pids") or self._cgroup("memory")
-        out: list[int] = []
-        if base is None or not base.exists():
-            return out
-        for dirpath, _dirs, _files in os.walk(base):
-            try:
-                out += [int(x) for x in Path(dirpath, "cgroup.procs").read_text().split()]
-            except OSError:
-                pass
-        return out
+        return sorted(cgroup_pids(base)) if base is not None else []
 
     def process_names(self) -> list[str]:
         out = []
@@ -549,9 +543,20 @@ class NodeContainer:
         return proc
 
 
-def _write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+def cgroup_pids(d: Path) -> set[int]:
+    """Every process in cgroup directory `d` and the cgroups below it (none when it does not exist)."""
+    out: set[int] = set()
+    for dirpath, _dirs, _files in os.walk(d):
+        try:
+            out |= {int(x) for x in Path(dirpath, "cgroup.procs").read_text().split()}
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     """Write by rename in a directory only the host writes (never follows a link someone else planted)."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # writers may race
     tmp.unlink(missing_ok=True)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     with os.fdopen(fd, "w") as f:
@@ -567,9 +572,3 @@ def _tail(path: Path, n: int) -> str:
         return ""
     errors = [line for line in text.splitlines() if " ERROR " in line]
     return (" | ".join(errors[-3:]) or text[-n:]).strip()
-
-
-def _remove(p: Path) -> None:
-    shutil.rmtree(p, ignore_errors=True)
-    if p.exists():
-        subprocess.run(["rm", "-rf", "--one-file-system", str(p)], capture_output=True)

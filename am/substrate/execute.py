@@ -13,12 +13,11 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from am.substrate.container import RESULTS_SCRIPT, SERVICES_SCRIPT, NodeContainer
+from am.substrate.container import RESULTS_SCRIPT, SERVICES_SCRIPT, NodeContainer, write_atomic
 from am.substrate.login import Account, _alive, _kill
 from slicex.errors import BadArgs
 
@@ -105,9 +104,7 @@ class NodeServices:
 
     def _save(self, state: dict) -> None:
         """By rename: a Status reading it at the same moment sees the old state or the new, never half."""
-        tmp = self.state_file.with_name(f".{self.state_file.name}.{threading.get_ident()}")
-        tmp.write_text(json.dumps(state))
-        tmp.replace(self.state_file)
+        write_atomic(self.state_file, json.dumps(state))
 
     def running(self) -> bool:
         return _alive(self.pid_file, MARKER) is not None

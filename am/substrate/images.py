@@ -155,11 +155,11 @@ class ImageCatalogue:
                 (work / "debootstrap.log").unlink(missing_ok=True)
                 target = self.root / name
                 if target.exists():
-                    _remove_tree(target)
+                    remove_tree(target)
                 work.rename(target)
             finally:
                 if work.exists():
-                    _remove_tree(work)
+                    remove_tree(work)
             img = self.get(name)
             assert img is not None
             return img
@@ -170,7 +170,7 @@ class ImageCatalogue:
             d = self.root / image_name(name)
             if not NAME_RE.match(d.name) or not (d / "image.json").exists():
                 return False
-            _remove_tree(d)
+            remove_tree(d)
             return True
 
 
@@ -224,7 +224,7 @@ def shift_copy(src: Path, dst: Path, offset: int) -> None:
     setuid/setgid bits (chown clears them). What an unprivileged container whose ids map 0 -> offset boots."""
     tmp = dst.with_name(dst.name + ".tmp")
     if tmp.exists():
-        _remove_tree(tmp)
+        remove_tree(tmp)
     subprocess.run(["cp", "-a", "--reflink=auto", str(src), str(tmp)], check=True, capture_output=True)
     for dirpath, dirs, files in os.walk(tmp):
         for name in (None, *dirs, *files):
@@ -238,7 +238,8 @@ def shift_copy(src: Path, dst: Path, offset: int) -> None:
     tmp.rename(dst)
 
 
-def _remove_tree(p: Path) -> None:
+def remove_tree(p: Path) -> None:
+    """Remove a tree root may own under any mode (an image's 0o555 directories included)."""
     shutil.rmtree(p, ignore_errors=True)
     if p.exists():  # read-only bits inside an image (e.g. 0o440 sudoers in a 0o555 directory)
         subprocess.run(["rm", "-rf", "--one-file-system", str(p)], capture_output=True)

@@ -43,6 +43,7 @@ from am.substrate.container import (
     NodeLimits,
     UidRanges,
     assign_uids,
+    cgroup_pids,
     ensure_subids,
     lxc_missing,
     node_limits,
@@ -438,7 +439,7 @@ class NetnsDriver:
         """This deployment's node processes (relays, lxc-attach and lxc monitors, and every process inside
         its containers), by their command lines and cgroups."""
         marks = (str(self.nodes_dir) + "/", f"--netns {self.prefix}-", str(self.lxcpath) + " ")
-        inside = {pid for d in self.cgroups() for pid in _cgroup_pids(d)}
+        inside = {pid for d in self.cgroups() for pid in cgroup_pids(d)}
         out = []
         for p in Path("/proc").iterdir():
             if not p.name.isdigit():
@@ -628,12 +629,3 @@ class NetnsDriver:
             segments.append(Segment(vlan, ports, uplinks))
         self.flows.apply(self.bridge, self.dpid, segment_flows(segments))
 
-
-def _cgroup_pids(d: Path) -> set[int]:
-    out: set[int] = set()
-    for dirpath, _dirs, _files in os.walk(d):
-        try:
-            out |= {int(x) for x in Path(dirpath, "cgroup.procs").read_text().split()}
-        except (OSError, ValueError):
-            pass
-    return out
