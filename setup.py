@@ -7,8 +7,12 @@ PACKAGES = [
     "cli",
     "slicex.store",
     "am",
-    "am.substrate",
+    "slice_manager",
+    "authority",
+    "authority.substrate",
     "broker",
+    "operations",
+    "deployment",
     "clearinghouse",
     "rspec",
     "stitching",
@@ -25,7 +29,7 @@ setup(
     packages=PACKAGES,
     package_dir={"fpga_aggregate": "fpga-aggregate"},
     package_data={"rspec": ["schemas/*.xsd", "schemas/*/*.xsd"],
-                  "am": ["substrate/*.yaml", "templates/*.html", "static/*"]},
+                  "operations": ["templates/*.html", "static/*"]},
     include_package_data=True,
     install_requires=[
         # lxml and xmlsec must carry the same libxml2 (both 2.14.6 in these wheels): pin the pair.
@@ -35,9 +39,9 @@ setup(
         "rdflib>=7.0",
         "redis>=5.0",
         "PyYAML>=6.0",
-        "Flask>=3.0",  # the operator dashboard (am/dashboard.py, Jinja2 templates in am/templates/)
+        "Flask>=3.0",  # the operator dashboard (operations/dashboard.py, Jinja2 templates in operations/templates/)
         "numpy>=1.26",  # the FPGA aggregate's FIB compiler
-        "prometheus-client>=0.20",  # /metrics on the dashboard's port (am/metrics.py)
+        "prometheus-client>=0.20",  # /metrics on the dashboard's port (operations/metrics.py)
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3.5", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.5", "os-ken>=4.2",
@@ -49,7 +53,7 @@ setup(
         "experiment": ["matplotlib>=3.8", "tqdm>=4.60"],
         # the netns substrate's OpenFlow controller (without it the driver pushes rules with ovs-ofctl)
         "netns": ["os-ken>=4.2"],
-        # the OpenStack substrate driver (am/substrate/openstack.py; docs/substrate-openstack.md)
+        # the OpenStack substrate driver (authority/substrate/openstack.py; docs/substrate-openstack.md)
         "openstack": ["openstacksdk>=3.0"],
     },
     entry_points={"console_scripts": ["slicex = cli.main:main"]},

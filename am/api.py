@@ -17,12 +17,12 @@ from typing import Any
 
 from cryptography import x509
 
-from am import slice_manager as sm
-from am.slice_identity import check_same_slice, slice_uuid
-from am.slice_manager import SliceManager, Sliver
 from rspec import namespaces as ns
 from rspec.manifest import SliverView, build_manifest, empty_manifest
 from rspec.request import parse_request
+from slice_manager import api as sm
+from slice_manager.api import SliceManager, Sliver
+from slice_manager.slice_identity import check_same_slice, slice_uuid
 from slicex import __version__, logs, pki
 from slicex.clock import Clock, parse_time, rfc3339
 from slicex.credentials import parse_credential, sort_credentials
@@ -98,12 +98,12 @@ class AggregateManager:
         self.clock = clock
         self.advertise = advertise
         self.policy = policy or AmPolicy()
-        self.metrics = metrics  # am.metrics.Metrics: every call counted and timed by method and GENI code
-        # am.dry_run: Allocate with slicex_dry_run answers where the request would go, holding nothing
+        self.metrics = metrics  # operations.metrics.Metrics: every call counted and timed by method and GENI code
+        # slice_manager.dry_run: Allocate with slicex_dry_run answers where the request would go, holding nothing
         self.dry_run = dry_run
         # slicex.peers.PeerGate: what a federation peer's users may do here (docs/federation.md "Peers")
         self.peers: Any = None
-        # am.ledger.Ledger: usage records per sliver and the operator's service levels (docs/operator-guide.md)
+        # operations.ledger.Ledger: usage records per sliver and the operator's service levels (docs/operator-guide.md)
         self.ledger: Any = None
         # slice URN -> its members' URNs at this deployment's slice authority (none for other authorities'
         # slices): who besides the caller may be named in geni_users
@@ -538,7 +538,7 @@ class AggregateManager:
             later["start"] = start
         if self.ledger is None:
             slivers = self.sm.allocate(urn, owner, request, end, now, **later)
-        else:  # the peer's policy and the owner's and project's service levels (am/quotas.py) checked, the
+        else:  # the peer's policy and the owner's and project's service levels (operations/quotas.py) checked, the
             # allocation made and recorded, as one step: concurrent Allocates cannot together pass a limit
             slivers = self.ledger.allocate(owner, urn, request, now, end, "geni_end_time" in options,
                                            lambda e: self.sm.allocate(urn, owner, request, e, now, **later),
@@ -569,7 +569,7 @@ class AggregateManager:
         capped = self._peer_policy("Renew", verified, slice_urn, now, end, not options.get("geni_extend_alap"))
         if capped < end:  # geni_extend_alap past a federation peer's maximum lease
             output, end = f"renewed to {rfc3339(capped)}, the latest the peer policy allows, instead of {expiration}", capped
-        if self.ledger is not None:  # the owners' and projects' lease lengths (am/quotas.py)
+        if self.ledger is not None:  # the owners' and projects' lease lengths (operations/quotas.py)
             end, cut = self.ledger.lease_end(slivers, now, end, bool(options.get("geni_extend_alap")))
             output = cut or output
         renewed = self.sm.renew([s.urn for s in slivers], end, now, bool(options.get("geni_best_effort")))
@@ -591,7 +591,7 @@ class AggregateManager:
         if booked and "geni_end_time" not in options:
             end = min(booked)  # an advance reservation is leased for the term it booked (Renew extends it)
         end = self._peer_policy("Provision", verified, slice_urn, now, end, "geni_end_time" in options)
-        if self.ledger is not None:  # the owners' and projects' lease lengths (am/quotas.py)
+        if self.ledger is not None:  # the owners' and projects' lease lengths (operations/quotas.py)
             end, _ = self.ledger.lease_end(slivers, now, end, "geni_end_time" not in options)
         provisioned = self.sm.provision([s.urn for s in slivers], end, users, now)
         if self.ledger is not None:

@@ -22,7 +22,7 @@ from typing import Any
 from cryptography import x509
 
 from am.api import AggregateManager, error_result, result
-from am.slice_identity import check_same_slice, slice_uuid
+from slice_manager.slice_identity import check_same_slice, slice_uuid
 from slicex.errors import AlreadyExists, BadArgs, GeniError, ServerError, Unsupported
 from slicex.urn import canonical_urn
 

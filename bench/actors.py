@@ -66,8 +66,8 @@ class Embedded:
     def __init__(self, name: str, store_url: str):
         from cryptography.hazmat.primitives.asymmetric import rsa
 
-        from am.authority import Authority
-        from am.substrate.emulated import EmulatedDriver
+        from authority.actor import Authority
+        from authority.substrate.emulated import EmulatedDriver
         from broker.broker import Broker
         from broker.delegation import export_substrate
         from rspec.substrate import substrate_from_dict
@@ -101,7 +101,7 @@ class Distributed:
     processes (and delegates the authority's inventory); this process calls them over mutual TLS."""
 
     def __init__(self, root: Path, store_url: str):
-        from am.authority import RemoteAuthority
+        from authority.actor import RemoteAuthority
         from broker.remote import RemoteBroker
         from slicex.actor_rpc import ActorClient
         from slicex.devpki import actor_urn
@@ -259,7 +259,7 @@ class Managers:
 
 
 def run(dep, managers: int, args) -> list[dict]:
-    from am.authority import SliverSpec
+    from authority.actor import SliverSpec
     from broker.broker import Demand
     from slicex.term import Term
 

@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from am.substrate import hostnet  # noqa: E402
+from authority.substrate import hostnet  # noqa: E402
 from bench._common import emit, machine, report  # noqa: E402
 from bench.stats import summarise  # noqa: E402
 from federation.overlay import tap  # noqa: E402

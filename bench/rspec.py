@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from am.embed import plan  # noqa: E402
 from bench._common import machine, report  # noqa: E402
 from bench.stats import summarise  # noqa: E402
+from broker.placement import plan  # noqa: E402
 from rspec.advertisement import AdvertisementCache, Usage, build_advertisement  # noqa: E402
 from rspec.ndl import substrate_graph  # noqa: E402
 from rspec.request import parse_request  # noqa: E402

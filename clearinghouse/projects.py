@@ -1,7 +1,7 @@
 """Projects as both slice authority interfaces see them: the one lookup of a live project and the one check of
 who may make slices in it, so the gcf SA (`<authority>:<project>+slice+<name>` through CreateSlice) and the CH
 API (`create_slice` with SLICE_PROJECT_URN) cannot disagree. Quotas and accounting take the project from the
-slice URN (am/quotas.py), so whoever may name a slice into a project spends that project's allowance.
+slice URN (operations/quotas.py), so whoever may name a slice into a project spends that project's allowance.
 
 Errors are GENI types (the gcf interface turns them into faults, the CH API into its codes: BadArgs is
 ARGUMENT "Unknown project", Forbidden is AUTHORIZATION)."""

@@ -1,4 +1,4 @@
-"""`slicex image build|list|remove`: the node images container nodes boot (netns substrate; am/substrate/images.py)."""
+"""`slicex image build|list|remove`: the node images container nodes boot (netns substrate; authority/substrate/images.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from am.substrate.images import DEFAULT_DIR, DEFAULT_IMAGE, DEFAULT_SUITE, PACKAGES, ImageCatalogue
+from authority.substrate.images import DEFAULT_DIR, DEFAULT_IMAGE, DEFAULT_SUITE, PACKAGES, ImageCatalogue
 from slicex.errors import GeniError
 
 STAGES = ("Retrieving", "Validating", "Extracting", "Unpacking", "Configuring")

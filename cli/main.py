@@ -225,7 +225,7 @@ def _bind_deployment_store(home: Home, url: str, init_store: bool) -> None:
     `up`, or the first on another store: `up --distributed` after the embedded demo), recorded in
     slicex.yaml `deployment_stores`, or with `--init-store` (and it says so): a store this home ran on that
     lost the record (a Redis restarted empty) is refused, never silently adopted."""
-    from am.service import bind_store
+    from deployment.service import bind_store
     from slicex.store import open_store
 
     cfg = home.config()
@@ -262,8 +262,8 @@ def _prepare(home: Home, distributed: bool, init_store: bool = False) -> None:
                   flush=True)
             procs.stop(leftover)
         _pid_path(home, role).unlink(missing_ok=True)
-    from am.service import am_v2_port
     from clearinghouse.chapi_edge import chapi_port
+    from deployment.service import am_v2_port
 
     cfg = home.config()
     keys = ["sa_port", "am_port"] + ([f"{r}_port" for r in ACTORS] if distributed else [])
@@ -370,7 +370,7 @@ def _ensure_node_image(home: Home) -> None:
     cfg = home.config()
     if cfg.get("substrate_driver") != "netns":
         return
-    from am.substrate.images import DEFAULT_DIR, DEFAULT_IMAGE, ImageCatalogue
+    from authority.substrate.images import DEFAULT_DIR, DEFAULT_IMAGE, ImageCatalogue
 
     opts = cfg.get("netns") or {}
     catalogue = ImageCatalogue(Path(opts.get("images_dir") or DEFAULT_DIR))
@@ -451,7 +451,7 @@ def _serve_until_stopped(every: Callable[[], None] | None = None) -> None:
 
 def _run_foreground(home: Home, print_config: bool = False, distributed: bool = False,
                     init_store: bool = False) -> int:
-    from am.service import EmbeddedDeployment
+    from deployment.service import EmbeddedDeployment
     from slicex import logs, runtime
 
     logs.configure(home.config())  # log_format: text | json (slicex.logs)
@@ -517,7 +517,7 @@ def _run_foreground(home: Home, print_config: bool = False, distributed: bool = 
 
 def cmd_actor(args: argparse.Namespace) -> int:
     """Run one actor (broker or authority) over mutual TLS until stopped (`up --distributed` starts them)."""
-    from am.service import ActorProcess, bind_store
+    from deployment.service import ActorProcess, bind_store
     from slicex import logs, runtime
     from slicex.store import open_store
 
@@ -576,7 +576,7 @@ def _stop_host_switch(home: Home) -> list[str]:
     cfg = home.config()
     if cfg.get("substrate_driver") != "netns":
         return []
-    from am.service import host_driver
+    from deployment.service import host_driver
 
     driver = host_driver(cfg, home)
     if not driver.ovs.running():
@@ -629,7 +629,7 @@ def _health(record: procs.ProcessRecord) -> str:
 
 
 def _store_status(home: Home) -> tuple[bool, str]:
-    from am.service import bind_store
+    from deployment.service import bind_store
     from slicex.store import open_store
     from slicex.store.guard import GuardedStore, sqlite_dir
 
@@ -707,9 +707,9 @@ def _node_lines(home: Home) -> list[str]:
     cfg = home.config()
     if cfg.get("substrate_driver") != "netns":
         return []
-    from am.substrate.container import NodeContainer
-    from am.substrate.netns import STATE_ROOT
-    from am.substrate.netns_plan import deployment_prefix
+    from authority.substrate.container import NodeContainer
+    from authority.substrate.netns import STATE_ROOT
+    from authority.substrate.netns_plan import deployment_prefix
 
     opts = cfg.get("netns") or {}
     prefix = opts.get("prefix") or deployment_prefix(str(cfg.get("deployment_id") or home.root.resolve()))
@@ -760,9 +760,9 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
     """Take a host out of (or back into) the broker's inventory; slivers already on it keep running."""
     from datetime import UTC, datetime
 
-    from am.authority import Authority
-    from am.service import deployment_substrate
+    from authority.actor import Authority
     from broker.delegation import export_substrate
+    from deployment.service import deployment_substrate
     from slicex.devpki import ensure_actor_identities
     from slicex.store import open_store
 
@@ -834,7 +834,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     import json
     from datetime import UTC, datetime
 
-    from am.dry_run import plan_at_home, plan_text
+    from slice_manager.dry_run import plan_at_home, plan_text
 
     home = _home(args)
     try:

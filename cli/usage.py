@@ -1,5 +1,5 @@
 """`slicex usage`: who used what over a period, per user or per project, from the deployment's usage records
-(am/ledger.py): a table on stdout, optionally a CSV file and a plot (matplotlib, from the `experiment` extra,
+(operations/ledger.py): a table on stdout, optionally a CSV file and a plot (matplotlib, from the `experiment` extra,
 imported only when a plot is asked for).
 
 `cli/main.py` only calls `add_command(subparsers)`."""
@@ -12,8 +12,8 @@ import sys
 from datetime import UTC, date, datetime, time
 from pathlib import Path
 
-from am.accounting import HOUR, UsageRecord, UsageRow, aggregate, held_over_time
-from am.ledger import USAGE
+from operations.accounting import HOUR, UsageRecord, UsageRow, aggregate, held_over_time
+from operations.ledger import USAGE
 from slicex.clock import parse_time, rfc3339
 from slicex.errors import BadArgs, GeniError
 from slicex.home import Home

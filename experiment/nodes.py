@@ -116,7 +116,7 @@ def node_memory(manifest: str) -> dict[str, int]:
 
 def netns_execs(prefix: str) -> Callable[[dict[str, ManifestNode]], dict[str, NodeExec]]:
     """NodeExecs by namespace for the netns aggregate whose host objects carry `prefix`."""
-    from am.substrate.netns_plan import netns_name
+    from authority.substrate.netns_plan import netns_name
 
     def make(nodes: dict[str, ManifestNode]) -> dict[str, NodeExec]:
         return {cid: NetnsExec(cid, netns_name(prefix, n.sliver_id)) for cid, n in nodes.items()}

@@ -178,10 +178,10 @@ def _urls(home: Any) -> tuple[str, str]:
 
 
 def netns_prefix(home: Any) -> str | None:
-    """The object prefix of this home's netns deployment (as am/service.py derives it), None if not netns."""
+    """The object prefix of this home's netns deployment (as deployment/service.py derives it), None if not netns."""
     import os
 
-    from am.substrate.netns_plan import deployment_prefix
+    from authority.substrate.netns_plan import deployment_prefix
 
     cfg = home.config()
     if cfg.get("substrate_driver") != "netns" or os.geteuid() != 0:

@@ -54,7 +54,7 @@ class Usage:
                 tuple(sorted(self.bandwidth_kbps.items())))
 
 
-# The operational state machine the AM implements (am/substrate/emulated.py), in the opstate extension's
+# The operational state machine the AM implements (authority/substrate/emulated.py), in the opstate extension's
 # terms: per state, the actions a user may perform and the waits the aggregate resolves on its own.
 OPSTATE_MACHINE: tuple[tuple[str, tuple[tuple[str, str, str], ...], tuple[tuple[str, str], ...], str], ...] = (
     ("geni_notready",

@@ -299,7 +299,7 @@ cmd_status() {
 
 cmd_run() {  # run CMD...: start the cloud, run CMD against it, stop the cloud (always); CMD's exit status
   # The cloud's ovs-vswitchd is the host's one userspace switch while it runs: hold the lock slicex's netns
-  # tests take (am/substrate/hostnet.py host_lock) from start to stop.
+  # tests take (authority/substrate/hostnet.py host_lock) from start to stop.
   exec 9>>/run/lock/slicex-host-network.lock
   flock 9
   local rc=0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import types
 import typing
 from collections.abc import Iterable, Set
@@ -153,3 +154,9 @@ def _build(tp: Any, value: Any) -> Any:
     if tp is float and isinstance(value, int):
         return float(value)
     return value
+
+
+def mac_for(sliver_urn: str, iface: str) -> str:
+    """A stable locally administered MAC for an interface of a sliver (manifest and drivers agree on it)."""
+    digest = hashlib.sha256(f"{sliver_urn}/{iface}".encode()).digest()
+    return "02:" + ":".join(f"{b:02x}" for b in digest[:5])

@@ -388,7 +388,7 @@ class PeerGate:
     def counted_as(self, caller_urn: str, slice_urn: str) -> str | None:
         """The name under which the call's peer usage is counted (`peer:<name>`), None when no peer limits what
         its users hold. Admitting an Allocate and making it must not interleave with another under that name,
-        or both count the same free quota (am/ledger.py holds a store claim on it)."""
+        or both count the same free quota (operations/ledger.py holds a store claim on it)."""
         peer = peer_of(self.peers(), caller_urn, slice_urn)
         return f"peer:{peer.name}" if peer is not None and peer.policy.limits_usage else None
 

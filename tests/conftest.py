@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from am.substrate import hostnet
+from authority.substrate import hostnet
 
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _WORKER:

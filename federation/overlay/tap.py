@@ -10,8 +10,8 @@ import os
 import struct
 import uuid
 
-from am.substrate import hostnet
-from am.substrate.netns_plan import tbf_args
+from authority.substrate import hostnet
+from authority.substrate.netns_plan import tbf_args
 from slicex.errors import ServerError
 
 TUNSETIFF = 0x400454CA

@@ -30,7 +30,7 @@ from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 from typing import Any
 
-from am.substrate.netns_plan import netns_name
+from authority.substrate.netns_plan import netns_name
 from federation.overlay.claims import RedisClaims
 from federation.overlay.core import NamespaceConfig
 from federation.sep.overlay import Endpoint

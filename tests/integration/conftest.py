@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from am.service import EmbeddedDeployment
-from am.substrate.emulated import FailurePlan
+from authority.substrate.emulated import FailurePlan
+from deployment.service import EmbeddedDeployment
 from slicex.clock import ManualClock
 from slicex.devpki import add_user, init_ca
 from slicex.home import Home
@@ -82,7 +82,7 @@ def start(home: Home, clock: ManualClock | None = None, failures: FailurePlan | 
     actors: tuple = ()
     urls: dict[str, str] = {}
     if distributed:
-        from am.service import ActorProcess
+        from deployment.service import ActorProcess
 
         broker = ActorProcess(home, "broker", port=0, clock=clock)
         broker_url = broker.start()

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from am.substrate import hostnet
-from am.substrate.netns import NEEDED, NetnsDriver
-from am.substrate.ovs import missing_tools
+from authority.substrate import hostnet
+from authority.substrate.netns import NEEDED, NetnsDriver
+from authority.substrate.ovs import missing_tools
 
 
 def require_host() -> None:

@@ -85,6 +85,6 @@ def test_runner_repeats_a_pinned_3_node_lan_measures_it_and_records_failures(net
     # is mostly slow start (CI measured 7.9), so accuracy is asserted on the pinned runs above
     assert 0 < row["links"][0]["tcp_mbps"] < 20
 
-    from am.substrate.netns import NetnsDriver
+    from authority.substrate.netns import NetnsDriver
 
     assert NetnsDriver(prefix).leftovers() == []

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from am.metrics import Metrics, StateSample
+from operations.metrics import Metrics, StateSample
 from rspec.substrate import default_substrate
 from slicex import logs
 from slicex.home import Home

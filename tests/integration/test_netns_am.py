@@ -15,9 +15,9 @@ import pytest
 import yaml
 from lxml import etree
 
-from am.substrate import hostnet
-from am.substrate.netns import NetnsDriver
-from am.substrate.netns_plan import netns_name, owned
+from authority.substrate import hostnet
+from authority.substrate.netns import NetnsDriver
+from authority.substrate.netns_plan import netns_name, owned
 from slicex import procs
 from slicex.tls_xmlrpc import client
 from tests.factories import RSPEC3, request_rspec, vm

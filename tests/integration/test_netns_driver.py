@@ -14,10 +14,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from am.authority import SliverSpec
-from am.substrate import hostnet
-from am.substrate.netns import NetnsDriver
-from am.substrate.openflow import cookie_flows
+from authority.actor import SliverSpec
+from authority.substrate import hostnet
+from authority.substrate.netns import NetnsDriver
+from authority.substrate.openflow import cookie_flows
 from tests.integration.netns_support import (
     assert_shaped,
     cleanup,
@@ -117,8 +117,8 @@ def test_destroy_leaves_nothing_and_is_idempotent(driver):
 CHILD = textwrap.dedent("""
     import json, sys, time
     from datetime import UTC, datetime
-    from am.authority import SliverSpec
-    from am.substrate.netns import NetnsDriver
+    from authority.actor import SliverSpec
+    from authority.substrate.netns import NetnsDriver
     d = NetnsDriver(sys.argv[1])
     d.start()
     out = {}

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from am.authority import SliverSpec
-from am.substrate.container import lxc_missing
+from authority.actor import SliverSpec
+from authority.substrate.container import lxc_missing
 from slicex.errors import BadArgs, ServerError
 from tests.integration.netns_support import started_driver
 

@@ -18,7 +18,7 @@ from xml.sax.saxutils import quoteattr
 import pytest
 from lxml import etree
 
-from am.substrate.netns import NetnsDriver
+from authority.substrate.netns import NetnsDriver
 from rspec.manifest import SERVICES_EXT
 from slicex import procs
 from slicex.tls_xmlrpc import client

@@ -1,6 +1,6 @@
 """The OpenStack substrate against a live cloud: the all-in-one OpenStack Zed of scripts/openstack-aio.sh
 (Keystone, Glance, Placement, Nova with the fake compute driver, Neutron ML2 with the Open vSwitch agent on
-userspace bridges). The driver (am/substrate/openstack.py) on its own, and `slicex up --substrate openstack`
+userspace bridges). The driver (authority/substrate/openstack.py) on its own, and `slicex up --substrate openstack`
 driven over mutual TLS as omni drives it.
 
 Runs only with SLICEX_OPENSTACK_AIO=1: `make test-openstack` installs and starts the cloud, runs this file
@@ -32,9 +32,9 @@ pytestmark = [
 
 openstack = pytest.importorskip("openstack")
 
-from am.authority import SliverSpec  # noqa: E402
-from am.substrate.openstack import OpenStackDriver  # noqa: E402
-from am.substrate.openstack_plan import OpenStackSettings  # noqa: E402
+from authority.actor import SliverSpec  # noqa: E402
+from authority.substrate.openstack import OpenStackDriver  # noqa: E402
+from authority.substrate.openstack_plan import OpenStackSettings  # noqa: E402
 from slicex import procs  # noqa: E402
 from slicex.errors import ServerError  # noqa: E402
 from slicex.tls_xmlrpc import client  # noqa: E402

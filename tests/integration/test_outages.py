@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import yaml
 
-from am.service import ActorProcess
+from deployment.service import ActorProcess
 from tests.factories import request_rspec, vm
 from tests.integration.conftest import REDIS_URL, start, stop
 from tests.integration.test_am_api import code, ok

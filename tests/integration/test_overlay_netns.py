@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from am.substrate import hostnet
+from authority.substrate import hostnet
 from federation.overlay import frames, tap
 from federation.overlay.claims import RedisClaims
 from federation.overlay.core import NamespaceConfig

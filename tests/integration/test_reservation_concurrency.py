@@ -11,11 +11,11 @@ from datetime import timedelta
 
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from am.actor_slice_manager import in_process
-from am.authority import LEASES
-from am.substrate.emulated import EmulatedDriver
+from authority.actor import LEASES
+from authority.substrate.emulated import EmulatedDriver
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
+from slice_manager.actor import in_process
 from slicex.clock import ManualClock
 from slicex.errors import GeniError
 from slicex.store.redis_store import RedisStore
@@ -77,7 +77,7 @@ def test_workers_racing_for_one_inventory_never_share_a_unit_or_a_tag():
 
 
 def two_workers(tmp_path, hook):
-    from am.actor_slice_manager import ActorSliceManager
+    from slice_manager.actor import ActorSliceManager
     from slicex.store.sqlite_store import SqliteStore
 
     store = SqliteStore(str(tmp_path / "s.db"))
@@ -107,7 +107,7 @@ def test_a_worker_never_recovers_what_a_live_worker_is_doing(tmp_path):
 
 
 def test_a_dead_workers_reservations_are_taken_over_after_its_silence(tmp_path):
-    from am.actor_slice_manager import LIVENESS, Crash
+    from slice_manager.actor import LIVENESS, Crash
 
     now = ManualClock().now()
 

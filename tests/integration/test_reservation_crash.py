@@ -16,14 +16,14 @@ from datetime import timedelta
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from am import reservation as rs
-from am.actor_slice_manager import ActorSliceManager, Crash
-from am.authority import LEASES, Authority
-from am.substrate.emulated import EmulatedDriver
+from authority.actor import LEASES, Authority
+from authority.substrate.emulated import EmulatedDriver
 from broker.broker import TICKETS, Broker
 from broker.delegation import export_substrate
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
+from slice_manager import reservation as rs
+from slice_manager.actor import ActorSliceManager, Crash
 from slicex.clock import ManualClock
 from slicex.store.sqlite_store import SqliteStore
 from tests.factories import three_node_lan

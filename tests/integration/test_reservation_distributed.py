@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from am import reservation as rs
-from am.actor_slice_manager import ActorSliceManager
-from am.authority import LEASES, Authority, RemoteAuthority
+from authority.actor import LEASES, Authority, RemoteAuthority
 from broker.broker import TICKETS, Broker
 from broker.delegation import export_substrate
 from broker.remote import RemoteBroker
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
+from slice_manager import reservation as rs
+from slice_manager.actor import ActorSliceManager
 from slicex.clock import ManualClock
 from slicex.errors import GeniError, Unavailable
 from tests.factories import three_node_lan
@@ -38,8 +38,8 @@ FAULTS = "test-faults"
 def actor_main(role: str, home_dir: str, prefix: str, port: int, conn) -> None:
     """One actor process: its own store connection, its own key load, an mTLS server. It exits like kill -9
     at the internal boundary the test wrote into the store for it."""
-    from am.authority import Authority, authority_handlers
-    from am.substrate.emulated import EmulatedDriver
+    from authority.actor import Authority, authority_handlers
+    from authority.substrate.emulated import EmulatedDriver
     from broker.remote import broker_handlers
     from slicex.actor_rpc import ActorServer
     from slicex.devpki import actor_files, actor_public_key

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from am.substrate import hostnet
-from am.substrate.netns_plan import netns_name, shared_trunk_name
+from authority.substrate import hostnet
+from authority.substrate.netns_plan import netns_name, shared_trunk_name
 from federation.sep.config import load_config
 from federation.sep.sdk import span_slice
 from federation.sep.server import SepServer

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from am.substrate import hostnet
-from am.substrate.netns_plan import netns_name
+from authority.substrate import hostnet
+from authority.substrate.netns_plan import netns_name
 from federation.overlay.claims import RedisClaims
 from federation.sep.config import load_config
 from federation.sep.sdk import span_slice

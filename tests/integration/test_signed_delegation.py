@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from am.authority import DELEGATED, Authority
-from am.service import ActorProcess, EmbeddedDeployment
+from authority.actor import DELEGATED, Authority
 from broker.broker import DELEGATIONS
+from deployment.service import ActorProcess, EmbeddedDeployment
 from slicex.devpki import actor_public_key
 from slicex.errors import CredentialInvalid
 from slicex.home import Home

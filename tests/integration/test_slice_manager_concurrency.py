@@ -13,14 +13,14 @@ from datetime import timedelta
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from am import reservation as rs
-from am import slice_manager as sm
-from am.actor_slice_manager import ActorSliceManager, in_process
-from am.authority import LEASES
-from am.substrate.emulated import EmulatedDriver
+from authority.actor import LEASES
+from authority.substrate.emulated import EmulatedDriver
 from broker.broker import TICKETS
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
+from slice_manager import api as sm
+from slice_manager import reservation as rs
+from slice_manager.actor import ActorSliceManager, in_process
 from slicex.clock import ManualClock
 from slicex.errors import Busy
 from slicex.store.sqlite_store import SqliteStore

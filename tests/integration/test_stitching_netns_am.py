@@ -19,10 +19,10 @@ import pytest
 import yaml
 from lxml import etree
 
-from am.substrate import hostnet
-from am.substrate.login import kill_netns_processes
-from am.substrate.netns_plan import netns_name, shared_trunk_name
-from am.substrate.ovs import OvsSwitch
+from authority.substrate import hostnet
+from authority.substrate.login import kill_netns_processes
+from authority.substrate.netns_plan import netns_name, shared_trunk_name
+from authority.substrate.ovs import OvsSwitch
 from slicex.tls_xmlrpc import client
 from stitching.client import StitchClient
 from stitching.topology import load_topology

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from am.authority import RemoteAuthority, SliverSpec
+from authority.actor import RemoteAuthority, SliverSpec
 from broker.delegation import export_substrate
 from broker.remote import RemoteBroker
 from rspec.substrate import default_substrate

@@ -1,6 +1,6 @@
 """Quotas hold under concurrency: parallel Allocates by a federation peer's users, by one user, or in one
 project never together pass the peer's, the user's or the project's limit. Each check and the allocation it
-admits are one step (am/ledger.py). Real threads make real AM API calls over mutual TLS against both
+admits are one step (operations/ledger.py). Real threads make real AM API calls over mutual TLS against both
 deployments (embedded SQLite, distributed Redis); what is held afterwards is read back from the aggregate.
 
 Before, six parallel 2-node Allocates by a peer's users with `max_nodes: 2` were all admitted: the peer check
@@ -20,12 +20,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from am import quotas
-from am.ledger import Ledger
-from am.peer_gate import ENDED, wanted_nodes
-from am.slice_manager import Sliver
+from operations import quotas
+from operations.ledger import Ledger
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
+from slice_manager.api import Sliver
+from slice_manager.peer_gate import ENDED, wanted_nodes
 from slicex import pki
 from slicex.credentials import create_credential
 from slicex.devpki import add_user, init_ca

@@ -1,4 +1,4 @@
-"""Accounting core (am/accounting.py): amounts of placed slivers, projects from slice URNs, interval clipping,
+"""Accounting core (operations/accounting.py): amounts of placed slivers, projects from slice URNs, interval clipping,
 totals per user and project, and the held-over-time steps the plot draws."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from am.accounting import (
+from operations.accounting import (
     NO_PROJECT,
     Amounts,
     UsageRecord,

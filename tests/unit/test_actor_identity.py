@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from am.authority import DELEGATED, Authority, SliverSpec
+from authority.actor import DELEGATED, Authority, SliverSpec
 from broker.calendar import Pool
 from broker.delegation import Delegation
 from slicex import pki

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from am.authority import LEASES, Authority, SliverSpec
+from authority.actor import LEASES, Authority, SliverSpec
 from broker.calendar import Pool
 from broker.delegation import Delegation
 from slicex.errors import CredentialInvalid, Expired, Refused, SearchFailed, ServerError

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from am.authority import NUMBERED, Authority
+from authority.actor import NUMBERED, Authority
 from broker.broker import DELEGATIONS, Broker
 from broker.delegation import export_substrate
 from broker.placement import demands_of
@@ -109,7 +109,7 @@ def test_a_number_is_above_the_last_even_when_the_wall_clock_went_back(monkeypat
     a = authority(store)
     a.export_to(broker(store))
     last = store.get(NUMBERED, f"{AUTH}|broker")["sequence"]
-    monkeypatch.setattr("am.authority.time.time", lambda: 1_000.0)  # the clock stepped back to 1970
+    monkeypatch.setattr("authority.actor.time.time", lambda: 1_000.0)  # the clock stepped back to 1970
     again = authority(store)  # a restart
     again.export_to(broker(store))
     assert store.get(NUMBERED, f"{AUTH}|broker")["sequence"] == last + 1

@@ -11,12 +11,12 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from am.authority import Authority, SliverSpec
-from am.embed import plan
-from am.substrate.emulated import EmulatedDriver
+from authority.actor import Authority, SliverSpec
+from authority.substrate.emulated import EmulatedDriver
 from broker.broker import Broker
 from broker.calendar import LabelSet
 from broker.delegation import Delegation, export_prefixes, export_substrate
+from broker.placement import plan
 from broker.policy import BestFit, FifoQueue, FirstFit, WorstFit, free_cores
 from rspec.request import parse_request
 from rspec.substrate import default_substrate

@@ -17,14 +17,14 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from am.actor_slice_manager import ActorSliceManager, in_process
-from am.substrate.emulated import EmulatedDriver
+from authority.substrate.emulated import EmulatedDriver
 from broker.broker import TICKETS, Broker
 from broker.delegation import export_substrate
 from broker.placement import demands_of
 from rspec.advertisement import Usage, build_advertisement
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
+from slice_manager.actor import ActorSliceManager, in_process
 from slicex.clock import ManualClock
 from slicex.errors import BadArgs, GeniError
 from slicex.inventory import is_unit, usage_counts

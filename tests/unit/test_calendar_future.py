@@ -14,15 +14,15 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from am import reservation as rs
-from am.actor_slice_manager import in_process
-from am.substrate.emulated import EmulatedDriver
+from authority.substrate.emulated import EmulatedDriver
 from broker.broker import Broker
 from broker.calendar import Calendar, CalendarError, Pool
 from broker.delegation import export_substrate
 from broker.placement import demands_of
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
+from slice_manager import reservation as rs
+from slice_manager.actor import in_process
 from slicex.errors import InsufficientNodes, Refused
 from slicex.store.sqlite_store import SqliteStore
 from slicex.term import Term

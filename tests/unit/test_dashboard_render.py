@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from am.dashboard import Aggregate, Dashboard, _host_name, create_app, state_dict, view_of
-from am.dashboard_svg import Series, chart_svg, slice_svg, topology_svg
-from am.snapshot import SNAPSHOTS, VERSION, Publisher, read_snapshots, use_of
+from operations.dashboard import Aggregate, Dashboard, _host_name, create_app, state_dict, view_of
+from operations.dashboard_svg import Series, chart_svg, slice_svg, topology_svg
+from operations.snapshot import SNAPSHOTS, VERSION, Publisher, read_snapshots, use_of
 from rspec.substrate import default_substrate, load_substrate
 from slicex.clock import rfc3339
 from slicex.store import open_store
@@ -138,7 +138,7 @@ EVIL = '<script>alert("x")</script>'
 
 
 def sliver(client_id: str, kind: str = "node", on: str = PC1, **extra) -> dict:
-    """A sliver as the slice manager's snapshot holds it (am/snapshot.py `_sliver_doc`)."""
+    """A sliver as the slice manager's snapshot holds it (operations/snapshot.py `_sliver_doc`)."""
     return {"urn": f"urn:publicid:IDN+slicex.test+sliver+{abs(hash(client_id))}", "client_id": client_id,
             "kind": kind, "component_id": on, "owner": "urn:publicid:IDN+slicex.test+user+alice",
             "allocation_state": "geni_provisioned", "operational_state": "geni_notready", "state": "Active",
@@ -348,7 +348,7 @@ def test_publisher_writes_on_change_or_heartbeat_and_keeps_history_across_restar
     keys = {"k": {f"core:{PC1}:0"}}
 
     def build(now: datetime) -> dict:
-        from am.snapshot import usage_point
+        from operations.snapshot import usage_point
         return {"slices": {}, "n": len(keys["k"]), "point": usage_point(keys["k"], now)}
 
     mono = Ticking()

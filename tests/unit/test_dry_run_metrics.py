@@ -1,5 +1,5 @@
-"""The pure parts of dry-run placement (am/dry_run.py over the planner's collecting mode) and of the metrics
-read from state (am/metrics.py)."""
+"""The pure parts of dry-run placement (slice_manager/dry_run.py over the planner's collecting mode) and of the metrics
+read from state (operations/metrics.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from am import reservation as rs
-from am.dry_run import dry_run
-from am.embed import plan
-from am.metrics import Sites, sample_of, state_families, unit_bin
+from broker.placement import plan
+from operations.metrics import Sites, sample_of, state_families, unit_bin
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
+from slice_manager import reservation as rs
+from slice_manager.dry_run import dry_run
 from slicex.errors import InsufficientNodes
 from tests.factories import request_rspec, three_node_lan, vm
 

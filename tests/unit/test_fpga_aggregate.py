@@ -242,7 +242,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
 
 def test_fpga_worked_example_places_a_whole_fpga_and_a_virtual_router():
-    from am.embed import plan
+    from broker.placement import plan
     from rspec.request import parse_request
     from rspec.substrate import check_substrate, load_substrate
 

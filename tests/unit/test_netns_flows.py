@@ -1,4 +1,4 @@
-"""OpenFlow rules of the netns bridge (am/substrate/flows.py): isolation by construction, the stitching
+"""OpenFlow rules of the netns bridge (authority/substrate/flows.py): isolation by construction, the stitching
 hooks (VLAN translation, Q-in-Q push/pop), and one rule set for os-ken and ovs-ofctl."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from am.substrate.flows import (
+from authority.substrate.flows import (
     TPID_8021AD,
     TPID_8021Q,
     AccessPort,

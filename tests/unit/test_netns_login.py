@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from am.substrate.container import (
+from authority.substrate.container import (
     UID_RANGE_SIZE,
     USER_UIDS,
     NodeLimits,
@@ -23,9 +23,9 @@ from am.substrate.container import (
     uid_base,
     users_text,
 )
-from am.substrate.execute import Service, parse_results, services_of, verdict
-from am.substrate.images import host_mirror, image_name
-from am.substrate.login import accounts
+from authority.substrate.execute import Service, parse_results, services_of, verdict
+from authority.substrate.images import host_mirror, image_name
+from authority.substrate.login import accounts
 from rspec.request import parse_request
 from slicex.errors import BadArgs
 from tests.factories import request_rspec, vm
@@ -137,7 +137,7 @@ def test_image_names_and_the_hosts_mirror(tmp_path):
 
 
 def test_install_services_come_only_from_the_operators_file_servers():
-    from am.substrate.install import Install, allowed_source, installs_of
+    from authority.substrate.install import Install, allowed_source, installs_of
 
     sources = ["http://files.example/pub", "https://mirror.example:8443/"]
     assert allowed_source("http://files.example/pub/a.tgz", sources)
@@ -161,7 +161,7 @@ def test_install_services_come_only_from_the_operators_file_servers():
 def test_tar_is_told_the_compression_of_an_install_archive():
     import gzip
 
-    from am.substrate.install import compression_flag
+    from authority.substrate.install import compression_flag
 
     assert compression_flag(gzip.compress(b"x")[:8]) == ["-z"]
     assert compression_flag(b"BZh91AY&") == ["-j"]

@@ -1,4 +1,4 @@
-"""The netns substrate's pure host plan: names, VLANs, addresses, rates (am/substrate/netns_plan.py)."""
+"""The netns substrate's pure host plan: names, VLANs, addresses, rates (authority/substrate/netns_plan.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from am.embed import mac_for
-from am.substrate.netns_plan import (
+from authority.substrate.netns_plan import (
     IFNAME_MAX,
     deployment_prefix,
     link_plan,
@@ -18,6 +17,7 @@ from am.substrate.netns_plan import (
     veth_names,
 )
 from slicex.errors import BadArgs
+from slicex.inventory import mac_for
 
 PREFIX = "xab12"
 sliver_ids = st.text(min_size=1, max_size=80)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from am.substrate.container import SUBID_LINE, UidRanges, ensure_subids
-from am.substrate.images import ImageCatalogue, check_name, image_urn, offered_images, shift_copy
+from authority.substrate.container import SUBID_LINE, UidRanges, ensure_subids
+from authority.substrate.images import ImageCatalogue, check_name, image_urn, offered_images, shift_copy
 from cli.image import BuildProgress
 from slicex.errors import BadArgs
 
@@ -111,8 +111,8 @@ def test_a_netns_deployment_offers_its_catalogue_and_refuses_other_images(tmp_pa
     BADARGS naming what is offered; a node naming none gets the default."""
     from datetime import UTC, datetime
 
-    from am.service import deployment_substrate
     from broker.placement import plan
+    from deployment.service import deployment_substrate
     from rspec.advertisement import Usage, build_advertisement
     from rspec.namespaces import RSPEC3
     from rspec.request import parse_request

@@ -1,4 +1,4 @@
-"""The OpenStack driver's edge (am/substrate/openstack.py) through openstacksdk's real request code, against a
+"""The OpenStack driver's edge (authority/substrate/openstack.py) through openstacksdk's real request code, against a
 fake Keystone/Nova/Neutron/Glance served by requests-mock from tests/fixtures/openstack/ (written from the API
 reference, not recorded from a live cloud; see the README there)."""
 
@@ -17,9 +17,9 @@ import pytest
 pytest.importorskip("openstack")
 requests_mock = pytest.importorskip("requests_mock")
 
-from am.authority import SliverSpec  # noqa: E402
-from am.substrate.openstack import OpenStackDriver  # noqa: E402
-from am.substrate.openstack_plan import (  # noqa: E402
+from authority.actor import SliverSpec  # noqa: E402
+from authority.substrate.openstack import OpenStackDriver  # noqa: E402
+from authority.substrate.openstack_plan import (  # noqa: E402
     OpenStackSettings,
     deployment_tag,
     resource_name,
@@ -358,7 +358,7 @@ def test_provisioning_a_two_node_lan_makes_a_vlan_network_subnet_ports_and_keypa
     assert (subnet["cidr"], subnet["enable_dhcp"], subnet["gateway_ip"]) == ("10.10.0.0/24", False, None)
     assert p1["fixed_ips"] == [{"ip_address": "10.10.0.1", "subnet_id": subnet_id}]
     assert p2["fixed_ips"][0]["ip_address"] == "10.10.0.2"
-    from am.embed import mac_for
+    from slicex.inventory import mac_for
     assert p1["mac_address"] == mac_for("urn:n1", "n1:if0")
     assert p1["security_groups"] == [sg_id] and p1["network_id"] == net_id
     assert {deployment_tag(PREFIX), sliver_tag(PREFIX, "urn:n1")} <= set(p1["tags"])
@@ -548,7 +548,7 @@ def _home(tmp_path, section: str):
 
 
 def test_slicex_yaml_selects_the_openstack_driver_and_up_starts_and_reconciles_it(cloud, tmp_path):
-    from am.service import host_driver, start_host_driver
+    from deployment.service import host_driver, start_host_driver
 
     home = _home(tmp_path, "openstack:\n  cloud: testcloud\n  physical_network: physnet1\n"
                            "  flavors: {XOSmall: m1.small}\n  images: {ubuntu: ubuntu-22.04}\n")
@@ -566,7 +566,7 @@ def test_slicex_yaml_selects_the_openstack_driver_and_up_starts_and_reconciles_i
 
 
 def test_slicex_yaml_without_a_cloud_is_refused_naming_the_section(tmp_path):
-    from am.service import host_driver
+    from deployment.service import host_driver
     from slicex.errors import BadArgs
 
     home = _home(tmp_path, "openstack:\n  physical_network: physnet1\n")

@@ -1,4 +1,4 @@
-"""The OpenStack substrate's pure plan (am/substrate/openstack_plan.py): VLAN networks, ports, flavors,
+"""The OpenStack substrate's pure plan (authority/substrate/openstack_plan.py): VLAN networks, ports, flavors,
 images, user-data, GENI states from OpenStack states, and what reconcile removes."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from am.substrate.openstack_plan import (
+from authority.substrate.openstack_plan import (
     Found,
     OpenStackSettings,
     deployment_tag,

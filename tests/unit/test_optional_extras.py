@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_core_imports_without_matplotlib_or_tqdm():
     code = ("import sys; sys.modules['matplotlib'] = None; sys.modules['tqdm'] = None\n"
-            "import cli.main, am.service, am.dashboard, experiment.runner, experiment.report")
+            "import cli.main, deployment.service, operations.dashboard, experiment.runner, experiment.report")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
 

@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from am import slice_manager as sm
-from am.actor_slice_manager import ActorSliceManager, in_process
 from rspec.request import parse_request
+from slice_manager import api as sm
+from slice_manager.actor import ActorSliceManager, in_process
 from slicex.clock import ManualClock
 from slicex.errors import GeniError
 from slicex.store.sqlite_store import SqliteStore
@@ -19,7 +19,7 @@ from tests.unit.test_reservation_slice_manager import KEY, MIN, SLICE, SUB, Flak
 
 
 def test_provision_again_after_the_authority_was_down_says_the_slivers_failed(tmp_path):
-    from am.substrate.emulated import EmulatedDriver
+    from authority.substrate.emulated import EmulatedDriver
 
     store = SqliteStore(str(tmp_path / "s.db"))
     clock = ManualClock()
@@ -44,7 +44,7 @@ def test_provision_again_after_the_authority_was_down_says_the_slivers_failed(tm
 def test_a_provisioned_sliver_whose_state_cannot_be_read_is_not_reported_failed(tmp_path):
     """The chaos test saw Provision succeed and, the authority killed just then, the answer show a provisioned
     sliver as geni_failed: its state was unknown, not failed (a user told "failed" deletes a good sliver)."""
-    from am.substrate.emulated import EmulatedDriver
+    from authority.substrate.emulated import EmulatedDriver
 
     store = SqliteStore(str(tmp_path / "s.db"))
     clock = ManualClock()

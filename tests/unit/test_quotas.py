@@ -1,4 +1,4 @@
-"""Service levels (am/quotas.py) and the ledger (am/ledger.py) over a real in-process slice manager on SQLite:
+"""Service levels (operations/quotas.py) and the ledger (operations/ledger.py) over a real in-process slice manager on SQLite:
 the config is checked with errors naming the key, refusals name the limit and take nothing, usage records
 open at Allocate and end at Delete, Shutdown and expiry, and concurrent Allocates cannot both pass a limit."""
 
@@ -10,13 +10,13 @@ from datetime import timedelta
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from am.accounting import Amounts
-from am.actor_slice_manager import in_process
-from am.ledger import OPEN, Ledger
-from am.quotas import Limits, check_amounts, lease_end, policy_from_config, request_amounts
-from am.substrate.emulated import EmulatedDriver
+from authority.substrate.emulated import EmulatedDriver
+from operations.accounting import Amounts
+from operations.ledger import OPEN, Ledger
+from operations.quotas import Limits, check_amounts, lease_end, policy_from_config, request_amounts
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
+from slice_manager.actor import in_process
 from slicex.clock import ManualClock
 from slicex.errors import BadArgs, Forbidden, OutOfRange
 from slicex.store.sqlite_store import SqliteStore

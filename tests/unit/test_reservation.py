@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from am import reservation as rs
-from am.reservation import CloseAck, FailedRpc, LeaseUpdate, TicketUpdate
+from slice_manager import reservation as rs
+from slice_manager.reservation import CloseAck, FailedRpc, LeaseUpdate, TicketUpdate
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)

@@ -8,15 +8,15 @@ from datetime import timedelta
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from am import reservation as rs
-from am import slice_manager as sm
-from am.actor_slice_manager import ActorSliceManager, in_process
-from am.authority import LEASES
-from am.sm_records import RESERVATIONS, SLIVERS_OF
-from am.substrate.emulated import EmulatedDriver
+from authority.actor import LEASES
+from authority.substrate.emulated import EmulatedDriver
 from broker.broker import Demand
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
+from slice_manager import api as sm
+from slice_manager import reservation as rs
+from slice_manager.actor import ActorSliceManager, in_process
+from slice_manager.records import RESERVATIONS, SLIVERS_OF
 from slicex.clock import ManualClock
 from slicex.errors import GeniError, SearchFailed, Unavailable, VlanUnavailable
 from slicex.store.sqlite_store import SqliteStore
@@ -197,7 +197,7 @@ def test_a_failure_while_provisioning_says_why_and_frees_the_sliver(tmp_path):
 def test_one_delete_closes_the_nodes_before_their_link_whatever_order_it_names_them(tmp_path):
     """A cloud refuses to delete a network while ports are on it (Neutron's 409 "ports still in use", seen on
     the all-in-one OpenStack): the link's close goes after the closes of the nodes deleted with it."""
-    from am.authority import EmulatedAdapter
+    from authority.actor import EmulatedAdapter
     from slicex.errors import ServerError
 
     class LikeNeutron(EmulatedAdapter):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from lxml import etree
 from rdflib import URIRef
 
-from am.embed import plan
+from broker.placement import plan
 from rspec.manifest import SliverView, build_manifest
 from rspec.ndl import COLL, TOPO, request_graph
 from rspec.request import parse_request

@@ -13,11 +13,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from am.authority import Authority, Delegator
-from am.snapshot import broker_state
+from authority.actor import Authority, Delegator
 from broker.broker import DELEGATIONS, Broker, Demand
 from broker.delegation import Delegation, export_substrate
 from broker.placement import demands_of
+from operations.snapshot import broker_state
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slicex.errors import CredentialInvalid, Refused, Unavailable

@@ -1,4 +1,4 @@
-"""What each actor publishes for the dashboard (am/snapshot.py), built from a real in-process slice manager,
+"""What each actor publishes for the dashboard (operations/snapshot.py), built from a real in-process slice manager,
 broker and authority on SQLite: slices with links and tags, tickets, leases with their driver's state."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from datetime import timedelta
 
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from am.actor_slice_manager import in_process
-from am.snapshot import (
+from authority.substrate.emulated import EmulatedDriver
+from operations.snapshot import (
     StatusCache,
     authority_state,
     broker_state,
@@ -16,9 +16,9 @@ from am.snapshot import (
     read_snapshots,
     slice_manager_state,
 )
-from am.substrate.emulated import EmulatedDriver
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
+from slice_manager.actor import in_process
 from slicex.clock import ManualClock
 from slicex.store.sqlite_store import SqliteStore
 from tests.factories import three_node_lan

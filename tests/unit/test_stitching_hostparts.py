@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from am.substrate.netns_plan import owned, shared_trunk_name, trunk_name
+from authority.substrate.netns_plan import owned, shared_trunk_name, trunk_name
 from rspec.substrate import ExternalLink, default_substrate
 from slicex.errors import InsufficientBandwidth
 from stitching.am_hops import port_bw_keys, port_bw_pools, port_bw_unit

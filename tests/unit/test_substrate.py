@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from am.embed import plan
+from broker.placement import plan
 from cli.substrate import add_substrate_commands
 from rspec.request import parse_request
 from rspec.substrate import (

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from am.accounting import Amounts, UsageRecord
-from am.ledger import USAGE
 from cli.main import main
+from operations.accounting import Amounts, UsageRecord
+from operations.ledger import USAGE
 from slicex.store import open_store
 
 ALICE = "urn:publicid:IDN+t.org+user+alice"

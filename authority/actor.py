@@ -1,0 +1,587 @@
+"""The authority actor: owns a substrate, delegates its inventory to brokers, redeems broker tickets into
+leases by calling its substrate driver, extends, modifies and closes leases, and reaps expired ones on its
+own clock.
+
+A redeem or extension checks the ticket without calling the broker back: the signature with the public key
+of the broker's certificate (brokers it trusts, by name), the term against the authority's *own* clock
+(never a time the caller sends), and the units against what this authority delegated to that broker
+(recorded in its own table when it delegates: units it never delegated, or more than a pool holds, are
+refused). Each lease is kept in the store with the driver's record of the unit, and its units
+are claimed as `leased:<unit>` (owner: the lease), so even two brokers promising one unit can never get it
+leased twice. Redeem, extend and close are idempotent: a slice manager that lost an answer asks again and
+gets the same lease. Leases are signed with the authority's key (its own, not the broker's or the AM's), so
+the slice manager can check what it is given.
+
+The authority delegates its own inventory: each delegation is a document signed with its key
+(slicex/ticket.py `SignedDelegation`), which the broker verifies with the authority certificate's public key
+before claiming anything. A deployment's authority delegates at its start (`Delegator`: retried with backoff
+until the broker answers, so actors may start in any order) and on change (a host reclaimed for maintenance or
+returned; parts added to the substrate are in the next start's delegation). An authority built without a
+key sends its delegation unsigned, which only a broker of tests or tools accepts. One built without a
+driver only delegates and reclaims (the operator's `slicex maintenance` command); redeeming needs a driver and
+the store."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from slicex.clock import Clock, rfc3339
+from slicex.errors import BadArgs, CredentialInvalid, Expired, GeniError, Refused, SearchFailed, ServerError
+from slicex.store import Store
+from slicex.ticket import (
+    Lease,
+    SignedDelegation,
+    SignedReclaim,
+    Ticket,
+    sign_delegation,
+    sign_lease,
+    sign_reclaim,
+    verify_ticket,
+)
+
+log = logging.getLogger("slicex.authority")
+
+LEASES = "authority-leases"
+DELEGATED = "authority-delegations"
+"""What each authority delegated to each broker (key "<authority>|<broker>", names of pools and label sets):
+the authority's own record, so a ticket is checked against what it gave, not what a broker says it has."""
+NUMBERED = "authority-message-numbers"
+"""The last number each authority gave a message (delegation or reclaim order) to each broker (same key)."""
+NUMBER_EPOCH = 1_577_836_800  # 2020-01-01T00:00:00Z; a message's number is at least the seconds since then
+
+
+# ---- the substrate driver seam -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SliverSpec:
+    """What a driver sets up for one lease: the units leased plus what the slice manager planned."""
+
+    id: str  # the reservation (sliver) id
+    kind: str  # "node" | "link"
+    client_id: str = ""
+    units: tuple[str, ...] = ()
+    labels: tuple[tuple[str, int], ...] = ()  # e.g. the VLAN tag of a link, or of the links a node attaches to
+    details: Mapping[str, Any] = field(default_factory=dict)  # host, image, VM size, interfaces, boot time...
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "client_id": self.client_id, "units": list(self.units),
+                "labels": [list(lb) for lb in self.labels], "details": dict(self.details)}
+
+    @staticmethod
+    def from_doc(d: Mapping[str, Any]) -> SliverSpec:
+        return SliverSpec(d["id"], d["kind"], d.get("client_id", ""), tuple(d.get("units", ())),
+                          tuple((str(k), int(v)) for k, v in d.get("labels", ())), dict(d.get("details", {})))
+
+
+class SubstrateDriver(Protocol):
+    """The four things an authority asks of a substrate. `status` records are the driver's own JSON-able
+    data about a unit; the authority stores them and hands them back. `create` and `destroy` may be asked
+    twice for the same `spec.id` (an authority that crashed between the driver's answer and its own record
+    asks again): doing it twice must leave one unit, or none. Calls for different slivers may run at the same
+    time (one sliver's never overlap): a driver guards whatever it shares between slivers."""
+
+    description: str
+
+    def create(self, spec: SliverSpec, now: datetime) -> dict[str, Any]: ...
+
+    def modify(self, spec: SliverSpec, status: dict[str, Any], action: str, now: datetime) -> dict[str, Any]: ...
+
+    def destroy(self, spec: SliverSpec, status: dict[str, Any], now: datetime) -> None: ...
+
+    def status(self, spec: SliverSpec, status: dict[str, Any], now: datetime) -> tuple[str, str]: ...
+
+
+class EmulatedAdapter:
+    """The emulated driver (authority/substrate/emulated.py) behind the SubstrateDriver protocol."""
+
+    def __init__(self, driver: Any):
+        self.driver = driver
+        self.description = driver.description
+
+    def create(self, spec: SliverSpec, now: datetime) -> dict[str, Any]:
+        return self.driver.provisioned(spec.kind, now)
+
+    def modify(self, spec: SliverSpec, status: dict[str, Any], action: str, now: datetime) -> dict[str, Any]:
+        return self.driver.act(status, spec.kind, spec.client_id, action, now, spec.details.get("boot_seconds"))
+
+    def destroy(self, spec: SliverSpec, status: dict[str, Any], now: datetime) -> None:
+        return None  # nothing was created
+
+    def status(self, spec: SliverSpec, status: dict[str, Any], now: datetime) -> tuple[str, str]:
+        return self.driver.current(status, now)
+
+
+def as_driver(driver: Any) -> SubstrateDriver:
+    return driver if hasattr(driver, "create") else EmulatedAdapter(driver)
+
+
+LEASE_LOCK_STRIPES = 64
+
+
+# ---- the actor ----------------------------------------------------------------------------------------------------
+class Authority:
+    def __init__(self, name: str, driver: Any, broker_keys: dict[str, Any], store: Store | None = None,
+                 key: Any = None, inventory: Any = None, clock: Clock | None = None):
+        self.name = name
+        self.substrate = as_driver(driver) if driver is not None else None  # None: delegates only
+        self.broker_keys = broker_keys  # broker name → public key of its certificate (tickets are checked with it)
+        self.store = store
+        self.key = key  # signs leases when set
+        self.inventory = inventory  # broker.delegation.Delegation of everything it owns (for count tickets)
+        # Its own time: tickets are checked against it, never against a caller's `now`. Without one (pure
+        # tests of the core) the `now` argument is the time.
+        self.clock = clock
+        self._unit_pool = {u: p.name for p in (inventory.pools if inventory else ()) for u in p.units}
+        # One lease's redeem, extend, modify and close never overlap; different leases' run in parallel, driver
+        # calls included (a driver guards its own shared state). Choosing the units of a count ticket is the one
+        # step that looks at every lease, and has a lock of its own.
+        self._lease_locks = [threading.RLock() for _ in range(LEASE_LOCK_STRIPES)]
+        self._picking = threading.Lock()
+        self._numbering = threading.Lock()  # the numbers of its messages to brokers
+        self._last_number = 0  # without a store
+        self.fault = lambda boundary: None  # fault injection (tests): called at internal boundaries
+
+    # ---- delegation ------------------------------------------------------------------------------------------
+    def delegate(self, broker: Any, names: list[str] | None = None) -> None:
+        """Export inventory (all, or the named pools/label sets) to a broker, which claims it."""
+        if self.inventory is None:
+            raise BadArgs(f"authority {self.name} has no inventory to delegate")
+        part = self.inventory if names is None else self.inventory.only(names)
+        to = self._broker_name(broker)
+        broker.accept(self._grant(part, to))
+        self._record(to, set(self._delegated(to) or ()) | set(part.names()))
+
+    def export_to(self, broker: Any) -> None:
+        """Delegate everything this authority owns to `broker`, except what the operator reclaimed (a host in
+        maintenance), which stays out across restarts; parts added to the substrate are delegated too."""
+        if self.inventory is None:
+            raise BadArgs(f"authority {self.name} has no inventory to delegate")
+        parked = set(broker.reclaimed(self.name))
+        names = [n for n in self.inventory.names() if n not in parked]
+        to = self._broker_name(broker)
+        broker.accept(self._grant(self.inventory.only(names), to))
+        self._record(to, set(names))  # exactly this: names parked since the last record are no longer delegated
+
+    def reclaim(self, broker: Any, names: list[str], now: datetime) -> tuple[list[str], list[str]]:
+        """Take inventory back from a broker (maintenance): (reclaimed now, still promised and draining)."""
+        to = self._broker_name(broker)
+        free, busy = broker.reclaim(self._order(names, to), now)
+        held = self._delegated(to)
+        if held is not None:
+            self._record(to, set(held) - set(free))  # draining ones stay: their tickets are still good
+        return free, busy
+
+    def _grant(self, part: Any, to: str) -> Any:
+        """The delegation message for `part` of the inventory: a SignedDelegation signed with this authority's
+        key (what every deployment's broker requires), or the bare Delegation when it has no key."""
+        part = replace(part, broker=to)
+        if self.key is None:
+            return part
+        return sign_delegation(SignedDelegation(self.name, to, self._issued(), part.to_doc(), self._number(to)),
+                               self.key)
+
+    def _order(self, names: list[str], to: str) -> SignedReclaim:
+        """The reclaim message: signed with this authority's key and numbered like its delegations (unsigned
+        without a key: a broker that knows this authority's key refuses that)."""
+        order = SignedReclaim(self.name, to, self._issued(), tuple(names), self._number(to))
+        return sign_reclaim(order, self.key) if self.key is not None else order
+
+    def _issued(self) -> datetime:
+        return self.clock.now() if self.clock is not None else datetime.now(UTC).replace(microsecond=0)
+
+    def _number(self, broker: str) -> int:
+        """The next number of a message to `broker`: above every number this authority gave before (kept in
+        its record, so across restarts and with the operator's `slicex maintenance` on the same store) and at
+        least the wall clock's seconds since 2020 (an XML-RPC integer until 2088), so an authority whose store
+        was lost still numbers above what the broker applied."""
+        with self._numbering:
+            key = f"{self.name}|{broker}"
+            doc = self.store.get(NUMBERED, key) if self.store is not None else None
+            number = max(int(time.time()) - NUMBER_EPOCH, self._last_number + 1,
+                         int((doc or {}).get("sequence", 0)) + 1)
+            self._last_number = number
+            if self.store is not None:
+                self.store.put(NUMBERED, key, {"authority": self.name, "broker": broker, "sequence": number})
+            return number
+
+    def _broker_name(self, broker: Any) -> str:
+        """The name tickets from `broker` carry (a proxy to a remote broker: the inventory's broker)."""
+        return getattr(broker, "name", None) or (self.inventory.broker if self.inventory else "")
+
+    def _delegated(self, broker: str) -> list[str] | None:
+        """Names this authority delegated to `broker`; None: no record of any."""
+        if self.store is None:
+            return None
+        doc = self.store.get(DELEGATED, f"{self.name}|{broker}")
+        return None if doc is None else list(doc["names"])
+
+    def _record(self, broker: str, names: set[str]) -> None:
+        if self.store is None:
+            return  # an authority without a store keeps no record (it cannot redeem either)
+        self.store.put(DELEGATED, f"{self.name}|{broker}", {"authority": self.name, "broker": broker,
+                                                            "names": sorted(names)})
+
+    # ---- checks ----------------------------------------------------------------------------------------------
+    def _now(self, now: datetime | None) -> datetime:
+        """The authority's time: its own clock when it has one (a deployment), else the caller's (pure tests)."""
+        if self.clock is not None:
+            return self.clock.now()
+        if now is None:
+            raise BadArgs(f"authority {self.name} has no clock and was given no time")
+        return now
+
+    def _verify(self, ticket: Ticket, now: datetime) -> None:
+        """Refuse a ticket the trusted broker did not sign, that is not for this authority, outside its term
+        by this authority's clock, or naming what this authority never delegated to that broker."""
+        key = self.broker_keys.get(ticket.broker)
+        if key is None:
+            raise CredentialInvalid(f"authority {self.name} does not trust broker {ticket.broker}")
+        verify_ticket(ticket, key)
+        if ticket.authority and ticket.authority != self.name:
+            raise Refused(f"ticket {ticket.id} is for authority {ticket.authority}, not {self.name}")
+        if now >= ticket.end:
+            raise Expired(f"ticket {ticket.id} expired at {ticket.end:%Y-%m-%dT%H:%M:%SZ} (authority {self.name}'s "
+                          f"clock says {now:%Y-%m-%dT%H:%M:%SZ}); allocate again")
+        if now < ticket.start:
+            raise Refused(f"ticket {ticket.id} starts at {ticket.start:%Y-%m-%dT%H:%M:%SZ}; redeem it then")
+        self._check_delegated(ticket)
+
+    def _check_delegated(self, ticket: Ticket) -> None:
+        """The ticket promises only units this authority delegated to its broker, each at most once, and a
+        count no larger than the pool it names."""
+        names = set(self._delegated(ticket.broker) or ())
+        never = f"which authority {self.name} never delegated to broker {ticket.broker}"
+        if not names:
+            raise Refused(f"ticket {ticket.id}: authority {self.name} has delegated nothing to broker {ticket.broker}")
+        if ticket.units:
+            if len(set(ticket.units)) != len(ticket.units):
+                raise Refused(f"ticket {ticket.id} names a unit more than once")
+            for u in ticket.units:
+                where = self._unit_pool.get(u)
+                if where is None and self.inventory is not None:  # a label: vlan:<switch>:<tag>
+                    prefix, _, value = u.rpartition(":")
+                    ls = next((x for x in self.inventory.label_sets if x.name == prefix), None)
+                    where = prefix if ls is not None and value.isdigit() and int(value) in ls else None
+                if where is None or where not in names:
+                    raise Refused(f"ticket {ticket.id} names {u}, {never}")
+            return
+        pool = next((p for p in (self.inventory.pools if self.inventory else ()) if p.name == ticket.resource_type),
+                    None)
+        if pool is None or pool.name not in names:
+            raise Refused(f"ticket {ticket.id} promises {ticket.count} of {ticket.resource_type!r}, {never}")
+        if not 0 < ticket.count <= len(pool.units):
+            raise Refused(f"ticket {ticket.id} promises {ticket.count} of {pool.name}; authority {self.name} "
+                          f"delegated {len(pool.units)} of them to broker {ticket.broker}")
+
+    def _lease_lock(self, lease_id: str) -> threading.RLock:
+        return self._lease_locks[hash(lease_id) % LEASE_LOCK_STRIPES]
+
+    def _doc(self, lease_id: str) -> dict[str, Any] | None:
+        return self.store.get(LEASES, lease_id) if self.store is not None else None
+
+    # ---- redeem ----------------------------------------------------------------------------------------------
+    def redeem(self, ticket: Ticket, spec: SliverSpec, now: datetime) -> tuple[Lease, dict[str, Any]]:
+        """Turn a ticket into a lease: verify, choose units for a count ticket, take them, ask the driver.
+        Returns the lease and the driver's record."""
+        now = self._now(now)
+        if self.store is None or self.substrate is None:
+            raise BadArgs(f"authority {self.name} keeps no leases (it was built to delegate only)")
+        self._verify(ticket, now)
+        with self._lease_lock(ticket.id):
+            doc = self._doc(ticket.id)
+            if doc is not None and doc["state"] == "active":
+                return Lease.from_doc(doc["lease"]), doc["status"]  # asked again after a lost answer
+            units, keys = self._take(ticket)
+            lease = self._signed(Lease(ticket.id, self.name, ticket.id, ticket.holder, ticket.reservation, units,
+                                       now, ticket.end, ticket.sequence, labels=ticket.labels))
+            spec = replace(spec, units=units, labels=spec.labels or ticket.labels)
+            self.store.put(LEASES, lease.id, {"lease": lease.to_doc(), "ticket": ticket.to_doc(),
+                                              "spec": spec.to_doc(), "status": {}, "state": "creating"})
+            self.fault("authority:leased")
+            try:
+                status = self.substrate.create(spec, now)
+            except GeniError:
+                self._forget(lease.id, keys)
+                raise
+            except Exception as exc:  # noqa: BLE001 - a driver failure becomes a reason, never a crash
+                self._forget(lease.id, keys)
+                raise ServerError(f"authority {self.name}: the substrate could not set up {spec.kind} "
+                                  f"{spec.client_id or spec.id}: {exc}") from None
+            self.fault("authority:created")
+            self.store.put(LEASES, lease.id, {"lease": lease.to_doc(), "ticket": ticket.to_doc(),
+                                              "spec": spec.to_doc(), "status": status, "state": "active"})
+            return lease, status
+
+    def _take(self, ticket: Ticket) -> tuple[tuple[str, ...], list[str]]:
+        """Claim the units a ticket promises (for a count ticket, the first ones not leased) as leased:
+        (units, claim keys); Refused if one is leased to someone else."""
+        if ticket.units:
+            units = ticket.units
+            keys = [f"leased:{u}" for u in units]
+            claimed = self.store.claim_all(keys, ticket.id)
+        else:
+            with self._picking:  # two count tickets never pick the same free unit
+                for _attempt in range(3):  # a named ticket took one of the picked units meanwhile: pick again
+                    units = self._pick(ticket)
+                    keys = [f"leased:{u}" for u in units]
+                    claimed = self.store.claim_all(keys, ticket.id)
+                    if claimed:
+                        break
+        if not claimed:
+            other = next((o for k in keys if (o := self.store.owner_of(k)) not in (None, ticket.id)), "?")
+            raise Refused(f"authority {self.name}: a unit of ticket {ticket.id} is already leased to {other} "
+                          f"(two promises of one unit: check the brokers this authority trusts)")
+        return units, keys
+
+    def _pick(self, ticket: Ticket) -> tuple[str, ...]:
+        """Concrete units for a count ticket: the first ones of its pool not leased to anyone."""
+        pool = next((p for p in (self.inventory.pools if self.inventory else ()) if p.name == ticket.resource_type),
+                    None)
+        if pool is None:
+            raise Refused(f"authority {self.name}: ticket {ticket.id} promises {ticket.count} of "
+                          f"{ticket.resource_type!r}, which this authority does not own")
+        leased = self.store.all_claims("leased:")
+        free = [u for u in pool.units if f"leased:{u}" not in leased]
+        if len(free) < ticket.count:
+            raise Refused(f"authority {self.name}: ticket {ticket.id} promises {ticket.count} of {pool.name}; "
+                          f"{len(free)} are not leased (the broker promised more than it was delegated)")
+        return tuple(free[: ticket.count])
+
+    def _signed(self, lease: Lease) -> Lease:
+        return sign_lease(lease, self.key) if self.key is not None else lease
+
+    def _forget(self, lease_id: str, keys: list[str]) -> None:
+        for k in keys:
+            self.store.release(k, lease_id)
+        self.store.delete(LEASES, lease_id)
+
+    # ---- extend, modify, close ---------------------------------------------------------------------------------
+    def extend_lease(self, lease: Lease | None, ticket: Ticket, now: datetime | None = None) -> Lease:
+        """Move a lease's end to its extended ticket's end (the ticket must be newer than the lease and
+        promise what the redeemed one promised)."""
+        self._verify(ticket, self._now(now))
+        with self._lease_lock(ticket.id):
+            doc = self._doc(ticket.id)
+            if doc is None:
+                raise SearchFailed(f"authority {self.name}: no lease for ticket {ticket.id} (closed, reaped or "
+                                   f"never redeemed); provision again")
+            if doc["state"] != "active":
+                raise SearchFailed(f"authority {self.name}: lease {ticket.id} is still being set up; retry")
+            redeemed = Ticket.from_doc(doc["ticket"])
+            if (ticket.units, ticket.resource_type, ticket.count, ticket.reservation) != (
+                    redeemed.units, redeemed.resource_type, redeemed.count, redeemed.reservation):
+                raise Refused(f"authority {self.name}: ticket {ticket.id} promises other units than the one redeemed "
+                              f"into lease {ticket.id}; refused")
+            current = Lease.from_doc(doc["lease"])
+            if ticket.sequence < current.sequence:
+                return current  # an older extension arriving late
+            longer = self._signed(replace(current, end=ticket.end, sequence=ticket.sequence, signature=""))
+            doc.update(lease=longer.to_doc(), ticket=ticket.to_doc())
+            self.store.put(LEASES, longer.id, doc)
+            return longer
+
+    def modify(self, lease_id: str, action: str, now: datetime,
+               properties: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """An operational action on a leased unit (ORCA modifyLease): the driver's new record. `properties`
+        (ORCA's modify properties; e.g. the new `logins` of geni_update_users) replace those keys of the
+        lease's details before the driver acts, and stay with the lease (a restart adopts them)."""
+        with self._lease_lock(lease_id):
+            doc = self._doc(lease_id)
+            if doc is None or doc["state"] != "active":
+                raise SearchFailed(f"authority {self.name}: no active lease {lease_id}")
+            if properties:
+                doc["spec"] = {**doc["spec"], "details": {**doc["spec"].get("details", {}), **properties}}
+            status = self.substrate.modify(SliverSpec.from_doc(doc["spec"]), doc["status"], action, now)
+            doc["status"] = status
+            self.store.put(LEASES, lease_id, doc)
+            return status
+
+    def view(self, lease_id: str) -> dict[str, Any]:
+        """What the driver adds to the manifest of a leased unit (login endpoints, service results); empty
+        for drivers that add nothing."""
+        doc = self._doc(lease_id)
+        view = getattr(self.substrate, "view", None)
+        if doc is None or doc["state"] != "active" or view is None:
+            return {}
+        return view(SliverSpec.from_doc(doc["spec"]), doc["status"])
+
+    def status(self, lease_id: str, now: datetime) -> tuple[str, str]:
+        """(GENI operational state, error) of a leased unit, as of `now`."""
+        doc = self._doc(lease_id)
+        if doc is None or doc["state"] != "active":
+            raise SearchFailed(f"authority {self.name}: no active lease {lease_id}")
+        return self.substrate.status(SliverSpec.from_doc(doc["spec"]), doc["status"], now)
+
+    def lease_doc(self, lease_id: str) -> dict[str, Any] | None:
+        return self._doc(lease_id)
+
+    def close(self, lease_id: str, now: datetime) -> bool:
+        """Tear a lease down and free its units; closing what is not (or no longer) leased is fine."""
+        if self.store is None:
+            return False
+        with self._lease_lock(lease_id):
+            doc = self._doc(lease_id)
+            if doc is None:
+                for k in self.store.claims_of(lease_id):  # a redeem that crashed before recording
+                    self.store.release(k, lease_id)
+                return False
+            spec = SliverSpec.from_doc(doc["spec"])
+            try:
+                self.substrate.destroy(spec, doc["status"], now)
+            except GeniError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                raise ServerError(f"authority {self.name}: the substrate could not tear down {spec.kind} "
+                                  f"{spec.client_id or spec.id}: {exc}; the close will be retried") from None
+            self.fault("authority:destroyed")
+            self._forget(lease_id, [f"leased:{u}" for u in spec.units])
+            return True
+
+    def live_slivers(self) -> list[tuple[SliverSpec, dict[str, Any]]]:
+        """The spec and driver record of every active lease: what a driver that owns real objects reconciles
+        the host against when it starts (remove what no lease holds, adopt the rest)."""
+        if self.store is None:
+            return []
+        return [(SliverSpec.from_doc(d["spec"]), d["status"]) for d in self.store.scan(LEASES)
+                if d.get("state") == "active" and d["lease"]["authority"] == self.name]
+
+    def leases(self) -> list[Lease]:
+        if self.store is None:
+            return []
+        return [Lease.from_doc(d["lease"]) for d in self.store.scan(LEASES) if d.get("state") == "active"
+                and d["lease"]["authority"] == self.name]
+
+    def reap(self, now: datetime) -> list[str]:
+        """Close every lease whose term has ended (the authority's clock; a slice manager that vanished
+        does not keep units forever)."""
+        gone = []
+        if self.store is None:
+            return gone
+        for d in self.store.scan(LEASES):  # active ones, and set-ups a crash interrupted
+            lease = Lease.from_doc(d["lease"])
+            if lease.authority == self.name and lease.end <= now:
+                self.close(lease.id, now)
+                gone.append(lease.id)
+        return gone
+
+    def expired(self, lease_end: datetime, now: datetime) -> bool:
+        return now >= lease_end
+
+
+class Delegator:
+    """Delegates an authority's inventory to its broker when the authority starts (`export_to`), retrying
+    with backoff until the broker answers: in the distributed deployment the authority may start before its
+    broker, or the broker may be restarting. One attempt runs at once (`start` returns after it), the rest in
+    a background thread until one succeeds or `stop` is called."""
+
+    def __init__(self, authority: Authority, broker: Any, first_delay: float = 0.5, max_delay: float = 30.0):
+        self.authority = authority
+        self.broker = broker
+        self.first_delay = first_delay
+        self.max_delay = max_delay
+        self.done = threading.Event()  # set once the broker accepted
+        self.last_error = ""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def attempt(self) -> bool:
+        """Delegate once; False (with `last_error`) when the broker did not take it."""
+        try:
+            self.authority.export_to(self.broker)
+        except (GeniError, OSError) as exc:
+            self.last_error = getattr(exc, "message", None) or str(exc)
+            return False
+        self.last_error = ""
+        self.done.set()
+        log.info("authority %s delegated its inventory to broker %s", self.authority.name,
+                 self.authority._broker_name(self.broker))
+        return True
+
+    def start(self) -> bool:
+        """Delegate now; when that fails, keep trying in the background. True if the first attempt succeeded."""
+        if self.attempt():
+            return True
+        log.warning("authority %s could not delegate to its broker yet (%s); retrying", self.authority.name,
+                    self.last_error)
+        self._thread = threading.Thread(target=self._retry, name="authority-delegation", daemon=True)
+        self._thread.start()
+        return False
+
+    def _retry(self) -> None:
+        delay = self.first_delay
+        while not self._stop.wait(delay):
+            if self.attempt():
+                return
+            log.warning("authority %s: delegation to its broker failed (%s); next try in %.1f s",
+                        self.authority.name, self.last_error, min(delay * 2, self.max_delay))
+            delay = min(delay * 2, self.max_delay)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+def authority_handlers(authority: Authority) -> dict[str, Any]:
+    """The authority's methods as a network actor (see slicex.actor_rpc)."""
+    from slicex.clock import parse_time
+
+    def redeem(doc, spec, now):
+        lease, op = authority.redeem(Ticket.from_doc(doc), SliverSpec.from_doc(spec), parse_time(now))
+        return {"ticket": doc, "lease": lease.to_doc(), "end": rfc3339(lease.end), "sequence": lease.sequence,
+                "op": op}
+
+    def extend_lease(doc, now=None):
+        lease = authority.extend_lease(None, Ticket.from_doc(doc), parse_time(now) if now else None)
+        return {"ticket": doc, "lease": lease.to_doc(), "sequence": lease.sequence}
+
+    def modify(lease_id, action, now, properties=None):
+        return authority.modify(lease_id, action, parse_time(now), properties)
+
+    def view(lease_id):
+        return authority.view(lease_id)
+
+    def status(lease_id, now):
+        return list(authority.status(lease_id, parse_time(now)))
+
+    def close(lease_id, now):
+        return authority.close(lease_id, parse_time(now))
+
+    return {"redeem": redeem, "extend_lease": extend_lease, "modify": modify, "status": status, "close": close,
+            "view": view}
+
+
+class RemoteAuthority:
+    """Proxy with the same methods as Authority, for slice managers in other processes."""
+
+    def __init__(self, client: Any):
+        self.client = client
+
+    def redeem(self, ticket: Ticket, spec: SliverSpec, now: datetime) -> tuple[Lease, dict[str, Any]]:
+        out = self.client.call("redeem", ticket.to_doc(), spec.to_doc(), rfc3339(now))
+        return Lease.from_doc(out["lease"]), out["op"]
+
+    def extend_lease(self, lease: Any, ticket: Ticket, now: datetime | None = None) -> Lease:
+        out = self.client.call("extend_lease", ticket.to_doc(), rfc3339(now) if now else "")
+        return Lease.from_doc(out["lease"])
+
+    def modify(self, lease_id: str, action: str, now: datetime,
+               properties: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        if properties:
+            return self.client.call("modify", lease_id, action, rfc3339(now), dict(properties))
+        return self.client.call("modify", lease_id, action, rfc3339(now))
+
+    def view(self, lease_id: str) -> dict[str, Any]:
+        return self.client.call("view", lease_id)
+
+    def status(self, lease_id: str, now: datetime) -> tuple[str, str]:
+        state, error = self.client.call("status", lease_id, rfc3339(now))
+        return state, error
+
+    def close(self, lease_id: str, now: datetime) -> bool:
+        return self.client.call("close", lease_id, rfc3339(now))

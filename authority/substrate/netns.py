@@ -1,0 +1,631 @@
+"""The netns substrate driver: real slivers on one Linux host.
+
+- A node sliver is a network namespace (loopback up, /etc/netns/<ns>/hostname) with one veth pair per
+  interface: one end inside with the node's MAC and address, the other a port of the deployment's private
+  Open vSwitch bridge (userspace datapath). Provisioning creates it with its interfaces down
+  (geni_notready); geni_start brings them up, geni_stop down, geni_restart both.
+- A link or LAN sliver is a segment of the bridge keyed by the VLAN tag the broker chose: geni_start installs
+  its OpenFlow rules (authority/substrate/flows.py, pushed by the os-ken controller or ovs-ofctl), geni_stop removes
+  them. Ports of different segments never exchange a frame, so slices are isolated.
+- Link capacity is a token bucket on both ends of every interface on the link (egress of the namespace end
+  and of the bridge end). Latency and loss need netem; where the kernel lacks it they are refused.
+- Each node is also a machine (authority/substrate/container.py): an unprivileged LXC container joined to that
+  namespace, with its own root file system (an overlay over the slice's uid-shifted copy of a catalogue
+  image, authority/substrate/images.py), its own users and processes, its uids in a host range no other slice
+  holds, and the sliver type's cores and memory enforced with cgroups. geni_start boots it, geni_stop stops it.
+- Login (authority/substrate/login.py): the node's sshd runs inside its container with the slice users' keys
+  (geni_users at Provision, geni_update_users after), reached through a port on the host (127.0.0.1 by
+  default); the manifest's login service names that host and port. Post-boot `execute` services
+  (authority/substrate/execute.py) run inside the node at every start, as its user; the node is configuring while
+  they run and failed, naming the command, if one exits non-zero.
+
+Every object name starts with the deployment's prefix (netns_plan.py), so `reconcile` can remove what belongs
+to no live lease after a crash and adopt the rest. Status checks the real objects: a node whose namespace
+vanished is geni_failed, never ready."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from authority.actor import SliverSpec
+from authority.substrate import hostnet
+from authority.substrate.container import (
+    NodeContainer,
+    NodeLimits,
+    UidRanges,
+    assign_uids,
+    cgroup_pids,
+    ensure_subids,
+    lxc_missing,
+    node_limits,
+    uid_base,
+)
+from authority.substrate.execute import NodeServices, services_of, verdict
+from authority.substrate.flows import AccessPort, Segment, Uplink, segment_flows
+from authority.substrate.images import DEFAULT_IMAGE, ImageCatalogue, NodeImage, image_name, shift_copy
+from authority.substrate.install import DEFAULT_MAX_BYTES, install_all, installs_of
+from authority.substrate.login import Account, LoginRelay, accounts, kill_netns_processes
+from authority.substrate.netns_plan import (
+    LinkPlan,
+    NodePlan,
+    check_prefix,
+    link_plan,
+    node_plan,
+    owned,
+    shared_trunk_name,
+    tbf_args,
+    trunk_name,
+)
+from authority.substrate.openflow import FlowProgrammer, OfctlProgrammer, OsKenController, osken_available
+from authority.substrate.ovs import OvsSwitch, default_run_dir
+from slicex.errors import BadArgs, GeniError, ServerError, Unsupported
+
+log = logging.getLogger("slicex.netns")
+
+DESCRIPTION = ("netns substrate: each node is an unprivileged LXC container on this host (its own root file "
+               "system from an image, users, processes and uid range; cores and memory enforced by cgroups) in a "
+               "network namespace of its own, each link a VLAN segment of a private Open vSwitch bridge "
+               "programmed over OpenFlow, capacity enforced with tc, an sshd per node on a host port; nodes "
+               "share the host's kernel")
+STATE_ROOT = Path("/var/lib")  # /var/lib/slicex-<prefix>: containers, their layers, uid-shifted image copies
+UID_RANGES_DIR = Path("/var/lib/slicex/uid-ranges")  # host-wide: deployments sharing a host never share a range
+NEEDED = ("root", "ip", "tc", "ethtool", "netns", "veth", "tbf")
+READY, NOTREADY, FAILED = "geni_ready", "geni_notready", "geni_failed"
+
+
+class NetnsDriver:
+    """SubstrateDriver over namespaces, veths, tc, a private OVS and a container per node. `start` before use,
+    `shutdown` after."""
+
+    def __init__(self, prefix: str, run_dir: Path | None = None, controller: str = "auto", timeout: float = 30.0,
+                 login_address: str = "127.0.0.1", login_host: str | None = None, switch_dir: Path | None = None,
+                 cables: Mapping[str, str] | None = None, state_dir: Path | None = None,
+                 images: ImageCatalogue | None = None, default_image: str = DEFAULT_IMAGE,
+                 uid_ranges_dir: Path | None = None, pids_max: int = 1024, install_sources: Iterable[str] = (),
+                 install_max_bytes: int = DEFAULT_MAX_BYTES):
+        """`switch_dir`: the run directory of an Open vSwitch shared with other deployments on this host (one
+        bridge each; slicex.yaml `netns: {switch_dir: ...}`). Two ovs-vswitchd with the userspace datapath
+        cannot run on one host: the second cannot create its `ovs-netdev` tap ("Device or resource busy") and
+        its bridges never come up. `cables`: external port URN -> the remote port URN (the substrate's
+        external links); on a shared switch the driver joins two aggregates' bridges itself, with a veth pair
+        named from both ports (`shared_trunk_name`), the first time a stitched link uses the cable.
+        `state_dir` holds the node containers (default /var/lib/slicex-<prefix>); `images` the operator's
+        image catalogue; `default_image` what a node that names none boots; `install_sources` the URL prefixes
+        of the file servers install services may fetch from (none: install services are refused)."""
+        self.prefix = check_prefix(prefix)
+        self.bridge = f"{prefix}-br"
+        self.dpid = int(hashlib.sha256(prefix.encode()).hexdigest()[:12], 16)
+        self.run_dir = Path(run_dir or default_run_dir(prefix))
+        self.shared_switch = switch_dir is not None
+        self.ovs = OvsSwitch(switch_dir or self.run_dir, timeout=timeout)
+        self.cables = {k.lower(): v for k, v in (cables or {}).items()}
+        if controller not in ("auto", "os-ken", "ovs-ofctl"):
+            raise BadArgs(f"netns controller {controller!r}: auto, os-ken or ovs-ofctl")
+        why = osken_available() if controller != "ovs-ofctl" else "not asked for"
+        if controller == "os-ken" and why:
+            raise Unsupported(f"the os-ken controller cannot be imported here ({why}); pip install os-ken, or use "
+                              f"controller ovs-ofctl")
+        self.flows: FlowProgrammer = (OsKenController(self.run_dir, timeout) if why is None
+                                      else OfctlProgrammer(self.ovs))
+        self.description = f"{DESCRIPTION} (OpenFlow rules from {self.flows.name})"
+        self.links: dict[int, LinkPlan] = {}  # live link segments by VLAN
+        self.enabled: set[int] = set()  # segments started (their rules installed)
+        self.ports: dict[str, tuple[int, int, str]] = {}  # bridge port -> (ofport, vlan, mac)
+        self.netem = False
+        self.nodes_dir = Path(f"{self.run_dir}-nodes")  # login relays' pid files and logs (root's)
+        self.state_dir = Path(state_dir or STATE_ROOT / f"slicex-{prefix}")
+        self.lxcpath = self.state_dir / "lxc"
+        self.bases_dir = self.state_dir / "bases"  # per uid range, the image copies shifted into it
+        self.images = images or ImageCatalogue()
+        self.default_image = default_image
+        self.uid_ranges = UidRanges(uid_ranges_dir or UID_RANGES_DIR)
+        self.pids_max = pids_max
+        self.install_sources = tuple(install_sources)
+        self.install_max_bytes = install_max_bytes
+        self.node_slices: dict[str, str] = {}  # namespace of a live node -> its slice's uid range owner
+        self.trunks: dict[str, int] = {}  # external port URN (lower case) -> ofport of its trunk device
+        self.login_address = login_address  # where the login ports listen
+        self.login_host = login_host or login_address  # what the manifest tells users to connect to
+        self._lock = threading.RLock()
+
+    # ---- lifecycle -------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Check the host can do it, start (or adopt) the private switch and the controller; make sure an
+        image exists to boot nodes from (the first start builds the default one)."""
+        caps = hostnet.capabilities()
+        missing = [f"{k}: {caps.get(k, 'not probed')}" for k in NEEDED if caps.get(k) != "ok"]
+        missing += lxc_missing()
+        if missing:
+            raise Unsupported("the netns substrate cannot run on this host: " + "; ".join(missing))
+        changed = ensure_subids()
+        if changed:
+            log.info("netns: gave root the node uid ranges in %s", ", ".join(changed))
+        if self.images.get(self.default_image) is None:
+            log.info("netns: building node image %s (debootstrap; once per host)", self.default_image)
+            self.images.build(self.default_image)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir.chmod(0o711)
+        self.netem = caps.get("netem") == "ok"
+        self.ovs.start()
+        self.flows.start()
+        self.ovs.ensure_bridge(self.bridge, self.dpid, self.flows.controller_target())
+        with self._lock:
+            self._push()
+
+    def holds_slivers(self) -> bool:
+        """Whether any node of this deployment is on the host (a namespace or a container with its prefix)."""
+        return any(ns.startswith(self.prefix + "-") for ns in hostnet.namespaces()) or (
+            self.lxcpath.is_dir() and any(self.lxcpath.iterdir()))
+
+    def shutdown(self, remove: bool = False) -> None:
+        """Stop the controller and the switch. Slivers' namespaces and containers stay (their leases are live;
+        the next start reconciles); when there are none, nothing of this deployment does: its bridge, run and
+        state directories go too, as `remove` makes them go in any case (tests, operators uninstalling)."""
+        remove = remove or not self.holds_slivers()
+        self.flows.stop()
+        if remove and self.ovs.running():
+            self.ovs.vsctl("--if-exists", "del-br", self.bridge)
+        if self.shared_switch:  # the switch is the host's: its owner stops it; this deployment only its bridge
+            if remove:
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+        else:
+            self.ovs.stop(remove=remove)
+        if remove:
+            shutil.rmtree(self.nodes_dir, ignore_errors=True)  # node directories went with their slivers
+            if self.lxcpath.is_dir():
+                for d in self.lxcpath.iterdir():
+                    NodeContainer(self.lxcpath, d.name).destroy()
+            for owner in self._owned_ranges():
+                self.uid_ranges.release(owner)
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+            hostnet.del_link(self.bridge)  # the netdev datapath's tap for the bridge may outlive the daemon
+
+    # ---- the SubstrateDriver seam ----------------------------------------------------------------------------
+    def create(self, spec: SliverSpec, now: datetime) -> dict[str, Any]:
+        with self._lock:
+            if spec.kind == "link":
+                plan = self._link_plan(spec)
+                if plan.vlan is not None:
+                    other = self.links.get(plan.vlan)
+                    if other is not None and other.sliver_id != spec.id:
+                        raise ServerError(f"link {spec.client_id}: VLAN {plan.vlan} is already the segment of "
+                                          f"sliver {other.sliver_id} on this host")
+                    self.links[plan.vlan] = plan
+                return {"state": NOTREADY, "vlan": plan.vlan}
+            if spec.kind != "node":
+                raise BadArgs(f"the netns substrate has no {spec.kind} slivers")
+            plan = self._node_plan(spec)
+            services_of(spec.details, spec.client_id)  # refuse an unknown shell now, not at boot
+            installs_of(spec.details, spec.client_id, self.install_sources)  # and a file server not offered
+            accts = accounts(spec.details.get("logins") or ())
+            image = self._image(spec)
+            limits = self._limits(spec, plan)
+            owner = self._owner(spec)
+            try:
+                index = self.uid_ranges.claim(owner)
+                self.node_slices[plan.netns] = owner
+                self._build(plan, up=False)
+                self._define(plan, image, index, limits)
+                self._set_users(plan, accts, running=False)
+                port = self._relay(plan).ensure_forward(None)
+            except (GeniError, OSError) as exc:
+                self._teardown(plan)
+                if isinstance(exc, GeniError):
+                    raise
+                raise ServerError(f"node {spec.client_id}: {exc}") from None
+            return {"state": NOTREADY, "netns": plan.netns, "login_port": port, "image": image.name,
+                    "uid_range": index, "limits": limits.to_doc(),
+                    "interfaces": {i.client_id: {"device": i.ns_if, "address": i.address, "vlan": i.vlan,
+                                                 "rate_kbps": i.rate_kbps} for i in plan.interfaces}}
+
+    def modify(self, spec: SliverSpec, status: dict[str, Any], action: str, now: datetime) -> dict[str, Any]:
+        with self._lock:
+            if action == "geni_update_users":
+                if spec.kind == "node":  # the authority merged the new users into the spec's logins
+                    plan = self._node_plan(spec)
+                    self._set_users(plan, accounts(spec.details.get("logins") or ()),
+                                    running=self._container(plan).running())
+                return {**status, "error": ""}
+            if action not in ("geni_start", "geni_stop", "geni_restart"):
+                raise Unsupported(f"{action} is not an action of the netns substrate")
+            up = action != "geni_stop"
+            if spec.kind == "link":
+                plan = self._link_plan(spec)
+                if plan.vlan is not None:
+                    self.links.setdefault(plan.vlan, plan)
+                    if up:
+                        for port, _tags in plan.uplinks:
+                            self._trunk(port)
+                    (self.enabled.add if up else self.enabled.discard)(plan.vlan)
+                    self._push()
+            else:
+                plan = self._node_plan(spec)
+                if plan.netns not in hostnet.namespaces():
+                    raise ServerError(f"node {spec.client_id}: its namespace {plan.netns} is gone from the host")
+                for i in plan.interfaces:
+                    if action == "geni_restart":
+                        hostnet.set_up(plan.netns, i.ns_if, False)
+                    hostnet.set_up(plan.netns, i.ns_if, up)
+                if up:
+                    slow = [i.ns_if for i in plan.interfaces if not hostnet.wait_carrier(plan.netns, i.ns_if)]
+                    if slow:
+                        raise ServerError(f"node {spec.client_id}: interfaces {', '.join(slow)} of namespace "
+                                          f"{plan.netns} did not come up")
+                self._node_services(spec, plan, status, up, restart=action == "geni_restart", boot=True)
+            return {**status, "state": READY if up else NOTREADY, "error": ""}
+
+    def destroy(self, spec: SliverSpec, status: dict[str, Any], now: datetime) -> None:
+        """Remove everything of the sliver; asked twice, the second time finds nothing to do."""
+        with self._lock:
+            if spec.kind == "link":
+                vlan = self._link_plan(spec).vlan
+                if vlan is not None and (lk := self.links.get(vlan)) is not None and lk.sliver_id == spec.id:
+                    del self.links[vlan]
+                    self.enabled.discard(vlan)
+                    self._push()
+                return
+            plan = self._node_plan(spec)
+            self.node_slices.setdefault(plan.netns, self._owner(spec))
+            self._teardown(plan)
+
+    def status(self, spec: SliverSpec, status: dict[str, Any], now: datetime) -> tuple[str, str]:
+        """The recorded state, checked against the host: what is gone is geni_failed, saying what."""
+        state = status.get("state", NOTREADY)
+        if spec.kind == "link":
+            vlan = status.get("vlan")
+            if state == READY and vlan is not None and vlan not in self.enabled:
+                return FAILED, f"segment VLAN {vlan} has no forwarding rules on bridge {self.bridge}"
+            return state, status.get("error", "")
+        ns = status.get("netns") or self._node_plan(spec).netns
+        if ns not in hostnet.namespaces():
+            return FAILED, f"namespace {ns} is gone from the host"
+        if state == READY:
+            down = [d["device"] for d in status.get("interfaces", {}).values() if not hostnet.is_up(ns, d["device"])]
+            if down:
+                return FAILED, f"interfaces {', '.join(down)} of namespace {ns} are down"
+            plan = self._node_plan(spec)
+            container = self._container(plan)
+            if not container.running():
+                return FAILED, f"the container of node {spec.client_id} ({plan.netns}) is not running"
+            if "sshd" not in container.process_names():
+                return FAILED, f"the sshd of node {spec.client_id} (container {ns}) is not running"
+            if status.get("login_port") and not self._relay(plan).forward_running():
+                return FAILED, (f"the login port {self.login_address}:{status['login_port']} of node "
+                                f"{spec.client_id} has no relay to its sshd")
+            services = services_of(spec.details, spec.client_id)
+            if services:
+                how, why = verdict(self._services(plan).results(services))
+                if how == "running":
+                    return "geni_configuring", ""
+                if how == "failed":
+                    return FAILED, f"node {spec.client_id}: {why}"
+        return state, status.get("error", "")
+
+    def view(self, spec: SliverSpec, status: dict[str, Any]) -> dict[str, Any]:
+        """What the manifest shows of a node beyond the slice manager's record: where its users log in
+        (this host's login port, not port 22 of a name nobody resolves), its execute services' results and
+        what the machine got (image, cores, memory)."""
+        if spec.kind != "node":
+            return {}
+        out: dict[str, Any] = {}
+        port = status.get("login_port")
+        if port:
+            out["logins"] = [{"username": a.name, "hostname": self.login_host, "port": port}
+                             for a in accounts(spec.details.get("logins") or ())]
+        plan = self._node_plan(spec)
+        if status.get("limits"):
+            out["container"] = {**status["limits"], "image": status.get("image", ""),
+                                **self._container(plan).usage()}
+        services = services_of(spec.details, spec.client_id)
+        if services:
+            out["execute"] = self._services(plan).results(services)
+        return out
+
+    # ---- reconcile -------------------------------------------------------------------------------------------
+    def reconcile(self, live: Iterable[tuple[SliverSpec, dict[str, Any]]]) -> dict[str, list[str]]:
+        """After a restart: adopt the objects of live slivers (re-creating what is missing, restoring
+        started/stopped), remove every object with this deployment's prefix that belongs to none."""
+        live = list(live)
+        with self._lock:
+            self.links.clear()
+            self.enabled.clear()
+            self.ports.clear()
+            self.trunks.clear()
+            self.node_slices.clear()
+            for spec, status in live:
+                if spec.kind == "link":
+                    plan = self._link_plan(spec, check=False)
+                    if plan.vlan is not None:
+                        self.links[plan.vlan] = plan
+                        if status.get("state") == READY:
+                            self.enabled.add(plan.vlan)
+            nodes = [(spec, status, self._node_plan(spec)) for spec, status in live if spec.kind == "node"]
+            for spec, _status, plan in nodes:
+                self.node_slices[plan.netns] = self._owner(spec)
+            for vlan in self.enabled:
+                for port, _tags in self.links[vlan].uplinks:
+                    self._trunk(port)
+            keep = set().union(*(p.names() for _s, _st, p in nodes)) | {self.bridge} | {
+                self.trunk_device(port) for lk in self.links.values() for port, _t in lk.uplinks}
+            removed: list[str] = []
+            if self.lxcpath.is_dir():
+                for d in self.lxcpath.iterdir():
+                    if d.name not in keep:
+                        NodeContainer(self.lxcpath, d.name).destroy()
+                        removed.append(f"container {d.name}")
+            for ns in sorted(hostnet.namespaces()):
+                if ns.startswith(self.prefix + "-") and ns not in keep:
+                    self._relay_of(ns).remove()
+                    kill_netns_processes(ns)
+                    hostnet.del_namespace(ns)
+                    removed.append(f"namespace {ns}")
+            if self.nodes_dir.exists():
+                for d in self.nodes_dir.iterdir():
+                    if d.name not in keep:
+                        self._relay_of(d.name).remove()
+                        removed.append(f"node directory {d}")
+            if hostnet.NETNS_ETC.exists():
+                for d in hostnet.NETNS_ETC.glob(f"{self.prefix}-*"):
+                    if d.name not in keep:
+                        hostnet.del_namespace(d.name)
+            for port in self.ovs.ports(self.bridge):
+                if port not in keep:
+                    self.ovs.del_port(self.bridge, port)
+                    removed.append(f"port {port}")
+            for name in hostnet.links():
+                if owned(self.prefix, name) and name not in keep:
+                    hostnet.del_link(name)
+                    removed.append(f"veth {name}")
+            live_owners = set(self.node_slices.values())
+            for owner in self._owned_ranges():
+                if owner not in live_owners:
+                    self.uid_ranges.release(owner)
+                    removed.append(f"uid range of {owner.split(' ', 1)[1]}")
+            adopted = []
+            for spec, status, plan in nodes:
+                up = status.get("state") == READY
+                index = self.uid_ranges.claim(self._owner(spec))
+                self._build(plan, up=up)
+                recorded = status.get("image")
+                image = (self.images.get(recorded) or recorded) if recorded else self._image(spec)
+                self._define(plan, image, index, self._limits(spec, plan))
+                self._set_users(plan, accounts(spec.details.get("logins") or ()), running=False)
+                self._relay(plan).ensure_forward(status.get("login_port"))
+                self._node_services(spec, plan, status, up, restart=False, boot=False)
+                adopted.append(plan.netns)
+            self._push()
+            if removed:
+                log.info("netns reconcile removed %s", ", ".join(removed))
+            return {"removed": removed, "adopted": adopted}
+
+    def leftovers(self) -> list[str]:
+        """Every host object with this deployment's prefix (tests: nothing may remain after delete)."""
+        out = [f"namespace {ns}" for ns in hostnet.namespaces() if ns.startswith(self.prefix + "-")]
+        out += [f"link {n}" for n in hostnet.links() if owned(self.prefix, n) and n != self.bridge]
+        if self.ovs.running() and self.bridge in self.ovs.bridges():
+            out += [f"port {p}" for p in self.ovs.ports(self.bridge)]
+        if hostnet.NETNS_ETC.exists():
+            out += [f"/etc/netns/{d.name}" for d in hostnet.NETNS_ETC.glob(f"{self.prefix}-*")]
+        if self.nodes_dir.exists():
+            out += [f"node directory {d}" for d in self.nodes_dir.iterdir()]
+        if self.lxcpath.is_dir():
+            out += [f"container {d.name}" for d in self.lxcpath.iterdir()]
+        out += [f"cgroup {d}" for d in self.cgroups()]
+        out += [f"uid range {i} ({owner})" for i, owner in self.uid_ranges.claims().items()
+                if owner.startswith(self.prefix + " ")]
+        out += [f"process {pid} ({cmd})" for pid, cmd in self.processes()]
+        return out
+
+    def cgroups(self) -> list[Path]:
+        """This deployment's node cgroups on the host (each controller's slicex/<prefix>-* directories)."""
+        root = Path("/sys/fs/cgroup")
+        out: list[Path] = []
+        for ctrl in [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []:
+            for top in ("slicex", "slicex-monitor"):
+                if (ctrl / top).is_dir():
+                    out += sorted((ctrl / top).glob(f"{self.prefix}-*"))
+        return out
+
+    def processes(self) -> list[tuple[int, str]]:
+        """This deployment's node processes (relays, lxc-attach and lxc monitors, and every process inside
+        its containers), by their command lines and cgroups."""
+        marks = (str(self.nodes_dir) + "/", f"--netns {self.prefix}-", str(self.lxcpath) + " ")
+        inside = {pid for d in self.cgroups() for pid in cgroup_pids(d)}
+        out = []
+        for p in Path("/proc").iterdir():
+            if not p.name.isdigit():
+                continue
+            try:
+                cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            except OSError:
+                continue
+            pid = int(p.name)
+            if pid != os.getpid() and (pid in inside or (cmd and any(m in cmd + " " for m in marks))):
+                out.append((pid, cmd[:120]))
+        return out
+
+    # ---- helpers ---------------------------------------------------------------------------------------------
+    def _link_plan(self, spec: SliverSpec, check: bool = True) -> LinkPlan:
+        return link_plan(spec.id, spec.client_id, spec.labels, spec.details, netem=self.netem or not check)
+
+    def _node_plan(self, spec: SliverSpec) -> NodePlan:
+        return node_plan(self.prefix, spec.id, spec.client_id, spec.labels, spec.details, self.links)
+
+    def _owner(self, spec: SliverSpec) -> str:
+        """Who holds a node's uid range: its slice (every node of a slice shares one range, no other slice
+        does); a sliver recorded before slices were named holds one of its own."""
+        return f"{self.prefix} {spec.details.get('slice_urn') or spec.id}"
+
+    def _owned_ranges(self) -> list[str]:
+        return sorted({o for o in self.uid_ranges.claims().values() if o.startswith(self.prefix + " ")})
+
+    def _image(self, spec: SliverSpec, recorded: str | None = None) -> NodeImage:
+        """The catalogue image a node boots: the one it booted before (a restart), else its disk_image, else
+        the default. One the catalogue lacks is refused naming those it has."""
+        wanted = recorded or image_name(str(spec.details.get("disk_image") or "")) or self.default_image
+        img = self.images.get(wanted)
+        if img is None:
+            offered = ", ".join(i.name for i in self.images.list()) or "none: slicex image build"
+            raise BadArgs(f"node {spec.client_id}: disk image {wanted} is not in this aggregate's catalogue "
+                          f"(offered: {offered})")
+        return img
+
+    def _limits(self, spec: SliverSpec, plan: NodePlan) -> NodeLimits:
+        return node_limits(spec.details, plan.netns, os.cpu_count() or 1, self.pids_max)
+
+    def _lower(self, image: NodeImage | str, index: int) -> Path:
+        """The image copy shifted into uid range `index` (made once, kept for the next slice holding the
+        range: containers only ever write their own upper layer). Given only a name (a node adopted after
+        its image left the catalogue), the copy it booted."""
+        base = uid_base(index)
+        holder = self.bases_dir / str(index)
+        if isinstance(image, str):
+            found = sorted(holder.glob(f"{image}-*")) if holder.is_dir() else []
+            if not found:
+                raise ServerError(f"image {image} is gone from the catalogue and from uid range {index}'s copies")
+            return found[-1]
+        lower = holder / f"{image.name}-{image.build_id}"
+        if not lower.is_dir():
+            holder.mkdir(parents=True, exist_ok=True)
+            os.chown(holder, base, base)
+            holder.chmod(0o700)  # only that range's root gets through: other slices' roots are other uids
+            for old in holder.iterdir():
+                if old.name.startswith(f"{image.name}-"):
+                    shutil.rmtree(old, ignore_errors=True)
+            shift_copy(image.rootfs, lower, base)
+        return lower
+
+    def _container(self, plan: NodePlan) -> NodeContainer:
+        return NodeContainer(self.lxcpath, plan.netns)
+
+    def _define(self, plan: NodePlan, image: NodeImage | str, index: int, limits: NodeLimits) -> None:
+        # a node that shares its namespace with its container: its root may bind port 22, its users ping
+        hostnet.exec_in(plan.netns, ["sysctl", "-q", "-w", "net.ipv4.ip_unprivileged_port_start=22",
+                                     "net.ipv4.ping_group_range=0 2147483647"], check=True)
+        self._container(plan).define(plan.hostname, self._lower(image, index), uid_base(index), plan.netns, limits)
+
+    def _set_users(self, plan: NodePlan, accts: list[Account], running: bool) -> None:
+        container = self._container(plan)
+        uids = dict(assign_uids([(a.name, a.urn) for a in accts], container.users()))
+        container.set_users([(a.name, uids[a.name], a.keys) for a in accts])
+        if running:
+            container.sync_users()
+
+    def _build(self, plan: NodePlan, up: bool) -> None:
+        """Make the node's network objects exist as planned (idempotent): namespace, veths, addresses, rates,
+        ports. The bridge end's token bucket goes on after the port is added: Open vSwitch removes a root
+        qdisc already on an interface it adds as a port."""
+        hostnet.add_namespace(plan.netns, plan.hostname)
+        for i in plan.interfaces:
+            hostnet.add_veth(plan.netns, i.ns_if, i.host_if, i.mac)
+            if i.address:
+                hostnet.set_address(plan.netns, i.ns_if, i.address)
+            tbf = tbf_args(i.rate_kbps) if i.rate_kbps else None
+            hostnet.shape(plan.netns, i.ns_if, tbf)
+            hostnet.set_up(plan.netns, i.ns_if, up)
+            if i.vlan is not None:
+                self.ports[i.host_if] = (self.ovs.add_port(self.bridge, i.host_if, i.vlan), i.vlan, i.mac)
+            hostnet.shape(None, i.host_if, tbf)
+        self._push()
+
+    def trunk_device(self, port: str) -> str:
+        """The host device of an external port's trunk: on a shared switch named from the switch and the port
+        (both sides of a cable know both names), else `trunk_name(prefix, port)`, which the operator makes."""
+        if self.shared_switch:
+            return shared_trunk_name(str(self.ovs.run_dir), port)
+        return trunk_name(self.prefix, port)
+
+    def _trunk(self, port: str) -> int:
+        """The OpenFlow port of the trunk toward another aggregate, added to the bridge the first time a
+        stitched link uses it. On a shared switch the veth pair to the remote port's end is made here when it
+        does not exist yet (the other aggregate adds its end to its own bridge); otherwise the device must
+        exist (the operator's cable, or `hostnet.add_trunk`)."""
+        key = port.lower()
+        if key not in self.trunks:
+            dev = self.trunk_device(port)
+            if dev not in hostnet.links():
+                remote = self.cables.get(key)
+                if not (self.shared_switch and remote):
+                    how = ("the substrate file names no remote port for it" if self.shared_switch else
+                           f"make it (an interface named {dev}) or share one switch (netns: switch_dir)")
+                    raise ServerError(f"stitched port {port}: its trunk device {dev} does not exist on this host; "
+                                      f"{how} (docs/stitching.md)")
+                hostnet.add_trunk(dev, shared_trunk_name(str(self.ovs.run_dir), remote))
+            self.trunks[key] = self.ovs.add_port(self.bridge, dev)
+        return self.trunks[key]
+
+    def _relay(self, plan: NodePlan) -> LoginRelay:
+        return LoginRelay(self.nodes_dir, plan.netns, plan.hostname, self.login_address)
+
+    def _relay_of(self, ns: str) -> LoginRelay:
+        return LoginRelay(self.nodes_dir, ns, ns, self.login_address)
+
+    def _services(self, plan: NodePlan) -> NodeServices:
+        return NodeServices(self._container(plan))
+
+    def _node_services(self, spec: SliverSpec, plan: NodePlan, status: dict[str, Any], up: bool, restart: bool,
+                       boot: bool) -> None:
+        """The container (its sshd) and execute services follow the node: booted with it (services run at
+        each boot, not when a restarted aggregate adopts a running node), stopped with it."""
+        container, services = self._container(plan), self._services(plan)
+        if not up or restart:
+            services.stop()
+            container.stop()
+        if up:
+            container.start()
+            self._wait_sshd(spec, plan, container)
+            if boot:
+                accts = accounts(spec.details.get("logins") or ())
+                installs = installs_of(spec.details, spec.client_id, self.install_sources)
+                if installs:
+                    install_all(container, installs, accts[0].name if accts else "nobody", spec.client_id,
+                                self.install_max_bytes)
+                services.start(services_of(spec.details, spec.client_id), accts[0] if accts else None)
+
+    def _wait_sshd(self, spec: SliverSpec, plan: NodePlan, container: NodeContainer, timeout: float = 20.0) -> None:
+        """Until the node's sshd listens on port 22 of its namespace (a fresh node makes its host key first)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if ":22 " in hostnet.exec_in(plan.netns, ["ss", "-Hltn", "sport = :22"], timeout=5).stdout + " ":
+                return
+            if not container.running():
+                break
+            time.sleep(0.05)
+        raise ServerError(f"node {spec.client_id}: its sshd did not listen within {timeout:.0f} s (container "
+                          f"{plan.netns} {'runs' if container.running() else 'stopped'}; see "
+                          f"{container.dir / 'lxc.log'})")
+
+    def _teardown(self, plan: NodePlan) -> None:
+        self._container(plan).destroy()  # every process of the node, its layers and cgroups
+        self._relay(plan).remove()
+        kill_netns_processes(plan.netns)  # nothing may hold the namespace
+        for i in plan.interfaces:
+            self.ovs.del_port(self.bridge, i.host_if)
+            self.ports.pop(i.host_if, None)
+        hostnet.del_namespace(plan.netns)
+        for i in plan.interfaces:  # the namespace took its ends and their peers; a half-made pair may remain
+            hostnet.del_link(i.host_if)
+        owner = self.node_slices.pop(plan.netns, None)
+        if owner is not None and owner not in self.node_slices.values():
+            self.uid_ranges.release(owner)  # the slice's last node here: its range is free for another slice
+        self._push()
+
+    def _push(self) -> None:
+        """Install the rules of every started segment (the controller sends only the difference)."""
+        segments = []
+        for vlan in sorted(self.enabled):
+            ports = tuple(AccessPort(ofport, mac) for ofport, v, mac in self.ports.values() if v == vlan)
+            uplinks = tuple(Uplink(self.trunks[p.lower()], tags) for p, tags in self.links[vlan].uplinks
+                            if p.lower() in self.trunks)
+            segments.append(Segment(vlan, ports, uplinks))
+        self.flows.apply(self.bridge, self.dpid, segment_flows(segments))
+

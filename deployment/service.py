@@ -1,0 +1,573 @@
+"""Assemble and run one embedded deployment: the AM API endpoint and the slice authority in one process,
+state in the store named by the config (SQLite by default), the reaper on the actor clock."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from am.api import AggregateManager, AmIdentity, AmPolicy, error_result
+from am.api_v2 import AggregateManagerV2
+from authority.actor import Authority, SubstrateDriver, as_driver
+from authority.substrate.emulated import EmulatedDriver, FailurePlan
+from authority.substrate.fpga import FpgaDriver
+from broker.broker import Broker
+from broker.delegation import export_substrate
+from broker.policy import policy_named
+from clearinghouse import chapi_edge
+from clearinghouse.slice_authority import SaPolicy, SliceAuthority
+from fpga_aggregate.backend import EmulatedFpgaBackend, FpgaBackend
+from fpga_aggregate.bitstreams import BitstreamCatalogue
+from fpga_aggregate.boards import boards_from_config
+from operations.dashboard import Aggregate, Dashboard, DashboardServer, start_dashboard, tls_context
+from operations.ledger import ledger_for
+from operations.metrics import for_slice_manager as metrics_for
+from operations.snapshot import publishers_for
+from rspec.advertisement import AdvertisementCache, Usage
+from rspec.substrate import Substrate, default_substrate, load_substrate
+from slice_manager.actor import ActorSliceManager
+from slice_manager.dry_run import for_slice_manager as dry_run_for
+from slice_manager.peer_gate import held_slivers, wanted_nodes
+from slicex import pki
+from slicex.clock import Clock, SystemClock
+from slicex.credentials import CredentialVerifier
+from slicex.devpki import actor_public_key, actor_urn, ensure_actor_identities, roots_bundle
+from slicex.errors import BadArgs, GeniError, Refused, TooBig
+from slicex.home import Home
+from slicex.inventory import usage_counts
+from slicex.logs import Traced
+from slicex.store import Store, open_store
+from slicex.ticket import load_signing_key
+from slicex.tls_xmlrpc import TlsXmlRpcServer, server_context
+from slicex.trust_roots import PeerTrust
+
+log = logging.getLogger("slicex.service")
+
+
+def substrate_driver(substrate: Substrate, bitstreams: BitstreamCatalogue, fpga_backend: FpgaBackend,
+                     failures: FailurePlan | None = None, base: SubstrateDriver | None = None) -> SubstrateDriver:
+    """The authority's driver: `base` (a host driver such as netns) or the emulated substrate, with FPGA
+    boards programmed through `fpga_backend` when the substrate has any."""
+    driver = base or as_driver(EmulatedDriver(substrate, failures))
+    if not substrate.fpga_boards:
+        return driver
+    return FpgaDriver(driver, boards_from_config(substrate.fpga_boards), bitstreams, fpga_backend)
+
+
+def slice_members_in(store: Store) -> Callable[[str], list[str]]:
+    """The members of a slice this deployment's slice authority holds (none for other authorities' slices)."""
+    from clearinghouse.chapi import members_of
+    from clearinghouse.slice_authority import SLICES
+
+    def members(slice_urn: str) -> list[str]:
+        record = store.get(SLICES, slice_urn.lower())
+        return list(members_of(record)) if record else []
+
+    return members
+
+
+def deployment_substrate(cfg: dict[str, Any]) -> Substrate:
+    """The substrate this deployment offers: the operator's file (or the demo rack) and, on the netns
+    substrate, the node images of the host's catalogue in place of the file's (a container boots only what
+    the catalogue holds)."""
+    from dataclasses import replace
+
+    substrate = load_substrate(cfg["substrate"]) if cfg["substrate"] else default_substrate(cfg["authority"])
+    if (cfg.get("substrate_driver") or "emulated") != "netns":
+        return substrate
+    from pathlib import Path
+
+    from authority.substrate.images import DEFAULT_DIR, DEFAULT_IMAGE, ImageCatalogue, offered_images
+
+    opts = cfg.get("netns") or {}
+    catalogue = ImageCatalogue(Path(opts.get("images_dir") or DEFAULT_DIR))
+    return replace(substrate, images=offered_images(catalogue, substrate.authority,
+                                                    str(opts.get("default_image") or DEFAULT_IMAGE)))
+
+
+def host_driver(cfg: dict[str, Any], home: Home) -> Any:
+    """The driver that makes real slivers on this host when slicex.yaml says `substrate_driver: netns`
+    (`slicex up --substrate netns` records it), else None. Options under `netns:`: `prefix` of every host
+    object (default from the deployment id), `run_dir` of the private Open vSwitch, `controller`
+    (auto | os-ken | ovs-ofctl), `switch_dir` of an Open vSwitch shared with other aggregates on this host."""
+    kind = cfg.get("substrate_driver") or "emulated"
+    if kind == "emulated":
+        return None
+    if kind == "openstack":
+        return openstack_driver(cfg, home)
+    if kind != "netns":
+        raise BadArgs(f"substrate_driver {kind!r} in {home.config_file}: emulated, netns or openstack")
+    from pathlib import Path
+
+    from authority.substrate.netns import NetnsDriver
+    from authority.substrate.netns_plan import deployment_prefix
+
+    opts = cfg.get("netns") or {}
+    prefix = opts.get("prefix") or deployment_prefix(str(cfg.get("deployment_id") or home.root.resolve()))
+    # switch_dir: one Open vSwitch shared by several aggregates on this host, their bridges joined by veth
+    # trunks the driver makes from the substrate's external links (docs/substrate-netns.md, "Several aggregates")
+    cables = {e.local_port: e.remote_port for e in load_substrate(cfg["substrate"]).external_links} \
+        if cfg.get("substrate") else {}
+    from authority.substrate.images import DEFAULT_DIR, DEFAULT_IMAGE, ImageCatalogue
+
+    return NetnsDriver(prefix, Path(opts["run_dir"]) if opts.get("run_dir") else None,
+                       opts.get("controller", "auto"), switch_dir=Path(opts["switch_dir"]) if opts.get("switch_dir")
+                       else None, cables=cables,
+                       state_dir=Path(opts["state_dir"]) if opts.get("state_dir") else None,
+                       images=ImageCatalogue(Path(opts.get("images_dir") or DEFAULT_DIR)),
+                       default_image=str(opts.get("default_image") or DEFAULT_IMAGE),
+                       pids_max=int(opts.get("pids_max") or 1024),
+                       install_sources=[str(u) for u in opts.get("install_sources") or ()],
+                       install_max_bytes=int(opts.get("install_max_mb") or 256) * 2**20)
+
+
+def openstack_driver(cfg: dict[str, Any], home: Home) -> Any:
+    """The OpenStack driver of `substrate_driver: openstack`, from the `openstack:` section (cloud: a
+    clouds.yaml entry, physical_network, flavors, images; docs/substrate-openstack.md). openstacksdk is
+    imported only when it starts, so a missing one is reported by `slicex up`, naming the extra to install."""
+    from authority.substrate.netns_plan import deployment_prefix
+    from authority.substrate.openstack import OpenStackDriver
+    from authority.substrate.openstack_plan import OpenStackSettings
+
+    opts = cfg.get("openstack") or {}
+    prefix = deployment_prefix(str(cfg.get("deployment_id") or home.root.resolve()))
+    return OpenStackDriver(OpenStackSettings.from_config(opts, prefix))
+
+
+def start_host_driver(driver: Any, authority: Authority) -> None:
+    """Start a host driver (its switch and controller) and reconcile the host with the authority's leases,
+    before the authority serves: leftovers of a crash go, live slivers are adopted."""
+    if driver is None:
+        return
+    driver.start()
+    report = driver.reconcile(authority.live_slivers())
+    log.info("%s: adopted %d slivers, removed %d leftover objects", driver.description.split(":")[0],
+             len(report["adopted"]), len(report["removed"]))
+
+
+def warm_caches() -> None:
+    """Start-up work done once, in one thread, before a process serves: compile every schema slicex
+    validates with (libxml2's first schema compile is not thread-safe, and a corrupted one breaks Allocate
+    until restart). ServerError if this process cannot validate requests: it must not serve."""
+    from rspec import fpga_ext, validate
+
+    validate.warm()
+    with validate.compile_lock:
+        fpga_ext.schema()
+
+
+STORE_CHECK_SECONDS = 1.0
+
+
+def guarded(store: Store | None, cfg: dict[str, Any]) -> Any:
+    """The process's store (`store`, else the one slicex.yaml names) behind the deployment guard: the record
+    to expect is slicex.yaml's `deployment_id` (set by `slicex up`); the disk watched, a file SQLite store's."""
+    from slicex.store.guard import GuardedStore, sqlite_dir
+    from slicex.store.redis_store import redact
+
+    url = str(cfg["store"])
+    return GuardedStore(store or open_store(url), cfg.get("deployment_id") or None, redact(url),
+                        None if store is not None else sqlite_dir(url))
+
+
+def bind_store(store: Store, deployment_id: str, home: Home, create: bool) -> bool:
+    """Refuse to run on a store that is not this deployment's. The deployment's id (from slicex.yaml) is
+    written into its store only when `create` says so (a home's first `slicex up`, or `slicex up
+    --init-store`); every other process, `up` or an actor started by hand, checks it. An actor that reads
+    another store (another URL, SQLite instead of Redis) stops here instead of splitting the deployment's
+    state in two, and an `up` on a store that lost its data (a Redis restarted empty) stops instead of
+    adopting it. True when this call wrote the record."""
+    from slicex.store.guard import DEPLOYMENT_TABLE, RECORD_KEY
+    from slicex.store.redis_store import redact
+
+    url = redact(home.config()["store"])
+    doc = store.get(DEPLOYMENT_TABLE, RECORD_KEY)
+    if doc is None:
+        if not create:
+            raise Refused(f"the store {url} has no deployment record, so it is not this deployment's store "
+                          f"({home.root}), or it lost its data (wiped, a Redis restarted without persistence). "
+                          f"Check `store` in {home.config_file} and SLICEX_STORE and restore the store's data; "
+                          f"if that data is gone for good, `slicex up --init-store` starts this deployment on "
+                          f"it empty")
+        store.put(DEPLOYMENT_TABLE, RECORD_KEY, {"id": deployment_id, "home": str(home.root)})
+        return True
+    if doc.get("id") != deployment_id:
+        raise Refused(f"the store {url} belongs to deployment {doc.get('id')} (home {doc.get('home')}), not to "
+                      f"this one ({deployment_id}, home {home.root}). Point `store` in {home.config_file} at "
+                      f"this deployment's store, or give this deployment a store of its own")
+    return False
+
+
+def am_v2_port(cfg: dict[str, Any]) -> int | None:
+    """`am_v2_port` from slicex.yaml (None: no v2 endpoint), else the AM's port + 5, or 0 (any free port) when
+    the AM's is 0."""
+    if "am_v2_port" in cfg:
+        return None if cfg["am_v2_port"] is None else int(cfg["am_v2_port"])
+    return int(cfg["am_port"]) + 5 if int(cfg["am_port"]) else 0
+
+
+@dataclass
+class Endpoints:
+    sa_url: str
+    am_url: str
+    am_v2_url: str = ""  # AM API v2 (for omni's stitcher in its default mode); "" when `am_v2_port: null`
+
+
+class EmbeddedDeployment:
+    """Everything `slicex up` runs, built from $SLICEX_HOME."""
+
+    def __init__(self, home: Home, clock: Clock | None = None, sa_port: int | None = None,
+                 am_port: int | None = None, failures: FailurePlan | None = None, store: Store | None = None,
+                 substrate: Substrate | None = None, broker_url: str | None = None,
+                 authority_url: str | None = None):
+        self.home = home
+        self.cfg = home.config()
+        self.clock = clock or SystemClock()
+        self.authority = self.cfg["authority"]
+        host = self.cfg["host"]
+        # writes stop while the store lacks this deployment's record or the disk refuses them (slicex.store.guard)
+        self.store = guarded(store, self.cfg)
+        self.substrate = substrate or deployment_substrate(self.cfg)
+        self.ledger = ledger_for(self.cfg, self.store, self.substrate)  # slicex.yaml `quotas:` checked before serving
+        self.bitstreams = BitstreamCatalogue(self.store, home.root / "bitstreams")
+        self.fpga_backend = EmulatedFpgaBackend()
+        # real slivers on this host (netns) when configured; in the distributed deployment the authority
+        # actor's process owns them
+        self.host_driver = None if broker_url else host_driver(self.cfg, home)
+        self.driver = substrate_driver(self.substrate, self.bitstreams, self.fpga_backend, failures, self.host_driver)
+        if broker_url and self.cfg.get("substrate_driver") == "netns":  # what GetVersion says the substrate is
+            from authority.substrate.netns import DESCRIPTION
+
+            self.driver.description = DESCRIPTION
+        if broker_url and self.cfg.get("substrate_driver") == "openstack":
+            from authority.substrate.openstack import DESCRIPTION as OPENSTACK
+
+            self.driver.description = OPENSTACK
+        # Each actor its own key (devpki): the broker's signs tickets, the authority's signs leases, the AM's
+        # is only this process's TLS identity. Keys persist across restarts, so what was signed before still
+        # verifies; a home from an older version gets the missing ones here.
+        ensure_actor_identities(home, self.authority)
+        lease_key = actor_public_key(home, "authority", self.authority)
+        policy = policy_named(self.cfg.get("broker_policy", "first-fit"))
+        if broker_url:  # scaled out: broker and authority are processes of their own, called over mutual TLS
+            from authority.actor import RemoteAuthority
+            from broker.remote import RemoteBroker
+            from slicex.actor_rpc import ActorClient
+
+            # the deployment CA only (not federation roots), and the URN of the actor each client must reach
+            creds = (str(home.am_cert), str(home.am_key), str(home.ca_cert))
+            timeout = float(self.cfg["actor_timeout_seconds"])
+            self.broker = RemoteBroker(ActorClient("broker", broker_url, *creds, actor_urn(self.authority, "broker"),
+                                                   timeout=timeout), policy=policy)
+            self.authority_actor = RemoteAuthority(ActorClient("authority", authority_url, *creds,
+                                                               actor_urn(self.authority, "authority"), timeout=timeout))
+            # the authority actor's process delegates its own inventory (ActorProcess); this process never acts
+            # for it
+        else:
+            self.broker = Broker("broker", self.store, load_signing_key(home.broker_key.read_bytes()), policy=policy,
+                                 authority=self.authority_name(), authority_keys={self.authority_name(): lease_key},
+                                 clock=self.clock)
+            self.authority_actor = Authority(self.authority_name(), self.driver,
+                                             {"broker": actor_public_key(home, "broker", self.authority)},
+                                             store=self.store, key=load_signing_key(home.authority_key.read_bytes()),
+                                             inventory=self._inventory(), clock=self.clock)
+            # the authority delegates as in the distributed deployment: a document signed with its key, which
+            # the broker verifies (the broker is in this process, so it answers at once)
+            self.authority_actor.export_to(self.broker)
+        trust = pki.TrustStore([home.trusted_roots], namespaces=self.cfg.get("trusted_root_namespaces") or {})
+        # federation peers (slicex.yaml `peers:`): their roots, bound to their namespaces, refreshed if configured
+        self.peer_trust = PeerTrust.for_deployment(home.root, self.cfg, trust, (str(home.am_cert), str(home.am_key)))
+        self.verifier = CredentialVerifier(trust)
+        am_policy = AmPolicy(allocation_lifetime=timedelta(minutes=self.cfg["am"]["allocation_lifetime_minutes"]),
+                             default_lease=timedelta(hours=self.cfg["am"]["default_lease_hours"]),
+                             max_lease=timedelta(days=self.cfg["am"]["max_lease_days"]),
+                             operators=frozenset(self.cfg.get("operators") or ()))
+        ca_file = str(self.peer_trust.extend_bundle(roots_bundle(home)))
+        self._sa_server = TlsXmlRpcServer((host, self.cfg["sa_port"] if sa_port is None else sa_port),
+                                          server_context(str(home.sa_cert), str(home.sa_key), ca_file),
+                                          self._sa_dispatch, self._sa_reject)
+        self._am_server = TlsXmlRpcServer((host, self.cfg["am_port"] if am_port is None else am_port),
+                                          server_context(str(home.am_cert), str(home.am_key), ca_file),
+                                          self._am_dispatch, self._am_reject)
+        # AM API v2 (am/api_v2.py) on a port of its own: omni's stitcher needs a "2" URL that really speaks v2
+        v2_port = am_v2_port(self.cfg) if am_port is None else 0
+        self._am_v2_server = None if v2_port is None else TlsXmlRpcServer(
+            (host, int(v2_port)), server_context(str(home.am_cert), str(home.am_key), ca_file),
+            self._am_v2_dispatch, self._am_reject)
+        self.endpoints = Endpoints(f"https://{host}:{self._sa_server.port}/",
+                                   f"https://{host}:{self._am_server.port}/",
+                                   f"https://{host}:{self._am_v2_server.port}/" if self._am_v2_server else "")
+        # The slice manager's name locks the reservations it works on; the same name after a restart takes its
+        # own unfinished work back at once (AM workers sharing a store differ by port or by `sm_name`).
+        # in-process actors log each call under their own logger, as actor servers do (slicex.logs)
+        traced = (self.broker, self.authority_actor) if broker_url else \
+            (Traced("broker", self.broker), Traced("authority", self.authority_actor))
+        self.sm = ActorSliceManager(self.store, self.substrate, *traced,
+                                    name=self.cfg.get("sm_name") or f"sm-{socket.gethostname()}-{self._am_server.port}",
+                                    image_policy=self.cfg["image_policy"], bitstreams=self.bitstreams,
+                                    run_actor_clocks=not broker_url,
+                                    tick=timedelta(seconds=float(self.cfg.get("tick_seconds", 1.0))),
+                                    lease_key=lease_key)
+        self.am_urn = f"urn:publicid:IDN+{self.authority}+authority+am"
+        # snapshots of the actors this process runs, for the dashboard (operations/snapshot.py); remote actors publish
+        # their own from their processes
+        self.publishers = publishers_for(self.store, self.sm, *((None, None) if broker_url
+                                                                 else (self.broker, self.authority_actor)))
+        self._ads = AdvertisementCache()
+        # this deployment's own registry: /metrics on the dashboard's port (operations/metrics.py)
+        self.metrics = metrics_for(self.substrate, self.sm, self.clock.now,
+                                   float(self.cfg.get("metrics_interval_seconds", 5)))
+        self._checks: dict[str, str] = {}  # the store guard's last verdict (health(), the reaper's tick)
+        self._checked_at = 0.0
+        self.metrics.watch_health(lambda: self._checks)
+        self.am = AggregateManager(AmIdentity(self.am_urn, self.endpoints.am_url, host, self.driver.description,
+                                              v2_url=self.endpoints.am_v2_url),
+                                   self.sm, self.verifier, self.clock, self._advertise, am_policy,
+                                   metrics=self.metrics, dry_run=dry_run_for(self.sm, self.authority_name()))
+        self.am.peers = self.peer_trust.gate(self.am_urn, held_slivers(self.sm.records), wanted_nodes(self.substrate))
+        self.peer_trust.watch_tls(*(s.context for s in (self._am_server, self._am_v2_server) if s is not None))
+        self.am.ledger = self.ledger  # usage records and service levels; the reaper ends expired usage
+        self.am.slice_members = slice_members_in(self.store)  # who geni_users may name besides the caller
+        self.am_v2 = AggregateManagerV2(self.am, self.endpoints.am_v2_url)
+        self.sa = SliceAuthority(self.authority, home.sa_cert.read_bytes(), home.sa_key.read_bytes(),
+                                 home.ca_cert.read_bytes(), home.ca_key.read_bytes(), self.store, self.clock,
+                                 {self.am_urn: self.endpoints.am_url}, self.endpoints.sa_url,
+                                 SaPolicy(slice_lifetime=timedelta(days=self.cfg["sa"]["slice_lifetime_days"]),
+                                          max_slice_lifetime=timedelta(days=self.cfg["sa"]["max_slice_lifetime_days"])))
+        # the Common Federation API (CH, SA, MA at /CH /SA /MA) for omni's `chapi` framework and geni-lib,
+        # on its own port, over the same slice records (docs/federation.md)
+        self.chapi = chapi_edge.serve(home, self.sa, host, chapi_edge.chapi_port(self.cfg) if sa_port is None else 0,
+                                      ca_file, {self.am_urn: self.endpoints.am_url})
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._dashboard: DashboardServer | None = None
+
+    def authority_name(self) -> str:
+        return f"urn:publicid:IDN+{self.authority}+authority+am"
+
+    def _inventory(self):
+        return export_substrate(self.substrate, self.authority_name(), "broker")
+
+    # ---- edges -------------------------------------------------------------------------------------------------
+    def _am_dispatch(self, method: str, params: tuple, cert) -> Any:
+        return self.am.dispatch(method, params, cert)
+
+    def _am_v2_dispatch(self, method: str, params: tuple, cert) -> Any:
+        return self.am_v2.dispatch(method, params, cert)
+
+    @staticmethod
+    def _am_reject(message: str, too_big: bool = False) -> Any:
+        return error_result(TooBig(message) if too_big else BadArgs(message))
+
+    def _sa_dispatch(self, method: str, params: tuple, cert) -> Any:
+        return self.sa.dispatch(method, params, cert)
+
+    def _sa_reject(self, message: str, too_big: bool = False) -> Any:
+        return self.sa.reject(message, too_big)
+
+    def _advertise(self, available_only: bool, now: datetime, window: Any = None) -> str:
+        # the broker's availability answer; over a future window (ListResources geni_start_time) for that term
+        cores, mem, taken, vlans = usage_counts(self.sm.in_use(now, window) if window else self.sm.in_use(now))
+        usage = Usage(cores=cores, memory_mb=mem, taken=taken, vlans=vlans)
+        return self._ads.get(self.substrate, usage, now, available_only)
+
+    # ---- lifecycle -------------------------------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        """Can this process serve? Each check is "ok" or the reason it cannot (what the dashboard's /health
+        and `slicex status` report)."""
+        from rspec import validate
+
+        checks: dict[str, str] = {}
+        try:
+            validate.check()
+            checks["rspec"] = "ok"
+        except GeniError as exc:
+            checks["rspec"] = exc.message
+        checks.update(self._check_store())
+        return {"serving": all(v == "ok" for v in checks.values()), "checks": checks}
+
+    def _check_store(self) -> dict[str, str]:
+        """The store guard's checks (a read of the deployment record and a write); writes stop while one
+        fails."""
+        self._checks = self.store.check(f"am:{self.sm.name}")
+        self._checked_at = time.monotonic()
+        return self._checks
+
+    def start(self) -> Endpoints:
+        warm_caches()
+        if self.host_driver is not None:
+            start_host_driver(self.host_driver, self.authority_actor)
+        self._tick()  # the first reaper pass before anything answers: expired slivers never look taken
+        self._threads = [self._sa_server.start_background(), self._am_server.start_background()]
+        if self._am_v2_server is not None:
+            self._threads.append(self._am_v2_server.start_background())
+        self._threads.append(self.chapi.start())
+        self.peer_trust.start()
+        reaper = threading.Thread(target=self._reap_loop, name="reaper", daemon=True)
+        reaper.start()
+        self._threads.append(reaper)
+        for p in self.publishers:
+            p.tick(self.clock.now())
+        if self.cfg.get("dashboard_port") is not None:
+            dashboard = Dashboard(self.substrate, Aggregate(self.am_urn, self.endpoints.am_url, self.driver.description),
+                                  self.store, self.clock.now, self.health, self.metrics, self.cfg.get("peers") or {},
+                                  self.am.policy.operators, self._operator_shutdown)
+            tls = tls_context(str(self.home.am_cert), str(self.home.am_key), str(self.home.ca_cert)) \
+                if self.cfg.get("dashboard_tls") else None
+            self._dashboard = start_dashboard(self.cfg["host"], int(self.cfg["dashboard_port"]), dashboard, tls)
+        log.info("slice authority at %s, aggregate at %s", self.endpoints.sa_url, self.endpoints.am_url)
+        return self.endpoints
+
+    def _reap_loop(self) -> None:
+        tick = float(self.cfg.get("tick_seconds", 1.0))
+        while not self._stop.wait(tick):
+            self._tick()
+
+    def _tick(self) -> None:
+        """One pass of the reaper, after the store guard's check (at most once a second): nothing is reaped
+        while writes are refused, and a lost deployment record or a full disk is noticed without a caller."""
+        try:
+            if time.monotonic() - self._checked_at >= STORE_CHECK_SECONDS:
+                self._check_store()
+            if self.store.fault is None:
+                gone = self.sm.reap(self.clock.now())
+                if gone:
+                    log.info("reaped %d expired slivers", len(gone))
+                self.ledger.reconcile(self.sm.records, self.clock.now())  # usage of slivers gone ends
+        except Exception:  # noqa: BLE001 - the reaper must keep running
+            log.exception("reaper failed; will retry next tick")
+        if self.store.fault is None:  # the dashboard's snapshots: when changed, else every few seconds
+            for p in self.publishers:
+                p.tick(self.clock.now())
+
+    def _operator_shutdown(self, slice_urn: str, operator: str) -> None:
+        """An operator's Shutdown from the dashboard (verified client certificate, `operators:`)."""
+        from slicex.urn import canonical_urn
+
+        urn, now = canonical_urn(slice_urn, "slice"), self.clock.now()
+        self.sm.shutdown(urn, now)
+        if self.am.ledger is not None:  # as the AM API's Shutdown does: the slice's usage records end
+            self.am.ledger.shut_down(urn, now)
+
+    def stop(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self.peer_trust.stop()
+        for server in (self._sa_server, self._am_server, self._am_v2_server):
+            if server is not None:
+                server.close()
+        self.chapi.close()
+        if self._dashboard is not None:
+            self._dashboard.close()
+        if self.host_driver is not None:
+            self.host_driver.shutdown()
+        self.store.close()
+
+    @property
+    def dashboard_url(self) -> str | None:
+        """Where the read-only operator dashboard listens; None when disabled or its port was taken."""
+        return self._dashboard.url if self._dashboard is not None else None
+
+
+class ActorProcess:
+    """One actor (broker or authority) served over mutual TLS, for the scaled-out deployment."""
+
+    def __init__(self, home: Home, role: str, port: int | None = None, store: Store | None = None,
+                 clock: Clock | None = None, failures: FailurePlan | None = None, broker_url: str | None = None):
+        """`broker_url`: where the authority delegates (default: `host` and `broker_port` of slicex.yaml)."""
+        from authority.actor import Delegator, authority_handlers
+        from broker.remote import RemoteBroker, broker_callers, broker_handlers
+        from slicex.actor_rpc import ActorClient, ActorServer
+
+        cfg = home.config()
+        self.host_driver: Any = None  # the authority's netns driver, when configured
+        self.delegator: Delegator | None = None  # the authority's delegation to its broker
+        authority = cfg["authority"]
+        am_urn = actor_urn(authority, "am")  # also the name of the aggregate's inventory in tickets and leases
+        self.store = guarded(store, cfg)  # its writes stop too while the deployment record is lost
+        self.clock = clock or SystemClock()
+        if role not in ("broker", "authority"):
+            raise ValueError(f"unknown actor {role!r}: broker or authority")
+        ensure_actor_identities(home, authority)
+        if role == "broker":
+            # delegations are accepted only signed with the authority actor's key
+            self.actor: Any = Broker("broker", self.store, load_signing_key(home.broker_key.read_bytes()),
+                                     policy=policy_named(cfg.get("broker_policy", "first-fit")), authority=am_urn,
+                                     authority_keys={am_urn: actor_public_key(home, "authority", authority)},
+                                     clock=self.clock)
+            handlers = broker_handlers(self.actor)
+            # the slice manager asks for promises; the authority delegates and reclaims
+            callers = broker_callers(am_urn, actor_urn(authority, "authority"))
+        else:
+            substrate = deployment_substrate(cfg)
+            self.host_driver = host_driver(cfg, home)
+            driver = substrate_driver(substrate, BitstreamCatalogue(self.store, home.root / "bitstreams"),
+                                      EmulatedFpgaBackend(), failures, self.host_driver)
+            self.actor = Authority(am_urn, driver, {"broker": actor_public_key(home, "broker", authority)},
+                                   store=self.store, key=load_signing_key(home.authority_key.read_bytes()),
+                                   inventory=export_substrate(substrate, am_urn, "broker"), clock=self.clock)
+            handlers = authority_handlers(self.actor)
+            callers = {am_urn: frozenset(handlers)}  # the slice manager alone
+            # it delegates its own inventory, as the authority actor (its certificate) calling the broker
+            url = broker_url or f"https://{cfg['host']}:{cfg.get('broker_port', 8002)}/"
+            to = RemoteBroker(ActorClient("broker", url, str(home.authority_cert), str(home.authority_key),
+                                          str(home.ca_cert), actor_urn(authority, "broker"),
+                                          timeout=float(cfg["actor_timeout_seconds"])))
+            self.delegator = Delegator(self.actor, to)
+        self.tick_seconds = float(cfg.get("tick_seconds", 1.0))
+        self.publishers = publishers_for(self.store, broker=self.actor) if role == "broker" else \
+            publishers_for(self.store, authority=self.actor)
+        self._stop = threading.Event()
+        default_port = cfg.get(f"{role}_port", 8002 if role == "broker" else 8003)
+        cert, key = (home.broker_cert, home.broker_key) if role == "broker" else (home.authority_cert, home.authority_key)
+        # peers are authenticated against the deployment CA alone: a federation peer's CA may vouch for users,
+        # never for a caller of actor methods
+        self.server = ActorServer(role, handlers, callers, (cfg["host"], default_port if port is None else port),
+                                  str(cert), str(key), str(home.ca_cert))
+
+    def _tick_loop(self) -> None:
+        """The actor's own clock: the broker drops promises whose term ended and serves its queue; the
+        authority closes expired leases."""
+        tick = self.actor.tick if isinstance(self.actor, Broker) else self.actor.reap
+        checked_at = 0.0
+        while not self._stop.wait(self.tick_seconds):
+            try:
+                if time.monotonic() - checked_at >= STORE_CHECK_SECONDS:
+                    checked_at = time.monotonic()
+                    self.store.check(f"actor:{self.server.name}")
+                if self.store.fault is None:
+                    tick(self.clock.now())
+            except Exception:  # noqa: BLE001 - the clock must keep running (a store outage passes)
+                log.exception("%s clock failed; will retry next tick", self.server.name)
+            if self.store.fault is None:
+                for p in self.publishers:
+                    p.tick(self.clock.now())
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def start(self) -> str:
+        warm_caches()
+        if self.host_driver is not None:
+            start_host_driver(self.host_driver, self.actor)
+        self.server.start()
+        threading.Thread(target=self._tick_loop, name=f"{self.server.name}-clock", daemon=True).start()
+        if self.delegator is not None:  # once now; until the broker answers, again with backoff
+            self.delegator.start()
+        return self.url
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.delegator is not None:
+            self.delegator.stop()
+        self.server.stop()
+        if self.host_driver is not None:
+            self.host_driver.shutdown()

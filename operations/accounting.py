@@ -1,0 +1,232 @@
+"""Accounting (VANI): who held what, and for how long. Pure: records, amounts, interval clipping, per-user and
+per-project totals over a period. No store and no clock: the times are arguments (operations/ledger.py is the edge
+that keeps the records in the store; `slicex usage` reports them).
+
+A usage record is one sliver's life here: who (the owner's user URN), the project (from a slice URN whose
+authority is `<authority>:<project>`, as CH API slice authorities name them), the slice, the sliver, the
+resources it holds, its start (Allocate) and end (Delete, Shutdown, or expiry found by the reaper; open while
+live)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from slicex.clock import parse_time, rfc3339
+from slicex.errors import BadArgs
+from slicex.urn import canonical_urn, parse_urn
+
+HOUR = timedelta(hours=1)
+NO_PROJECT = "(no project)"
+
+
+@dataclass(frozen=True)
+class Amounts:
+    """What one sliver (or a sum of them) holds: cores, memory (MB), nodes (VMs, bare metal and FPGA nodes),
+    VLAN tags, reserved bandwidth (kbps) and FPGA slivers (a whole FPGA or a virtual data plane)."""
+
+    cores: int = 0
+    memory_mb: int = 0
+    nodes: int = 0
+    vlans: int = 0
+    bandwidth_kbps: int = 0
+    fpgas: int = 0
+
+    def __add__(self, other: Amounts) -> Amounts:
+        return Amounts(*(getattr(self, f) + getattr(other, f) for f in RESOURCES))
+
+    def to_doc(self) -> dict[str, int]:
+        return {f: getattr(self, f) for f in RESOURCES}
+
+    @staticmethod
+    def from_doc(doc: Mapping[str, Any]) -> Amounts:
+        return Amounts(**{f: int(doc.get(f, 0) or 0) for f in RESOURCES})
+
+
+RESOURCES: tuple[str, ...] = tuple(f.name for f in fields(Amounts))
+
+
+def total(amounts: Iterable[Amounts]) -> Amounts:
+    out = Amounts()
+    for a in amounts:
+        out = out + a
+    return out
+
+
+def sliver_amounts(kind: str, details: Mapping[str, Any]) -> Amounts:
+    """What a placed sliver holds, from the details the slice manager reports (the manifest's source): a node
+    its cores and memory (a bare-metal node the whole host's), a link its VLAN tags (distinct tags among its
+    `vlan:<switch>:<tag>` units, or its one tag) and the capacity asked."""
+    if kind == "node":
+        return Amounts(cores=int(details.get("cores") or 0), memory_mb=int(details.get("memory_mb") or 0), nodes=1,
+                       fpgas=1 if details.get("fpga") else 0)
+    tags = {k.rsplit(":", 1)[1] for k in details.get("keys", ()) if isinstance(k, str) and k.startswith("vlan:")}
+    vlans = len(tags) or (1 if details.get("vlan_tag") is not None else 0)
+    return Amounts(vlans=vlans, bandwidth_kbps=int(details.get("capacity_kbps") or 0))
+
+
+def project_of(slice_urn: str) -> str | None:
+    """The project URN of a slice named `urn:publicid:IDN+<authority>:<project>+slice+<name>` (the CH API form:
+    `urn:publicid:IDN+<authority>+project+<project>`), None for a slice outside any project."""
+    urn = parse_urn(slice_urn)
+    authority, sep, project = urn.authority.rpartition(":")
+    if not sep or not authority or not project:
+        return None
+    return f"urn:publicid:IDN+{authority.lower()}+project+{project}"
+
+
+def user_key(urn: str) -> str:
+    """The one spelling of an owner's URN used as a key (authority case-folded), the text itself when it is not
+    a URN (never refuse to account for a sliver over its owner's spelling)."""
+    try:
+        return canonical_urn(urn)
+    except BadArgs:
+        return urn
+
+
+@dataclass(frozen=True)
+class UsageRecord:
+    sliver_urn: str
+    slice_urn: str
+    user: str
+    project: str | None
+    kind: str  # node | link
+    client_id: str
+    amounts: Amounts
+    start: datetime
+    expires: datetime | None = None  # the sliver's current end (Allocate, Provision, Renew): its end if it expires
+    end: datetime | None = None  # None while the sliver lives
+    end_reason: str = ""  # deleted | shut down | expired | ended (failed or released by the aggregate)
+
+    @property
+    def open(self) -> bool:
+        return self.end is None
+
+    def closed(self, end: datetime, reason: str) -> UsageRecord:
+        """The record ended at `end` (never before it started)."""
+        return replace(self, end=max(end, self.start), end_reason=reason)
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"sliver_urn": self.sliver_urn, "slice_urn": self.slice_urn, "user": self.user,
+                "project": self.project, "kind": self.kind, "client_id": self.client_id,
+                "amounts": self.amounts.to_doc(), "start": rfc3339(self.start),
+                "expires": rfc3339(self.expires) if self.expires else None,
+                "end": rfc3339(self.end) if self.end else None, "end_reason": self.end_reason}
+
+    @staticmethod
+    def from_doc(d: Mapping[str, Any]) -> UsageRecord:
+        return UsageRecord(d["sliver_urn"], d["slice_urn"], d["user"], d.get("project"), d.get("kind", ""),
+                           d.get("client_id", ""), Amounts.from_doc(d.get("amounts", {})), parse_time(d["start"]),
+                           parse_time(d["expires"]) if d.get("expires") else None,
+                           parse_time(d["end"]) if d.get("end") else None, d.get("end_reason", ""))
+
+
+def ended_at(rec: UsageRecord, now: datetime) -> datetime:
+    """When a sliver that is found gone ended: its expiry if that has passed (the reaper may notice a tick
+    late), else now (failed, or released by the aggregate)."""
+    return min(now, rec.expires) if rec.expires is not None else now
+
+
+def overlap(start: datetime, end: datetime, period_from: datetime, period_to: datetime) -> timedelta:
+    """How much of [start, end) lies inside [period_from, period_to); zero when they do not meet."""
+    lo, hi = max(start, period_from), min(end, period_to)
+    return hi - lo if hi > lo else timedelta(0)
+
+
+def held_span(rec: UsageRecord, period_from: datetime, period_to: datetime, now: datetime) -> timedelta:
+    """The part of a record's life inside the period; an open record counts until now."""
+    return overlap(rec.start, rec.end if rec.end is not None else now, period_from, period_to)
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    """One user's or project's use over a period, in resource-hours."""
+
+    who: str
+    slivers: int
+    core_hours: float
+    memory_gb_hours: float
+    node_hours: float
+    vlan_hours: float
+    mbps_hours: float
+    fpga_hours: float
+
+    COLUMNS = ("who", "slivers", "core_hours", "memory_gb_hours", "node_hours", "vlan_hours", "mbps_hours",
+               "fpga_hours")
+
+    def values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, c) for c in self.COLUMNS)
+
+
+def group_of(rec: UsageRecord, by: str) -> str:
+    if by == "user":
+        return rec.user
+    if by == "project":
+        return rec.project or NO_PROJECT
+    raise BadArgs(f"usage is reported by user or project, not {by!r}")
+
+
+def aggregate(records: Iterable[UsageRecord], by: str, period_from: datetime, period_to: datetime,
+              now: datetime) -> list[UsageRow]:
+    """Per user or project: the slivers that lived within the period and what they held, in resource-hours
+    (each record clipped to the period; open ones count until now). Sorted by core-hours, most first."""
+    if period_to < period_from:
+        raise BadArgs(f"the period ends ({rfc3339(period_to)}) before it starts ({rfc3339(period_from)})")
+    sums: dict[str, list[float]] = {}
+    for rec in records:
+        key = group_of(rec, by)
+        hours = held_span(rec, period_from, period_to, now) / HOUR
+        if hours <= 0:
+            continue
+        a = rec.amounts
+        row = sums.setdefault(key, [0.0] * 7)
+        for i, value in enumerate((1, a.cores * hours, a.memory_mb / 1024 * hours, a.nodes * hours,
+                                   a.vlans * hours, a.bandwidth_kbps / 1000 * hours, a.fpgas * hours)):
+            row[i] += value
+    rows = [UsageRow(who, int(v[0]), *(round(x, 6) for x in v[1:])) for who, v in sums.items()]
+    return sorted(rows, key=lambda r: (-r.core_hours, -r.node_hours, r.who))
+
+
+def held_over_time(records: Iterable[UsageRecord], by: str, resource: str, period_from: datetime,
+                   period_to: datetime, now: datetime) -> dict[str, list[tuple[datetime, int]]]:
+    """Per user or project, a step function of how much of `resource` was held: (time, amount from then on)
+    at the period's start and at every change inside the period."""
+    if resource not in RESOURCES:
+        raise BadArgs(f"unknown resource {resource!r}; one of {', '.join(RESOURCES)}")
+    changes: dict[str, dict[datetime, int]] = {}
+    for rec in records:
+        amount = getattr(rec.amounts, resource)
+        end = rec.end if rec.end is not None else now
+        lo, hi = max(rec.start, period_from), min(end, period_to)
+        if hi <= lo or amount == 0:
+            continue
+        steps = changes.setdefault(group_of(rec, by), {})
+        steps[lo] = steps.get(lo, 0) + amount
+        if hi < period_to:
+            steps[hi] = steps.get(hi, 0) - amount
+    out: dict[str, list[tuple[datetime, int]]] = {}
+    for who, steps in changes.items():
+        level, series = 0, [(period_from, 0)]
+        for when in sorted(steps):
+            level += steps[when]
+            if when == period_from:
+                series[0] = (when, level)
+            else:
+                series.append((when, level))
+        out[who] = series
+    return out
+
+
+def held_now(records: Iterable[UsageRecord], user: str, project: str | None) -> tuple[Amounts, Amounts]:
+    """What a user, and the project, hold in the open records (the slivers live now)."""
+    mine, theirs = Amounts(), Amounts()
+    for rec in records:
+        if not rec.open:
+            continue
+        if rec.user == user:
+            mine = mine + rec.amounts
+        if project is not None and rec.project == project:
+            theirs = theirs + rec.amounts
+    return mine, theirs

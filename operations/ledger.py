@@ -1,0 +1,198 @@
+"""The accounting edge: usage records in the store, and service levels enforced around the slice manager's calls.
+
+The AM API endpoint (am/api.py) hands this its Allocate, Provision and Renew (to refuse what passes a limit
+before anything is taken) and tells it of Delete and Shutdown; the deployment's reaper (deployment/service.py) calls
+`reconcile` every tick, which ends the records of slivers that expired or failed. The pure parts are
+operations/accounting.py (records, totals) and operations/quotas.py (limits, checks).
+
+Store tables: `usage` holds every record (open and closed), `usage-open` a copy of the open ones (what is held
+now: scanned on each Allocate under a limit and by the reaper). A check and the allocation it admits run under
+one store claim per user, per project and per federation peer limited (`quota-lock:<urn>`,
+`quota-lock:peer:<name>`), so two threads or AM workers cannot both admit requests that together pass a limit:
+each counts what is held only after the other's slivers and usage records are in the store."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from operations import quotas
+from operations.accounting import UsageRecord, ended_at, held_now, project_of, sliver_amounts, user_key
+from rspec.request import Request
+from rspec.substrate import Substrate
+from slice_manager import reservation as rs
+from slice_manager.api import Sliver
+from slicex.errors import Busy, GeniError
+from slicex.peers import PeerGate
+from slicex.store import Store
+from slicex.urn import canonical_urn
+
+log = logging.getLogger("slicex.accounting")
+USAGE = "usage"
+OPEN = "usage-open"
+LOCK = "quota-lock:"
+LOCK_WAIT = 30.0
+"""Seconds an Allocate waits for another one of the same user or project being counted before it is Busy."""
+LOCK_STALE = 300.0
+"""A count lock older than this was left by a process that died while allocating; it is taken over."""
+
+
+def live_slivers(records: Iterable[Any]) -> set[str]:
+    """The slivers the slice manager still holds (ActorSliceManager.records(): neither ended, failed nor being
+    discarded)."""
+    return {rec.id for rec in records if rec.r.state not in (rs.CLOSE_WAIT, rs.CLOSED, rs.FAILED) and not rec.discard}
+
+
+class Ledger:
+    def __init__(self, store: Store, substrate: Substrate, policy: quotas.QuotaPolicy | None = None):
+        self.store = store
+        self.substrate = substrate
+        self.policy = policy or quotas.QuotaPolicy()
+
+    # ---- records -------------------------------------------------------------------------------------------
+    def records(self) -> list[UsageRecord]:
+        return [UsageRecord.from_doc(d) for d in self.store.scan(USAGE)]
+
+    def open_records(self) -> list[UsageRecord]:
+        return [UsageRecord.from_doc(d) for d in self.store.scan(OPEN)]
+
+    def _open(self, rec: UsageRecord) -> None:
+        self.store.put(USAGE, rec.sliver_urn, rec.to_doc())
+        self.store.put(OPEN, rec.sliver_urn, rec.to_doc())
+
+    def _close(self, rec: UsageRecord, end: datetime, reason: str) -> UsageRecord:
+        done = rec.closed(end, reason)
+        self.store.put(USAGE, rec.sliver_urn, done.to_doc())
+        self.store.delete(OPEN, rec.sliver_urn)
+        return done
+
+    def began(self, user: str, slice_urn: str, slivers: Iterable[Sliver], now: datetime) -> None:
+        """Open a record per sliver allocated. A store failure here is logged, not returned: the slivers exist,
+        and the caller must hear that they do."""
+        project = project_of(slice_urn)
+        try:
+            for s in slivers:
+                self._open(UsageRecord(s.urn, canonical_urn(slice_urn), user_key(user), project, s.kind, s.client_id,
+                                       sliver_amounts(s.kind, s.details), now, s.expires))
+        except GeniError as exc:
+            log.error("usage of slice %s not recorded: %s", slice_urn, exc.message)
+
+    def extended(self, slivers: Iterable[Sliver]) -> None:
+        """Note each sliver's new end (Provision, Renew): when it expires, its record ends then."""
+        for s in slivers:
+            doc = self.store.get(OPEN, s.urn)
+            if doc is not None and (rec := UsageRecord.from_doc(doc)).expires != s.expires:
+                self._open(replace(rec, expires=s.expires))
+
+    def ended(self, sliver_urns: Iterable[str], now: datetime, reason: str) -> list[UsageRecord]:
+        out = []
+        for urn in sliver_urns:
+            doc = self.store.get(OPEN, urn)
+            if doc is not None:
+                out.append(self._close(UsageRecord.from_doc(doc), now, reason))
+        return out
+
+    def shut_down(self, slice_urn: str, now: datetime) -> list[UsageRecord]:
+        """An operator's Shutdown ends the accounting of every sliver of the slice: it stops, and stops counting
+        against its owner's and project's limits."""
+        urn = canonical_urn(slice_urn)
+        return self.ended([r.sliver_urn for r in self.open_records() if r.slice_urn == urn], now, "shut down")
+
+    def reconcile(self, records: Callable[[], Iterable[Any]], now: datetime) -> list[UsageRecord]:
+        """End the open records whose slivers the slice manager no longer holds (expired, failed, released):
+        at their expiry when it has passed, else now. Reads the slice manager's records only when some usage
+        is open; the open records are read first, so a sliver allocated meanwhile is never taken for gone."""
+        open_now = self.open_records()
+        if not open_now:
+            return []
+        live = live_slivers(records())
+        out = []
+        for rec in open_now:
+            if rec.sliver_urn not in live:
+                when = ended_at(rec, now)
+                out.append(self._close(rec, when, "expired" if rec.expires is not None and rec.expires <= now
+                                       else "ended"))
+        return out
+
+    # ---- service levels ------------------------------------------------------------------------------------
+    def allocate(self, user: str, slice_urn: str, request: Request, now: datetime, end: datetime, asked_end: bool,
+                 allocate: Callable[[datetime], list[Sliver]], peers: PeerGate | None = None) -> list[Sliver]:
+        """Allocate through `allocate(end)` if the federation peer's policy (`peers`, for a peer's user or
+        slice) and the user's and the project's limits allow the request on top of what they hold (the peer's
+        refusal, or FORBIDDEN / OUTOFRANGE naming the limit, nothing taken), and record it. The counts, the
+        allocation and its record are one step under the count locks of everyone limited."""
+        project = project_of(slice_urn)
+        lock = [k for k, limits in ((user_key(user), self.policy.for_user(user)),
+                                    (project, self.policy.for_project(project))) if k and limits.limits_amounts]
+        peer = peers.counted_as(user, slice_urn) if peers is not None else None
+        with self._counting(lock + ([peer] if peer else [])):  # nothing to lock when nobody has a limit on amounts
+            if peers is not None:
+                end = peers.admit("Allocate", user, slice_urn, now, end, request, asked_end)
+            end, _ = quotas.lease_end(user, project, self.policy, now, end, now, cut=not asked_end)
+            if lock:
+                held_user, held_project = held_now(self.open_records(), user_key(user), project)
+                quotas.check_amounts(user_key(user), project, self.policy, held_user, held_project,
+                                     quotas.request_amounts(self.substrate, request))
+            slivers = allocate(end)
+            self.began(user, slice_urn, slivers, now)
+        return slivers
+
+    def lease_end(self, slivers: Iterable[Sliver], now: datetime, end: datetime, cut: bool) -> tuple[datetime, str]:
+        """The end Provision or Renew may give these slivers under their owners' and projects' lease lengths,
+        each counted from when the sliver began (its Allocate)."""
+        note = ""
+        for s in slivers:
+            doc = self.store.get(OPEN, s.urn)
+            start = UsageRecord.from_doc(doc).start if doc else now
+            end, said = quotas.lease_end(user_key(s.owner_urn), project_of(s.slice_urn), self.policy, start, end, now,
+                                         cut)
+            note = said or note
+        return end, note
+
+    @contextmanager
+    def _counting(self, names: list[str]):
+        """Hold the count locks of these users and projects (sorted, so two callers never wait on each other)."""
+        token = f"{uuid.uuid4().hex}|{time.time():.3f}"
+        taken: list[str] = []
+        try:
+            for name in sorted(set(names)):
+                self._lock(LOCK + name, token)
+                taken.append(LOCK + name)
+            yield
+        finally:
+            for key in taken:
+                try:
+                    self.store.release(key, token)
+                except GeniError as exc:  # taken over after LOCK_STALE
+                    log.warning("could not release %s: %s", key, exc.message)
+
+    def _lock(self, key: str, token: str) -> None:
+        deadline = time.monotonic() + LOCK_WAIT
+        pause = 0.005
+        while not self.store.claim(key, token):
+            holder = self.store.owner_of(key)
+            if holder is not None and _age(holder) > LOCK_STALE:
+                self.store.release(key, holder)  # its process died while allocating
+                continue
+            if time.monotonic() > deadline:
+                raise Busy(f"another Allocate for {key[len(LOCK):]} is being counted against its limits; try again")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+
+
+def _age(token: str) -> float:
+    try:
+        return time.time() - float(token.rsplit("|", 1)[1])
+    except (IndexError, ValueError):
+        return LOCK_STALE + 1  # not ours: a malformed holder is taken over
+
+
+def ledger_for(cfg: dict[str, Any], store: Store, substrate: Substrate) -> Ledger:
+    """The deployment's ledger, its limits from slicex.yaml's `quotas:` (checked here: BADARGS naming the key)."""
+    return Ledger(store, substrate, quotas.policy_from_config(cfg.get("quotas")))

@@ -1,0 +1,79 @@
+"""The Slice Manager seam: the one interface the AM API endpoint calls.
+
+The endpoint authenticates, authorises, parses options and formats results; everything that takes,
+holds or releases resources happens behind this interface (ORCA: Allocate ≈ ticket, Provision ≈ redeem,
+Renew ≈ extendTicket + extendLease, Delete ≈ close, PerformOperationalAction ≈ modifyLease)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from rspec.request import Request
+
+ALLOCATED = "geni_allocated"
+UNALLOCATED = "geni_unallocated"
+PROVISIONED = "geni_provisioned"
+
+PENDING_ALLOCATION = "geni_pending_allocation"
+NOTREADY = "geni_notready"
+CONFIGURING = "geni_configuring"
+STOPPING = "geni_stopping"
+READY = "geni_ready"
+READY_BUSY = "geni_ready_busy"
+FAILED = "geni_failed"
+
+ACTIONS = ("geni_start", "geni_restart", "geni_stop", "geni_update_users")
+
+
+@dataclass
+class Sliver:
+    """What the AM knows of one sliver: enough for the sliver struct and the manifest."""
+
+    urn: str
+    slice_urn: str
+    client_id: str
+    kind: str  # "node" | "link"
+    allocation_state: str
+    operational_state: str
+    expires: datetime
+    error: str = ""
+    component_id: str = ""
+    owner_urn: str = ""
+    details: dict[str, Any] = field(default_factory=dict)  # host, vlan tag, MACs, login, ...
+    slice_uuid: str = ""  # the UUID of the slice it was allocated for (slice_manager/slice_identity.py), '' if none named
+
+
+class SliceManager(Protocol):
+    def allocate(self, slice_urn: str, owner_urn: str, request: Request, end: datetime,
+                 now: datetime, start: datetime | None = None, slice_uuid: str = "") -> list[Sliver]:
+        """Tickets for `request`; CredentialInvalid if the slice's live slivers were allocated for another
+        UUID of that slice name (checked under the slice's lock, slice_manager/slice_identity.py)."""
+        ...
+
+    def provision(self, sliver_urns: list[str], end: datetime, users: list[dict[str, Any]],
+                  now: datetime) -> list[Sliver]: ...
+
+    def renew(self, sliver_urns: list[str], end: datetime, now: datetime, best_effort: bool) -> list[Sliver]: ...
+
+    def perform(self, sliver_urns: list[str], action: str, now: datetime, best_effort: bool,
+                users: list[dict[str, Any]]) -> list[Sliver]: ...
+
+    def delete(self, sliver_urns: list[str], now: datetime) -> list[Sliver]: ...
+
+    def slivers(self, slice_urn: str, now: datetime) -> list[Sliver]: ...
+
+    def sliver(self, sliver_urn: str, now: datetime) -> Sliver | None: ...
+
+    def ended(self, slice_urn: str, now: datetime) -> str | None:
+        """Why a slice's last slivers here ended by themselves (expiry, failure), if recently; else None."""
+        ...
+
+    def shutdown(self, slice_urn: str, now: datetime) -> None: ...
+
+    def is_shut_down(self, slice_urn: str) -> bool: ...
+
+    def request_of(self, slice_urn: str) -> list[Request]: ...
+
+    def reap(self, now: datetime) -> list[str]: ...

@@ -1,0 +1,181 @@
+"""The slice manager's own records (slice_manager/actor.py): each sliver's reservation, its demand, what the
+actors gave it (ticket, lease, placement) and its *outbox* of messages not yet answered, persisted in the slice
+manager's tables of the store. Only the slice manager reads or writes these tables; the broker and the
+authority keep their own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from slice_manager import reservation as rs
+from slicex import errors
+from slicex.clock import parse_time, rfc3339
+from slicex.errors import (
+    GeniError,
+)
+from slicex.store import Store
+from slicex.ticket import Lease, Ticket
+
+RESERVATIONS = "sm-reservations"
+REQUESTS = "sm-requests"
+SLICES = "sm-slices"
+INSTANCES = "sm-instances"
+SLIVERS_OF = "sm-slice-slivers"  # "<slice>#<sliver>" → the sliver: one slice's records, read without the others'
+ENDED = "sm-ended"  # slice → why its last slivers ended on their own (expiry, failure): for a clear Status
+ENDED_KEPT = timedelta(days=1)
+
+
+class Crash(BaseException):
+    """Raised by a fault-injection hook to stop the slice manager dead at a message boundary (tests)."""
+
+
+# ---- persistence of reservations and messages -------------------------------------------------------------------
+def _t(when: datetime | None) -> str | None:
+    return rfc3339(when) if when else None
+
+
+def _p(text: str | None) -> datetime | None:
+    return parse_time(text) if text else None
+
+
+def reservation_doc(r: rs.Reservation) -> dict[str, Any]:
+    return {"id": r.id, "state": r.state, "pending": r.pending, "pending_since": _t(r.pending_since),
+            "sequence": r.sequence, "reason": r.reason, "request": r.request, "resource": r.resource,
+            "depends_on": list(r.depends_on), "gate": r.gate, "blocked": r.blocked, "labels": [list(x) for x in r.labels],
+            "start": _t(r.start), "end": _t(r.end), "want_end": _t(r.want_end), "deadline": _t(r.deadline),
+            "awaiting": list(r.awaiting)}
+
+
+def reservation_from(d: dict[str, Any]) -> rs.Reservation:
+    return rs.Reservation(d["id"], d["state"], d["pending"], _p(d["pending_since"]), int(d["sequence"]), d["reason"],
+                          int(d["request"]), d.get("resource", ""), tuple(d.get("depends_on", ())),
+                          d.get("gate", "ticket"), d.get("blocked", ""), tuple((str(k), int(v)) for k, v in d.get("labels", ())),
+                          _p(d.get("start")), _p(d.get("end")), _p(d.get("want_end")), _p(d.get("deadline")),
+                          tuple(d.get("awaiting", ())))
+
+
+def message_doc(m: rs.Message) -> dict[str, Any]:
+    return {"kind": m.kind, "reservation": m.reservation, "request": m.request, "start": _t(m.start),
+            "end": _t(m.end), "inputs": [list(x) for x in m.inputs]}
+
+
+def message_from(d: dict[str, Any]) -> rs.Message:
+    return rs.Message(d["kind"], d["reservation"], int(d["request"]), _p(d.get("start")), _p(d.get("end")),
+                      tuple((str(k), int(v)) for k, v in d.get("inputs", ())))
+
+
+@dataclass
+class Record:
+    """One sliver: its reservation, what was planned for it, and what the actors gave it."""
+
+    id: str
+    slice_urn: str
+    owner_urn: str
+    client_id: str
+    kind: str
+    component_id: str
+    group: str  # the broker's claim owner for its ticket
+    r: rs.Reservation
+    demand: dict[str, Any]  # what it needs (broker/placement.py demands_of: one node or link, and constraints)
+    details: dict[str, Any] = field(default_factory=dict)  # what the manifest shows: host, image, tag, logins...
+    ticket: Ticket | None = None
+    lease: Lease | None = None
+    outbox: list[rs.Message] = field(default_factory=list)
+    error_type: str = ""  # GeniError class of the last refusal (so the AM result carries its code)
+    provisioned: bool = False
+    shutdown: bool = False
+    discard: bool = False  # forget it once its releases are delivered (a deleted or abandoned sliver)
+    slice_uuid: str = ""  # the UUID of the slice it was allocated for (slice_manager/slice_identity.py)
+    indexed: bool = field(default=False, compare=False)  # its slice's index names it (not stored: true once loaded)
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"id": self.id, "slice_urn": self.slice_urn, "owner_urn": self.owner_urn, "client_id": self.client_id,
+                "kind": self.kind, "component_id": self.component_id, "group": self.group,
+                "r": reservation_doc(self.r), "demand": self.demand, "details": self.details,
+                "ticket": self.ticket.to_doc() if self.ticket else None,
+                "lease": self.lease.to_doc() if self.lease else None,
+                "outbox": [message_doc(m) for m in self.outbox], "error_type": self.error_type,
+                "provisioned": self.provisioned, "shutdown": self.shutdown, "discard": self.discard,
+                "slice_uuid": self.slice_uuid}
+
+    @staticmethod
+    def from_doc(d: dict[str, Any]) -> Record:
+        return Record(d["id"], d["slice_urn"], d["owner_urn"], d["client_id"], d["kind"], d["component_id"],
+                      d["group"], reservation_from(d["r"]), dict(d["demand"]), d.get("details", {}),
+                      Ticket.from_doc(d["ticket"]) if d.get("ticket") else None,
+                      Lease.from_doc(d["lease"]) if d.get("lease") else None,
+                      [message_from(m) for m in d.get("outbox", [])], d.get("error_type", ""),
+                      bool(d.get("provisioned")), bool(d.get("shutdown")), bool(d.get("discard")),
+                      d.get("slice_uuid", ""), indexed=True)
+
+    @property
+    def ticket_id(self) -> str:
+        return self.ticket.id if self.ticket else f"{self.group}/{self.id}"
+
+
+def _error(type_name: str, message: str) -> GeniError:
+    cls = getattr(errors, type_name, None)
+    return cls(message) if isinstance(cls, type) and issubclass(cls, GeniError) else GeniError(message)
+
+
+class Records:
+    """Loading and saving records (a mixin of ActorSliceManager: `self.store`)."""
+
+    store: Store
+
+    def _load(self, rid: str) -> Record | None:
+        d = self.store.get(RESERVATIONS, rid)
+        return Record.from_doc(d) if d else None
+
+    def _save(self, rec: Record) -> None:
+        if (rec.r.state == rs.CLOSED or rec.discard) and not rec.outbox:
+            if not rec.discard and rec.r.reason:  # ended by itself, not deleted by its owner: remember why
+                self.store.put(ENDED, rec.slice_urn, {"slice_urn": rec.slice_urn, "reason": rec.r.reason,
+                                                      "end": rfc3339(rec.r.end) if rec.r.end else ""})
+            self.store.delete(RESERVATIONS, rec.id)
+            self.store.delete(SLIVERS_OF, _index_key(rec.slice_urn, rec.id))
+        else:
+            if not rec.indexed:  # written before the record: a stored record is always found by its slice
+                self._index(rec.slice_urn, rec.id)
+                rec.indexed = True
+            self.store.put(RESERVATIONS, rec.id, rec.to_doc())
+
+    def _index(self, slice_urn: str, rid: str) -> None:
+        self.store.put(SLIVERS_OF, _index_key(slice_urn, rid), {"slice_urn": slice_urn, "id": rid})
+
+    def _index_records(self) -> int:
+        """Index records a slice manager without the per-slice index stored (start-up); returns how many."""
+        indexed = {(d["slice_urn"], d["id"]) for d in self.store.scan(SLIVERS_OF)}
+        missing = [(d["slice_urn"], d["id"]) for d in self.store.scan(RESERVATIONS)
+                   if (d["slice_urn"], d["id"]) not in indexed]
+        for slice_urn, rid in missing:
+            self._index(slice_urn, rid)
+        return len(missing)
+
+    def records(self, slice_urn: str | None = None) -> list[Record]:
+        """Every record, or one slice's: through its index, so a call costs the same however many slivers
+        other slices hold (an index entry whose record is gone, left by a crash between the two deletes,
+        is skipped)."""
+        if slice_urn is None:
+            return [Record.from_doc(d) for d in self.store.scan(RESERVATIONS)]
+        recs = (self._load(d["id"]) for d in self.store.scan(SLIVERS_OF, f"{slice_urn}#"))
+        return [rec for rec in recs if rec is not None and rec.slice_urn == slice_urn]
+
+    def reservations(self) -> list[rs.Reservation]:
+        return [rec.r for rec in self.records()]
+
+    def _forget_requests(self, slice_urns: set[str]) -> None:
+        """Drop the stored requests of these slices (whose locks the caller holds) that no live sliver is
+        from any more; another slice's request may belong to an allocation still being made."""
+        for slice_urn in slice_urns:
+            live = {rec.client_id for rec in self.records(slice_urn)}
+            for doc in self.store.scan(REQUESTS, f"{slice_urn}#"):
+                if doc["slice_urn"] == slice_urn and not any(c in live for c in doc["client_ids"]):
+                    self.store.delete(REQUESTS, doc["key"])
+
+
+def _index_key(slice_urn: str, rid: str) -> str:
+    return f"{slice_urn}#{rid}"
+
