@@ -14,7 +14,7 @@ out of maintenance; moving a running network and reconfiguring an FPGA under run
 steps on the actor clock (migration.py). All state that must survive a restart is in the store (tables
 `fpga_slivers`, `fpga_maintenance`); tables are recompiled from it.
 
-This is the one FPGA model: the AM's authority drives it through its substrate driver (am/substrate/fpga.py),
+This is the one FPGA model: the AM's authority drives it through its substrate driver (authority/substrate/fpga.py),
 one lease at a time (the broker picks the FPGA of a whole-FPGA sliver and the board of a virtual router), and
 the tests and bench/fpga.py drive it directly."""
 
