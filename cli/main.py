@@ -760,10 +760,9 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
     """Take a host out of (or back into) the broker's inventory; slivers already on it keep running."""
     from datetime import UTC, datetime
 
-    from authority.actor import Authority
-    from broker.delegation import export_substrate
+    from deployment.actors import home_keys_and_names, make_authority
     from deployment.service import deployment_substrate
-    from slicex.devpki import ensure_actor_identities
+    from slicex.clock import SystemClock
     from slicex.store import open_store
 
     home = _home(args)
@@ -773,12 +772,10 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
     if host is None:
         print(f"no host {args.host} in the substrate ({', '.join(h.name for h in substrate.hosts)})", file=sys.stderr)
         return 2
-    name = f"urn:publicid:IDN+{cfg['authority']}+authority+am"
-    ensure_actor_identities(home, cfg["authority"])  # a home from before the broker had a key of its own
+    keys, name = home_keys_and_names(home, cfg["authority"])  # a home from before the broker had a key of its own
     store = open_store(cfg["store"])  # the authority records what it delegates (tickets are checked against it)
     # as the authority: its orders and grants are documents signed with its key, which the broker verifies
-    authority = Authority(name, None, {}, store=store, inventory=export_substrate(substrate, name, "broker"),
-                          key=home.authority_key.read_bytes())
+    authority = make_authority(store, keys, name, substrate, None, clock=SystemClock())
     pools = authority.inventory.on(host.component_id)
     broker = _maintenance_broker(home, cfg, store, name)
     where = f" (broker actor at {broker.client.url})" if hasattr(broker, "client") else ""
@@ -805,12 +802,11 @@ def _maintenance_broker(home: Home, cfg: dict[str, Any], store: Any, authority: 
     --distributed`), as the authority, so the broker process applies them to what it holds; else (embedded,
     or nothing running) a broker over the store, where the AM's broker reads what is parked and a broker
     process starting later loads it."""
-    from broker.broker import Broker
-    from slicex.devpki import actor_public_key
+    from deployment.actors import home_keys_and_names, make_broker
+    from slicex.clock import SystemClock
 
-    return _running_broker(home, cfg, "authority") or Broker(
-        "broker", store, home.broker_key.read_bytes(), authority=authority,
-        authority_keys={authority: actor_public_key(home, "authority", cfg["authority"])})
+    keys, name = home_keys_and_names(home, cfg["authority"])
+    return _running_broker(home, cfg, "authority") or make_broker(store, keys, name, clock=SystemClock())
 
 
 def _running_broker(home: Home, cfg: dict[str, Any], as_role: str) -> Any:
@@ -819,13 +815,10 @@ def _running_broker(home: Home, cfg: dict[str, Any], as_role: str) -> Any:
     actor = procs.running(_pid_path(home, "broker"))
     if actor is None:
         return None
-    from broker.remote import RemoteBroker
-    from slicex.actor_rpc import ActorClient
-    from slicex.devpki import actor_urn
+    from deployment.actors import Caller, broker_client
 
-    cert, key = (home.authority_cert, home.authority_key) if as_role == "authority" else (home.am_cert, home.am_key)
-    return RemoteBroker(ActorClient("broker", actor.info["url"], str(cert), str(key), str(home.ca_cert),
-                                    actor_urn(cfg["authority"], "broker"), timeout=float(cfg["actor_timeout_seconds"])))
+    return broker_client(actor.info["url"], Caller.of_home(home, as_role), cfg["authority"],
+                         float(cfg["actor_timeout_seconds"]))
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

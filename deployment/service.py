@@ -18,10 +18,18 @@ from authority.actor import Authority, SubstrateDriver, as_driver
 from authority.substrate.emulated import EmulatedDriver, FailurePlan
 from authority.substrate.fpga import FpgaDriver
 from broker.broker import Broker
-from broker.delegation import export_substrate
 from broker.policy import policy_named
 from clearinghouse import chapi_edge
 from clearinghouse.slice_authority import SaPolicy, SliceAuthority
+from deployment.actors import (
+    Caller,
+    authority_client,
+    broker_client,
+    embedded_actors,
+    home_keys_and_names,
+    make_authority,
+    make_broker,
+)
 from fpga_aggregate.backend import EmulatedFpgaBackend, FpgaBackend
 from fpga_aggregate.bitstreams import BitstreamCatalogue
 from fpga_aggregate.boards import boards_from_config
@@ -37,13 +45,12 @@ from slice_manager.peer_gate import held_slivers, wanted_nodes
 from slicex import pki
 from slicex.clock import Clock, SystemClock
 from slicex.credentials import CredentialVerifier
-from slicex.devpki import actor_public_key, actor_urn, ensure_actor_identities, roots_bundle
+from slicex.devpki import actor_urn, roots_bundle
 from slicex.errors import BadArgs, GeniError, Refused, TooBig
 from slicex.home import Home
 from slicex.inventory import usage_counts
 from slicex.logs import Traced
 from slicex.store import Store, open_store
-from slicex.ticket import load_signing_key
 from slicex.tls_xmlrpc import TlsXmlRpcServer, server_context
 from slicex.trust_roots import PeerTrust
 
@@ -252,34 +259,19 @@ class EmbeddedDeployment:
         # Each actor its own key (devpki): the broker's signs tickets, the authority's signs leases, the AM's
         # is only this process's TLS identity. Keys persist across restarts, so what was signed before still
         # verifies; a home from an older version gets the missing ones here.
-        ensure_actor_identities(home, self.authority)
-        lease_key = actor_public_key(home, "authority", self.authority)
+        keys, name = home_keys_and_names(home, self.authority)
         policy = policy_named(self.cfg.get("broker_policy", "first-fit"))
         if broker_url:  # scaled out: broker and authority are processes of their own, called over mutual TLS
-            from authority.actor import RemoteAuthority
-            from broker.remote import RemoteBroker
-            from slicex.actor_rpc import ActorClient
-
-            # the deployment CA only (not federation roots), and the URN of the actor each client must reach
-            creds = (str(home.am_cert), str(home.am_key), str(home.ca_cert))
-            timeout = float(self.cfg["actor_timeout_seconds"])
-            self.broker = RemoteBroker(ActorClient("broker", broker_url, *creds, actor_urn(self.authority, "broker"),
-                                                   timeout=timeout), policy=policy)
-            self.authority_actor = RemoteAuthority(ActorClient("authority", authority_url, *creds,
-                                                               actor_urn(self.authority, "authority"), timeout=timeout))
+            caller, timeout = Caller.of_home(home, "am"), float(self.cfg["actor_timeout_seconds"])
+            self.broker = broker_client(broker_url, caller, self.authority, timeout, policy=policy)
+            self.authority_actor = authority_client(authority_url, caller, self.authority, timeout)
             # the authority actor's process delegates its own inventory (ActorProcess); this process never acts
             # for it
         else:
-            self.broker = Broker("broker", self.store, load_signing_key(home.broker_key.read_bytes()), policy=policy,
-                                 authority=self.authority_name(), authority_keys={self.authority_name(): lease_key},
-                                 clock=self.clock)
-            self.authority_actor = Authority(self.authority_name(), self.driver,
-                                             {"broker": actor_public_key(home, "broker", self.authority)},
-                                             store=self.store, key=load_signing_key(home.authority_key.read_bytes()),
-                                             inventory=self._inventory(), clock=self.clock)
             # the authority delegates as in the distributed deployment: a document signed with its key, which
             # the broker verifies (the broker is in this process, so it answers at once)
-            self.authority_actor.export_to(self.broker)
+            self.broker, self.authority_actor = embedded_actors(self.store, keys, self.substrate, self.driver,
+                                                                authority_name=name, policy=policy, clock=self.clock)
         trust = pki.TrustStore([home.trusted_roots], namespaces=self.cfg.get("trusted_root_namespaces") or {})
         # federation peers (slicex.yaml `peers:`): their roots, bound to their namespaces, refreshed if configured
         self.peer_trust = PeerTrust.for_deployment(home.root, self.cfg, trust, (str(home.am_cert), str(home.am_key)))
@@ -313,7 +305,7 @@ class EmbeddedDeployment:
                                     image_policy=self.cfg["image_policy"], bitstreams=self.bitstreams,
                                     run_actor_clocks=not broker_url,
                                     tick=timedelta(seconds=float(self.cfg.get("tick_seconds", 1.0))),
-                                    lease_key=lease_key)
+                                    lease_key=keys.authority.public_key())
         self.am_urn = f"urn:publicid:IDN+{self.authority}+authority+am"
         # snapshots of the actors this process runs, for the dashboard (operations/snapshot.py); remote actors publish
         # their own from their processes
@@ -350,9 +342,6 @@ class EmbeddedDeployment:
 
     def authority_name(self) -> str:
         return f"urn:publicid:IDN+{self.authority}+authority+am"
-
-    def _inventory(self):
-        return export_substrate(self.substrate, self.authority_name(), "broker")
 
     # ---- edges -------------------------------------------------------------------------------------------------
     def _am_dispatch(self, method: str, params: tuple, cert) -> Any:
@@ -483,8 +472,8 @@ class ActorProcess:
                  clock: Clock | None = None, failures: FailurePlan | None = None, broker_url: str | None = None):
         """`broker_url`: where the authority delegates (default: `host` and `broker_port` of slicex.yaml)."""
         from authority.actor import Delegator, authority_handlers
-        from broker.remote import RemoteBroker, broker_callers, broker_handlers
-        from slicex.actor_rpc import ActorClient, ActorServer
+        from broker.remote import broker_callers, broker_handlers
+        from slicex.actor_rpc import ActorServer
 
         cfg = home.config()
         self.host_driver: Any = None  # the authority's netns driver, when configured
@@ -495,13 +484,11 @@ class ActorProcess:
         self.clock = clock or SystemClock()
         if role not in ("broker", "authority"):
             raise ValueError(f"unknown actor {role!r}: broker or authority")
-        ensure_actor_identities(home, authority)
+        keys, _ = home_keys_and_names(home, authority)
         if role == "broker":
             # delegations are accepted only signed with the authority actor's key
-            self.actor: Any = Broker("broker", self.store, load_signing_key(home.broker_key.read_bytes()),
-                                     policy=policy_named(cfg.get("broker_policy", "first-fit")), authority=am_urn,
-                                     authority_keys={am_urn: actor_public_key(home, "authority", authority)},
-                                     clock=self.clock)
+            self.actor: Any = make_broker(self.store, keys, am_urn, clock=self.clock,
+                                          policy=policy_named(cfg.get("broker_policy", "first-fit")))
             handlers = broker_handlers(self.actor)
             # the slice manager asks for promises; the authority delegates and reclaims
             callers = broker_callers(am_urn, actor_urn(authority, "authority"))
@@ -510,16 +497,12 @@ class ActorProcess:
             self.host_driver = host_driver(cfg, home)
             driver = substrate_driver(substrate, BitstreamCatalogue(self.store, home.root / "bitstreams"),
                                       EmulatedFpgaBackend(), failures, self.host_driver)
-            self.actor = Authority(am_urn, driver, {"broker": actor_public_key(home, "broker", authority)},
-                                   store=self.store, key=load_signing_key(home.authority_key.read_bytes()),
-                                   inventory=export_substrate(substrate, am_urn, "broker"), clock=self.clock)
+            self.actor = make_authority(self.store, keys, am_urn, substrate, driver, clock=self.clock)
             handlers = authority_handlers(self.actor)
             callers = {am_urn: frozenset(handlers)}  # the slice manager alone
             # it delegates its own inventory, as the authority actor (its certificate) calling the broker
             url = broker_url or f"https://{cfg['host']}:{cfg.get('broker_port', 8002)}/"
-            to = RemoteBroker(ActorClient("broker", url, str(home.authority_cert), str(home.authority_key),
-                                          str(home.ca_cert), actor_urn(authority, "broker"),
-                                          timeout=float(cfg["actor_timeout_seconds"])))
+            to = broker_client(url, Caller.of_home(home, "authority"), authority, float(cfg["actor_timeout_seconds"]))
             self.delegator = Delegator(self.actor, to)
         self.tick_seconds = float(cfg.get("tick_seconds", 1.0))
         self.publishers = publishers_for(self.store, broker=self.actor) if role == "broker" else \

@@ -21,7 +21,7 @@ reservation gives back what it holds, so nothing leaks.
 
 The slice manager's jobs live in modules of their own: its records (slice_manager/records.py), the reservation
 driver that delivers messages (slice_manager/delivery.py), locks, recovery and the clock (slice_manager/recovery.py); this
-module holds the AM-facing operations and `in_process`, which builds an embedded deployment's actors."""
+module holds the AM-facing operations; deployment/actors.py builds the actors."""
 
 from __future__ import annotations
 
@@ -586,33 +586,3 @@ class ActorSliceManager(Records, Recovery, Delivery):
 
         return [SliverView(s.client_id, s.urn, s.kind, s.component_id, s.details, s.operational_state)
                 for s in slivers]
-
-
-def in_process(store: Store, substrate: Any, driver: Any, broker_key: Any = None, authority_key: Any = None,
-               policy: Any = None, authority_name: str | None = None, clock: Any = None,
-               **kw: Any) -> ActorSliceManager:
-    """An embedded deployment's actors on one store: a broker (signing with `broker_key`, a fresh RSA key
-    if none), an authority (signing leases with `authority_key`, a fresh one if none; checking tickets on
-    `clock` when given) that trusts the broker, owns the substrate and delegates all of it, and a slice
-    manager over both. Keys may be PEM bytes or loaded keys."""
-    from cryptography.hazmat.primitives.asymmetric import rsa
-
-    from authority.actor import Authority
-    from broker.broker import Broker
-    from broker.delegation import export_substrate
-    from slicex.ticket import load_signing_key
-
-    def key(k):
-        if k is None:
-            return rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        return load_signing_key(k) if isinstance(k, bytes) else k
-
-    bkey = key(broker_key)
-    akey = key(authority_key)
-    name = authority_name or f"urn:publicid:IDN+{substrate.authority}+authority+am"
-    broker = Broker("broker", store, bkey, policy=policy, authority=name,
-                    authority_keys={name: akey.public_key()})  # delegations verified, as in deployments
-    authority = Authority(name, driver, {"broker": bkey.public_key()}, store=store, key=akey,
-                          inventory=export_substrate(substrate, name, "broker"), clock=clock)
-    authority.export_to(broker)
-    return ActorSliceManager(store, substrate, broker, authority, **kw)

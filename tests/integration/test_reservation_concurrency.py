@@ -13,9 +13,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from authority.actor import LEASES
 from authority.substrate.emulated import EmulatedDriver
+from deployment.actors import ActorKeys, embedded_slice_manager
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
-from slice_manager.actor import in_process
 from slicex.clock import ManualClock
 from slicex.errors import GeniError
 from slicex.store.redis_store import RedisStore
@@ -35,7 +35,7 @@ def lan(n: int) -> str:
 def test_workers_racing_for_one_inventory_never_share_a_unit_or_a_tag():
     prefix = f"race-{uuid.uuid4().hex[:8]}"
     now = ManualClock().now()
-    workers = [in_process(RedisStore(REDIS_URL, prefix=prefix), SUB, EmulatedDriver(SUB), broker_key=KEY, authority_key=AKEY)
+    workers = [embedded_slice_manager(RedisStore(REDIS_URL, prefix=prefix), SUB, EmulatedDriver(SUB), keys=ActorKeys.given(KEY, AKEY))
                for _ in range(4)]
     held: dict[str, str] = {}  # unit -> sliver, across all workers
     lock = threading.Lock()
@@ -81,8 +81,8 @@ def two_workers(tmp_path, hook):
     from slicex.store.sqlite_store import SqliteStore
 
     store = SqliteStore(str(tmp_path / "s.db"))
-    a = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY, authority_key=AKEY, name="worker-a", fault=hook)
-    b = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY, authority_key=AKEY, name="worker-b")
+    a = embedded_slice_manager(store, SUB, EmulatedDriver(SUB), name="worker-a", fault=hook, keys=ActorKeys.given(KEY, AKEY))
+    b = embedded_slice_manager(store, SUB, EmulatedDriver(SUB), name="worker-b", keys=ActorKeys.given(KEY, AKEY))
     return store, a, b, ActorSliceManager
 
 

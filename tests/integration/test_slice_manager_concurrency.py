@@ -16,11 +16,12 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from authority.actor import LEASES
 from authority.substrate.emulated import EmulatedDriver
 from broker.broker import TICKETS
+from deployment.actors import ActorKeys, embedded_slice_manager
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slice_manager import api as sm
 from slice_manager import reservation as rs
-from slice_manager.actor import ActorSliceManager, in_process
+from slice_manager.actor import ActorSliceManager
 from slicex.clock import ManualClock
 from slicex.errors import Busy
 from slicex.store.sqlite_store import SqliteStore
@@ -67,7 +68,7 @@ class HeldBroker:
 
 def held_world(tmp_path, held: str = "a1"):
     store = SqliteStore(str(tmp_path / "s.db"))
-    real = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY, authority_key=AKEY)
+    real = embedded_slice_manager(store, SUB, EmulatedDriver(SUB), keys=ActorKeys.given(KEY, AKEY))
     broker = HeldBroker(real.broker, held)
     return store, real, broker, ActorSliceManager(store, SUB, broker, real.authority, name="sm")
 
@@ -165,7 +166,7 @@ def test_concurrent_allocations_of_one_process_do_not_choose_the_same_units(tmp_
     """Both allocations have their placement request at the broker at once: the broker's policy gives them
     different units, and refuses neither (no lost race, no second round)."""
     store = SqliteStore(str(tmp_path / "s.db"))
-    real = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY, authority_key=AKEY)
+    real = embedded_slice_manager(store, SUB, EmulatedDriver(SUB), keys=ActorKeys.given(KEY, AKEY))
     both_asked = threading.Barrier(2, timeout=3)
     refused: list[str] = []
 
@@ -229,7 +230,7 @@ def test_mixed_calls_on_many_slices_at_once_leave_nothing_held(tmp_path, deploym
 
         prefix = f"smc-{uuid.uuid4().hex[:8]}"
         stores = [RedisStore(REDIS_URL, prefix=prefix) for _ in range(2)]
-    workers = [in_process(s, SUB, EmulatedDriver(SUB), broker_key=KEY, authority_key=AKEY, name=f"w{k}")
+    workers = [embedded_slice_manager(s, SUB, EmulatedDriver(SUB), name=f"w{k}", keys=ActorKeys.given(KEY, AKEY))
                for k, s in enumerate(stores)]
     clock = ManualClock()
     errors: list[str] = []

@@ -21,10 +21,11 @@ from authority.substrate.emulated import EmulatedDriver
 from broker.broker import TICKETS, Broker
 from broker.delegation import export_substrate
 from broker.placement import demands_of
+from deployment.actors import ActorKeys, embedded_slice_manager
 from rspec.advertisement import Usage, build_advertisement
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
-from slice_manager.actor import ActorSliceManager, in_process
+from slice_manager.actor import ActorSliceManager
 from slicex.clock import ManualClock
 from slicex.errors import BadArgs, GeniError
 from slicex.inventory import is_unit, usage_counts
@@ -76,7 +77,7 @@ def strings(value: Any) -> list[str]:
 
 def world(tmp_path: Path) -> tuple[SqliteStore, Any, Recording, ActorSliceManager]:
     store = SqliteStore(str(tmp_path / "s.db"))
-    real = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY, authority_key=KEY)
+    real = embedded_slice_manager(store, SUB, EmulatedDriver(SUB), keys=ActorKeys.given(KEY, KEY))
     broker = Recording(real.broker)
     # the broker's clock is not the slice manager's to run here: every call it makes is a message
     return store, real, broker, ActorSliceManager(store, SUB, broker, real.authority, name="sm",

@@ -19,10 +19,10 @@ from broker.broker import Broker
 from broker.calendar import Calendar, CalendarError, Pool
 from broker.delegation import export_substrate
 from broker.placement import demands_of
+from deployment.actors import ActorKeys, embedded_slice_manager
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slice_manager import reservation as rs
-from slice_manager.actor import in_process
 from slicex.errors import InsufficientNodes, Refused
 from slicex.store.sqlite_store import SqliteStore
 from slicex.term import Term
@@ -126,7 +126,7 @@ def test_future_placements_never_promise_a_bare_metal_node_twice_and_availabilit
 
 def test_an_advance_ticket_is_claimed_at_its_start_and_the_reservation_then_provisions(tmp_path):
     store = SqliteStore(str(tmp_path / "s.db"))
-    sm = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY, authority_key=KEY)
+    sm = embedded_slice_manager(store, SUB, EmulatedDriver(SUB), keys=ActorKeys.given(KEY, KEY))
     now = T0
     begin, end = now + MIN, now + 60 * MIN
     (s,) = sm.allocate("urn:publicid:IDN+t.org+slice+a", "o", parse_request(request_rspec([vm("a")])), end, now,
@@ -145,7 +145,7 @@ def test_an_advance_ticket_is_claimed_at_its_start_and_the_reservation_then_prov
 
 def test_an_advance_ticket_whose_unit_is_held_at_its_start_fails_the_reservation_saying_why(tmp_path):
     store = SqliteStore(str(tmp_path / "s.db"))
-    sm = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY, authority_key=KEY)
+    sm = embedded_slice_manager(store, SUB, EmulatedDriver(SUB), keys=ActorKeys.given(KEY, KEY))
     now = T0
     begin = now + MIN
     (s,) = sm.allocate("urn:publicid:IDN+t.org+slice+a", "o",

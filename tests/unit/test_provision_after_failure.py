@@ -8,9 +8,10 @@ from datetime import timedelta
 
 import pytest
 
+from deployment.actors import ActorKeys, embedded_slice_manager
 from rspec.request import parse_request
 from slice_manager import api as sm
-from slice_manager.actor import ActorSliceManager, in_process
+from slice_manager.actor import ActorSliceManager
 from slicex.clock import ManualClock
 from slicex.errors import GeniError
 from slicex.store.sqlite_store import SqliteStore
@@ -23,7 +24,7 @@ def test_provision_again_after_the_authority_was_down_says_the_slivers_failed(tm
 
     store = SqliteStore(str(tmp_path / "s.db"))
     clock = ManualClock()
-    real = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY)
+    real = embedded_slice_manager(store, SUB, EmulatedDriver(SUB), keys=ActorKeys.given(KEY))
     authority = Flaky(real.authority, only=("redeem",))
     asm = ActorSliceManager(store, SUB, real.broker, authority)
     now = clock.now()
@@ -48,7 +49,7 @@ def test_a_provisioned_sliver_whose_state_cannot_be_read_is_not_reported_failed(
 
     store = SqliteStore(str(tmp_path / "s.db"))
     clock = ManualClock()
-    real = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY)
+    real = embedded_slice_manager(store, SUB, EmulatedDriver(SUB), keys=ActorKeys.given(KEY))
     authority = Flaky(real.authority, only=("status",))
     asm = ActorSliceManager(store, SUB, real.broker, authority)
     now = clock.now()

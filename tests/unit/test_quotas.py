@@ -11,12 +11,12 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from authority.substrate.emulated import EmulatedDriver
+from deployment.actors import ActorKeys, embedded_slice_manager
 from operations.accounting import Amounts
 from operations.ledger import OPEN, Ledger
 from operations.quotas import Limits, check_amounts, lease_end, policy_from_config, request_amounts
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
-from slice_manager.actor import in_process
 from slicex.clock import ManualClock
 from slicex.errors import BadArgs, Forbidden, OutOfRange
 from slicex.store.sqlite_store import SqliteStore
@@ -103,7 +103,7 @@ def test_a_lease_past_the_limit_is_cut_when_defaulted_and_out_of_range_when_aske
 def world(tmp_path):
     store = SqliteStore(str(tmp_path / "s.db"))
     clock = ManualClock()
-    asm = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY)
+    asm = embedded_slice_manager(store, SUB, EmulatedDriver(SUB), keys=ActorKeys.given(KEY))
     return store, clock, asm
 
 

@@ -11,11 +11,12 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from authority.actor import LEASES
 from authority.substrate.emulated import EmulatedDriver
 from broker.broker import Demand
+from deployment.actors import ActorKeys, embedded_slice_manager
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slice_manager import api as sm
 from slice_manager import reservation as rs
-from slice_manager.actor import ActorSliceManager, in_process
+from slice_manager.actor import ActorSliceManager
 from slice_manager.records import RESERVATIONS, SLIVERS_OF
 from slicex.clock import ManualClock
 from slicex.errors import GeniError, SearchFailed, Unavailable, VlanUnavailable
@@ -53,7 +54,7 @@ class Flaky:
 def world(tmp_path):
     store = SqliteStore(str(tmp_path / "s.db"))
     clock = ManualClock()
-    asm = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY)
+    asm = embedded_slice_manager(store, SUB, EmulatedDriver(SUB), keys=ActorKeys.given(KEY))
     return store, clock, asm
 
 
@@ -133,7 +134,7 @@ def test_a_tag_taken_meanwhile_is_refused_by_the_broker_with_its_reason(world):
 def test_broker_down_is_unavailable_and_leaves_nothing(tmp_path):
     store = SqliteStore(str(tmp_path / "s.db"))
     clock = ManualClock()
-    real = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY)
+    real = embedded_slice_manager(store, SUB, EmulatedDriver(SUB), keys=ActorKeys.given(KEY))
     broker = Flaky(real.broker, only=("place", "relinquish"))
     asm = ActorSliceManager(store, SUB, broker, real.authority)
     broker.down = True
@@ -147,7 +148,7 @@ def test_broker_down_is_unavailable_and_leaves_nothing(tmp_path):
 def test_releases_that_cannot_be_delivered_are_retried_until_they_are(tmp_path):
     store = SqliteStore(str(tmp_path / "s.db"))
     clock = ManualClock()
-    real = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY)
+    real = embedded_slice_manager(store, SUB, EmulatedDriver(SUB), keys=ActorKeys.given(KEY))
     broker = Flaky(real.broker)
     asm = ActorSliceManager(store, SUB, broker, real.authority)
     now = clock.now()
@@ -182,7 +183,7 @@ def test_a_failure_while_provisioning_says_why_and_frees_the_sliver(tmp_path):
 
     store = SqliteStore(str(tmp_path / "s.db"))
     clock = ManualClock()
-    asm = in_process(store, SUB, Broken(SUB), broker_key=KEY)
+    asm = embedded_slice_manager(store, SUB, Broken(SUB), keys=ActorKeys.given(KEY))
     now = clock.now()
     slivers = asm.allocate(SLICE, "o", parse_request(request_rspec([vm("a")])), now + 10 * MIN, now)
     with pytest.raises(GeniError, match="out of disk"):
@@ -215,7 +216,7 @@ def test_one_delete_closes_the_nodes_before_their_link_whatever_order_it_names_t
 
     store = SqliteStore(str(tmp_path / "s.db"))
     now = ManualClock().now()
-    asm = in_process(store, SUB, LikeNeutron(EmulatedDriver(SUB)), broker_key=KEY)
+    asm = embedded_slice_manager(store, SUB, LikeNeutron(EmulatedDriver(SUB)), keys=ActorKeys.given(KEY))
     slivers = asm.allocate(SLICE, "o", parse_request(three_node_lan()), now + 10 * MIN, now)
     asm.provision([s.urn for s in slivers], now + timedelta(hours=1), [], now)
     link_first = sorted((s.urn for s in slivers), key=lambda u: next(s.kind for s in slivers if s.urn == u) != "link")

@@ -8,6 +8,7 @@ from datetime import timedelta
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from authority.substrate.emulated import EmulatedDriver
+from deployment.actors import ActorKeys, embedded_slice_manager
 from operations.snapshot import (
     StatusCache,
     authority_state,
@@ -18,7 +19,6 @@ from operations.snapshot import (
 )
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
-from slice_manager.actor import in_process
 from slicex.clock import ManualClock
 from slicex.store.sqlite_store import SqliteStore
 from tests.factories import three_node_lan
@@ -31,7 +31,7 @@ SUB = default_substrate("t.org")
 def test_each_actor_publishes_its_own_state(tmp_path):
     store = SqliteStore(str(tmp_path / "s.db"))
     now = ManualClock().now()
-    asm = in_process(store, SUB, EmulatedDriver(SUB), broker_key=KEY)
+    asm = embedded_slice_manager(store, SUB, EmulatedDriver(SUB), keys=ActorKeys.given(KEY))
     slivers = asm.allocate(SLICE, "urn:o", parse_request(three_node_lan()), now + timedelta(minutes=10), now)
     asm.provision([s.urn for s in slivers], now + timedelta(hours=2), [], now)
 
