@@ -22,7 +22,6 @@ from rspec.manifest import SliverView, build_manifest, empty_manifest
 from rspec.request import parse_request
 from slice_manager import api as sm
 from slice_manager.api import SliceManager, Sliver
-from slice_manager.slice_identity import check_same_slice, slice_uuid
 from slicex import __version__, logs, pki
 from slicex.clock import Clock, parse_time, rfc3339
 from slicex.credentials import parse_credential, sort_credentials
@@ -38,6 +37,7 @@ from slicex.errors import (
     ServerError,
     Unsupported,
 )
+from slicex.slice_identity import check_same_slice, slice_uuid
 from slicex.term import Term
 from slicex.urn import Urn, canonical_urn, parse_urn
 
@@ -99,7 +99,7 @@ class AggregateManager:
         self.advertise = advertise
         self.policy = policy or AmPolicy()
         self.metrics = metrics  # operations.metrics.Metrics: every call counted and timed by method and GENI code
-        # slice_manager.dry_run: Allocate with slicex_dry_run answers where the request would go, holding nothing
+        # the slice manager's dry_run: Allocate with slicex_dry_run answers where the request would go, holding nothing
         self.dry_run = dry_run
         # slicex.peers.PeerGate: what a federation peer's users may do here (docs/federation.md "Peers")
         self.peers: Any = None

@@ -22,8 +22,8 @@ from typing import Any
 from cryptography import x509
 
 from am.api import AggregateManager, error_result, result
-from slice_manager.slice_identity import check_same_slice, slice_uuid
 from slicex.errors import AlreadyExists, BadArgs, GeniError, ServerError, Unsupported
+from slicex.slice_identity import check_same_slice, slice_uuid
 from slicex.urn import canonical_urn
 
 log = logging.getLogger("slicex.am.v2")

@@ -827,7 +827,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     import json
     from datetime import UTC, datetime
 
-    from slice_manager.dry_run import plan_at_home, plan_text
+    from deployment.plan import plan_at_home, plan_text
 
     home = _home(args)
     try:

@@ -40,7 +40,6 @@ from operations.snapshot import publishers_for
 from rspec.advertisement import AdvertisementCache, Usage
 from rspec.substrate import Substrate, default_substrate, load_substrate
 from slice_manager.actor import ActorSliceManager
-from slice_manager.dry_run import for_slice_manager as dry_run_for
 from slice_manager.peer_gate import held_slivers, wanted_nodes
 from slicex import pki
 from slicex.clock import Clock, SystemClock
@@ -321,7 +320,7 @@ class EmbeddedDeployment:
         self.am = AggregateManager(AmIdentity(self.am_urn, self.endpoints.am_url, host, self.driver.description,
                                               v2_url=self.endpoints.am_v2_url),
                                    self.sm, self.verifier, self.clock, self._advertise, am_policy,
-                                   metrics=self.metrics, dry_run=dry_run_for(self.sm, self.authority_name()))
+                                   metrics=self.metrics, dry_run=self.sm.dry_run)
         self.am.peers = self.peer_trust.gate(self.am_urn, held_slivers(self.sm.records), wanted_nodes(self.substrate))
         self.peer_trust.watch_tls(*(s.context for s in (self._am_server, self._am_v2_server) if s is not None))
         self.am.ledger = self.ledger  # usage records and service levels; the reaper ends expired usage

@@ -62,7 +62,6 @@ from slice_manager.records import (  # noqa: F401 - re-exported
     reservation_from,
 )
 from slice_manager.recovery import LIVENESS, SLICE_WAIT, WORKER_WAIT, Recovery  # noqa: F401 - re-exported
-from slice_manager.slice_identity import check_same_slice
 from slicex.clock import parse_time, rfc3339
 from slicex.errors import (
     BadArgs,
@@ -76,6 +75,7 @@ from slicex.errors import (
     Unsupported,
 )
 from slicex.inventory import mac_for
+from slicex.slice_identity import check_same_slice
 from slicex.store import Store
 from slicex.term import Term
 
@@ -131,7 +131,7 @@ class ActorSliceManager(Records, Recovery, Delivery):
         """Ask the broker for tickets over [now, end), or with a later `start` over [start, end): an advance
         reservation (geni_start_time), booked in the broker's calendar now and provisionable from `start`.
         The slivers record `slice_uuid`; the slice's live slivers must have been allocated for the same one
-        (checked under the slice's lock: slice_manager/slice_identity.py)."""
+        (checked under the slice's lock: slicex/slice_identity.py)."""
         start = start if start and start > now else None
         if start is not None and end <= start:  # e.g. a service level's lease length cut the end (operations/quotas.py)
             raise OutOfRange(f"an advance reservation from {rfc3339(start)} cannot end at {rfc3339(end)}, before it "

@@ -42,14 +42,14 @@ class Sliver:
     component_id: str = ""
     owner_urn: str = ""
     details: dict[str, Any] = field(default_factory=dict)  # host, vlan tag, MACs, login, ...
-    slice_uuid: str = ""  # the UUID of the slice it was allocated for (slice_manager/slice_identity.py), '' if none named
+    slice_uuid: str = ""  # the UUID of the slice it was allocated for (slicex/slice_identity.py), '' if none named
 
 
 class SliceManager(Protocol):
     def allocate(self, slice_urn: str, owner_urn: str, request: Request, end: datetime,
                  now: datetime, start: datetime | None = None, slice_uuid: str = "") -> list[Sliver]:
         """Tickets for `request`; CredentialInvalid if the slice's live slivers were allocated for another
-        UUID of that slice name (checked under the slice's lock, slice_manager/slice_identity.py)."""
+        UUID of that slice name (checked under the slice's lock, slicex/slice_identity.py)."""
         ...
 
     def provision(self, sliver_urns: list[str], end: datetime, users: list[dict[str, Any]],

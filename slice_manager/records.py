@@ -87,7 +87,7 @@ class Record:
     provisioned: bool = False
     shutdown: bool = False
     discard: bool = False  # forget it once its releases are delivered (a deleted or abandoned sliver)
-    slice_uuid: str = ""  # the UUID of the slice it was allocated for (slice_manager/slice_identity.py)
+    slice_uuid: str = ""  # the UUID of the slice it was allocated for (slicex/slice_identity.py)
     indexed: bool = field(default=False, compare=False)  # its slice's index names it (not stored: true once loaded)
 
     def to_doc(self) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The slice identity rules (slice_manager/slice_identity.py) on credentials and recorded UUIDs, without a deployment."""
+"""The slice identity rules (slicex/slice_identity.py) on credentials and recorded UUIDs, without a deployment."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slice_manager.slice_identity import check_same_slice, slice_uuid
 from slicex import pki
 from slicex.credentials import create_credential, parse_credential
 from slicex.errors import CredentialInvalid
+from slicex.slice_identity import check_same_slice, slice_uuid
 
 SLICE = "urn:publicid:IDN+t.org+slice+s1"
 LATER = datetime.now(UTC) + timedelta(days=1)

@@ -13,17 +13,8 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from broker.placement import demands_of, dry_run, report  # noqa: F401 - dry_run, report: re-exported
-from rspec.request import Request
+from broker.placement import demands_of
 from slicex.term import Term
-
-
-def for_slice_manager(sm: Any, authority_name: str) -> Any:
-    """The AM's `dry_run` callable: the slice manager asks its broker (`authority_name` is kept for callers;
-    the slice manager names its authority in the message)."""
-    def run(request: Request, owner_urn: str, now: datetime, end: datetime) -> dict[str, Any]:
-        return sm.dry_run(request, owner_urn, now, end)
-    return run
 
 
 def plan_at_home(home: Any, rspec_xml: str, now: datetime, user: str | None = None,
