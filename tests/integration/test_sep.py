@@ -108,7 +108,7 @@ def fed(tmp_path_factory):
     b = Process(homes["b"])
     b.up()
     b_cfg = homes["b"].config()
-    am = {"a": a.deployment.endpoints.am_url, "b": f"https://127.0.0.1:{b_cfg['am_port']}/"}
+    am = {"a": a.deployment.endpoints.am_url, "b": f"https://127.0.0.1:{b_cfg.am_port}/"}
     sep_yaml = root / "sep" / "sep.yaml"
     init = slicex(homes["a"].root, "sep", "init", "--config", str(sep_yaml), "--aggregate", f"{urn('a')}={am['a']}",
                   "--aggregate", f"{urn('b')}={am['b']}", "--trust", str(homes["b"].ca_cert), "--port", "0")
