@@ -128,7 +128,7 @@ class SlicexConfig(Section):
     dashboard_port: int | None = Field(8004, ge=0, description="operator dashboard (0: any free port; null: off)")
     dashboard_tls: bool = Field(False, description="serve the dashboard over HTTPS with the AM's certificate")
     operators: list[str] = Field([], description="user URNs that may Shutdown any slice")
-    metrics_interval_seconds: float = Field(5, gt=0, description="how long /metrics caches a store scan")
+    metrics_interval_seconds: float = Field(5, ge=0, description="how long /metrics caches a store scan (0: none)")
     log_format: Literal["text", "json"] = Field("text", description="log lines of `slicex up` and `slicex actor`")
     gil_switch_interval_ms: float = Field(
         1.0, gt=0, le=100, description="how long a Python thread keeps the interpreter lock (slicex/runtime.py)")
