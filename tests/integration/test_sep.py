@@ -151,7 +151,7 @@ def held(store_url: str) -> dict[str, str]:
 
 
 def store_urls(fed) -> dict[str, str]:
-    return {n: h.config().get("store") or f"sqlite:///{h.root / 'state.db'}" for n, h in fed["homes"].items()}
+    return {n: str(h.config().store) for n, h in fed["homes"].items()}
 
 
 def test_one_slice_spans_both_testbeds_and_describe_shows_both_halves(fed):
