@@ -28,14 +28,6 @@ PATHS = ("CH", "SA", "MA")
 _request = threading.local()
 
 
-def chapi_port(cfg: dict[str, Any]) -> int:
-    """`chapi_port` from slicex.yaml, else the slice authority's port + 7 (8007 by default; `ca init
-    --port-base N` uses N..N+5), or 0 (any free port) when the slice authority's is 0."""
-    if cfg.get("chapi_port") is not None:
-        return int(cfg["chapi_port"])
-    return int(cfg["sa_port"]) + 7 if int(cfg["sa_port"]) else 0
-
-
 class _PathHandler(_Handler):
     def do_POST(self) -> None:
         _request.path = urlsplit(self.path).path.strip("/").upper()

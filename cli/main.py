@@ -20,6 +20,7 @@ import yaml
 
 from cli import image as image_cli
 from slicex import procs
+from slicex.config import ConfigError, SlicexConfig, reference
 from slicex.errors import BadArgs, GeniError, Refused, Unavailable
 from slicex.home import Home
 from slicex.store.redis_store import redact
@@ -41,7 +42,7 @@ def cmd_ca_init(args: argparse.Namespace) -> int:
         keys = ("sa_port", "am_port", "broker_port", "authority_port", "dashboard_port", "am_v2_port")
         overrides.update({key: args.port_base + i for i, key in enumerate(keys)})
     home.write_default_config(**overrides)
-    written = init_ca(home, home.config()["authority"], force=args.force)
+    written = init_ca(home, home.config().authority, force=args.force)
     if not written:
         print(f"CA already exists at {home.ca_cert} (use --force to replace it)")
     for p in written:
@@ -59,14 +60,14 @@ def cmd_user_add(args: argparse.Namespace) -> int:
     if home.user_cert(args.name).exists() and not args.force:
         print(f"user {args.name} exists ({home.user_cert(args.name)}); use --force to reissue")
         return 0
-    for p in add_user(home, home.config()["authority"], args.name, args.email):
+    for p in add_user(home, home.config().authority, args.name, args.email):
         print(f"wrote {p}")
     return 0
 
 
 def _urls(home: Home) -> tuple[str, str]:
     cfg = home.config()
-    return f"https://{cfg['host']}:{cfg['sa_port']}/", f"https://{cfg['host']}:{cfg['am_port']}/"
+    return f"https://{cfg.host}:{cfg.sa_port}/", f"https://{cfg.host}:{cfg.am_port}/"
 
 
 def _write_omni_config(home: Home, user: str | None) -> Path | None:
@@ -77,7 +78,7 @@ def _write_omni_config(home: Home, user: str | None) -> Path | None:
         return None
     user = user or ("alice" if "alice" in users else users[0])
     sa_url, am_url = _urls(home)
-    return omniconfig.write(home, user, home.config()["authority"], sa_url, am_url)
+    return omniconfig.write(home, user, home.config().authority, sa_url, am_url)
 
 
 def cmd_omni_config(args: argparse.Namespace) -> int:
@@ -92,7 +93,7 @@ def cmd_omni_config(args: argparse.Namespace) -> int:
         return 2
     if args.show:  # prints only: omni_config stays the one later omni runs use
         user = args.user or ("alice" if "alice" in users else users[0])
-        print(omniconfig.render(home, user, home.config()["authority"], *_urls(home)))
+        print(omniconfig.render(home, user, home.config().authority, *_urls(home)))
         return 0
     print(_write_omni_config(home, args.user))
     return 0
@@ -100,11 +101,10 @@ def cmd_omni_config(args: argparse.Namespace) -> int:
 
 def _chapi(home: Home, user: str, service: str, timeout: float = 10.0) -> Any:
     """An XML-RPC client of the deployment's CH API (`/CH`, `/SA`, `/MA`) as `user`."""
-    from clearinghouse.chapi_edge import chapi_port
     from slicex.tls_xmlrpc import client
 
     cfg = home.config()
-    url = f"https://{cfg['host']}:{chapi_port(cfg)}/{service}"
+    url = f"https://{cfg.host}:{cfg.chapi_endpoint_port()}/{service}"
     return client(url, str(home.user_cert(user)), str(home.user_key(user)), timeout=timeout)
 
 
@@ -121,7 +121,6 @@ def _project_exists_or_create(home: Home, user: str, project: str) -> tuple[bool
 
 
 def _chapi_omni_config(home: Home, args: argparse.Namespace) -> int:
-    from clearinghouse.chapi_edge import chapi_port
     from slicex import omniconfig
 
     users = home.users()
@@ -131,11 +130,11 @@ def _chapi_omni_config(home: Home, args: argparse.Namespace) -> int:
     user = args.user or ("alice" if "alice" in users else users[0])
     cfg = home.config()
     _sa, am_url = _urls(home)
-    chapi_url, path = f"https://{cfg['host']}:{chapi_port(cfg)}", home.root / "omni_config_chapi"
+    chapi_url, path = f"https://{cfg.host}:{cfg.chapi_endpoint_port()}", home.root / "omni_config_chapi"
     if args.show:  # prints only: no file written, no project created
-        print(omniconfig.render_chapi(home, user, cfg["authority"], chapi_url, am_url, args.project, path))
+        print(omniconfig.render_chapi(home, user, cfg.authority, chapi_url, am_url, args.project, path))
         return 0
-    omniconfig.write_chapi(home, user, cfg["authority"], chapi_url, am_url, args.project, path)
+    omniconfig.write_chapi(home, user, cfg.authority, chapi_url, am_url, args.project, path)
     if args.project:
         ok, how = _project_exists_or_create(home, user, args.project)
         print(f"project {args.project}: {how}", file=sys.stderr)
@@ -203,7 +202,7 @@ def _configure_store(home: Home, distributed: bool) -> str:
         _record_config(home, "store", store)
         print(f"store {redact(store)} recorded in {home.config_file}: every process of this deployment reads it",
               flush=True)
-    return home.config()["store"]
+    return str(home.config().store)
 
 
 
@@ -229,9 +228,9 @@ def _bind_deployment_store(home: Home, url: str, init_store: bool) -> None:
     from slicex.store import open_store
 
     cfg = home.config()
-    known = cfg.get("deployment_id")
+    known = cfg.deployment_id
     # a home from before stores were recorded: the one it names is taken as used (a wiped one is refused)
-    used = [str(u) for u in cfg.get("deployment_stores") or ([redact(url)] if known else [])]
+    used = list(cfg.deployment_stores) or ([redact(url)] if known else [])
     fresh = redact(url) not in used
     dep = str(known or uuid.uuid4().hex[:16])
     store = open_store(url)
@@ -262,17 +261,14 @@ def _prepare(home: Home, distributed: bool, init_store: bool = False) -> None:
                   flush=True)
             procs.stop(leftover)
         _pid_path(home, role).unlink(missing_ok=True)
-    from clearinghouse.chapi_edge import chapi_port
-    from deployment.service import am_v2_port
-
     cfg = home.config()
-    keys = ["sa_port", "am_port"] + ([f"{r}_port" for r in ACTORS] if distributed else [])
-    ports = [(key, cfg.get(key)) for key in keys]
+    ports = [("sa_port", cfg.sa_port), ("am_port", cfg.am_port)]
+    ports += [("broker_port", cfg.broker_port), ("authority_port", cfg.authority_port)] if distributed else []
     # the ports derived from those unless set: the AM API v2 endpoint and the CH API
-    ports += [("am_v2_port", am_v2_port(cfg)), ("chapi_port", chapi_port(cfg))]
+    ports += [("am_v2_port", cfg.am_v2_endpoint_port()), ("chapi_port", cfg.chapi_endpoint_port())]
     for key, port in ports:
-        if port and _port_taken(cfg["host"], int(port)):
-            raise Refused(f"port {port} ({key}) on {cfg['host']} is in use by a process that is not part of "
+        if port and _port_taken(cfg.host, port):
+            raise Refused(f"port {port} ({key}) on {cfg.host} is in use by a process that is not part of "
                           f"this deployment; stop it or set another {key} in {home.config_file}")
 
 
@@ -282,7 +278,7 @@ def _home_fault(home: Home) -> str | None:
     from slicex.diskfaults import remedy, write_fault
     from slicex.store.guard import sqlite_dir
 
-    store_dir = sqlite_dir(str(home.config()["store"]))
+    store_dir = sqlite_dir(str(home.config().store))
     for directory in dict.fromkeys([home.root] + ([store_dir] if store_dir else [])):
         fault = write_fault(directory) if directory.is_dir() else None
         if fault:
@@ -307,6 +303,7 @@ def _exit_cause(home: Home) -> str:
 
 def cmd_up(args: argparse.Namespace) -> int:
     home = _home(args)
+    home.config()  # a wrong slicex.yaml is refused (ConfigError naming the key) before anything starts
     if not home.ca_cert.exists():
         print(f"no CA in {home.root}: run `slicex ca init` and `slicex user add NAME` first", file=sys.stderr)
         return 2
@@ -368,13 +365,11 @@ def _ensure_node_image(home: Home) -> None:
     """On the netns substrate nodes boot an image of the host's catalogue: the first `up` that finds none
     builds the default one here, with a progress bar, before any server starts (once per host)."""
     cfg = home.config()
-    if cfg.get("substrate_driver") != "netns":
+    if cfg.substrate_driver != "netns":
         return
-    from authority.substrate.images import DEFAULT_DIR, DEFAULT_IMAGE, ImageCatalogue
+    from deployment.service import node_images
 
-    opts = cfg.get("netns") or {}
-    catalogue = ImageCatalogue(Path(opts.get("images_dir") or DEFAULT_DIR))
-    name = str(opts.get("default_image") or DEFAULT_IMAGE)
+    catalogue, name = node_images(cfg.netns)
     if catalogue.get(name) is None:
         image_cli.build_with_progress(catalogue, name)
 
@@ -468,7 +463,7 @@ def _run_foreground(home: Home, print_config: bool = False, distributed: bool = 
         if distributed:
             for role in ACTORS:
                 supervisor.start(role)
-                urls[f"{role}_url"] = f"https://{cfg['host']}:{cfg[f'{role}_port']}/"
+                urls[f"{role}_url"] = f"https://{cfg.host}:{cfg.broker_port if role == 'broker' else cfg.authority_port}/"
         deployment = EmbeddedDeployment(home, **urls)
         endpoints = deployment.start()
     except (GeniError, OSError) as exc:
@@ -498,7 +493,7 @@ def _run_foreground(home: Home, print_config: bool = False, distributed: bool = 
         print(f"dashboard:       {deployment.dashboard_url}", flush=True)
     if scs is not None:
         print(f"path service:    {scs.describe()}", flush=True)
-    print(f"store:           {redact(cfg['store'])}", flush=True)
+    print(f"store:           {redact(str(cfg.store))}", flush=True)
     for role, proc in supervisor.procs.items():
         print(f"{role} actor:{' ' * (6 - len(role) + 3)}{urls[f'{role}_url']} (pid {proc.pid})", flush=True)
     if path:
@@ -538,16 +533,16 @@ def cmd_actor(args: argparse.Namespace) -> int:
         print(f"the {args.role} actor is already running (pid {running.pid})", file=sys.stderr)
         return 1
     cfg = home.config()
-    store = open_store(cfg["store"])
+    store = open_store(str(cfg.store))
     try:
-        bind_store(store, str(cfg.get("deployment_id") or ""), home, create=False)
+        bind_store(store, cfg.deployment_id or "", home, create=False)
         actor = ActorProcess(home, args.role, store=store)
         url = actor.start()
     except (GeniError, OSError) as exc:
         print(f"error: the {args.role} actor will not start: {getattr(exc, 'message', exc)}", file=sys.stderr)
         return 2
     procs.write(path, procs.this_process({"role": args.role, "url": url}))
-    print(f"{args.role} actor at {url} (store {redact(cfg['store'])})", flush=True)
+    print(f"{args.role} actor at {url} (store {redact(str(cfg.store))})", flush=True)
     _serve_until_stopped()
     actor.stop()
     procs.remove_if_mine(path)
@@ -574,7 +569,7 @@ def _stop_host_switch(home: Home) -> list[str]:
     stop them left them running (slivers' namespaces stay: their leases are live, the next `up` adopts them);
     with no sliver on the host, its bridge and run directories too."""
     cfg = home.config()
-    if cfg.get("substrate_driver") != "netns":
+    if cfg.substrate_driver != "netns":
         return []
     from deployment.service import host_driver
 
@@ -635,22 +630,22 @@ def _store_status(home: Home) -> tuple[bool, str]:
 
     cfg = home.config()
     try:
-        store = open_store(cfg["store"])
+        store = open_store(str(cfg.store))
         try:
-            bind_store(store, str(cfg.get("deployment_id") or ""), home, create=False)
+            bind_store(store, cfg.deployment_id or "", home, create=False)
             # and a write, as /health makes: a full disk or a read-only Redis still answers reads
-            guard = GuardedStore(store, None, redact(cfg["store"]), sqlite_dir(cfg["store"]))
+            guard = GuardedStore(store, None, redact(str(cfg.store)), sqlite_dir(str(cfg.store)))
             checks = guard.check("status", report=False)
         finally:
             store.close()
         failing = "; ".join(v for v in checks.values() if v != "ok")
         if failing:
-            return False, f"{redact(cfg['store'])}: this deployment's, but {failing}"
+            return False, f"{redact(str(cfg.store))}: this deployment's, but {failing}"
     except GeniError as exc:
-        return False, f"{redact(cfg['store'])}: {exc.message}"
+        return False, f"{redact(str(cfg.store))}: {exc.message}"
     except Exception as exc:  # noqa: BLE001 - status reports whatever is wrong
-        return False, f"{redact(cfg['store'])}: {type(exc).__name__}: {exc}"
-    return True, f"{redact(cfg['store'])} (answering, this deployment's)"
+        return False, f"{redact(str(cfg.store))}: {type(exc).__name__}: {exc}"
+    return True, f"{redact(str(cfg.store))} (answering, this deployment's)"
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -705,15 +700,13 @@ def _node_lines(home: Home) -> list[str]:
     """On the netns substrate, each node container of this deployment: running or not, the limits it got,
     the memory and CPU time it used."""
     cfg = home.config()
-    if cfg.get("substrate_driver") != "netns":
+    if cfg.substrate_driver != "netns":
         return []
     from authority.substrate.container import NodeContainer
     from authority.substrate.netns import STATE_ROOT
-    from authority.substrate.netns_plan import deployment_prefix
+    from deployment.service import netns_prefix
 
-    opts = cfg.get("netns") or {}
-    prefix = opts.get("prefix") or deployment_prefix(str(cfg.get("deployment_id") or home.root.resolve()))
-    lxcpath = Path(opts.get("state_dir") or STATE_ROOT / f"slicex-{prefix}") / "lxc"
+    lxcpath = Path(cfg.netns.state_dir or STATE_ROOT / f"slicex-{netns_prefix(cfg, home)}") / "lxc"
     names = sorted(d.name for d in lxcpath.iterdir()) if lxcpath.is_dir() else []
     lines = [f"nodes:      {len(names)} container{'s' if len(names) != 1 else ''} in {lxcpath}"]
     for name in names:
@@ -732,8 +725,8 @@ def _catalogue(args: argparse.Namespace):
 
     home = _home(args)
     cfg = home.config()
-    return (BitstreamCatalogue(open_store(cfg["store"]), home.root / "bitstreams"),
-            f"urn:publicid:IDN+{cfg['authority']}+user+{args.user}")
+    return (BitstreamCatalogue(open_store(str(cfg.store)), home.root / "bitstreams"),
+            f"urn:publicid:IDN+{cfg.authority}+user+{args.user}")
 
 
 def cmd_fpga_upload(args: argparse.Namespace) -> int:
@@ -772,8 +765,8 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
     if host is None:
         print(f"no host {args.host} in the substrate ({', '.join(h.name for h in substrate.hosts)})", file=sys.stderr)
         return 2
-    keys, name = home_keys_and_names(home, cfg["authority"])  # a home from before the broker had a key of its own
-    store = open_store(cfg["store"])  # the authority records what it delegates (tickets are checked against it)
+    keys, name = home_keys_and_names(home, cfg.authority)  # a home from before the broker had a key of its own
+    store = open_store(str(cfg.store))  # the authority records what it delegates (tickets are checked against it)
     # as the authority: its orders and grants are documents signed with its key, which the broker verifies
     authority = make_authority(store, keys, name, substrate, None, clock=SystemClock())
     pools = authority.inventory.on(host.component_id)
@@ -797,7 +790,7 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
     return 0
 
 
-def _maintenance_broker(home: Home, cfg: dict[str, Any], store: Any, authority: str) -> Any:
+def _maintenance_broker(home: Home, cfg: SlicexConfig, store: Any, authority: str) -> Any:
     """Whom `slicex maintenance` sends the authority's signed messages to: a running broker actor (`up
     --distributed`), as the authority, so the broker process applies them to what it holds; else (embedded,
     or nothing running) a broker over the store, where the AM's broker reads what is parked and a broker
@@ -805,11 +798,11 @@ def _maintenance_broker(home: Home, cfg: dict[str, Any], store: Any, authority: 
     from deployment.actors import home_keys_and_names, make_broker
     from slicex.clock import SystemClock
 
-    keys, name = home_keys_and_names(home, cfg["authority"])
+    keys, name = home_keys_and_names(home, cfg.authority)
     return _running_broker(home, cfg, "authority") or make_broker(store, keys, name, clock=SystemClock())
 
 
-def _running_broker(home: Home, cfg: dict[str, Any], as_role: str) -> Any:
+def _running_broker(home: Home, cfg: SlicexConfig, as_role: str) -> Any:
     """The running broker actor of this home (None when there is none), called over mutual TLS with the
     certificate of `as_role` ("authority", or "am": the slice manager's identity)."""
     actor = procs.running(_pid_path(home, "broker"))
@@ -817,8 +810,8 @@ def _running_broker(home: Home, cfg: dict[str, Any], as_role: str) -> Any:
         return None
     from deployment.actors import Caller, broker_client
 
-    return broker_client(actor.info["url"], Caller.of_home(home, as_role), cfg["authority"],
-                         float(cfg["actor_timeout_seconds"]))
+    return broker_client(actor.info["url"], Caller.of_home(home, as_role), cfg.authority,
+                         cfg.actor_timeout_seconds)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -865,9 +858,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     home = _home(args)
     home.write_default_config()
-    init_ca(home, home.config()["authority"])
+    init_ca(home, home.config().authority)
     if not home.user_cert("alice").exists():
-        add_user(home, home.config()["authority"], "alice")
+        add_user(home, home.config().authority, "alice")
     return _run_foreground(home, print_config=True)
 
 
@@ -975,6 +968,11 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--json", action="store_true", help="the answer as JSON (as Allocate with slicex_dry_run)")
     pl.set_defaults(func=cmd_plan)
 
+    conf = sub.add_parser("config", help="check $SLICEX_HOME/slicex.yaml against the configuration model "
+                                         "(slicex/config.py), or list every key with --keys")
+    conf.add_argument("--keys", action="store_true", help="every key: its type, default and what it is for")
+    conf.set_defaults(func=cmd_config)
+
     demo = sub.add_parser("demo", help="create a CA and user alice if needed, then run in the foreground")
     demo.set_defaults(func=cmd_demo)
 
@@ -1002,8 +1000,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def cmd_config(args: argparse.Namespace) -> int:
+    """Check this home's slicex.yaml (exit 2 naming a wrong key), or print every key the model knows."""
+    home = _home(args)
+    if args.keys:
+        width = max(len(key) for key, *_ in reference())
+        for key, kind, default, what in reference():
+            print(f"{key:<{width}}  {kind}{f' = {default}' if default else ''}\n{'':<{width}}  {what}")
+        return 0
+    home.config()
+    print(f"{home.config_file}: ok" if home.config_file.exists() else f"{home.config_file}: absent (all defaults)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except ConfigError as exc:  # any command that reads the home's configuration
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
 
 

@@ -90,16 +90,16 @@ def cmd_peer_add(args: argparse.Namespace) -> int:
     shutil.copyfile(source, staged)
     try:  # check it exactly as `slicex up` will read it, beside the other peers, before writing anything
         parse_peer(args.name, {**entry, "root": str(staged.relative_to(home.root))}, home.root,
-                   str(cfg["authority"]))
+                   cfg.authority)
         others = {k: v for k, v in peers.items() if k != args.name}
-        load_peers({"authority": cfg["authority"], "peers": {**others, args.name: {
-            **entry, "root": str(staged.relative_to(home.root))}}}, home.root)
+        load_peers({**others, args.name: {**entry, "root": str(staged.relative_to(home.root))}}, cfg.authority,
+                   home.root)
     except PeerConfigError as exc:
         staged.unlink()
         print(f"error: {exc.message.replace(str(staged.relative_to(home.root)), args.root)}", file=sys.stderr)
         return 2
     staged.replace(target)
-    peer = parse_peer(args.name, entry, home.root, str(cfg["authority"]))
+    peer = parse_peer(args.name, entry, home.root, cfg.authority)
     peers[args.name] = peer_config(peer, home.root)
     _write_peers(home, peers)
     print(f"peer {args.name}: root {target}, namespaces {', '.join(peer.namespaces)}; recorded in "
@@ -133,7 +133,8 @@ def _describe(peer: Any) -> dict[str, Any]:
 def cmd_peer_list(args: argparse.Namespace) -> int:
     home = _home(args)
     try:
-        peers = load_peers(home.config(), home.root)
+        cfg = home.config()
+        peers = load_peers(cfg.peers, cfg.authority, home.root)
     except PeerConfigError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2
@@ -164,7 +165,7 @@ def cmd_ca_export_root(args: argparse.Namespace) -> int:
         return 2
     pem = home.ca_cert.read_bytes()
     cert = pki.load_cert(pem)
-    namespace = pki.urn_authority(cert) or home.config()["authority"]
+    namespace = pki.urn_authority(cert) or home.config().authority
     if args.out:
         Path(args.out).write_bytes(pem)
         print(f"wrote {args.out}: root of namespace {namespace}. A peer adds it with\n  slicex peer add NAME "

@@ -45,7 +45,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         domains.append({"urn": urn, "url": url})
     base = config.parent
     base.mkdir(parents=True, exist_ok=True)
-    authority = home.config()["authority"]
+    authority = home.config().authority
     urn = f"urn:publicid:IDN+{authority}+tool+sep"  # a tool acting for users, not an authority: it issues nothing
     cert, key = pki.issue_certificate(home.ca_cert.read_bytes(), home.ca_key.read_bytes(), urn,
                                       f"{authority} slice exchange point", days=3650)
@@ -58,7 +58,7 @@ def cmd_init(args: argparse.Namespace) -> int:
             shutil.copyfile(f, roots / f.name)
     for f in args.trust or []:
         shutil.copyfile(f, roots / Path(f).name)
-    namespaces = dict(home.config().get("trusted_root_namespaces") or {})
+    namespaces = dict(home.config().trusted_root_namespaces)
     cfg = {"host": args.host, "port": args.port, "cert": "sep-cert.pem", "key": "sep-key.pem",
            "trusted_roots": ["trusted_roots"], "store": args.store, "aggregates": domains,
            "timeout_seconds": 120, "retry_seconds": 5}

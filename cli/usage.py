@@ -92,7 +92,7 @@ def cmd_usage(args: argparse.Namespace) -> int:
     home = Home(Path(args.home)) if args.home else Home()
     now = datetime.now(UTC).replace(microsecond=0)
     try:
-        store = open_store(home.config()["store"])
+        store = open_store(str(home.config().store))
         try:
             records = [UsageRecord.from_doc(d) for d in store.scan(USAGE)]
         finally:

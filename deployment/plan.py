@@ -32,16 +32,16 @@ def plan_at_home(home: Any, rspec_xml: str, now: datetime, user: str | None = No
 
     cfg = home.config()
     substrate = deployment_substrate(cfg)
-    name = f"urn:publicid:IDN+{cfg['authority']}+authority+am"
+    name = f"urn:publicid:IDN+{cfg.authority}+authority+am"
     whole = parse_request(rspec_xml)
     request = whole.for_aggregate(name)
     if substrate.external_links:
         from stitching.am_hops import apply_hops
 
         request = apply_hops(substrate, request, whole)
-    store = open_store(cfg["store"])
+    store = open_store(str(cfg.store))
     try:
-        policy = policy_named(cfg.get("broker_policy", "first-fit"))
+        policy = policy_named(cfg.broker_policy)
         if broker is None:
             broker = Broker("broker", store, None, policy=policy, authority=name)  # never signs, never writes
         if isinstance(broker, Broker) and not broker.delegated():
@@ -53,11 +53,11 @@ def plan_at_home(home: Any, rspec_xml: str, now: datetime, user: str | None = No
             broker.accept(export_substrate(substrate, name, "broker"))
         parts: dict[str, str] = {}
         if user:
-            owner = f"urn:publicid:IDN+{cfg['authority']}+user+{user}"
+            owner = f"urn:publicid:IDN+{cfg.authority}+user+{user}"
             parts = {b.ref: b.part for b in BitstreamCatalogue(store, home.root / "bitstreams").list(owner)}
-        end = now + timedelta(minutes=float(cfg["am"]["allocation_lifetime_minutes"]))
+        end = now + timedelta(minutes=cfg.am.allocation_lifetime_minutes)
         names = {e.client_id: e.client_id for e in (*request.nodes, *request.links)}
-        demands = demands_of(request, names, cfg["image_policy"], parts)
+        demands = demands_of(request, names, cfg.image_policy, parts)
         return broker.place("slicex-plan", demands, Term(now, end), now, dry_run=True, authority=name)["report"]
     finally:
         store.close()

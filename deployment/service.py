@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from am.api import AggregateManager, AmIdentity, AmPolicy, error_result
 from am.api_v2 import AggregateManagerV2
@@ -43,6 +43,7 @@ from slice_manager.actor import ActorSliceManager
 from slice_manager.peer_gate import held_slivers, wanted_nodes
 from slicex import pki
 from slicex.clock import Clock, SystemClock
+from slicex.config import NetnsOptions, SlicexConfig
 from slicex.credentials import CredentialVerifier
 from slicex.devpki import actor_urn, roots_bundle
 from slicex.errors import BadArgs, GeniError, Refused, TooBig
@@ -52,6 +53,9 @@ from slicex.logs import Traced
 from slicex.store import Store, open_store
 from slicex.tls_xmlrpc import TlsXmlRpcServer, server_context
 from slicex.trust_roots import PeerTrust
+
+if TYPE_CHECKING:
+    from authority.substrate.images import ImageCatalogue
 
 log = logging.getLogger("slicex.service")
 
@@ -78,62 +82,67 @@ def slice_members_in(store: Store) -> Callable[[str], list[str]]:
     return members
 
 
-def deployment_substrate(cfg: dict[str, Any]) -> Substrate:
+def deployment_substrate(cfg: SlicexConfig) -> Substrate:
     """The substrate this deployment offers: the operator's file (or the demo rack) and, on the netns
     substrate, the node images of the host's catalogue in place of the file's (a container boots only what
     the catalogue holds)."""
     from dataclasses import replace
 
-    substrate = load_substrate(cfg["substrate"]) if cfg["substrate"] else default_substrate(cfg["authority"])
-    if (cfg.get("substrate_driver") or "emulated") != "netns":
+    substrate = load_substrate(cfg.substrate) if cfg.substrate else default_substrate(cfg.authority)
+    if cfg.substrate_driver != "netns":
         return substrate
+    from authority.substrate.images import offered_images
+
+    catalogue, default_image = node_images(cfg.netns)
+    return replace(substrate, images=offered_images(catalogue, substrate.authority, default_image))
+
+
+def node_images(opts: NetnsOptions) -> tuple[ImageCatalogue, str]:
+    """The netns driver's image catalogue and the image a node boots when its request names none."""
     from pathlib import Path
 
-    from authority.substrate.images import DEFAULT_DIR, DEFAULT_IMAGE, ImageCatalogue, offered_images
+    from authority.substrate.images import DEFAULT_DIR, DEFAULT_IMAGE, ImageCatalogue
 
-    opts = cfg.get("netns") or {}
-    catalogue = ImageCatalogue(Path(opts.get("images_dir") or DEFAULT_DIR))
-    return replace(substrate, images=offered_images(catalogue, substrate.authority,
-                                                    str(opts.get("default_image") or DEFAULT_IMAGE)))
+    return ImageCatalogue(Path(opts.images_dir or DEFAULT_DIR)), opts.default_image or DEFAULT_IMAGE
 
 
-def host_driver(cfg: dict[str, Any], home: Home) -> Any:
+def netns_prefix(cfg: SlicexConfig, home: Home) -> str:
+    """The prefix of this deployment's host objects on the netns substrate: `netns.prefix`, else its id's."""
+    from authority.substrate.netns_plan import deployment_prefix
+
+    return cfg.netns.prefix or deployment_prefix(cfg.deployment_key(home.root))
+
+
+def host_driver(cfg: SlicexConfig, home: Home) -> Any:
     """The driver that makes real slivers on this host when slicex.yaml says `substrate_driver: netns`
     (`slicex up --substrate netns` records it), else None. Options under `netns:`: `prefix` of every host
     object (default from the deployment id), `run_dir` of the private Open vSwitch, `controller`
     (auto | os-ken | ovs-ofctl), `switch_dir` of an Open vSwitch shared with other aggregates on this host."""
-    kind = cfg.get("substrate_driver") or "emulated"
-    if kind == "emulated":
+    if cfg.substrate_driver == "emulated":
         return None
-    if kind == "openstack":
+    if cfg.substrate_driver == "openstack":
         return openstack_driver(cfg, home)
-    if kind != "netns":
-        raise BadArgs(f"substrate_driver {kind!r} in {home.config_file}: emulated, netns or openstack")
     from pathlib import Path
 
     from authority.substrate.netns import NetnsDriver
-    from authority.substrate.netns_plan import deployment_prefix
 
-    opts = cfg.get("netns") or {}
-    prefix = opts.get("prefix") or deployment_prefix(str(cfg.get("deployment_id") or home.root.resolve()))
+    opts = cfg.netns
     # switch_dir: one Open vSwitch shared by several aggregates on this host, their bridges joined by veth
     # trunks the driver makes from the substrate's external links (docs/substrate-netns.md, "Several aggregates")
-    cables = {e.local_port: e.remote_port for e in load_substrate(cfg["substrate"]).external_links} \
-        if cfg.get("substrate") else {}
-    from authority.substrate.images import DEFAULT_DIR, DEFAULT_IMAGE, ImageCatalogue
+    cables = {e.local_port: e.remote_port for e in load_substrate(cfg.substrate).external_links} \
+        if cfg.substrate else {}
+    images, default_image = node_images(opts)
 
-    return NetnsDriver(prefix, Path(opts["run_dir"]) if opts.get("run_dir") else None,
-                       opts.get("controller", "auto"), switch_dir=Path(opts["switch_dir"]) if opts.get("switch_dir")
-                       else None, cables=cables,
-                       state_dir=Path(opts["state_dir"]) if opts.get("state_dir") else None,
-                       images=ImageCatalogue(Path(opts.get("images_dir") or DEFAULT_DIR)),
-                       default_image=str(opts.get("default_image") or DEFAULT_IMAGE),
-                       pids_max=int(opts.get("pids_max") or 1024),
-                       install_sources=[str(u) for u in opts.get("install_sources") or ()],
-                       install_max_bytes=int(opts.get("install_max_mb") or 256) * 2**20)
+    def path(value: str | None) -> Path | None:
+        return Path(value) if value else None
+
+    return NetnsDriver(netns_prefix(cfg, home), path(opts.run_dir), opts.controller,
+                       switch_dir=path(opts.switch_dir), cables=cables, state_dir=path(opts.state_dir),
+                       images=images, default_image=default_image, pids_max=opts.pids_max,
+                       install_sources=list(opts.install_sources), install_max_bytes=opts.install_max_mb * 2**20)
 
 
-def openstack_driver(cfg: dict[str, Any], home: Home) -> Any:
+def openstack_driver(cfg: SlicexConfig, home: Home) -> Any:
     """The OpenStack driver of `substrate_driver: openstack`, from the `openstack:` section (cloud: a
     clouds.yaml entry, physical_network, flavors, images; docs/substrate-openstack.md). openstacksdk is
     imported only when it starts, so a missing one is reported by `slicex up`, naming the extra to install."""
@@ -141,9 +150,8 @@ def openstack_driver(cfg: dict[str, Any], home: Home) -> Any:
     from authority.substrate.openstack import OpenStackDriver
     from authority.substrate.openstack_plan import OpenStackSettings
 
-    opts = cfg.get("openstack") or {}
-    prefix = deployment_prefix(str(cfg.get("deployment_id") or home.root.resolve()))
-    return OpenStackDriver(OpenStackSettings.from_config(opts, prefix))
+    prefix = deployment_prefix(cfg.deployment_key(home.root))
+    return OpenStackDriver(OpenStackSettings.from_config(cfg.openstack, prefix))
 
 
 def start_host_driver(driver: Any, authority: Authority) -> None:
@@ -171,14 +179,14 @@ def warm_caches() -> None:
 STORE_CHECK_SECONDS = 1.0
 
 
-def guarded(store: Store | None, cfg: dict[str, Any]) -> Any:
+def guarded(store: Store | None, cfg: SlicexConfig) -> Any:
     """The process's store (`store`, else the one slicex.yaml names) behind the deployment guard: the record
     to expect is slicex.yaml's `deployment_id` (set by `slicex up`); the disk watched, a file SQLite store's."""
     from slicex.store.guard import GuardedStore, sqlite_dir
     from slicex.store.redis_store import redact
 
-    url = str(cfg["store"])
-    return GuardedStore(store or open_store(url), cfg.get("deployment_id") or None, redact(url),
+    url = str(cfg.store)
+    return GuardedStore(store or open_store(url), cfg.deployment_id or None, redact(url),
                         None if store is not None else sqlite_dir(url))
 
 
@@ -192,7 +200,7 @@ def bind_store(store: Store, deployment_id: str, home: Home, create: bool) -> bo
     from slicex.store.guard import DEPLOYMENT_TABLE, RECORD_KEY
     from slicex.store.redis_store import redact
 
-    url = redact(home.config()["store"])
+    url = redact(str(home.config().store))
     doc = store.get(DEPLOYMENT_TABLE, RECORD_KEY)
     if doc is None:
         if not create:
@@ -208,14 +216,6 @@ def bind_store(store: Store, deployment_id: str, home: Home, create: bool) -> bo
                       f"this one ({deployment_id}, home {home.root}). Point `store` in {home.config_file} at "
                       f"this deployment's store, or give this deployment a store of its own")
     return False
-
-
-def am_v2_port(cfg: dict[str, Any]) -> int | None:
-    """`am_v2_port` from slicex.yaml (None: no v2 endpoint), else the AM's port + 5, or 0 (any free port) when
-    the AM's is 0."""
-    if "am_v2_port" in cfg:
-        return None if cfg["am_v2_port"] is None else int(cfg["am_v2_port"])
-    return int(cfg["am_port"]) + 5 if int(cfg["am_port"]) else 0
 
 
 @dataclass
@@ -235,8 +235,8 @@ class EmbeddedDeployment:
         self.home = home
         self.cfg = home.config()
         self.clock = clock or SystemClock()
-        self.authority = self.cfg["authority"]
-        host = self.cfg["host"]
+        self.authority = self.cfg.authority
+        host = self.cfg.host
         # writes stop while the store lacks this deployment's record or the disk refuses them (slicex.store.guard)
         self.store = guarded(store, self.cfg)
         self.substrate = substrate or deployment_substrate(self.cfg)
@@ -247,11 +247,11 @@ class EmbeddedDeployment:
         # actor's process owns them
         self.host_driver = None if broker_url else host_driver(self.cfg, home)
         self.driver = substrate_driver(self.substrate, self.bitstreams, self.fpga_backend, failures, self.host_driver)
-        if broker_url and self.cfg.get("substrate_driver") == "netns":  # what GetVersion says the substrate is
+        if broker_url and self.cfg.substrate_driver == "netns":  # what GetVersion says the substrate is
             from authority.substrate.netns import DESCRIPTION
 
             self.driver.description = DESCRIPTION
-        if broker_url and self.cfg.get("substrate_driver") == "openstack":
+        if broker_url and self.cfg.substrate_driver == "openstack":
             from authority.substrate.openstack import DESCRIPTION as OPENSTACK
 
             self.driver.description = OPENSTACK
@@ -259,9 +259,9 @@ class EmbeddedDeployment:
         # is only this process's TLS identity. Keys persist across restarts, so what was signed before still
         # verifies; a home from an older version gets the missing ones here.
         keys, name = home_keys_and_names(home, self.authority)
-        policy = policy_named(self.cfg.get("broker_policy", "first-fit"))
+        policy = policy_named(self.cfg.broker_policy)
         if broker_url:  # scaled out: broker and authority are processes of their own, called over mutual TLS
-            caller, timeout = Caller.of_home(home, "am"), float(self.cfg["actor_timeout_seconds"])
+            caller, timeout = Caller.of_home(home, "am"), self.cfg.actor_timeout_seconds
             self.broker = broker_client(broker_url, caller, self.authority, timeout, policy=policy)
             self.authority_actor = authority_client(authority_url, caller, self.authority, timeout)
             # the authority actor's process delegates its own inventory (ActorProcess); this process never acts
@@ -271,23 +271,23 @@ class EmbeddedDeployment:
             # the broker verifies (the broker is in this process, so it answers at once)
             self.broker, self.authority_actor = embedded_actors(self.store, keys, self.substrate, self.driver,
                                                                 authority_name=name, policy=policy, clock=self.clock)
-        trust = pki.TrustStore([home.trusted_roots], namespaces=self.cfg.get("trusted_root_namespaces") or {})
+        trust = pki.TrustStore([home.trusted_roots], namespaces=self.cfg.trusted_root_namespaces)
         # federation peers (slicex.yaml `peers:`): their roots, bound to their namespaces, refreshed if configured
         self.peer_trust = PeerTrust.for_deployment(home.root, self.cfg, trust, (str(home.am_cert), str(home.am_key)))
         self.verifier = CredentialVerifier(trust)
-        am_policy = AmPolicy(allocation_lifetime=timedelta(minutes=self.cfg["am"]["allocation_lifetime_minutes"]),
-                             default_lease=timedelta(hours=self.cfg["am"]["default_lease_hours"]),
-                             max_lease=timedelta(days=self.cfg["am"]["max_lease_days"]),
-                             operators=frozenset(self.cfg.get("operators") or ()))
+        am_policy = AmPolicy(allocation_lifetime=timedelta(minutes=self.cfg.am.allocation_lifetime_minutes),
+                             default_lease=timedelta(hours=self.cfg.am.default_lease_hours),
+                             max_lease=timedelta(days=self.cfg.am.max_lease_days),
+                             operators=frozenset(self.cfg.operators))
         ca_file = str(self.peer_trust.extend_bundle(roots_bundle(home)))
-        self._sa_server = TlsXmlRpcServer((host, self.cfg["sa_port"] if sa_port is None else sa_port),
+        self._sa_server = TlsXmlRpcServer((host, self.cfg.sa_port if sa_port is None else sa_port),
                                           server_context(str(home.sa_cert), str(home.sa_key), ca_file),
                                           self._sa_dispatch, self._sa_reject)
-        self._am_server = TlsXmlRpcServer((host, self.cfg["am_port"] if am_port is None else am_port),
+        self._am_server = TlsXmlRpcServer((host, self.cfg.am_port if am_port is None else am_port),
                                           server_context(str(home.am_cert), str(home.am_key), ca_file),
                                           self._am_dispatch, self._am_reject)
         # AM API v2 (am/api_v2.py) on a port of its own: omni's stitcher needs a "2" URL that really speaks v2
-        v2_port = am_v2_port(self.cfg) if am_port is None else 0
+        v2_port = self.cfg.am_v2_endpoint_port() if am_port is None else 0
         self._am_v2_server = None if v2_port is None else TlsXmlRpcServer(
             (host, int(v2_port)), server_context(str(home.am_cert), str(home.am_key), ca_file),
             self._am_v2_dispatch, self._am_reject)
@@ -300,10 +300,10 @@ class EmbeddedDeployment:
         traced = (self.broker, self.authority_actor) if broker_url else \
             (Traced("broker", self.broker), Traced("authority", self.authority_actor))
         self.sm = ActorSliceManager(self.store, self.substrate, *traced,
-                                    name=self.cfg.get("sm_name") or f"sm-{socket.gethostname()}-{self._am_server.port}",
-                                    image_policy=self.cfg["image_policy"], bitstreams=self.bitstreams,
+                                    name=self.cfg.sm_name or f"sm-{socket.gethostname()}-{self._am_server.port}",
+                                    image_policy=self.cfg.image_policy, bitstreams=self.bitstreams,
                                     run_actor_clocks=not broker_url,
-                                    tick=timedelta(seconds=float(self.cfg.get("tick_seconds", 1.0))),
+                                    tick=timedelta(seconds=self.cfg.tick_seconds),
                                     lease_key=keys.authority.public_key())
         self.am_urn = f"urn:publicid:IDN+{self.authority}+authority+am"
         # snapshots of the actors this process runs, for the dashboard (operations/snapshot.py); remote actors publish
@@ -313,7 +313,7 @@ class EmbeddedDeployment:
         self._ads = AdvertisementCache()
         # this deployment's own registry: /metrics on the dashboard's port (operations/metrics.py)
         self.metrics = metrics_for(self.substrate, self.sm, self.clock.now,
-                                   float(self.cfg.get("metrics_interval_seconds", 5)))
+                                   self.cfg.metrics_interval_seconds)
         self._checks: dict[str, str] = {}  # the store guard's last verdict (health(), the reaper's tick)
         self._checked_at = 0.0
         self.metrics.watch_health(lambda: self._checks)
@@ -329,11 +329,11 @@ class EmbeddedDeployment:
         self.sa = SliceAuthority(self.authority, home.sa_cert.read_bytes(), home.sa_key.read_bytes(),
                                  home.ca_cert.read_bytes(), home.ca_key.read_bytes(), self.store, self.clock,
                                  {self.am_urn: self.endpoints.am_url}, self.endpoints.sa_url,
-                                 SaPolicy(slice_lifetime=timedelta(days=self.cfg["sa"]["slice_lifetime_days"]),
-                                          max_slice_lifetime=timedelta(days=self.cfg["sa"]["max_slice_lifetime_days"])))
+                                 SaPolicy(slice_lifetime=timedelta(days=self.cfg.sa.slice_lifetime_days),
+                                          max_slice_lifetime=timedelta(days=self.cfg.sa.max_slice_lifetime_days)))
         # the Common Federation API (CH, SA, MA at /CH /SA /MA) for omni's `chapi` framework and geni-lib,
         # on its own port, over the same slice records (docs/federation.md)
-        self.chapi = chapi_edge.serve(home, self.sa, host, chapi_edge.chapi_port(self.cfg) if sa_port is None else 0,
+        self.chapi = chapi_edge.serve(home, self.sa, host, self.cfg.chapi_endpoint_port() if sa_port is None else 0,
                                       ca_file, {self.am_urn: self.endpoints.am_url})
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -402,18 +402,18 @@ class EmbeddedDeployment:
         self._threads.append(reaper)
         for p in self.publishers:
             p.tick(self.clock.now())
-        if self.cfg.get("dashboard_port") is not None:
+        if self.cfg.dashboard_port is not None:
             dashboard = Dashboard(self.substrate, Aggregate(self.am_urn, self.endpoints.am_url, self.driver.description),
-                                  self.store, self.clock.now, self.health, self.metrics, self.cfg.get("peers") or {},
+                                  self.store, self.clock.now, self.health, self.metrics, self.cfg.peers,
                                   self.am.policy.operators, self._operator_shutdown)
             tls = tls_context(str(self.home.am_cert), str(self.home.am_key), str(self.home.ca_cert)) \
-                if self.cfg.get("dashboard_tls") else None
-            self._dashboard = start_dashboard(self.cfg["host"], int(self.cfg["dashboard_port"]), dashboard, tls)
+                if self.cfg.dashboard_tls else None
+            self._dashboard = start_dashboard(self.cfg.host, self.cfg.dashboard_port, dashboard, tls)
         log.info("slice authority at %s, aggregate at %s", self.endpoints.sa_url, self.endpoints.am_url)
         return self.endpoints
 
     def _reap_loop(self) -> None:
-        tick = float(self.cfg.get("tick_seconds", 1.0))
+        tick = self.cfg.tick_seconds
         while not self._stop.wait(tick):
             self._tick()
 
@@ -477,7 +477,7 @@ class ActorProcess:
         cfg = home.config()
         self.host_driver: Any = None  # the authority's netns driver, when configured
         self.delegator: Delegator | None = None  # the authority's delegation to its broker
-        authority = cfg["authority"]
+        authority = cfg.authority
         am_urn = actor_urn(authority, "am")  # also the name of the aggregate's inventory in tickets and leases
         self.store = guarded(store, cfg)  # its writes stop too while the deployment record is lost
         self.clock = clock or SystemClock()
@@ -487,7 +487,7 @@ class ActorProcess:
         if role == "broker":
             # delegations are accepted only signed with the authority actor's key
             self.actor: Any = make_broker(self.store, keys, am_urn, clock=self.clock,
-                                          policy=policy_named(cfg.get("broker_policy", "first-fit")))
+                                          policy=policy_named(cfg.broker_policy))
             handlers = broker_handlers(self.actor)
             # the slice manager asks for promises; the authority delegates and reclaims
             callers = broker_callers(am_urn, actor_urn(authority, "authority"))
@@ -500,18 +500,18 @@ class ActorProcess:
             handlers = authority_handlers(self.actor)
             callers = {am_urn: frozenset(handlers)}  # the slice manager alone
             # it delegates its own inventory, as the authority actor (its certificate) calling the broker
-            url = broker_url or f"https://{cfg['host']}:{cfg.get('broker_port', 8002)}/"
-            to = broker_client(url, Caller.of_home(home, "authority"), authority, float(cfg["actor_timeout_seconds"]))
+            url = broker_url or f"https://{cfg.host}:{cfg.broker_port}/"
+            to = broker_client(url, Caller.of_home(home, "authority"), authority, cfg.actor_timeout_seconds)
             self.delegator = Delegator(self.actor, to)
-        self.tick_seconds = float(cfg.get("tick_seconds", 1.0))
+        self.tick_seconds = cfg.tick_seconds
         self.publishers = publishers_for(self.store, broker=self.actor) if role == "broker" else \
             publishers_for(self.store, authority=self.actor)
         self._stop = threading.Event()
-        default_port = cfg.get(f"{role}_port", 8002 if role == "broker" else 8003)
+        default_port = cfg.broker_port if role == "broker" else cfg.authority_port
         cert, key = (home.broker_cert, home.broker_key) if role == "broker" else (home.authority_cert, home.authority_key)
         # peers are authenticated against the deployment CA alone: a federation peer's CA may vouch for users,
         # never for a caller of actor methods
-        self.server = ActorServer(role, handlers, callers, (cfg["host"], default_port if port is None else port),
+        self.server = ActorServer(role, handlers, callers, (cfg.host, default_port if port is None else port),
                                   str(cert), str(key), str(home.ca_cert))
 
     def _tick_loop(self) -> None:

@@ -174,20 +174,19 @@ def _urls(home: Any) -> tuple[str, str]:
     if rec is not None and rec.info.get("am_url"):
         return rec.info["sa_url"], rec.info["am_url"]
     cfg = home.config()
-    return f"https://{cfg['host']}:{cfg['sa_port']}/", f"https://{cfg['host']}:{cfg['am_port']}/"
+    return f"https://{cfg.host}:{cfg.sa_port}/", f"https://{cfg.host}:{cfg.am_port}/"
 
 
 def netns_prefix(home: Any) -> str | None:
     """The object prefix of this home's netns deployment (as deployment/service.py derives it), None if not netns."""
     import os
 
-    from authority.substrate.netns_plan import deployment_prefix
+    from deployment.service import netns_prefix as prefix_of
 
     cfg = home.config()
-    if cfg.get("substrate_driver") != "netns" or os.geteuid() != 0:
+    if cfg.substrate_driver != "netns" or os.geteuid() != 0:
         return None
-    return (cfg.get("netns") or {}).get("prefix") or deployment_prefix(str(cfg.get("deployment_id")
-                                                                           or home.root.resolve()))
+    return prefix_of(cfg, home)
 
 
 def cmd_experiment(args: Any) -> int:
@@ -202,7 +201,7 @@ def cmd_experiment(args: Any) -> int:
     user = args.user or ("alice" if "alice" in users else users[0])
     sa_url, am_url = _urls(home)
     client = AmClient(args.am_url or am_url, args.sa_url or sa_url, str(home.user_cert(user)),
-                      str(home.user_key(user)), home.config()["authority"], user,
+                      str(home.user_key(user)), home.config().authority, user,
                       [home.user_ssh_pub(user).read_text().strip()] if home.user_ssh_pub(user).exists() else [])
     prefix = netns_prefix(home) if args.exec in ("auto", "netns") else None
     if args.exec == "netns" and prefix is None:

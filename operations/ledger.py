@@ -28,6 +28,7 @@ from rspec.request import Request
 from rspec.substrate import Substrate
 from slice_manager import reservation as rs
 from slice_manager.api import Sliver
+from slicex.config import SlicexConfig
 from slicex.errors import Busy, GeniError
 from slicex.peers import PeerGate
 from slicex.store import Store
@@ -193,6 +194,7 @@ def _age(token: str) -> float:
         return LOCK_STALE + 1  # not ours: a malformed holder is taken over
 
 
-def ledger_for(cfg: dict[str, Any], store: Store, substrate: Substrate) -> Ledger:
-    """The deployment's ledger, its limits from slicex.yaml's `quotas:` (checked here: BADARGS naming the key)."""
-    return Ledger(store, substrate, quotas.policy_from_config(cfg.get("quotas")))
+def ledger_for(cfg: SlicexConfig, store: Store, substrate: Substrate) -> Ledger:
+    """The deployment's ledger, its limits from slicex.yaml's `quotas:` (its URNs checked here: BADARGS naming
+    the key; the shape of each limit was checked when the file was read)."""
+    return Ledger(store, substrate, quotas.policy_from_config(cfg.quotas.document() if cfg.quotas else None))

@@ -21,27 +21,12 @@ from typing import Any
 
 import yaml
 
-DEFAULT_CONFIG: dict[str, Any] = {
-    "authority": "slicex.local",
-    "host": "127.0.0.1",
-    "sa_port": 8000,
-    "am_port": 8001,
-    "broker_port": 8002,  # distributed deployment: broker actor
-    "authority_port": 8003,  # distributed deployment: authority actor
-    "actor_timeout_seconds": 30,  # distributed deployment: an actor call not answered by then is TIMEDOUT
-    "store": None,  # default sqlite:///$SLICEX_HOME/state.db
-    "substrate": None,  # default: the built-in emulated rack
-    "image_policy": "reject",  # reject | default: what to do with disk images this aggregate lacks
-    "am": {"allocation_lifetime_minutes": 10, "default_lease_hours": 24, "max_lease_days": 30},
-    "sa": {"slice_lifetime_days": 7, "max_slice_lifetime_days": 60},
-    "tick_seconds": 1.0,
-    # trusted_roots/<file> -> the URN namespace(s) that root may vouch for; a root not listed vouches for the
-    # authority in its own URN (urn:publicid:IDN+<ns>+authority+ca) and its sub-authorities only.
-    "trusted_root_namespaces": {},
-    "broker_policy": "first-fit",  # first-fit | best-fit | worst-fit
-    "dashboard_port": 8004,  # read-only operator dashboard, plain HTTP on `host` (0: any free port; null: off)
-    "operators": [],  # user URNs that may Shutdown any slice with their own user credential
-}
+from slicex.config import SlicexConfig, load_config, parse_config
+
+# What a new home's slicex.yaml spells out (every other key keeps its default until the operator sets it).
+WRITTEN_KEYS = ("authority", "host", "sa_port", "am_port", "broker_port", "authority_port", "actor_timeout_seconds",
+                "store", "substrate", "image_policy", "am", "sa", "tick_seconds", "trusted_root_namespaces",
+                "broker_policy", "dashboard_port", "operators")
 
 
 def home_dir() -> Path:
@@ -59,29 +44,21 @@ class Home:
     def config_file(self) -> Path:
         return self.root / "slicex.yaml"
 
-    def config(self) -> dict[str, Any]:
-        cfg = {k: (dict(v) if isinstance(v, dict) else v) for k, v in DEFAULT_CONFIG.items()}
-        if self.config_file.exists():
-            loaded = yaml.safe_load(self.config_file.read_text()) or {}
-            for k, v in loaded.items():
-                if isinstance(v, dict) and isinstance(cfg.get(k), dict):
-                    cfg[k].update(v)
-                else:
-                    cfg[k] = v
-        if os.environ.get("SLICEX_STORE"):
-            cfg["store"] = os.environ["SLICEX_STORE"]  # set by `slicex up --distributed` for its processes
-        if not cfg["store"]:
-            cfg["store"] = f"sqlite:///{self.root / 'state.db'}"
-        return cfg
+    def config(self) -> SlicexConfig:
+        """This home's slicex.yaml, checked (ConfigError naming a wrong key), with the store resolved:
+        SLICEX_STORE (set by `slicex up --distributed` for its processes), else the file's, else state.db."""
+        cfg = load_config(self.config_file)
+        store = os.environ.get("SLICEX_STORE") or cfg.store or f"sqlite:///{self.root / 'state.db'}"
+        return cfg.model_copy(update={"store": store})
 
     def write_default_config(self, **overrides: Any) -> None:
         if self.config_file.exists():
             return
         self.root.mkdir(parents=True, exist_ok=True)
-        cfg = {k: v for k, v in DEFAULT_CONFIG.items()}
-        cfg.update(overrides)
-        self.config_file.write_text("# slicex deployment config (see docs/operator-guide.md)\n"
-                                    + yaml.safe_dump(cfg, sort_keys=False))
+        cfg = parse_config(overrides, self.config_file.name).model_dump(mode="json")
+        written = {k: cfg[k] for k in (*WRITTEN_KEYS, *(k for k in overrides if k not in WRITTEN_KEYS))}
+        self.config_file.write_text("# slicex deployment config (see docs/operator-guide.md, Configuration reference)\n"
+                                    + yaml.safe_dump(written, sort_keys=False))
 
     # paths
     ca_cert = property(lambda self: self.root / "ca" / "ca.pem")

@@ -18,6 +18,8 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from slicex.config import SlicexConfig
+
 REQUEST_ID: ContextVar[str] = ContextVar("slicex_request_id", default="")
 WIRE_KEY = "slicex_request_id"  # the key of the trailing struct actor calls carry
 TEXT_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
@@ -76,12 +78,12 @@ def handler(fmt: str = "text", stream: TextIO | None = None) -> logging.Handler:
     return h
 
 
-def configure(cfg: dict[str, Any], stream: TextIO | None = None, level: int = logging.INFO) -> None:
+def configure(cfg: SlicexConfig, stream: TextIO | None = None, level: int = logging.INFO) -> None:
     """Set up the root logger of a slicex process from its config (what `slicex up` and `slicex actor` call)."""
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, "slicex", False)]:
         root.removeHandler(old)
-    h = handler(str(cfg.get("log_format") or "text"), stream)
+    h = handler(cfg.log_format, stream)
     h.slicex = True  # type: ignore[attr-defined]
     root.addHandler(h)
     root.setLevel(level)

@@ -234,13 +234,13 @@ def parse_peer(name: Any, raw: Any, home_root: Path, own_authority: str) -> Peer
                 timedelta(seconds=refresh), dict(am_urls))
 
 
-def load_peers(cfg: Mapping[str, Any], home_root: Path) -> list[Peer]:
-    """Every peer of a deployment's config (`peers:`, absent or empty: none), namespaces checked not to
-    overlap ours or each other's."""
-    raw = cfg.get("peers") or {}
+def load_peers(raw: Any, authority: str, home_root: Path) -> list[Peer]:
+    """Every peer of a deployment's `peers:` section (None or empty: none), namespaces checked not to
+    overlap ours (`authority`) or each other's."""
+    raw = raw or {}
     if not isinstance(raw, dict):
         raise PeerConfigError(f"slicex.yaml peers: a mapping of peer name to settings, got {raw!r}")
-    peers = [parse_peer(name, entry, home_root, str(cfg.get("authority", ""))) for name, entry in raw.items()]
+    peers = [parse_peer(name, entry, home_root, authority) for name, entry in raw.items()]
     for i, a in enumerate(peers):
         for b in peers[i + 1:]:
             for x in a.namespaces:

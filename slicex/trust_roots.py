@@ -30,6 +30,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from slicex import pki
+from slicex.config import SlicexConfig
 from slicex.peers import Peer, PeerGate, load_peers, peer_of
 from slicex.tls_xmlrpc import SafeTransport
 
@@ -112,9 +113,9 @@ class PeerTrust:
                      f"{peer.refresh.total_seconds():g} s" if peer.fetches else "")
 
     @staticmethod
-    def for_deployment(home_root: Path, cfg: dict[str, Any], trust: pki.TrustStore,
+    def for_deployment(home_root: Path, cfg: SlicexConfig, trust: pki.TrustStore,
                        client_cert: tuple[str, str] | None = None) -> PeerTrust:
-        return PeerTrust(load_peers(cfg, home_root), trust, client_cert)
+        return PeerTrust(load_peers(cfg.peers, cfg.authority, home_root), trust, client_cert)
 
     def peers_now(self) -> list[Peer]:
         return self.peers

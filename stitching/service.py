@@ -16,10 +16,9 @@ import xmlrpc.client
 from pathlib import Path
 from typing import Any
 
+from slicex.config import SlicexConfig
 from stitching.server import TopologySource, make_server
 from stitching.topology import TopologyError
-
-KEYS = {"topology", "host", "port"}
 
 
 class PathService:
@@ -53,28 +52,20 @@ class PathService:
         return f"{self.url} ({len(topo.aggregates)} aggregates, {len(topo.ports)} ports from {self.source.path})"
 
 
-def from_config(cfg: dict[str, Any], home_root: Path) -> PathService | None:
+def from_config(cfg: SlicexConfig, home_root: Path) -> PathService | None:
     """The path service slicex.yaml asks for (`scs:`), not yet started; None without an `scs:` section.
-    TopologyError names what is wrong with the section or the topology file."""
-    opts = cfg.get("scs")
-    if not opts:
+    TopologyError names what is wrong with the topology file (the section's keys were checked as the file
+    was read)."""
+    opts = cfg.scs
+    if opts is None:
         return None
-    if not isinstance(opts, dict) or not opts.get("topology"):
-        raise TopologyError("slicex.yaml scs: needs `topology: FILE` (the stitching topology, docs/stitching.md)")
-    extra = set(opts) - KEYS
-    if extra:
-        raise TopologyError(f"slicex.yaml scs: unknown key(s) {', '.join(sorted(extra))}; allowed: "
-                            f"{', '.join(sorted(KEYS))}")
-    path = Path(str(opts["topology"]))
+    path = Path(opts.topology)
     path = path if path.is_absolute() else home_root / path
     if not path.is_file():
         raise TopologyError(f"slicex.yaml scs: topology file {path} does not exist")
+    port = opts.port
     try:
-        port = int(opts.get("port", 8081))
-    except (TypeError, ValueError):
-        raise TopologyError(f"slicex.yaml scs: port {opts.get('port')!r} is not a number") from None
-    try:
-        return PathService(path, str(opts.get("host") or cfg.get("host") or "127.0.0.1"), port)
+        return PathService(path, opts.host or cfg.host, port)
     except OSError as exc:
         raise TopologyError(f"slicex.yaml scs: cannot serve on port {port}: {exc.strerror or exc}") from None
 

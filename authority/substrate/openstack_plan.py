@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from slicex.config import OpenStackOptions
 from slicex.errors import BadArgs
 from slicex.inventory import mac_for
 
@@ -73,15 +74,14 @@ class OpenStackSettings:
     prefix: str = ""
 
     @staticmethod
-    def from_config(opts: Mapping[str, Any], prefix: str) -> OpenStackSettings:
-        missing = [k for k in ("cloud", "physical_network") if not opts.get(k)]
+    def from_config(opts: OpenStackOptions, prefix: str) -> OpenStackSettings:
+        """The driver's settings from the typed section; `prefix` (the deployment's) unless it sets one."""
+        missing = [k for k in ("cloud", "physical_network") if not getattr(opts, k)]
         if missing:
             raise BadArgs(f"substrate_driver openstack needs {' and '.join(missing)} under `openstack:` in "
                           f"slicex.yaml (docs/substrate-openstack.md)")
-        return OpenStackSettings(str(opts["cloud"]), str(opts["physical_network"]), dict(opts.get("flavors") or {}),
-                                 dict(opts.get("images") or {}), str(opts.get("default_image") or ""),
-                                 str(opts.get("management_network") or ""),
-                                 check_prefix(str(opts.get("prefix") or prefix)))
+        return OpenStackSettings(opts.cloud, opts.physical_network, dict(opts.flavors), dict(opts.images),
+                                 opts.default_image, opts.management_network, check_prefix(opts.prefix or prefix))
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,7 @@ def deployment(kind: str, pki_home: Home, tmp_path: Path, **config) -> Iterator[
         RedisStore(REDIS_URL).flush()
     (pki_home.root / "slicex.yaml").write_text(yaml.safe_dump(
         {"authority": AUTHORITY, "sa_port": 0, "am_port": 0, "tick_seconds": 0.05, "store": store,
-         "am": cfg["am"], "dashboard_port": None, **config}))
+         "am": cfg.am.model_dump(), "dashboard_port": None, **config}))
     r = start(pki_home, distributed=distributed)
     yield r
     stop(r)

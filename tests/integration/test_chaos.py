@@ -86,8 +86,8 @@ class Deployment:
         self.cli("user", "add", "alice")
         self.home = Home(root)
         self.cfg = self.home.config()
-        self.am_url = f"https://127.0.0.1:{self.cfg['am_port']}/"
-        self.sa_url = f"https://127.0.0.1:{self.cfg['sa_port']}/"
+        self.am_url = f"https://127.0.0.1:{self.cfg.am_port}/"
+        self.sa_url = f"https://127.0.0.1:{self.cfg.sa_port}/"
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         out = subprocess.run([sys.executable, "-m", "cli", "--home", str(self.root), *args],
@@ -111,7 +111,7 @@ class Deployment:
         return client(self.am_url, cert, key, timeout=timeout), client(self.sa_url, cert, key, timeout=timeout)
 
     def store(self) -> Store:
-        return open_store(self.home.config()["store"])
+        return open_store(str(self.home.config().store))
 
     def units(self) -> dict[str, str]:
         """Every claim but the slice authority's slice names: units, tags, leases, reservation locks."""

@@ -42,7 +42,7 @@ def _allocate(dep: Deployment, urn: str, creds: list[dict[str, str]], node: str)
 
 
 def _health(dep: Deployment) -> dict:
-    url = f"http://127.0.0.1:{dep.cfg['dashboard_port']}/health"
+    url = f"http://127.0.0.1:{dep.cfg.dashboard_port}/health"
     try:
         with urllib.request.urlopen(url, timeout=10) as reply:
             return json.load(reply)
@@ -51,7 +51,7 @@ def _health(dep: Deployment) -> dict:
 
 
 def _metric(dep: Deployment, name: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{dep.cfg['dashboard_port']}/metrics", timeout=10) as reply:
+    with urllib.request.urlopen(f"http://127.0.0.1:{dep.cfg.dashboard_port}/metrics", timeout=10) as reply:
         for line in reply.read().decode().splitlines():
             if line.startswith(name + " "):
                 return float(line.split()[1])

@@ -300,3 +300,18 @@ def test_ca_init_port_base_gives_a_second_home_ports_of_its_own(tmp_path):
     assert [cfg[k] for k in ("sa_port", "am_port", "broker_port", "authority_port", "dashboard_port")] == \
         [18100, 18101, 18102, 18103, 18104]
     assert _run(home, "ca", "init", "--port-base", "18200").returncode == 2  # the config exists: not rewritten
+
+
+def test_up_refuses_a_mistyped_key_in_slicex_yaml_naming_it_before_anything_starts(tmp_path):
+    home = tmp_path / "typo"
+    assert _run(home, "ca", "init").returncode == 0
+    config = home / "slicex.yaml"
+    config.write_text(config.read_text() + "netns:\n  swtich_dir: /run/shared-ovs\n")
+    up = _run(home, "up", "--detach")
+    assert up.returncode == 2
+    assert "unknown key 'netns.swtich_dir' (did you mean 'switch_dir'?)" in up.stderr
+    assert len(up.stderr.strip().splitlines()) == 1  # one line, no traceback
+    assert not (home / "run" / "slicex.pid").exists() and not (home / "state.db").exists()
+    # every command that reads the home's configuration says the same
+    status = _run(home, "config")
+    assert status.returncode == 2 and "netns.swtich_dir" in status.stderr

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from operations.metrics import Metrics, StateSample
 from rspec.substrate import default_substrate
 from slicex import logs
+from slicex.config import parse_config
 from slicex.home import Home
 from tests.factories import request_rspec, vm
 from tests.integration.conftest import AUTHORITY, Running, deployment
@@ -108,7 +109,7 @@ def json_logs() -> Iterator[io.StringIO]:
     buf = io.StringIO()
     root = logging.getLogger()
     saved = root.level
-    logs.configure({"log_format": "json"}, buf)
+    logs.configure(parse_config({"log_format": "json"}), buf)
     try:
         yield buf
     finally:

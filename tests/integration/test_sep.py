@@ -108,7 +108,7 @@ def fed(tmp_path_factory):
     b = Process(homes["b"])
     b.up()
     b_cfg = homes["b"].config()
-    am = {"a": a.deployment.endpoints.am_url, "b": f"https://127.0.0.1:{b_cfg['am_port']}/"}
+    am = {"a": a.deployment.endpoints.am_url, "b": f"https://127.0.0.1:{b_cfg.am_port}/"}
     sep_yaml = root / "sep" / "sep.yaml"
     init = slicex(homes["a"].root, "sep", "init", "--config", str(sep_yaml), "--aggregate", f"{urn('a')}={am['a']}",
                   "--aggregate", f"{urn('b')}={am['b']}", "--trust", str(homes["b"].ca_cert), "--port", "0")
@@ -151,7 +151,7 @@ def held(store_url: str) -> dict[str, str]:
 
 
 def store_urls(fed) -> dict[str, str]:
-    return {n: h.config().get("store") or f"sqlite:///{h.root / 'state.db'}" for n, h in fed["homes"].items()}
+    return {n: str(h.config().store) for n, h in fed["homes"].items()}
 
 
 def test_one_slice_spans_both_testbeds_and_describe_shows_both_halves(fed):

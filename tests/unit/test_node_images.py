@@ -116,15 +116,16 @@ def test_a_netns_deployment_offers_its_catalogue_and_refuses_other_images(tmp_pa
     from rspec.advertisement import Usage, build_advertisement
     from rspec.namespaces import RSPEC3
     from rspec.request import parse_request
+    from slicex.config import parse_config
     from tests.factories import request_rspec, vm
 
     _fake_image(tmp_path, "debian-12")
     _fake_image(tmp_path, "lab")
     cfg = {"substrate": None, "authority": "a.b", "substrate_driver": "netns",
            "netns": {"images_dir": str(tmp_path), "default_image": "debian-12"}}
-    sub = deployment_substrate(cfg)
+    sub = deployment_substrate(parse_config(cfg))
     assert [i.name for i in sub.images] == ["debian-12", "lab"]
-    assert deployment_substrate({**cfg, "substrate_driver": "emulated"}).images != sub.images
+    assert deployment_substrate(parse_config({**cfg, "substrate_driver": "emulated"})).images != sub.images
     ad = build_advertisement(sub, Usage(), datetime.now(UTC)).encode()
     from lxml import etree
 

@@ -99,10 +99,10 @@ def test_peers_may_not_share_namespaces(home: Path) -> None:
     cfg = {"authority": "b.test", "peers": {"a": {"root": "peers/a.pem"},
                                             "c": {"root": "peers/c.pem", "namespace": "a.test:sub"}}}
     with pytest.raises(PeerConfigError, match="overlapping namespaces"):
-        load_peers(cfg, home)
-    assert load_peers({"authority": "b.test"}, home) == []
+        load_peers(cfg["peers"], cfg["authority"], home)
+    assert load_peers(None, "b.test", home) == []
     with pytest.raises(PeerConfigError, match="a mapping of peer name"):
-        load_peers({"authority": "b.test", "peers": ["a"]}, home)
+        load_peers(["a"], "b.test", home)
 
 
 def test_peer_of_prefers_the_caller_then_the_slice(home: Path) -> None:

@@ -33,7 +33,7 @@ def test_export_add_list_remove(tmp_path: Path, capsys) -> None:
                  "--max-lease-hours", "2", "--max-cores", "4", "--ch-url", "https://127.0.0.1:1/CH"]) == 0
     text = config.read_text()
     assert "# operator's note" in text and "authority: b.test" in text
-    peers = load_peers(Home(b).config(), b)
+    peers = load_peers(Home(b).config().peers, "b.test", b)
     assert [(p.name, p.namespaces, p.ch_url) for p in peers] == [("testbed-a", ("a.test",), "https://127.0.0.1:1/CH")]
     assert peers[0].policy.sliver_types == ("m1.small",) and peers[0].policy.max_cores == 4
     assert (b / "peers" / "testbed-a.pem").read_bytes() == root.read_bytes()
@@ -43,7 +43,7 @@ def test_export_add_list_remove(tmp_path: Path, capsys) -> None:
     assert listed[0]["name"] == "testbed-a" and listed[0]["root_urns"] == ["urn:publicid:IDN+a.test+authority+ca"]
     assert main(["--home", str(b), "peer", "add", "testbed-a", "--root", str(root)]) == 2  # exists
     assert main(["--home", str(b), "peer", "remove", "testbed-a"]) == 0
-    assert load_peers(Home(b).config(), b) == [] and "# operator's note" in config.read_text()
+    assert load_peers(Home(b).config().peers, "b.test", b) == [] and "# operator's note" in config.read_text()
 
 
 def test_mistakes_write_nothing(tmp_path: Path, capsys) -> None:

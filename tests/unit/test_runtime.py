@@ -6,16 +6,17 @@ import sys
 
 import pytest
 
+from slicex.config import parse_config
 from slicex.errors import BadArgs
-from slicex.runtime import switch_interval_seconds, tune_process
+from slicex.runtime import tune_process
 
 
 def test_the_switch_interval_defaults_to_one_millisecond_and_is_applied():
     before = sys.getswitchinterval()
     try:
-        tune_process({})
+        tune_process(parse_config({}))
         assert sys.getswitchinterval() == pytest.approx(0.001)
-        tune_process({"gil_switch_interval_ms": "2.5"})
+        tune_process(parse_config({"gil_switch_interval_ms": "2.5"}))
         assert sys.getswitchinterval() == pytest.approx(0.0025)
     finally:
         sys.setswitchinterval(before)
@@ -24,4 +25,4 @@ def test_the_switch_interval_defaults_to_one_millisecond_and_is_applied():
 @pytest.mark.parametrize("bad", [0, -1, 101, "fast", None, [1]])
 def test_a_bad_switch_interval_names_the_key(bad):
     with pytest.raises(BadArgs, match="gil_switch_interval_ms"):
-        switch_interval_seconds({"gil_switch_interval_ms": bad})
+        parse_config({"gil_switch_interval_ms": bad})  # refused as slicex.yaml is read
