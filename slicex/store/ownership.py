@@ -82,12 +82,12 @@ OWNERSHIP: tuple[Holding, ...] = (
     Holding("ch_sliver_info", Actor.SLICE_AUTHORITY, "CH API sliver info records"),
     Holding("ma_keys", Actor.SLICE_AUTHORITY, "CH API member keys"),
     Holding("sa_slice", Actor.SLICE_AUTHORITY, "slice name → the creation that owns it", claims=True),
-    Holding("ch_project", Actor.SLICE_AUTHORITY, "project name → its creator", claims=True),
+    Holding("ch_project", Actor.SLICE_AUTHORITY, "project name → the record that took it (one project per name)", claims=True),
     # ---- federation
     Holding("sep_slices", Actor.SEP, "the slice exchange point's slices across peers"),
     # ---- FPGA aggregate
     Holding("bitstreams", Actor.FPGA, "users' bitstream catalogue"),
-    Holding("fpga_slivers", Actor.FPGA, "FPGA slivers and their FIBs"),
+    Holding("fpga_slivers", Actor.FPGA, "FPGA slivers"),
     Holding("fpga_maintenance", Actor.FPGA, "boards in maintenance"),
     # ---- operations
     Holding("usage", Actor.OPERATIONS, "usage records (accounting)"),
@@ -206,10 +206,19 @@ def scoped(store: Any, actor: Actor) -> Any:
 
 
 def markdown_table() -> str:
-    """docs/architecture.md's ownership table: one row per table or claim namespace."""
+    """docs/architecture.md's ownership table: one row per table or claim namespace (consecutive ones alike but
+    for their name, as the broker's unit kinds, share a row)."""
     rows = ["| table or claims | owner (sole writer) | what | also read by |", "|---|---|---|---|"]
+    groups: list[list[Holding]] = []
     for h in OWNERSHIP:
-        where = f"claims `{h.name}:…`" if h.claims else f"table `{h.name}`"
+        if groups and (groups[-1][0].owner, groups[-1][0].what, groups[-1][0].claims, groups[-1][0].readers) \
+                == (h.owner, h.what, h.claims, h.readers):
+            groups[-1].append(h)
+        else:
+            groups.append([h])
+    for group in groups:
+        h = group[0]
+        names = ", ".join(f"`{g.name}:…`" if h.claims else f"`{g.name}`" for g in group)
         readers = "; ".join(f"{r} ({why})" for r, why in h.readers) or "—"
-        rows.append(f"| {where} | {h.owner} | {h.what} | {readers} |")
+        rows.append(f"| {'claims' if h.claims else 'table'} {names} | {h.owner} | {h.what} | {readers} |")
     return "\n".join(rows)
