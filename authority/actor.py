@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from slicex.clock import Clock, rfc3339
 from slicex.errors import BadArgs, CredentialInvalid, Expired, GeniError, Refused, SearchFailed, ServerError
 from slicex.store import Store
+from slicex.store.ownership import Actor, scoped
 from slicex.ticket import (
     Lease,
     SignedDelegation,
@@ -130,7 +131,7 @@ class Authority:
         self.name = name
         self.substrate = as_driver(driver) if driver is not None else None  # None: delegates only
         self.broker_keys = broker_keys  # broker name → public key of its certificate (tickets are checked with it)
-        self.store = store
+        self.store = scoped(store, Actor.AUTHORITY)
         self.key = key  # signs leases when set
         self.inventory = inventory  # broker.delegation.Delegation of everything it owns (for count tickets)
         # Its own time: tickets are checked against it, never against a caller's `now`. Without one (pure
@@ -345,7 +346,7 @@ class Authority:
         if pool is None:
             raise Refused(f"authority {self.name}: ticket {ticket.id} promises {ticket.count} of "
                           f"{ticket.resource_type!r}, which this authority does not own")
-        leased = self.store.all_claims("leased:")
+        leased = self.store.claims_in(["leased"])
         free = [u for u in pool.units if f"leased:{u}" not in leased]
         if len(free) < ticket.count:
             raise Refused(f"authority {self.name}: ticket {ticket.id} promises {ticket.count} of {pool.name}; "

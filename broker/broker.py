@@ -52,8 +52,9 @@ from slicex.errors import (
     SearchFailed,
     VlanUnavailable,
 )
-from slicex.inventory import from_doc, keys_under, to_doc, units
+from slicex.inventory import UNIT_KINDS, from_doc, keys_under, to_doc
 from slicex.store import Store
+from slicex.store.ownership import Actor, scoped
 from slicex.term import Term
 from slicex.ticket import (
     SignedDelegation,
@@ -143,7 +144,7 @@ class Broker:
         # sets it; None only for a broker of pure tests and one-command tools over a throw-away store, which
         # take the inventory their caller hands them.
         self.authority_keys = dict(authority_keys) if authority_keys is not None else None
-        self.store = store
+        self.store = scoped(store, Actor.BROKER)
         self.key = load_signing_key(key_pem) if isinstance(key_pem, bytes) else key_pem  # PEM or a loaded key
         self.cert = cert
         self.policy: Policy = policy or FirstFit()
@@ -316,7 +317,7 @@ class Broker:
                 return [p for p in prefixes if p in reclaimed], [p for p in prefixes if p not in reclaimed]
             self._forget_released(u for p in prefixes for u in self.calendar.units_of(p)
                                   if self.calendar.holders_ever(u))
-            claims = self.store.all_claims()
+            claims = self._unit_claims()
             busy_by_claim = {p for p in prefixes if any(k == p or k.startswith(p + ":") for k in claims)}
             self.calendar.draining |= busy_by_claim & (set(self.calendar.pools) | set(self.calendar.label_sets))
             free, busy = reclaim(self.calendar, [p for p in prefixes if p not in busy_by_claim], now)
@@ -361,7 +362,7 @@ class Broker:
         """Units the broker cannot promise for `term`: promised during it, being reclaimed, or claimed in the
         store by any broker process on it. The broker's own view, for its policy (not a message)."""
         with self._lock:
-            return self.calendar.unavailable(term) | units(self.store.all_claims())
+            return self.calendar.unavailable(term) | set(self._unit_claims())
 
     # ---- availability (a query message) ------------------------------------------------------------------------
     def _bump(self) -> None:
@@ -389,16 +390,21 @@ class Broker:
                         "units": sorted(self.calendar.unavailable(term) | self._claimed_during(term, ""))}
             if known and version == known:
                 return {"version": version, "unchanged": True}
-            in_use = units(self.store.all_claims()) | self.calendar.unavailable(Term(now, now + timedelta(seconds=1)))
+            in_use = set(self._unit_claims()) | self.calendar.unavailable(Term(now, now + timedelta(seconds=1)))
             return {"version": version, "unchanged": False, "units": sorted(in_use)}
+
+    def _unit_claims(self) -> dict[str, str]:
+        """Unit → ticket group, as every broker process on the store claimed them: the broker's own claim
+        namespaces only (on Redis a hash per namespace, one round trip), never the other actors' claims."""
+        return self.store.claims_in(UNIT_KINDS)
 
     def _claimed_during(self, term: Term, group: str) -> set[str]:
         """Units claimed in the store (by anyone but `group`) that may still be held during a future `term`:
         a claim whose ticket this broker knows to end before the term starts is left out; any other claim
         (another broker's, or an ended ticket not yet relinquished) counts."""
         out: set[str] = set()
-        claims = self.store.all_claims()
-        for key in units(k for k, o in claims.items() if o != group):
+        claims = self._unit_claims()
+        for key in (k for k, o in claims.items() if o != group):
             owner = claims[key]
             mine = [h for h in self.calendar.holders_ever(key) if h.rsplit("/", 1)[0] == owner]
             if not mine or any(self.calendar.bookings[h].term.end > term.start for h in mine):
@@ -424,7 +430,7 @@ class Broker:
         if future:
             claimed = self._claimed_during(term, group)
         else:
-            claimed = units(k for k, owner in self.store.all_claims().items() if owner != group)
+            claimed = {k for k, owner in self._unit_claims().items() if owner != group}
         return (self.calendar.unavailable(term) | claimed
                 | keys_under(substrate, self._taken_out(authority or self.authority)))
 

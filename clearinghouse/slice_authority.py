@@ -47,6 +47,7 @@ from slicex.errors import (
     Unavailable,
 )
 from slicex.store import Store
+from slicex.store.ownership import Actor, scoped
 from slicex.urn import Urn, parse_urn
 
 log = logging.getLogger("slicex.sa")
@@ -85,7 +86,7 @@ class SliceAuthority:
         self.sa_key_pem = sa_key_pem
         self.ca_cert_pem = ca_cert_pem
         self.ca_key_pem = ca_key_pem
-        self.store = store
+        self.store = scoped(store, Actor.SLICE_AUTHORITY)
         self.clock = clock
         self.aggregates = aggregates
         self.url = url

@@ -88,13 +88,14 @@ def plot(path: Path, records: list[UsageRecord], rows: list[UsageRow], by: str, 
 def cmd_usage(args: argparse.Namespace) -> int:
     """Exit 0 with the report; 2 when the period or the store is wrong, or a plot cannot be drawn."""
     from slicex.store import open_store
+    from slicex.store.ownership import Actor, scoped
 
     home = Home(Path(args.home)) if args.home else Home()
     now = datetime.now(UTC).replace(microsecond=0)
     try:
         store = open_store(str(home.config().store))
         try:
-            records = [UsageRecord.from_doc(d) for d in store.scan(USAGE)]
+            records = [UsageRecord.from_doc(d) for d in scoped(store, Actor.OPERATIONS).scan(USAGE)]
         finally:
             store.close()
         period_to = args.to or now

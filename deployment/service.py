@@ -74,9 +74,12 @@ def slice_members_in(store: Store) -> Callable[[str], list[str]]:
     """The members of a slice this deployment's slice authority holds (none for other authorities' slices)."""
     from clearinghouse.chapi import members_of
     from clearinghouse.slice_authority import SLICES
+    from slicex.store.ownership import Actor, scoped
+
+    edge = scoped(store, Actor.DEPLOYMENT)
 
     def members(slice_urn: str) -> list[str]:
-        record = store.get(SLICES, slice_urn.lower())
+        record = edge.get(SLICES, slice_urn.lower())
         return list(members_of(record)) if record else []
 
     return members

@@ -46,6 +46,7 @@ from rspec.fpga_ext import FpgaRequest, annotate_manifest, sliver_element
 from slicex.clock import Clock, SystemClock, parse_time, rfc3339
 from slicex.errors import BadArgs, InsufficientBandwidth, InsufficientNodes, SearchFailed, Unsupported
 from slicex.store import Store
+from slicex.store.ownership import Actor, scoped
 
 TABLE = "fpga_slivers"
 MAINTENANCE = "fpga_maintenance"
@@ -87,7 +88,7 @@ class FpgaAggregate:
         self.catalogue = catalogue
         self.backend = backend
         self.clock = clock or SystemClock()
-        self.store = store
+        self.store = scoped(store, Actor.FPGA)
         self.workdir = Path(workdir)
         self.software_planes = software_planes_per_board * len(boards)
         self.l2_sets = l2_sets

@@ -14,6 +14,7 @@ from pathlib import Path
 from fpga_aggregate.boards import Fpga
 from slicex.errors import BadArgs, SearchFailed, TooBig
 from slicex.store import Store
+from slicex.store.ownership import Actor, scoped
 
 MAGIC = b"\x00\x09\x0f\xf0\x0f\xf0\x0f\xf0\x0f\xf0\x00\x00\x01"
 TABLE = "bitstreams"
@@ -93,7 +94,7 @@ class BitstreamCatalogue:
 
     def __init__(self, store: Store, directory: str | Path, max_bytes: int = MAX_BITSTREAM_BYTES,
                  max_user_bytes: int = MAX_USER_BYTES):
-        self.store = store
+        self.store = scoped(store, Actor.FPGA)
         self.dir = Path(directory)
         self.max_bytes = max_bytes
         self.max_user_bytes = max_user_bytes

@@ -32,6 +32,7 @@ from slicex.config import SlicexConfig
 from slicex.errors import Busy, GeniError
 from slicex.peers import PeerGate
 from slicex.store import Store
+from slicex.store.ownership import Actor, scoped
 from slicex.urn import canonical_urn
 
 log = logging.getLogger("slicex.accounting")
@@ -52,7 +53,7 @@ def live_slivers(records: Iterable[Any]) -> set[str]:
 
 class Ledger:
     def __init__(self, store: Store, substrate: Substrate, policy: quotas.QuotaPolicy | None = None):
-        self.store = store
+        self.store = scoped(store, Actor.OPERATIONS)
         self.substrate = substrate
         self.policy = policy or quotas.QuotaPolicy()
 

@@ -26,6 +26,7 @@ from slice_manager import reservation as rs
 from slicex.clock import parse_time, rfc3339
 from slicex.inventory import usage_counts
 from slicex.store import Store
+from slicex.store.ownership import Actor, scoped
 
 log = logging.getLogger("slicex.snapshot")
 
@@ -238,7 +239,7 @@ class Publisher:
     def __init__(self, store: Store, name: str, role: str, build: Callable[[datetime], dict[str, Any]],
                  heartbeat: float = HEARTBEAT_SECONDS, history_step: float = HISTORY_STEP_SECONDS,
                  monotonic: Callable[[], float] = time.monotonic):
-        self.store = store
+        self.store = scoped(store, Actor.OPERATIONS)
         self.name = name
         self.role = role
         self.build = build
@@ -306,5 +307,5 @@ def publishers_for(store: Store, sm: Any = None, broker: Any = None, authority: 
 
 def read_snapshots(store: Store) -> list[dict[str, Any]]:
     """Every published snapshot of this store (the dashboard's only input), newest first."""
-    docs = [d for d in store.scan(SNAPSHOTS) if d.get("version") == VERSION]
+    docs = [d for d in scoped(store, Actor.OPERATIONS).scan(SNAPSHOTS) if d.get("version") == VERSION]
     return sorted(docs, key=lambda d: parse_time(d["published_at"]), reverse=True)

@@ -74,9 +74,10 @@ from slicex.errors import (
     Unavailable,
     Unsupported,
 )
-from slicex.inventory import mac_for
+from slicex.inventory import UNIT_KINDS, mac_for
 from slicex.slice_identity import check_same_slice
 from slicex.store import Store
+from slicex.store.ownership import Actor, scoped
 from slicex.term import Term
 
 log = logging.getLogger("slicex.sm")
@@ -95,7 +96,7 @@ class ActorSliceManager(Records, Recovery, Delivery):
                  image_policy: str = "reject", bitstreams: Any = None,
                  fault: Callable[[str], None] | None = None, run_actor_clocks: bool = True,
                  tick: timedelta = timedelta(seconds=1), lease_key: Any = None):
-        self.store = store
+        self.store = scoped(store, Actor.SLICE_MANAGER)
         self.substrate = substrate
         self.broker = broker
         self.authority = authority
@@ -578,8 +579,8 @@ class ActorSliceManager(Records, Recovery, Delivery):
         return doc["reason"]
 
     def usage_keys(self) -> set[str]:
-        # not units: lease markers, reservation locks, and the slice authority's slice-name claims
-        return {k for k in self.store.all_claims() if not k.startswith(("leased:", "sm-lock:", "sa_slice:"))}
+        """Every unit claimed in the store (the broker's claims, which the dashboard and metrics read)."""
+        return set(self.store.claims_in(UNIT_KINDS))
 
     def views(self, slivers: list[Sliver]):
         from rspec.manifest import SliverView

@@ -56,6 +56,7 @@ from slicex.errors import (
 )
 from slicex.speaksfor import verify_speaks_for
 from slicex.store import Store
+from slicex.store.ownership import Actor, scoped
 from slicex.urn import canonical_urn, parse_urn
 
 log = logging.getLogger("slicex.sep")
@@ -90,7 +91,8 @@ class ExchangePoint:
                  overlay: Overlay | None = None, topology: Callable[..., Any] | None = None):
         self.urn, self.url = urn, url
         self.domains = {domain_key(d.urn): d for d in domains}
-        self.relay, self.store, self.verifier, self.cert, self.clock = relay, store, verifier, sep_cert, clock
+        self.relay, self.verifier, self.cert, self.clock = relay, verifier, sep_cert, clock
+        self.store = scoped(store, Actor.SEP)
         self.overlay = overlay
         self.topology = topology or stitching_topology
         self._locks: dict[str, threading.Lock] = {}

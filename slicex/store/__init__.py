@@ -2,12 +2,22 @@
 
 Claims are how units, VLAN tags and addresses are taken without a read-then-write race: a claim on a key
 succeeds for exactly one owner. `claim_all` is all-or-nothing. `scan` with a prefix reads only the documents
-whose keys start with it (so a table keyed by slice is read one slice at a time). Embedded deployments use SQLite; scaled-out
+whose keys start with it (so a table keyed by slice is read one slice at a time). A claim's namespace is its key
+before the first ":"; `claims_in` lists the claims of some namespaces only (on Redis a hash per namespace, not
+a SCAN of the keyspace), so an actor reads its own claims without touching the others' (slicex.store.ownership
+says who owns which; `all_claims` lists every claim, for tests and diagnostics). Embedded deployments use SQLite; scaled-out
 ones use Redis (slicex.store.redis_store) with the same behaviour."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Protocol
+
+
+def namespace_of(key: str) -> str:
+    """The claim namespace of `key`: its text before the first ":" ("" when it has none)."""
+    kind, sep, _rest = key.partition(":")
+    return kind if sep else ""
 
 
 class Store(Protocol):
@@ -21,6 +31,7 @@ class Store(Protocol):
     def release_owner(self, owner: str) -> int: ...
     def owner_of(self, key: str) -> str | None: ...
     def claims_of(self, owner: str) -> list[str]: ...
+    def claims_in(self, namespaces: Iterable[str]) -> dict[str, str]: ...
     def all_claims(self, prefix: str = "") -> dict[str, str]: ...
     def close(self) -> None: ...
 

@@ -1,8 +1,8 @@
 """Redis store: shared state for several processes (AM API workers, actors on other hosts).
 
 Same behaviour as the SQLite store (tests/integration/test_store_contract.py runs one contract against both).
-Documents are one hash per table; a claim is a key whose value is its owner, and each owner has a set of
-its claims. `claim_all`, `release` and `release_owner` are Lua scripts, so each is atomic across every
+Documents are one hash per table; a claim is a key whose value is its owner, each owner has a set of its
+claims and each claim namespace a hash of its claims (key → owner). `claim_all`, `release` and `release_owner` are Lua scripts, so each is atomic across every
 client of the server: two workers can never both win a key. A server that does not answer is
 UNAVAILABLE (11) or TIMEDOUT (8) with the URL (password removed) in the message, never a crash."""
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -17,36 +18,67 @@ import redis
 
 from slicex.errors import DbError, TimedOut, Unavailable
 
-_CLAIM_ALL = """
+# Every script's ARGV: owner, the claim key prefix, the namespace index prefix, then its own. A claim is a key
+# whose value is its owner, a member of its owner's set, and a field of its namespace's hash (field: the claim
+# key without the prefix, value: the owner), so `claims_in` reads a namespace without scanning the keyspace.
+_NAMESPACE_OF = """
+local function index_of(key)
+  local k = string.sub(key, #ARGV[2] + 1)
+  return ARGV[3] .. (string.match(k, '^([^:]*):') or ''), k
+end
+"""
+_CLAIM_ALL = _NAMESPACE_OF + """
 for i, key in ipairs(KEYS) do
   local owner = redis.call('GET', key)
   if owner and owner ~= ARGV[1] then return 0 end
 end
 for i, key in ipairs(KEYS) do
   redis.call('SET', key, ARGV[1])
-  redis.call('SADD', ARGV[2], key)
+  redis.call('SADD', ARGV[4], key)
+  local ns, k = index_of(key)
+  redis.call('HSET', ns, k, ARGV[1])
 end
 return 1
 """
-_RELEASE = """
+_RELEASE = _NAMESPACE_OF + """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('SREM', ARGV[2], KEYS[1])
+  redis.call('SREM', ARGV[4], KEYS[1])
+  local ns, k = index_of(KEYS[1])
+  redis.call('HDEL', ns, k)
   return 1
 end
 return 0
 """
-_RELEASE_OWNER = """
+_RELEASE_OWNER = _NAMESPACE_OF + """
 local n = 0
-for i, key in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+for i, key in ipairs(redis.call('SMEMBERS', ARGV[4])) do
   if redis.call('GET', key) == ARGV[1] then
     redis.call('DEL', key)
+    local ns, k = index_of(key)
+    redis.call('HDEL', ns, k)
     n = n + 1
   end
 end
-redis.call('DEL', KEYS[1])
+redis.call('DEL', ARGV[4])
 return n
 """
+_INDEX_ONCE = _NAMESPACE_OF + """
+if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+local n = 0
+for i, key in ipairs(redis.call('KEYS', ARGV[4])) do
+  local owner = redis.call('GET', key)
+  if owner then
+    local ns, k = index_of(key)
+    redis.call('HSET', ns, k, owner)
+    n = n + 1
+  end
+end
+redis.call('SET', KEYS[1], '1')
+return n
+"""
+"""Index the claims a store written before namespace indexes holds (once per store: the marker key says it
+was done; `flush` removes it with everything else)."""
 
 
 def redact(url: str) -> str:
@@ -88,6 +120,8 @@ class RedisStore:
         self._claim_all = self._r.register_script(_CLAIM_ALL)
         self._release = self._r.register_script(_RELEASE)
         self._release_owner = self._r.register_script(_RELEASE_OWNER)
+        self._index_once = self._r.register_script(_INDEX_ONCE)
+        self._indexed = False  # whether this client made sure the namespace indexes cover every claim
 
     def _call(self, fn):
         return redis_call(self._shown, fn)
@@ -100,6 +134,13 @@ class RedisStore:
 
     def _o(self, owner: str) -> str:
         return f"{self.prefix}:owner:{owner}"
+
+    def _n(self, namespace: str) -> str:
+        return f"{self.prefix}:ns:{namespace}"
+
+    def _args(self, owner: str, last: str) -> list[str]:
+        """ARGV of the claim scripts: owner, claim key prefix, namespace index prefix, then the script's own."""
+        return [owner, self._c(""), self._n(""), last]
 
     def ping(self) -> None:
         """Raise Unavailable/TimedOut unless the server answers (start-up checks)."""
@@ -133,13 +174,14 @@ class RedisStore:
         if not keys:
             return True
         return bool(self._call(lambda: self._claim_all(keys=[self._c(k) for k in keys],
-                                                       args=[owner, self._o(owner)])))
+                                                       args=self._args(owner, self._o(owner)))))
 
     def release(self, key: str, owner: str) -> bool:
-        return bool(self._call(lambda: self._release(keys=[self._c(key)], args=[owner, self._o(owner)])))
+        return bool(self._call(lambda: self._release(keys=[self._c(key)], args=self._args(owner, self._o(owner)))))
 
     def release_owner(self, owner: str) -> int:
-        return int(self._call(lambda: self._release_owner(keys=[self._o(owner)], args=[owner])))
+        return int(self._call(lambda: self._release_owner(keys=[self._o(owner)],
+                                                          args=self._args(owner, self._o(owner)))))
 
     def owner_of(self, key: str) -> str | None:
         return self._call(lambda: self._r.get(self._c(key)))
@@ -147,6 +189,23 @@ class RedisStore:
     def claims_of(self, owner: str) -> list[str]:
         n = len(self._c(""))
         return sorted(k[n:] for k in self._call(lambda: self._r.smembers(self._o(owner))))
+
+    def claims_in(self, namespaces: Iterable[str]) -> dict[str, str]:
+        """One round trip: the hash of each namespace, pipelined (after a one-off index of older claims)."""
+        wanted = sorted(set(namespaces))
+        if not self._indexed:
+            self._call(lambda: self._index_once(keys=[f"{self.prefix}:ns-indexed"],
+                                                args=self._args("", _glob_escape(self._c("")) + "*")))
+            self._indexed = True
+        if not wanted:
+            return {}
+        pipe = self._r.pipeline(transaction=False)
+        for ns in wanted:
+            pipe.hgetall(self._n(ns))
+        out: dict[str, str] = {}
+        for found in self._call(pipe.execute):
+            out.update(found)
+        return out
 
     def all_claims(self, prefix: str = "") -> dict[str, str]:
         pattern = _glob_escape(self._c(prefix)) + "*"

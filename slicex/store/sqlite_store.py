@@ -17,6 +17,7 @@ import random
 import sqlite3
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,21 @@ class SqliteStore:
         rows = self._read(lambda db: db.execute("SELECT key FROM claims WHERE owner=? ORDER BY key",
                                                 (owner,)).fetchall())
         return [r[0] for r in rows]
+
+    def claims_in(self, namespaces: Iterable[str]) -> dict[str, str]:
+        """Key ranges of the primary key, one per namespace (keys without a ":" are namespace "")."""
+        clauses, args = [], []
+        for ns in sorted(set(namespaces)):
+            if ns:
+                clauses.append("(key>=? AND key<?)")
+                args += [ns + ":", ns + ":" + _LAST]
+            else:
+                clauses.append("instr(key, ':')=0")
+        if not clauses:
+            return {}
+        rows = self._read(lambda db: db.execute(f"SELECT key, owner FROM claims WHERE {' OR '.join(clauses)}",
+                                                args).fetchall())
+        return {k: o for k, o in rows}
 
     def all_claims(self, prefix: str = "") -> dict[str, str]:
         # a key range, not LIKE: LIKE ignores ASCII case and reads "_" and "%" in the prefix as wildcards

@@ -305,3 +305,31 @@ def test_open_store_by_url(tmp_path):
     r = open_store(REDIS_URL)
     assert type(r).__name__ == "RedisStore"
     r.close()
+
+
+def test_claims_in_lists_the_named_namespaces_only(store):
+    """An actor reads its own claims without the others': `core:…` is in namespace core, `leased:core:…` in
+    leased, a key with no ":" in ""."""
+    store.claim_all(["core:pc1:0", "vlan:sw1:100", "leased:core:pc1:0", "sm-lock:r1", "bare"], "a")
+    store.claim("core:pc1:1", "b")
+    assert store.claims_in(["core", "vlan"]) == {"core:pc1:0": "a", "core:pc1:1": "b", "vlan:sw1:100": "a"}
+    assert store.claims_in(["leased"]) == {"leased:core:pc1:0": "a"} and store.claims_in([""]) == {"bare": "a"}
+    assert store.claims_in(["co"]) == {} and store.claims_in([]) == {}
+    store.release("core:pc1:1", "b")
+    assert store.release_owner("a") == 5
+    assert store.claims_in(["core", "vlan", "leased", "sm-lock", ""]) == {}
+
+
+def test_claims_written_before_namespace_indexes_are_found():
+    """A Redis store written by slicex before claims had namespace hashes: the first `claims_in` indexes them."""
+    old = redis_store()
+    try:
+        old._r.set(old._c("core:pc1:0"), "g1")
+        old._r.sadd(old._o("g1"), old._c("core:pc1:0"))
+        fresh = redis_store(old.prefix)
+        assert fresh.claims_in(["core"]) == {"core:pc1:0": "g1"}
+        assert fresh.release_owner("g1") == 1 and fresh.claims_in(["core"]) == {}
+        fresh.close()
+    finally:
+        old.flush()
+        old.close()

@@ -53,10 +53,10 @@ def test_ticket_verifies_at_the_authority_and_forgery_does_not():
 def test_grants_are_all_or_nothing():
     store = SqliteStore(":memory:")
     broker = Broker("b", store, KEY)
-    broker.ticket("sm", {"r1": ["u1"]}, NOW, NOW + timedelta(hours=1))
+    broker.ticket("sm", {"r1": ["node:u1"]}, NOW, NOW + timedelta(hours=1))
     with pytest.raises(Busy, match="promised to someone else"):
-        broker.ticket("sm", {"r2": ["u2"], "r3": ["u1"]}, NOW, NOW + timedelta(hours=1))
-    assert store.owner_of("u2") is None
+        broker.ticket("sm", {"r2": ["node:u2"], "r3": ["node:u1"]}, NOW, NOW + timedelta(hours=1))
+    assert store.owner_of("node:u2") is None
 
 
 def test_delegation_and_reclaim_for_maintenance():
@@ -108,7 +108,7 @@ def test_two_brokers_on_one_store_never_promise_a_unit_twice(ops):
     live: dict[str, object] = {}
     held: dict[str, str] = {}
     for n, (name, units, release) in enumerate(ops):
-        keys = [f"u{u}" for u in units]
+        keys = [f"node:u{u}" for u in units]  # unit keys: claims in the broker's namespaces
         try:
             (t,) = brokers[name].ticket("sm", {f"r{n}": keys}, NOW, NOW + timedelta(hours=1)).values()
         except Busy:
