@@ -234,7 +234,8 @@ class Endpoint:
                 self.check(name, caller)
             low, high = found.arity
             if len(params) < low or (high is not None and len(params) > high):
-                raise self.answers.bad_arguments(f"{name} takes {arity_text(found.arity)} arguments, got {len(params)}")
+                raise self.answers.bad_arguments(f"{name} takes {arity_text(found.arity)} arguments, "
+                                                 f"got {len(params)}")
             return self.answers.value(name, found.call(caller, *params)), ""
         except self.answers.refusals as err:
             self.log.info("%s refused: %s %s", name, type(err).__name__, err)
