@@ -4,7 +4,8 @@ Why it exists: omni's stitcher refuses an aggregate whose GetVersion lists no `"
 and in its default (v2) mode it really calls CreateSliver/DeleteSliver at that URL (../shared/STITCHING.md
 §0, §1.2). Listing a `"2"` URL that does not speak v2 makes omni recurse, so this endpoint is served for real,
 at its own URL, and every v2 call is a composition of the v3 handlers: the same authorisation, the same
-errors, the same slivers.
+errors, the same slivers. v3's public operations (`AggregateManager.Allocate`, ...) are what it calls;
+slicex/endpoint.py serves it.
 
 v2 shapes (AM API v2): CreateSliver(slice, creds, rspec, users, options) -> manifest string; DeleteSliver,
 Shutdown -> True; RenewSliver -> True with the slivers' new expiration as `output` (as gcf's v2 AM);
