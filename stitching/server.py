@@ -14,13 +14,13 @@ from __future__ import annotations
 import logging
 import threading
 import xmlrpc.client
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from slicex.endpoint import Endpoint, method
+from slicex.endpoint import Endpoint, Faults, method
 from slicex.errors import BadArgs, GeniError, TooBig
 from slicex.tls_xmlrpc import STOP_POLL_SECONDS, ConnectionLimits, XmlRpcServer
 from stitching.model import Topology
@@ -41,29 +41,17 @@ def _error(code: int, message: str) -> dict[str, Any]:
 
 
 class UnknownMethod(BadArgs):
-    """A method the path service does not offer: answered as a fault (as it always was), the stitcher's
-    ServerProxy raises it."""
+    """A method the path service does not offer: answered as a fault, as it always was."""
 
 
 @dataclass(frozen=True)
-class PathServiceAnswers:
+class PathServiceAnswers(Faults):
     """The path service's answers, as the stitcher reads them: a method's value as it is, a refusal or a
     request refused before a method as `{code: {geni_code}, output}` like ComputePath's own, an unknown
-    method as a fault."""
+    method as a fault (the stitcher's ServerProxy raises it)."""
 
-    refusals: tuple[type[Exception], ...] = (GeniError,)
-
-    def unknown_method(self, method: str, offered: Sequence[str]) -> Exception:
-        return UnknownMethod(f"method {method!r} is not supported; this path service answers {', '.join(offered)}")
-
-    def no_certificate(self, method: str) -> Exception:
-        raise AssertionError("the path service asks no certificate")
-
-    def bad_arguments(self, message: str) -> Exception:
-        return BadArgs(message)
-
-    def value(self, method: str, value: Any) -> Any:
-        return value
+    service: str = "this path service"
+    unknown: type[GeniError] = UnknownMethod
 
     def refused(self, method: str, err: Exception) -> Any:
         assert isinstance(err, GeniError)

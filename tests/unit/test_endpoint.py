@@ -191,3 +191,41 @@ def test_slice_authority_wrong_arity_and_no_certificate_are_faults():
     sa = _slice_authority()
     assert sa.endpoint().dispatch("CreateSlice", (), CALLER).faultCode == BadArgs.code
     assert sa.endpoint().dispatch("ListAggregates", (), None).faultCode == Forbidden.code
+
+
+def test_path_service_unknown_method_is_a_fault_and_wrong_arity_a_result():
+    from stitching.model import Topology
+    from stitching.server import make_server
+
+    server = make_server(lambda: Topology({}, {}), "127.0.0.1", 0)
+    try:
+        unknown = server.dispatch("Nope", (), None)
+        assert isinstance(unknown, xmlrpc.client.Fault) and unknown.faultCode == BadArgs.code
+        assert "ComputePath" in unknown.faultString
+        wrong = server.dispatch("ComputePath", (), None)
+        assert wrong == {"code": {"geni_code": BadArgs.code}, "output": "ComputePath takes 1 arguments, got 0"}
+        assert server.dispatch("GetVersion", (), None)["value"]["interface_version"] == "2"
+    finally:
+        server.server_close()
+
+
+def test_chapi_answers_refusals_failures_and_wrong_arity_as_ch_api_results():
+    from clearinghouse import chapi
+    from clearinghouse.chapi_edge import ChapiResults, _v1_call
+
+    def lookup_slices(caller: Any, credentials: Any, options: Any) -> Any:
+        raise chapi.argument("Unknown slice urn:publicid:IDN+x+slice+s")
+
+    def get_version(caller: Any) -> Any:
+        raise RuntimeError("boom")
+
+    endpoint = Endpoint("test.chapi", [method("lookup_slices", lookup_slices), method("get_version", get_version)],
+                        ChapiResults("SA"), unwrap=_v1_call)
+    refused = endpoint.dispatch("lookup", ("SLICE", [], {}), CALLER)  # a v2 generic call names the v1 method
+    assert (refused["code"], refused["output"]) == (chapi.ARGUMENT, "[ARGUMENT] ARGUMENT_ERROR (Unknown slice "
+                                                                    "urn:publicid:IDN+x+slice+s)")
+    assert endpoint.dispatch("lookup_slices", ([],), CALLER)["code"] == chapi.ARGUMENT
+    failed = endpoint.dispatch("get_version", (), CALLER)
+    assert failed["code"] == chapi.SERVER and "Traceback" not in failed["output"]
+    assert endpoint.dispatch("delete_slice", (), CALLER)["code"] == chapi.NOT_IMPLEMENTED
+    assert endpoint.dispatch("get_version", (), None)["code"] == chapi.AUTHENTICATION
