@@ -27,7 +27,7 @@ from slicex import logs
 from slicex.errors import BadArgs, Forbidden, GeniError, ServerError, TooBig, Unsupported
 from slicex.tls_xmlrpc import request_path
 
-Certificate = x509.Certificate | None
+Caller = x509.Certificate | None  # the client certificate TLS verified; None over plain HTTP
 Arity = tuple[int, int | None]  # (least, most) arguments after the caller's certificate; None: no most
 
 
@@ -177,7 +177,7 @@ class Faults:
         return answer.faultCode if isinstance(answer, xmlrpc.client.Fault) else 0
 
 
-CallerCheck = Callable[[str, Certificate], None]
+CallerCheck = Callable[[str, Caller], None]
 """Run before every call with the method and the caller's certificate; raises one of the surface's refusals."""
 Unwrap = Callable[[str, tuple], tuple[str, tuple, str]]
 """(method, params) as the wire carries them -> (method, params, request id) as the methods take them."""
@@ -203,7 +203,7 @@ class Endpoint:
         self.observe = observe
         self.log = logging.getLogger(f"slicex.{name}")
 
-    def dispatch(self, method: str, params: tuple, caller: Certificate) -> Any:
+    def dispatch(self, method: str, params: tuple, caller: Caller) -> Any:
         """Answer one call as the surface's clients expect, whatever happens; under the caller's request id
         when the wire carries one, else a fresh one (slicex.logs)."""
         try:
@@ -222,7 +222,7 @@ class Endpoint:
                 self.observe(method, code, seconds, error_type)
             return answer
 
-    def _answer(self, name: str, params: tuple, caller: Certificate) -> tuple[Any, str]:
+    def _answer(self, name: str, params: tuple, caller: Caller) -> tuple[Any, str]:
         """(the answer, the type of the refusal or failure, "" when the call succeeded)."""
         try:
             found = self.methods.get(name)
@@ -242,7 +242,7 @@ class Endpoint:
             return self.answers.refused(name, err), type(err).__name__
         except Exception as exc:  # noqa: BLE001 - the boundary: the traceback goes to the log, not the client
             self.log.exception("%s failed", name)
-            return self.answers.failed(name, exc), type(exc).__name__
+            return self.answers.failed(name, exc), ServerError.__name__
 
     def reject(self, message: str, too_big: bool = False) -> Any:
         """A request refused before it named a method: oversize, a DTD, not XML-RPC."""
@@ -259,7 +259,7 @@ class Routes:
         self.missing = missing
         self.rejected = rejected
 
-    def dispatch(self, method: str, params: tuple, caller: Certificate) -> Any:
+    def dispatch(self, method: str, params: tuple, caller: Caller) -> Any:
         path = request_path().strip("/").upper()
         endpoint = self.endpoints.get(path)
         if endpoint is None:

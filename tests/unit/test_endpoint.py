@@ -130,7 +130,7 @@ def test_every_call_is_observed_with_its_code_and_refusal_type():
     endpoint.dispatch("GetVersion", (), None)
     endpoint.dispatch("Renew", ([], [], "", {}), CALLER)
     endpoint.dispatch("Crash", (), CALLER)
-    assert seen == [("GetVersion", 0, ""), ("Renew", OutOfRange.code, "OutOfRange"), ("Crash", 5, "KeyError")]
+    assert seen == [("GetVersion", 0, ""), ("Renew", OutOfRange.code, "OutOfRange"), ("Crash", 5, "ServerError")]
 
 
 def test_unwrap_hands_the_request_id_to_the_call():
