@@ -147,12 +147,12 @@ class Faults:
     """Answers of a protocol that speaks in faults (the gcf clearinghouse protocol, the actors' RPC): a value
     is the reply, every refusal an XML-RPC fault whose code is the GENI code of its cause."""
 
-    service: str  # "this slice authority": named in the unknown-method answer
+    service: str  # "this slice authority", "broker": who has no such method, in the unknown-method answer
     unknown: type[GeniError] = BadArgs
     refusals: tuple[type[Exception], ...] = (GeniError,)
 
     def unknown_method(self, method: str, offered: Sequence[str]) -> Exception:
-        return self.unknown(f"unknown method {method!r}; {self.service} offers {', '.join(offered)}")
+        return self.unknown(f"{self.service} has no method {method!r} (it offers {', '.join(offered)})")
 
     def no_certificate(self, method: str) -> Exception:
         return Forbidden("no client certificate: use mutual TLS with your user certificate")

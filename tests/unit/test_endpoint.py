@@ -69,7 +69,7 @@ def test_unknown_method_is_unsupported_and_names_what_is_offered():
     assert "'CreateSliver' is not part of this test's AM API v3" in out["output"]
     assert "GetVersion, Renew, Crash, Mistyped" in out["output"]
     fault = fault_endpoint().dispatch("Nope", (), CALLER)
-    assert fault.faultCode == BadArgs.code and "this test's authority offers GetVersion" in fault.faultString
+    assert fault.faultCode == BadArgs.code and "this test's authority has no method 'Nope' (it offers GetVersion" in fault.faultString
 
 
 def test_a_certificate_is_required_except_where_declared():
