@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import time
-import traceback
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -22,9 +20,10 @@ from rspec.manifest import SliverView, build_manifest, empty_manifest
 from rspec.request import parse_request
 from slice_manager import api as sm
 from slice_manager.api import SliceManager, Sliver
-from slicex import __version__, logs, pki
+from slicex import __version__, pki
 from slicex.clock import Clock, parse_time, rfc3339
-from slicex.credentials import parse_credential, sort_credentials
+from slicex.credentials import credential_slices
+from slicex.endpoint import Endpoint, GeniResults, geni_options, public_methods
 from slicex.errors import (
     BadArgs,
     BadVersion,
@@ -34,7 +33,6 @@ from slicex.errors import (
     OutOfRange,
     Refused,
     SearchFailed,
-    ServerError,
     Unsupported,
 )
 from slicex.slice_identity import check_same_slice, slice_uuid
@@ -80,12 +78,12 @@ class Verifier:
                now: datetime, speaking_for: str | None = None) -> Any: ...
 
 
+ANSWERS = GeniResults(AM_TYPE, 3, "this aggregate's AM API v3")
+"""Every AM API v3 answer is a GENI result, failures too (never a fault)."""
+
+
 def result(value: Any, code: int = 0, output: str = "") -> dict[str, Any]:
-    return {"code": {"geni_code": code, "am_type": AM_TYPE, "am_code": code}, "value": value, "output": output}
-
-
-def error_result(err: GeniError) -> dict[str, Any]:
-    return result(0, err.code, err.message)
+    return ANSWERS.result(value, code, output)
 
 
 class AggregateManager:
@@ -109,64 +107,18 @@ class AggregateManager:
         # slices): who besides the caller may be named in geni_users
         self.slice_members: Callable[[str], Iterable[str]] | None = None
 
-    # ---- dispatch ---------------------------------------------------------------------------------------------
+    # ---- the surface -----------------------------------------------------------------------------------------
     METHODS = ("GetVersion", "ListResources", "Describe", "Allocate", "Renew", "Provision", "Status",
                "PerformOperationalAction", "Delete", "Shutdown")
 
-    def dispatch(self, method: str, params: tuple, caller_cert: x509.Certificate | None) -> dict[str, Any]:
-        """Run one AM API call under a fresh request id (slicex.logs: it follows the call to the slice manager
-        and the actors); count and time it; whatever happens, return a GENI result."""
-        with logs.bound(""):
-            started = time.perf_counter()
-            out, error_type = self._dispatch(method, params, caller_cert)
-            seconds = time.perf_counter() - started
-            code = int(out["code"]["geni_code"])
-            log.info("%s -> %d%s in %.1f ms", method if method in self.METHODS else "(unknown method)", code,
-                     f" {error_type}" if error_type else "", seconds * 1000)
-            if self.metrics is not None:
-                self.metrics.observe(method, code, seconds, error_type)
-            return out
-
-    def _dispatch(self, method: str, params: tuple,
-                  caller_cert: x509.Certificate | None) -> tuple[dict[str, Any], str]:
-        """(the GENI result, the GeniError type that refused the call, "" when none did)."""
-        try:
-            if method not in self.METHODS:
-                raise Unsupported(f"method {method!r} is not part of this aggregate's AM API v3 "
-                                  f"({', '.join(self.METHODS)})")
-            handler = getattr(self, "_" + method)
-            arity = {"GetVersion": (0, 1), "ListResources": (2, 2), "Describe": (3, 3), "Allocate": (4, 4),
-                     "Renew": (4, 4), "Provision": (3, 3), "Status": (3, 3),
-                     "PerformOperationalAction": (4, 4), "Delete": (3, 3), "Shutdown": (3, 3)}[method]
-            if not arity[0] <= len(params) <= arity[1]:
-                raise BadArgs(f"{method} takes {arity[0]} arguments, got {len(params)}")
-            if method != "GetVersion" and caller_cert is None:
-                raise BadArgs("no client certificate: AM API calls need mutual TLS")
-            out = handler(caller_cert, *params)
-            if method == "GetVersion":
-                out["geni_api"] = 3
-            return out, ""
-        except GeniError as err:
-            log.info("%s -> %s %s", method, type(err).__name__, err.message)
-            out, error_type = error_result(err), type(err).__name__
-        except Exception as exc:  # noqa: BLE001 - the boundary: nothing escapes as a fault
-            log.error("%s failed: %s", method, traceback.format_exc())
-            out = error_result(ServerError(f"internal error in {method}: {type(exc).__name__}: {exc}; "
-                                           f"the operator's log has the details"))
-            error_type = "ServerError"
-        if method == "GetVersion":
-            out["geni_api"] = 3
-        return out, error_type
+    def endpoint(self) -> Endpoint:
+        """AM API v3 on XML-RPC: each of `METHODS` is the public method of that name; every call runs under a
+        fresh request id (slicex.logs: it follows the call to the slice manager and the actors), is counted
+        and timed by method and GENI code, and answers a GENI result whatever happens."""
+        return Endpoint("am", public_methods(self, self.METHODS, anonymous=("GetVersion",)), ANSWERS,
+                        observe=self.metrics.observe if self.metrics is not None else None)
 
     # ---- common helpers ------------------------------------------------------------------------------------
-    @staticmethod
-    def _options(options: Any) -> dict[str, Any]:
-        if options is None:
-            return {}
-        if not isinstance(options, dict):
-            raise BadArgs(f"options must be a struct, got {type(options).__name__}")
-        return options
-
     @staticmethod
     def _cred_list(credentials: Any) -> list:
         if not isinstance(credentials, list):
@@ -175,7 +127,7 @@ class AggregateManager:
             raise CredentialInvalid("no credentials were passed; send your user or slice credential")
         return credentials
 
-    def _authorise(self, cert: x509.Certificate, credentials: Any, target: str | None, privilege: str,
+    def authorise(self, cert: x509.Certificate, credentials: Any, target: str | None, privilege: str,
                    options: dict[str, Any]) -> Any:
         speaking_for = options.get("geni_speaking_for")
         if speaking_for is not None and not isinstance(speaking_for, str):
@@ -213,21 +165,6 @@ class AggregateManager:
                           f"on one slice")
         return next(iter(slices), None), slivers
 
-    def _credential_slices(self, credentials: Any) -> list[str]:
-        """The slices the SFA credentials passed claim to be for (canonical, unverified): the targets to try
-        when a call names only slivers. The verifier then checks each claim in full."""
-        targets: list[str] = []
-        for text in sort_credentials(credentials)[0] if isinstance(credentials, list) else []:
-            if not isinstance(text, (str, bytes)):
-                continue
-            try:
-                urn = parse_urn(parse_credential(text).target_urn)
-            except Exception:  # noqa: BLE001 - only a candidate; the verifier gives the refusal
-                continue
-            if urn.type == "slice" and urn.canonical not in targets:
-                targets.append(urn.canonical)
-        return targets
-
     def _authorised_slivers(self, cert: x509.Certificate, urns: Any, credentials: Any, privilege: str,
                             options: dict[str, Any], now: datetime) -> tuple[str, list[Sliver], Any]:
         """Authorise first, then resolve: (canonical slice URN, slivers named, verified credential).
@@ -237,10 +174,10 @@ class AggregateManager:
         exactly as one that does not exist (SEARCHFAILED), so no caller learns which slivers exist elsewhere."""
         slice_urn, sliver_urns = self._named(urns)
         if slice_urn is not None:
-            verified = self._authorise(cert, credentials, slice_urn, privilege, options)
+            verified = self.authorise(cert, credentials, slice_urn, privilege, options)
         else:
             verified, slice_urn = self._authorise_any(cert, credentials, privilege, options)
-        claimed = self._credential_slices(credentials) if sliver_urns else []
+        claimed = credential_slices(credentials) if sliver_urns else []
         slivers: dict[str, Sliver] = {}
         for urn in sliver_urns:
             s = self._sliver(urn, now)
@@ -264,7 +201,7 @@ class AggregateManager:
         """Whether the credentials passed also authorise this call on another slice (then, and only then, a
         caller may learn that the URNs named span two slices)."""
         try:
-            self._authorise(cert, credentials, slice_urn, privilege, options)
+            self.authorise(cert, credentials, slice_urn, privilege, options)
         except GeniError:
             return False
         return True
@@ -273,7 +210,7 @@ class AggregateManager:
                        options: dict[str, Any]) -> tuple[Any, str]:
         """Verify against each slice the credentials claim, first success wins; the refusal depends only on
         the credentials, never on the slivers named."""
-        targets = self._credential_slices(credentials)
+        targets = credential_slices(credentials)
         if not targets:
             self._cred_list(credentials)
             raise CredentialInvalid("naming slivers needs a slice credential for their slice; none of the "
@@ -281,7 +218,7 @@ class AggregateManager:
         first: GeniError | None = None
         for target in targets:
             try:
-                return self._authorise(cert, credentials, target, privilege, options), target
+                return self.authorise(cert, credentials, target, privilege, options), target
             except GeniError as err:
                 first = first or err
         assert first is not None
@@ -296,7 +233,7 @@ class AggregateManager:
             found = self.sm.sliver(str(Urn(ours, urn.type, urn.name)), now)
         return found
 
-    def _no_slivers(self, slice_urn: str, now: datetime, what: str = "") -> SearchFailed:
+    def no_slivers(self, slice_urn: str, now: datetime, what: str = "") -> SearchFailed:
         """SEARCHFAILED for a slice without slivers here, saying so when they ended by themselves (expired or
         failed) rather than leaving the user to guess."""
         ended = self.sm.ended(slice_urn, now)
@@ -444,7 +381,7 @@ class AggregateManager:
         return users
 
     # ---- the methods -----------------------------------------------------------------------------------------
-    def _GetVersion(self, cert: x509.Certificate | None, options: Any = None) -> dict[str, Any]:
+    def GetVersion(self, cert: x509.Certificate | None, options: Any = None) -> dict[str, Any]:
         rspec_versions = [{"type": "GENI", "version": "3", "schema": ns.REQUEST_XSD, "namespace": ns.RSPEC3,
                            "extensions": REQUEST_EXTENSIONS}]
         ad_versions = [{"type": "GENI", "version": "3", "schema": ns.AD_XSD, "namespace": ns.RSPEC3,
@@ -469,10 +406,10 @@ class AggregateManager:
         value.update(self.identity.extra_version)
         return result(value)
 
-    def _ListResources(self, cert, credentials, options) -> dict[str, Any]:
-        options = self._options(options)
+    def ListResources(self, cert, credentials, options) -> dict[str, Any]:
+        options = geni_options(options)
         now = self.clock.now()
-        self._authorise(cert, credentials, None, "listresources", options)
+        self.authorise(cert, credentials, None, "listresources", options)
         if "geni_slice_urn" in options:
             raise BadArgs("geni_slice_urn is not a ListResources option in AM API v3; use Describe for a slice")
         self._rspec_version(options)
@@ -483,8 +420,8 @@ class AggregateManager:
             ad = self.advertise(bool(options.get("geni_available", False)), now, window)
         return result(self._maybe_compress(ad, options))
 
-    def _Describe(self, cert, urns, credentials, options) -> dict[str, Any]:
-        options = self._options(options)
+    def Describe(self, cert, urns, credentials, options) -> dict[str, Any]:
+        options = geni_options(options)
         now = self.clock.now()
         slice_urn, slivers, _ = self._authorised_slivers(cert, urns, credentials, "getsliceresources", options, now)
         self._rspec_version(options)
@@ -492,11 +429,11 @@ class AggregateManager:
         return result({"geni_rspec": self._maybe_compress(manifest, options), "geni_urn": slice_urn,
                        "geni_slivers": [self._struct(s) for s in slivers]})
 
-    def _Allocate(self, cert, slice_urn, credentials, rspec, options) -> dict[str, Any]:
-        options = self._options(options)
+    def Allocate(self, cert, slice_urn, credentials, rspec, options) -> dict[str, Any]:
+        options = geni_options(options)
         now = self.clock.now()
         urn = canonical_urn(slice_urn, "slice")
-        verified = self._authorise(cert, credentials, urn, "createsliver", options)
+        verified = self.authorise(cert, credentials, urn, "createsliver", options)
         identity = slice_uuid(verified.credential)  # recorded with the slivers; checked against the slice's
         self._check_not_shut_down(urn)
         start = self._start_time(options, now)
@@ -546,13 +483,13 @@ class AggregateManager:
         return result({"geni_rspec": self._manifest(urn, slivers, now),
                        "geni_slivers": [self._struct(s) for s in slivers]})
 
-    def _Renew(self, cert, urns, credentials, expiration, options) -> dict[str, Any]:
-        options = self._options(options)
+    def Renew(self, cert, urns, credentials, expiration, options) -> dict[str, Any]:
+        options = geni_options(options)
         now = self.clock.now()
         slice_urn, slivers, verified = self._authorised_slivers(cert, urns, credentials, "renewsliver", options, now)
         self._check_not_shut_down(slice_urn)
         if not slivers:
-            raise self._no_slivers(slice_urn, now, "to renew")
+            raise self.no_slivers(slice_urn, now, "to renew")
         end = parse_time(expiration)
         if end <= now:
             raise BadArgs(f"renewal time {expiration} is in the past")
@@ -577,15 +514,15 @@ class AggregateManager:
             self.ledger.extended(renewed)
         return result([self._struct(s) for s in renewed], output=output)
 
-    def _Provision(self, cert, urns, credentials, options) -> dict[str, Any]:
-        options = self._options(options)
+    def Provision(self, cert, urns, credentials, options) -> dict[str, Any]:
+        options = geni_options(options)
         now = self.clock.now()
         slice_urn, slivers, verified = self._authorised_slivers(cert, urns, credentials, "createsliver", options, now)
         self._check_not_shut_down(slice_urn)
         users = self._users(options, slice_urn, verified)
         self._rspec_version(options) if "geni_rspec_version" in options else None
         if not slivers:
-            raise self._no_slivers(slice_urn, now, "to provision; Allocate first")
+            raise self.no_slivers(slice_urn, now, "to provision; Allocate first")
         end = self._end_time(options, self.policy.default_lease, self._cred_expiry(verified), now, "Provision")
         booked = [s.expires for s in slivers if s.details.get("geni_start_time") and s.allocation_state == sm.ALLOCATED]
         if booked and "geni_end_time" not in options:
@@ -599,51 +536,51 @@ class AggregateManager:
         return result({"geni_rspec": self._manifest(slice_urn, provisioned, now),
                        "geni_slivers": [self._struct(s) for s in provisioned]})
 
-    def _Status(self, cert, urns, credentials, options) -> dict[str, Any]:
-        options = self._options(options)
+    def Status(self, cert, urns, credentials, options) -> dict[str, Any]:
+        options = geni_options(options)
         now = self.clock.now()
         slice_urn, slivers, _ = self._authorised_slivers(cert, urns, credentials, "getsliceresources", options, now)
         if not slivers:
-            raise self._no_slivers(slice_urn, now)
+            raise self.no_slivers(slice_urn, now)
         return result({"geni_urn": slice_urn, "geni_slivers": [self._struct(s) for s in slivers]})
 
-    def _PerformOperationalAction(self, cert, urns, credentials, action, options) -> dict[str, Any]:
-        options = self._options(options)
+    def PerformOperationalAction(self, cert, urns, credentials, action, options) -> dict[str, Any]:
+        options = geni_options(options)
         now = self.clock.now()
         slice_urn, slivers, verified = self._authorised_slivers(cert, urns, credentials, "createsliver", options, now)
         self._check_not_shut_down(slice_urn)
         if not isinstance(action, str) or action not in sm.ACTIONS:
             raise Unsupported(f"operational action {action!r} is not supported; supported: {', '.join(sm.ACTIONS)}")
         if not slivers:
-            raise self._no_slivers(slice_urn, now)
+            raise self.no_slivers(slice_urn, now)
         users = self._users(options, slice_urn, verified) if action == "geni_update_users" else []
         done = self.sm.perform([s.urn for s in slivers], action, now, bool(options.get("geni_best_effort")), users)
         return result([self._struct(s) for s in done])
 
-    def _Delete(self, cert, urns, credentials, options) -> dict[str, Any]:
-        options = self._options(options)
+    def Delete(self, cert, urns, credentials, options) -> dict[str, Any]:
+        options = geni_options(options)
         now = self.clock.now()
         slice_urn, slivers, _ = self._authorised_slivers(cert, urns, credentials, "deleteslice", options, now)
         if not slivers:
-            raise self._no_slivers(slice_urn, now, "to delete")
+            raise self.no_slivers(slice_urn, now, "to delete")
         deleted = self.sm.delete([s.urn for s in slivers], now)
         if self.ledger is not None:
             self.ledger.ended([s.urn for s in deleted], now, "deleted")
         return result([self._struct(s) for s in deleted])
 
-    def _Shutdown(self, cert, slice_urn, credentials, options) -> dict[str, Any]:
-        options = self._options(options)
+    def Shutdown(self, cert, slice_urn, credentials, options) -> dict[str, Any]:
+        options = geni_options(options)
         now = self.clock.now()
         urn = canonical_urn(slice_urn, "slice")
         operator = self._operator(cert, options)
         try:
-            verified = self._authorise(cert, credentials, urn, "shutdown", options)
+            verified = self.authorise(cert, credentials, urn, "shutdown", options)
             check_same_slice(urn, slice_uuid(verified.credential), (s.slice_uuid for s in self.sm.slivers(urn, now)))
         except GeniError:
             if operator is None:
                 raise
             # an operator listed in slicex.yaml shuts down any slice on their own valid user credential
-            self._authorise(cert, credentials, operator, "listresources", options)
+            self.authorise(cert, credentials, operator, "listresources", options)
         self.sm.shutdown(urn, now)
         if self.ledger is not None:
             self.ledger.shut_down(urn, now)

@@ -8,7 +8,8 @@ user credentials. A slice made through either interface is visible through the o
 options and permission rules are the pure functions of clearinghouse/chapi.py; this module reads and writes the
 store and calls them.
 
-Every method answers `{code, value, output}` (clearinghouse.chapi.ok/error), never a fault."""
+Every method answers `{code, value, output}` (clearinghouse.chapi.ok/error), never a fault: the edge
+(clearinghouse/chapi_edge.py) makes a method's value, its refusal or its failure one."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from clearinghouse.projects import PROJECTS, live_project, require_slice_maker
 from clearinghouse.slice_authority import SLICES, SliceAuthority
 from slicex import pki
 from slicex.clock import parse_time, rfc3339
+from slicex.endpoint import Method, method
 from slicex.errors import GeniError
 from slicex.urn import parse_urn
 
@@ -56,7 +58,8 @@ def _cred(xml: str) -> dict[str, str]:
 
 
 class ChapiAuthority:
-    """CH, SA and MA of one deployment. `call(service, method, params, caller)` is the whole interface."""
+    """CH, SA and MA of one deployment. `methods(service)` is the whole interface (served by
+    clearinghouse/chapi_edge.py)."""
 
     def __init__(self, sa: SliceAuthority, directory: Directory, urls: dict[str, str], aggregates: dict[str, str],
                  policy: chapi.SlicePolicy | None = None):
@@ -71,7 +74,7 @@ class ChapiAuthority:
         self.urns = {"CH": f"urn:publicid:IDN+{self.authority}+authority+ch", "SA": sa.urn,
                      "MA": f"urn:publicid:IDN+{self.authority}+authority+ma"}
 
-    # ---- the one entry point -----------------------------------------------------------------------------------
+    # ---- the methods of each service -----------------------------------------------------------------------------------
     SERVICES: dict[str, tuple[str, ...]] = {
         "CH": ("get_version", "lookup_slice_authorities", "lookup_member_authorities", "lookup_aggregates",
                "lookup_services", "lookup_authorities_for_urns", "get_trust_roots"),
@@ -85,29 +88,10 @@ class ChapiAuthority:
                "create_key", "delete_key"),
     }
 
-    def call(self, service: str, method: str, params: tuple, caller: x509.Certificate | None) -> dict[str, Any]:
-        try:
-            if caller is None:
-                raise ChError(chapi.AUTHENTICATION, "no client certificate: connect with your user certificate")
-            name, args = chapi.v1_name(method, params)
-            if name not in self.SERVICES.get(service, ()):
-                offered = ", ".join(self.SERVICES.get(service, ()))
-                raise ChError(chapi.NOT_IMPLEMENTED, f"{method} is not a method of the {service} here; it offers "
-                                                     f"{offered} (and the v2 generic calls for them)")
-            handler = getattr(self, f"_{service.lower()}_{name}", None) or getattr(self, f"_{name}")
-            try:
-                return chapi.ok(handler(caller, *args))
-            except TypeError as exc:
-                if "positional argument" in str(exc):
-                    raise argument(f"{method}: wrong number of arguments ({exc})") from None
-                raise
-        except ChError as exc:
-            return chapi.error(exc)
-        except GeniError as exc:
-            return chapi.error(chapi.from_geni(exc))
-        except Exception as exc:  # noqa: BLE001 - the boundary: a CH API result, never a fault
-            log.exception("%s %s failed", service, method)
-            return chapi.error(ChError(chapi.SERVER, f"{method} failed: {type(exc).__name__}: {exc}"))
+    def methods(self, service: str) -> list[Method]:
+        """The methods of the CH, SA or MA: each `_<service>_<name>`, else `_<name>`, taking the caller first."""
+        return [method(name, getattr(self, f"_{service.lower()}_{name}", None) or getattr(self, f"_{name}"))
+                for name in self.SERVICES[service]]
 
     # ---- who is calling ----------------------------------------------------------------------------------------
     def _member(self, caller: x509.Certificate) -> str:

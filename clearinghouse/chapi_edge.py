@@ -1,40 +1,71 @@
 """The CH API's XML-RPC edge: one mutual-TLS port (`chapi_port`, default the slice authority's port + 7)
 serving the clearinghouse at `/CH`, the slice authority at `/SA` and the member authority at `/MA`, as
-omni's `chapi` framework and geni-lib address them. It routes by path and translates nothing; the
-authorities are clearinghouse/chapi_authority.py.
-
-The shared TLS server hands a handler the method, params and client certificate but not the path, so this
-edge's request handler notes the path of the request being served in a thread-local (the server runs each
-request in its own thread)."""
+omni's `chapi` framework and geni-lib address them. It routes by path (slicex.endpoint.Routes), names the v1
+method a v2 generic call means, and makes every outcome a CH API result (`ChapiResults`); the authorities are
+clearinghouse/chapi_authority.py."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
-
-from cryptography import x509
 
 from clearinghouse import chapi
 from clearinghouse.chapi_authority import ChapiAuthority, Member
 from clearinghouse.slice_authority import SliceAuthority
 from slicex import pki
+from slicex.endpoint import Endpoint, Routes
+from slicex.errors import GeniError
 from slicex.home import Home
-from slicex.tls_xmlrpc import TlsXmlRpcServer, _Handler, server_context
+from slicex.tls_xmlrpc import TlsXmlRpcServer, server_context
 
 PATHS = ("CH", "SA", "MA")
-_request = threading.local()
 
 
-class _PathHandler(_Handler):
-    def do_POST(self) -> None:
-        _request.path = urlsplit(self.path).path.strip("/").upper()
-        try:
-            super().do_POST()
-        finally:
-            _request.path = ""
+@dataclass(frozen=True)
+class ChapiResults:
+    """CH API answers: `{code, value, output}` with the CH API's codes and geni-ch's wording, never a fault."""
+
+    service: str  # CH, SA or MA
+    refusals: tuple[type[Exception], ...] = (chapi.ChError, GeniError)
+
+    def unknown_method(self, method: str, offered: Sequence[str]) -> Exception:
+        return chapi.ChError(chapi.NOT_IMPLEMENTED, f"{method} is not a method of the {self.service} here; it "
+                                                    f"offers {', '.join(offered)} (and the v2 generic calls for them)")
+
+    def no_certificate(self, method: str) -> Exception:
+        return chapi.ChError(chapi.AUTHENTICATION, "no client certificate: connect with your user certificate")
+
+    def bad_arguments(self, message: str) -> Exception:
+        return chapi.argument(message)
+
+    def value(self, method: str, value: Any) -> Any:
+        return chapi.ok(value)
+
+    def refused(self, method: str, err: Exception) -> Any:
+        return chapi.error(err if isinstance(err, chapi.ChError) else chapi.from_geni(err))  # type: ignore[arg-type]
+
+    def failed(self, method: str, exc: Exception) -> Any:
+        return chapi.error(chapi.ChError(chapi.SERVER, f"{method} failed: {type(exc).__name__}: {exc}"))
+
+    def rejected(self, message: str, too_big: bool) -> Any:
+        return chapi.error(chapi.argument(message))
+
+    def code_of(self, answer: Any) -> int:
+        return int(answer["code"])
+
+
+def _v1_call(method: str, params: tuple) -> tuple[str, tuple, str]:
+    """A v2 generic call (`lookup("SLICE", ...)`) as the v1 method it means."""
+    return (*chapi.v1_name(method, params), "")
+
+
+def endpoints(authority: ChapiAuthority) -> dict[str, Endpoint]:
+    """The CH, SA and MA of `authority`, each its own surface."""
+    return {p: Endpoint(f"chapi.{p.lower()}", authority.methods(p), ChapiResults(p), unwrap=_v1_call) for p in PATHS}
 
 
 def home_directory(home: Home, ca_pem: bytes, authority: str, now: datetime) -> list[Member]:
@@ -61,26 +92,18 @@ class ChapiServer:
     """The CH, SA and MA on their own mutual-TLS port; `bind` gives it the authorities once its URLs are known."""
 
     def __init__(self, host: str, port: int, cert_file: str, key_file: str, ca_file: str):
-        self.authority: ChapiAuthority | None = None
-        self.server = TlsXmlRpcServer((host, port), server_context(cert_file, key_file, ca_file), self._dispatch,
-                                      self._reject)
-        self.server.RequestHandlerClass = _PathHandler
+        self.server = TlsXmlRpcServer((host, port), server_context(cert_file, key_file, ca_file))
         self.url = f"https://{host}:{self.server.port}"
 
     def bind(self, authority: ChapiAuthority) -> ChapiServer:
-        self.authority = authority
+        self.server.answer(Routes(endpoints(authority), self._missing, self._reject))
         return self
 
     def urls(self) -> dict[str, str]:
         return {p: f"{self.url}/{p}" for p in PATHS}
 
-    def _dispatch(self, method: str, params: tuple, cert: x509.Certificate | None) -> Any:
-        path = getattr(_request, "path", "")
-        if path not in PATHS:
-            return chapi.error(chapi.argument(f"no CH API service at /{path}: use {self.url}/CH, /SA or /MA"))
-        if self.authority is None:
-            return chapi.error(chapi.ChError(chapi.CONFIGURATION, "the CH API is starting; retry in a moment"))
-        return self.authority.call(path, method, params, cert)
+    def _missing(self, path: str) -> dict[str, Any]:
+        return chapi.error(chapi.argument(f"no CH API service at /{path}: use {self.url}/CH, /SA or /MA"))
 
     @staticmethod
     def _reject(message: str, too_big: bool = False) -> Any:

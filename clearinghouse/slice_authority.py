@@ -36,13 +36,13 @@ from clearinghouse.projects import project_of_slice, require_slice_maker
 from slicex import pki
 from slicex.clock import Clock, parse_time, rfc3339
 from slicex.credentials import create_credential
+from slicex.endpoint import Endpoint, Faults, public_methods
 from slicex.errors import (
     AlreadyExists,
     BadArgs,
     Busy,
     CredentialSignerUntrusted,
     Forbidden,
-    GeniError,
     TimedOut,
     Unavailable,
 )
@@ -68,6 +68,17 @@ def _claim_age(token: str) -> float:
         return time.time() - float(token.rsplit("|", 1)[1])
     except (IndexError, ValueError):
         return float("inf")
+
+
+class SaFaults(Faults):
+    """Faults, a store outage said as one: retry in a moment, the slice authority is fine."""
+
+    def refused(self, method: str, err: Exception) -> Any:
+        if isinstance(err, (Unavailable, TimedOut)):
+            log.warning("%s: store unavailable: %s", method, err.message)
+            return xmlrpc.client.Fault(err.code, f"{method}: the slice authority's store is unavailable, retry in a "
+                                                 f"moment ({err.message})")
+        return super().refused(method, err)
 
 
 @dataclass
@@ -100,28 +111,10 @@ class SliceAuthority:
     METHODS = ("GetVersion", "CreateUserCredential", "CreateSlice", "RenewSlice", "DeleteSlice",
                "ListAggregates", "ListMySlices", "GetCredential", "ResolveSlice")
 
-    def dispatch(self, method: str, params: tuple, caller: x509.Certificate | None) -> Any:
-        if method not in self.METHODS:
-            return xmlrpc.client.Fault(1, f"unknown method {method!r}; this slice authority offers "
-                                          f"{', '.join(self.METHODS)}")
-        if caller is None:
-            return xmlrpc.client.Fault(3, "no client certificate: use mutual TLS with your user certificate")
-        try:
-            return getattr(self, method)(caller, *params)
-        except TypeError as exc:
-            return xmlrpc.client.Fault(1, f"{method}: wrong arguments ({exc})")
-        except (Unavailable, TimedOut) as exc:
-            log.warning("%s: store unavailable: %s", method, exc.message)
-            return xmlrpc.client.Fault(exc.code, f"{method}: the slice authority's store is unavailable, retry in a "
-                                                 f"moment ({exc.message})")
-        except GeniError as exc:
-            return xmlrpc.client.Fault(exc.code, exc.message)
-        except Exception as exc:  # noqa: BLE001 - the boundary
-            log.exception("%s failed", method)
-            return xmlrpc.client.Fault(5, f"{method} failed: {type(exc).__name__}: {exc}")
-
-    def reject(self, message: str, too_big: bool = False) -> Any:
-        return xmlrpc.client.Fault(6 if too_big else 1, message)
+    def endpoint(self) -> Endpoint:
+        """The gcf clearinghouse protocol on XML-RPC: each of `METHODS` is the public method of that name, and
+        every refusal a fault whose code is the GENI code of its cause."""
+        return Endpoint("sa", public_methods(self, self.METHODS), SaFaults("this slice authority"))
 
     # ---- methods ---------------------------------------------------------------------------------------------
     def GetVersion(self, caller: x509.Certificate) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from am.api import AggregateManager, AmIdentity, AmPolicy, error_result
+from am.api import AggregateManager, AmIdentity, AmPolicy
 from am.api_v2 import AggregateManagerV2
 from authority.actor import Authority, SubstrateDriver, as_driver
 from authority.substrate.emulated import EmulatedDriver, FailurePlan
@@ -46,7 +46,7 @@ from slicex.clock import Clock, SystemClock
 from slicex.config import NetnsOptions, SlicexConfig
 from slicex.credentials import CredentialVerifier
 from slicex.devpki import actor_urn, roots_bundle
-from slicex.errors import BadArgs, GeniError, Refused, TooBig
+from slicex.errors import GeniError, Refused
 from slicex.home import Home
 from slicex.inventory import usage_counts
 from slicex.logs import Traced
@@ -284,16 +284,13 @@ class EmbeddedDeployment:
                              operators=frozenset(self.cfg.operators))
         ca_file = str(self.peer_trust.extend_bundle(roots_bundle(home)))
         self._sa_server = TlsXmlRpcServer((host, self.cfg.sa_port if sa_port is None else sa_port),
-                                          server_context(str(home.sa_cert), str(home.sa_key), ca_file),
-                                          self._sa_dispatch, self._sa_reject)
+                                          server_context(str(home.sa_cert), str(home.sa_key), ca_file))
         self._am_server = TlsXmlRpcServer((host, self.cfg.am_port if am_port is None else am_port),
-                                          server_context(str(home.am_cert), str(home.am_key), ca_file),
-                                          self._am_dispatch, self._am_reject)
+                                          server_context(str(home.am_cert), str(home.am_key), ca_file))
         # AM API v2 (am/api_v2.py) on a port of its own: omni's stitcher needs a "2" URL that really speaks v2
         v2_port = self.cfg.am_v2_endpoint_port() if am_port is None else 0
         self._am_v2_server = None if v2_port is None else TlsXmlRpcServer(
-            (host, int(v2_port)), server_context(str(home.am_cert), str(home.am_key), ca_file),
-            self._am_v2_dispatch, self._am_reject)
+            (host, int(v2_port)), server_context(str(home.am_cert), str(home.am_key), ca_file))
         self.endpoints = Endpoints(f"https://{host}:{self._sa_server.port}/",
                                    f"https://{host}:{self._am_server.port}/",
                                    f"https://{host}:{self._am_v2_server.port}/" if self._am_v2_server else "")
@@ -338,6 +335,11 @@ class EmbeddedDeployment:
         # on its own port, over the same slice records (docs/federation.md)
         self.chapi = chapi_edge.serve(home, self.sa, host, self.cfg.chapi_endpoint_port() if sa_port is None else 0,
                                       ca_file, {self.am_urn: self.endpoints.am_url})
+        # each surface through the one endpoint helper (slicex/endpoint.py), once its handler exists
+        self._am_server.answer(self.am.endpoint())
+        if self._am_v2_server is not None:
+            self._am_v2_server.answer(self.am_v2.endpoint())
+        self._sa_server.answer(self.sa.endpoint())
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._dashboard: DashboardServer | None = None
@@ -346,22 +348,6 @@ class EmbeddedDeployment:
         return f"urn:publicid:IDN+{self.authority}+authority+am"
 
     # ---- edges -------------------------------------------------------------------------------------------------
-    def _am_dispatch(self, method: str, params: tuple, cert) -> Any:
-        return self.am.dispatch(method, params, cert)
-
-    def _am_v2_dispatch(self, method: str, params: tuple, cert) -> Any:
-        return self.am_v2.dispatch(method, params, cert)
-
-    @staticmethod
-    def _am_reject(message: str, too_big: bool = False) -> Any:
-        return error_result(TooBig(message) if too_big else BadArgs(message))
-
-    def _sa_dispatch(self, method: str, params: tuple, cert) -> Any:
-        return self.sa.dispatch(method, params, cert)
-
-    def _sa_reject(self, message: str, too_big: bool = False) -> Any:
-        return self.sa.reject(message, too_big)
-
     def _advertise(self, available_only: bool, now: datetime, window: Any = None) -> str:
         # the broker's availability answer; over a future window (ListResources geni_start_time) for that term
         cores, mem, taken, vlans = usage_counts(self.sm.in_use(now, window) if window else self.sm.in_use(now))

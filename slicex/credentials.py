@@ -636,3 +636,19 @@ class CredentialVerifier:
         valid_from = max(c.not_valid_before_utc for c in certs)
         valid_until = min([earliest, *(c.not_valid_after_utc for c in certs)])
         return VerifiedCredential(cred, caller_urn, earliest), valid_from, valid_until
+
+
+def credential_slices(credentials: Any) -> list[str]:
+    """The slices the SFA credentials passed claim to be for (canonical, unverified): the targets to try when a
+    call names only slivers (the AM API v3 and the exchange point). The verifier then checks each claim in full."""
+    targets: list[str] = []
+    for text in sort_credentials(credentials)[0] if isinstance(credentials, list) else []:
+        if not isinstance(text, (str, bytes)):
+            continue
+        try:
+            urn = parse_urn(parse_credential(text).target_urn)
+        except Exception:  # noqa: BLE001 - only a candidate; the verifier gives the refusal
+            continue
+        if urn.type == "slice" and urn.canonical not in targets:
+            targets.append(urn.canonical)
+    return targets

@@ -1,8 +1,8 @@
 """Structured logs: a request id that follows one AM API call through the slice manager, the broker and the
 authority, and an optional JSON-lines format (`log_format: json` in slicex.yaml) that carries it.
 
-The id is set once, at the AM edge (`AggregateManager.dispatch`), in a contextvar: in-process actors see it
-because they run in the caller's thread. Calls to actors in other processes carry it as one extra trailing
+The id is set once per call, at the XML-RPC edge (`slicex.endpoint.Endpoint.dispatch`), in a contextvar:
+in-process actors see it because they run in the caller's thread. Calls to actors in other processes carry it as one extra trailing
 XML-RPC argument, `{"slicex_request_id": id}` (`slicex.actor_rpc`), which the actor server strips and sets
 again before the handler runs; so an operator can grep one id across the AM's and the actors' logs."""
 

@@ -18,10 +18,15 @@ What one connection may cost is bounded by `ConnectionLimits`: a socket with not
 `idle_seconds` is closed, a connection older than `lifetime_seconds` is cut (one that trickles a byte at a time
 never goes idle), and beyond `max_connections` at once a new connection is closed unserved (each served one
 holds a thread and up to `max_body` bytes). `XmlRpcServer` is the same server over plain HTTP, for the path
-service (stitching/server.py), which omni's stitcher calls without a client certificate."""
+service (stitching/server.py), which omni's stitcher calls without a client certificate.
+
+What a server answers is a surface (slicex/endpoint.py: one helper for every surface's methods, arity and
+error mapping); `answer(surface)` puts one on a server made before it (its port names the surface's URL).
+`request_path()` is the path of the request being answered, for a surface that routes by path (the CH API)."""
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import socket
 import socketserver
@@ -32,7 +37,8 @@ import xmlrpc.client
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from cryptography import x509
 
@@ -40,6 +46,24 @@ log = logging.getLogger("slicex.xmlrpc")
 
 Dispatch = Callable[[str, tuple, x509.Certificate | None], Any]
 Rejection = Callable[[str], Any]
+_path: contextvars.ContextVar[str] = contextvars.ContextVar("xmlrpc_request_path", default="")
+
+
+def request_path() -> str:
+    """The path of the URL of the request being answered on this thread ("" outside a request)."""
+    return _path.get()
+
+
+def _starting(*_: Any, **__: Any) -> xmlrpc.client.Fault:
+    """What a server answers before its surface is given to it (`answer`)."""
+    return xmlrpc.client.Fault(11, "this server is starting; retry in a moment")
+
+
+class Surface(Protocol):
+    """What a server answers: slicex.endpoint.Endpoint (or its Routes)."""
+
+    def dispatch(self, method: str, params: tuple, caller: x509.Certificate | None) -> Any: ...
+    def reject(self, message: str, too_big: bool = False) -> Any: ...
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 STOP_POLL_SECONDS = 0.05
@@ -94,6 +118,13 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s %s", self.address_string(), fmt % args)
 
     def do_POST(self) -> None:
+        token = _path.set(urlsplit(self.path).path)
+        try:
+            self._post()
+        finally:
+            _path.reset(token)
+
+    def _post(self) -> None:
         try:
             length = int(self.headers.get("content-length", "0"))
         except ValueError:
@@ -187,7 +218,7 @@ class XmlRpcServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], dispatch: Dispatch, reject: Callable[..., Any],
+    def __init__(self, address: tuple[str, int], dispatch: Dispatch = _starting, reject: Callable[..., Any] = _starting,
                  max_body: int = MAX_BODY_BYTES, limits: ConnectionLimits = AM_LIMITS):
         self.dispatch = dispatch
         self.reject = reject
@@ -197,6 +228,11 @@ class XmlRpcServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
         self._open_lock = threading.Lock()
         self._served = 0  # connections accepted and not yet finished
         super().__init__(address, _Handler, bind_and_activate=True)
+
+    def answer(self, surface: Surface) -> XmlRpcServer:
+        """Serve `surface` from now on."""
+        self.dispatch, self.reject = surface.dispatch, surface.reject
+        return self
 
     def get_request(self) -> tuple[socket.socket, Any]:
         sock, addr = self.socket.accept()
@@ -296,8 +332,8 @@ def _cut(conn: socket.socket, client_address: Any) -> None:
 class TlsXmlRpcServer(XmlRpcServer):
     """The XML-RPC server on a TLS socket that requires a client certificate."""
 
-    def __init__(self, address: tuple[str, int], context: ssl.SSLContext, dispatch: Dispatch,
-                 reject: Callable[..., Any], max_body: int = MAX_BODY_BYTES, limits: ConnectionLimits = AM_LIMITS):
+    def __init__(self, address: tuple[str, int], context: ssl.SSLContext, dispatch: Dispatch = _starting,
+                 reject: Callable[..., Any] = _starting, max_body: int = MAX_BODY_BYTES, limits: ConnectionLimits = AM_LIMITS):
         self.context = context
         super().__init__(address, dispatch, reject, max_body, limits)
 

@@ -15,11 +15,13 @@ import logging
 import threading
 import xmlrpc.client
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from slicex.errors import BadArgs, TooBig
+from slicex.endpoint import Endpoint, Faults, method
+from slicex.errors import BadArgs, GeniError, TooBig
 from slicex.tls_xmlrpc import STOP_POLL_SECONDS, ConnectionLimits, XmlRpcServer
 from stitching.model import Topology
 from stitching.scs import compute_path
@@ -38,9 +40,34 @@ def _error(code: int, message: str) -> dict[str, Any]:
     return {"code": {"geni_code": code}, "output": message}
 
 
-def _reject(message: str, too_big: bool = False) -> dict[str, Any]:
-    """A request refused before it reached a method, as a result the stitcher reads like ComputePath's own."""
-    return _error(TooBig.code if too_big else BadArgs.code, message)
+class UnknownMethod(BadArgs):
+    """A method the path service does not offer: answered as a fault, as it always was."""
+
+
+@dataclass(frozen=True)
+class PathServiceAnswers(Faults):
+    """The path service's answers, as the stitcher reads them: a method's value as it is, a refusal or a
+    request refused before a method as `{code: {geni_code}, output}` like ComputePath's own, an unknown
+    method as a fault (the stitcher's ServerProxy raises it)."""
+
+    service: str = "this path service"
+    unknown: type[GeniError] = UnknownMethod
+
+    def refused(self, method: str, err: Exception) -> Any:
+        assert isinstance(err, GeniError)
+        if isinstance(err, UnknownMethod):
+            return xmlrpc.client.Fault(err.code, err.message)
+        return _error(err.code, err.message)
+
+    def failed(self, method: str, exc: Exception) -> Any:
+        return _error(BadArgs.code, f"server failed in {method}: {type(exc).__name__}")
+
+    def rejected(self, message: str, too_big: bool) -> Any:
+        """A request refused before it reached a method, as a result the stitcher reads like ComputePath's own."""
+        return _error(TooBig.code if too_big else BadArgs.code, message)
+
+    def code_of(self, answer: Any) -> int:
+        return answer.faultCode if isinstance(answer, xmlrpc.client.Fault) else int(answer["code"]["geni_code"])
 
 
 class TopologySource:
@@ -70,7 +97,7 @@ def make_server(topology: Callable[[], Topology], host: str = "127.0.0.1", port:
                 limits: ConnectionLimits = PATH_SERVICE_LIMITS) -> XmlRpcServer:
     """An XML-RPC server answering ComputePath (and GetVersion, ListAggregates for scs.py's own main)."""
 
-    def ComputePath(params: Any) -> dict[str, Any]:  # noqa: N802 - the GENI SCS method name
+    def ComputePath(_caller: Any, params: Any) -> dict[str, Any]:  # noqa: N802 - the GENI SCS method name
         result = compute_path(topology(), params, datetime.now(UTC))
         code = result["code"]["geni_code"]
         log.info("ComputePath %s -> %s %s", params.get("slice_urn") if isinstance(params, dict) else "?", code,
@@ -88,20 +115,10 @@ def make_server(topology: Callable[[], Topology], host: str = "127.0.0.1", port:
                 "value": {"geni_aggregate_list": {a.urn: {"urn": a.urn, "url": a.url}
                                                   for a in topo.aggregates.values()}}}
 
-    methods: dict[str, Callable[..., dict[str, Any]]] = {
-        "ComputePath": ComputePath, "GetVersion": GetVersion, "ListAggregates": ListAggregates}
-
-    def dispatch(method: str, params: tuple, _cert: Any) -> Any:
-        call = methods.get(method)
-        if call is None:
-            return xmlrpc.client.Fault(1, f"method {method!r} is not supported; this path service answers "
-                                          f"{', '.join(methods)}")
-        try:
-            return call(*params)
-        except TypeError as exc:
-            return _error(BadArgs.code, f"{method}: {exc}")
-
-    return XmlRpcServer((host, port), dispatch, _reject, MAX_BODY_BYTES, limits)
+    methods = [method(call.__name__, call, needs_certificate=False) for call in (ComputePath, GetVersion,
+                                                                                ListAggregates)]
+    server = XmlRpcServer((host, port), max_body=MAX_BODY_BYTES, limits=limits)
+    return server.answer(Endpoint("scs", methods, PathServiceAnswers()))
 
 
 def serve(topology_file: Path, host: str, port: int) -> int:

@@ -43,21 +43,15 @@ class SepServer:
         sep_cert = pki.load_cert(cfg.cert.read_bytes())
         self.store = open_store(cfg.store)
         self.server = TlsXmlRpcServer((cfg.host, cfg.port if port is None else port),
-                                      server_context(str(cfg.cert), str(cfg.key), str(bundle)),
-                                      self._dispatch, self._reject)
+                                      server_context(str(cfg.cert), str(cfg.key), str(bundle)))
         url = cfg.url or f"https://{cfg.host}:{self.server.port}/"
         self.sep = ExchangePoint(pki.cert_urn(sep_cert), url, cfg.domains,
                                  Relay(str(cfg.cert), str(cfg.key), str(bundle), cfg.timeout_seconds), self.store,
                                  CredentialVerifier(trust), sep_cert, clock or SystemClock(),
                                  load_overlay(cfg.overlay, cfg.overlay_options))
+        self.server.answer(self.sep.endpoint())
         self.url = url
         self._stop = threading.Event()
-
-    def _dispatch(self, method, params, cert):
-        return self.sep.dispatch(method, params, cert)
-
-    def _reject(self, message: str, too_big: bool = False):
-        return self.sep.reject(message, too_big)
 
     def start(self) -> str:
         left = self.sep.recover()

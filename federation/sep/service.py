@@ -15,8 +15,6 @@ from __future__ import annotations
 import base64
 import logging
 import threading
-import time
-import traceback
 import uuid
 import zlib
 from collections.abc import Callable
@@ -38,9 +36,10 @@ from federation.sep.split import (
     without_links,
 )
 from rspec import namespaces as ns
-from slicex import __version__
+from slicex import __version__, endpoint
 from slicex.clock import Clock, rfc3339
-from slicex.credentials import CredentialVerifier
+from slicex.credentials import CredentialVerifier, credential_slices
+from slicex.endpoint import GeniResults, geni_options, public_methods
 from slicex.errors import (
     BadArgs,
     Busy,
@@ -48,7 +47,6 @@ from slicex.errors import (
     GeniError,
     InsufficientBandwidth,
     SearchFailed,
-    ServerError,
     TimedOut,
     Unavailable,
     Unsupported,
@@ -64,14 +62,15 @@ AM_TYPE = "slicex-sep"
 TABLE = "sep_slices"
 METHODS = ("GetVersion", "ListResources", "Describe", "Allocate", "Renew", "Provision", "Status",
            "PerformOperationalAction", "Delete", "Shutdown")
-ARITY = {"GetVersion": (0, 1), "ListResources": (2, 2), "Describe": (3, 3), "Allocate": (4, 4), "Renew": (4, 4),
-         "Provision": (3, 3), "Status": (3, 3), "PerformOperationalAction": (4, 4), "Delete": (3, 3),
-         "Shutdown": (3, 3)}
 ERRORS_BY_CODE = {24: VlanUnavailable, 25: InsufficientBandwidth, 12: SearchFailed}
 
 
+ANSWERS = GeniResults(AM_TYPE, 3, "AM API v3", failure_hint="")
+"""Every answer a GENI result, failures too (never a fault)."""
+
+
 def result(value: Any, code: int = 0, output: str = "") -> dict[str, Any]:
-    return {"code": {"geni_code": code, "am_type": AM_TYPE, "am_code": code}, "value": value, "output": output}
+    return ANSWERS.result(value, code, output)
 
 
 class DomainError(GeniError):
@@ -100,41 +99,15 @@ class ExchangePoint:
         self._record_lock = threading.RLock()
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="sep-relay")
 
-    # ---- dispatch ----------------------------------------------------------------------------------------------
-    def dispatch(self, method: str, params: tuple, cert: x509.Certificate | None) -> dict[str, Any]:
-        """One AM API call; whatever happens, a GENI result (never a fault)."""
-        started = time.perf_counter()
-        try:
-            if method not in METHODS:
-                raise Unsupported(f"method {method!r} is not part of AM API v3 ({', '.join(METHODS)})")
-            lo, hi = ARITY[method]
-            if not lo <= len(params) <= hi:
-                raise BadArgs(f"{method} takes {lo} arguments, got {len(params)}")
-            if method != "GetVersion" and cert is None:
-                raise BadArgs("no client certificate: AM API calls need mutual TLS")
-            out = getattr(self, "_" + method)(cert, *params)
-        except GeniError as err:
-            out = result(0, err.code, err.message)
-        except Exception as exc:  # noqa: BLE001 - the boundary: nothing escapes as a fault
-            log.error("%s failed: %s", method, traceback.format_exc())
-            out = result(0, ServerError.code, f"internal error in {method}: {type(exc).__name__}: {exc}")
-        if method == "GetVersion":
-            out["geni_api"] = 3
-        log.info("%s -> %d in %.1f ms", method if method in METHODS else "(unknown)", out["code"]["geni_code"],
-                 (time.perf_counter() - started) * 1000)
-        return out
-
-    @staticmethod
-    def reject(message: str, too_big: bool = False) -> dict[str, Any]:
-        return result(0, 6 if too_big else 1, message)
+    # ---- the surface -----------------------------------------------------------------------------------------
+    def endpoint(self) -> endpoint.Endpoint:
+        """AM API v3 on XML-RPC: each of `METHODS` is the public method of that name; failures are results."""
+        return endpoint.Endpoint("sep", public_methods(self, METHODS, anonymous=("GetVersion",)), ANSWERS)
 
     # ---- helpers ---------------------------------------------------------------------------------------------
     @staticmethod
     def _options(options: Any) -> dict[str, Any]:
-        if options is None:
-            return {}
-        if not isinstance(options, dict):
-            raise BadArgs(f"options must be a struct, got {type(options).__name__}")
+        options = geni_options(options)
         if "geni_speaking_for" in options:
             raise Unsupported("geni_speaking_for at the exchange point is not supported: call it as yourself; it "
                               "speaks for you at the domains")
@@ -201,9 +174,7 @@ class ExchangePoint:
     def _slice_of(self, urns: Any, credentials: Any) -> tuple[str, dict[str, list[str]]]:
         slice_urn, slivers = self._named(urns)
         if slice_urn is None:
-            from am.api import AggregateManager
-
-            claimed = AggregateManager._credential_slices(credentials)
+            claimed = credential_slices(credentials)
             if not claimed:
                 raise CredentialInvalid("naming slivers needs a slice credential for their slice")
             slice_urn = claimed[0]
@@ -237,7 +208,7 @@ class ExchangePoint:
                 raise DomainError(a.code, f"{method} at {self.domains[k].urn}: {a.output}")
 
     # ---- the methods -----------------------------------------------------------------------------------------
-    def _GetVersion(self, cert: x509.Certificate | None, options: Any = None) -> dict[str, Any]:
+    def GetVersion(self, cert: x509.Certificate | None, options: Any = None) -> dict[str, Any]:
         versions = [{"type": "GENI", "version": "3", "schema": ns.REQUEST_XSD, "namespace": ns.RSPEC3,
                      "extensions": [ns.STITCH2]}]
         ads = [{"type": "GENI", "version": "3", "schema": ns.AD_XSD, "namespace": ns.RSPEC3,
@@ -253,7 +224,7 @@ class ExchangePoint:
             "slicex_sep_domains": [{"urn": d.urn, "url": d.url} for _, d in sorted(self.domains.items())],
         })
 
-    def _ListResources(self, cert, credentials, options) -> dict[str, Any]:
+    def ListResources(self, cert, credentials, options) -> dict[str, Any]:
         options = self._options(options)
         caller = self._authorise(cert, credentials, None, "listresources")
         opts = self._relay_options(options, caller)
@@ -262,7 +233,7 @@ class ExchangePoint:
         docs = [(k, _plain(answers[k])) for k in sorted(answers)]
         return result(_compressed(merge_rspecs(docs, "advertisement"), options))
 
-    def _Describe(self, cert, urns, credentials, options) -> dict[str, Any]:
+    def Describe(self, cert, urns, credentials, options) -> dict[str, Any]:
         options = self._options(options)
         slice_urn, slivers = self._slice_of(urns, credentials)
         caller = self._authorise(cert, credentials, slice_urn, "getsliceresources")
@@ -277,7 +248,7 @@ class ExchangePoint:
         return result({"geni_rspec": _compressed(manifest, options), "geni_urn": slice_urn,
                        "geni_slivers": [s for _, a in sorted(ok.items()) for s in a.get("geni_slivers", [])]})
 
-    def _Status(self, cert, urns, credentials, options) -> dict[str, Any]:
+    def Status(self, cert, urns, credentials, options) -> dict[str, Any]:
         options = self._options(options)
         slice_urn, slivers = self._slice_of(urns, credentials)
         caller = self._authorise(cert, credentials, slice_urn, "getsliceresources")
@@ -289,10 +260,10 @@ class ExchangePoint:
             raise SearchFailed(f"slice {slice_urn} has no slivers at any domain of this exchange point")
         return result({"geni_urn": slice_urn, "geni_slivers": found})
 
-    def _Renew(self, cert, urns, credentials, expiration, options) -> dict[str, Any]:
+    def Renew(self, cert, urns, credentials, expiration, options) -> dict[str, Any]:
         return self._each(cert, urns, credentials, options, "Renew", "renewsliver", (expiration,))
 
-    def _PerformOperationalAction(self, cert, urns, credentials, action, options) -> dict[str, Any]:
+    def PerformOperationalAction(self, cert, urns, credentials, action, options) -> dict[str, Any]:
         return self._each(cert, urns, credentials, options, "PerformOperationalAction", "createsliver", (action,))
 
     def _each(self, cert, urns, credentials, options, method: str, privilege: str, extra: tuple) -> dict[str, Any]:
@@ -311,7 +282,7 @@ class ExchangePoint:
             raise SearchFailed(f"slice {slice_urn} has no slivers at any domain of this exchange point")
         return result(out)
 
-    def _Shutdown(self, cert, slice_urn, credentials, options) -> dict[str, Any]:
+    def Shutdown(self, cert, slice_urn, credentials, options) -> dict[str, Any]:
         options = self._options(options)
         urn = canonical_urn(slice_urn, "slice")
         caller = self._authorise(cert, credentials, urn, "shutdown")
@@ -320,7 +291,7 @@ class ExchangePoint:
         self._raise_first(answers, "Shutdown", tolerate_searchfailed=False)
         return result(True)
 
-    def _Delete(self, cert, urns, credentials, options) -> dict[str, Any]:
+    def Delete(self, cert, urns, credentials, options) -> dict[str, Any]:
         options = self._options(options)
         slice_urn, slivers = self._slice_of(urns, credentials)
         caller = self._authorise(cert, credentials, slice_urn, "deleteslice")
@@ -359,7 +330,7 @@ class ExchangePoint:
                        f"a {t.op} ({t.reason or 'started ' + t.started}); try again shortly")
 
     # ---- Allocate: split, join the cross-domain links, allocate everywhere or nowhere ----------------------------
-    def _Allocate(self, cert, slice_urn, credentials, rspec, options) -> dict[str, Any]:
+    def Allocate(self, cert, slice_urn, credentials, rspec, options) -> dict[str, Any]:
         options = self._options(options)
         urn = canonical_urn(slice_urn, "slice")
         caller = self._authorise(cert, credentials, urn, "createsliver")
@@ -509,7 +480,7 @@ class ExchangePoint:
         raise Unavailable(message)
 
     # ---- Provision: every domain, or none -------------------------------------------------------------------------
-    def _Provision(self, cert, urns, credentials, options) -> dict[str, Any]:
+    def Provision(self, cert, urns, credentials, options) -> dict[str, Any]:
         options = self._options(options)
         slice_urn, slivers = self._slice_of(urns, credentials)
         caller = self._authorise(cert, credentials, slice_urn, "createsliver")
