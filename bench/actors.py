@@ -101,8 +101,7 @@ class Distributed:
     processes (and delegates the authority's inventory); this process calls them over mutual TLS."""
 
     def __init__(self, root: Path, store_url: str):
-        from authority.actor import RemoteAuthority
-        from broker.remote import RemoteBroker
+        from protocol.remote import RemoteAuthority, RemoteBroker
         from slicex.actor_rpc import ActorClient
         from slicex.devpki import actor_urn
         from slicex.home import Home
@@ -259,8 +258,8 @@ class Managers:
 
 
 def run(dep, managers: int, args) -> list[dict]:
-    from authority.actor import SliverSpec
     from broker.broker import Demand
+    from protocol.messages import SliverSpec
     from slicex.term import Term
 
     before = dep.claims()

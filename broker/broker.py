@@ -36,8 +36,9 @@ from cryptography import x509
 
 from broker.calendar import Calendar, CalendarError, common_free_labels
 from broker.delegation import Delegation, claim, export_prefixes, reclaim
-from broker.placement import Placement, Shortfall, plan, report, request_of
+from broker.placement import Placement, Shortfall, plan, report
 from broker.policy import BinView, FifoQueue, FirstFit, Policy, Waiting, choose_label, rank
+from protocol.messages import Demands, PlaceAnswer
 from rspec.substrate import Substrate
 from slicex.clock import Clock, parse_time, rfc3339
 from slicex.errors import (
@@ -428,16 +429,15 @@ class Broker:
         return (self.calendar.unavailable(term) | claimed
                 | keys_under(substrate, self._taken_out(authority or self.authority)))
 
-    def place(self, holder: str, demands: Mapping[str, Any], term: Term, now: datetime, group: str | None = None,
-              dry_run: bool = False, authority: str = "") -> dict[str, Any]:
+    def place(self, holder: str, demands: Demands, term: Term, now: datetime, group: str | None = None,
+              dry_run: bool = False, authority: str = "") -> PlaceAnswer:
         """Choose where every demanded node and link goes (the policy over this broker's calendar), book it
-        all or nothing and answer `{"tickets": {reservation: Ticket}, "placements": {reservation: {kind,
-        component_id, details}}}`. Asking again with the same `group` answers the tickets already granted.
-        With `dry_run`, nothing is booked or written: the answer is `{"report": ...}` (broker/placement.py
-        `report`: what fits where, and for what does not, asked vs available)."""
-        request, rids = request_of(demands)
-        image_policy = str(demands.get("image_policy") or "reject")
-        parts = {str(k): str(v) for k, v in (demands.get("bitstream_parts") or {}).items()}
+        all or nothing and answer the signed tickets and where each reservation went. Asking again with the
+        same `group` answers the tickets already granted. With `dry_run`, nothing is booked or written: the
+        answer is only a report (broker/placement.py `report`: what fits where, and for what does not, asked
+        vs available)."""
+        request, rids = demands.request, demands.reservations
+        image_policy, parts = demands.image_policy, demands.bitstream_parts
         substrate = self.substrate_of(authority)
         now = self._now(now)
         future = term.start > now  # an advance reservation: booked now, claimed by `tick` when it starts
@@ -446,7 +446,7 @@ class Broker:
                 used = self._used(term, authority, substrate, future=future)
             shortfalls: list[Shortfall] = []
             placed = plan(substrate, request, used, image_policy, parts, self.policy, shortfalls=shortfalls)
-            return {"report": report(substrate, request, placed, shortfalls)}
+            return PlaceAnswer(report=report(substrate, request, placed, shortfalls))
         explicit_group = group is not None
         group = group or f"ticket:{uuid.uuid4().hex}"
         pending: list[_Unpublished] = []
@@ -487,7 +487,7 @@ class Broker:
         for key in self.store.claims_of(group):  # an earlier, crashed attempt chose other units
             if key not in booked:
                 self.store.release(key, group)
-        return {"tickets": tickets, "placements": {rid: dict(where.get(rid) or {}) for rid in rids.values()}}
+        return PlaceAnswer(tickets, {rid: dict(where.get(rid) or {}) for rid in rids.values()})
 
     def _publish(self, pending: Sequence[_Unpublished]) -> dict[str, Ticket]:
         """Sign the tickets granted under the lock and write them (after it), then note the change."""
@@ -502,13 +502,13 @@ class Broker:
             self._bump()
         return tickets
 
-    def _placed(self, group: str, rids: Sequence[str]) -> dict[str, Any]:
+    def _placed(self, group: str, rids: Sequence[str]) -> PlaceAnswer:
         tickets, placements = {}, {}
         for rid in rids:
             doc = self.store.get(TICKETS, f"{group}/{rid}") or {}
             tickets[rid] = Ticket.from_doc(doc["ticket"])
             placements[rid] = doc.get("placement") or {}
-        return {"tickets": tickets, "placements": placements}
+        return PlaceAnswer(tickets, placements)
 
     # ---- tickets ---------------------------------------------------------------------------------------------
     def ticket(self, holder: str, units_by_reservation: Mapping[str, Sequence[str]], start: datetime,

@@ -819,7 +819,7 @@ def _running_broker(home: Home, cfg: dict[str, Any], as_role: str) -> Any:
     actor = procs.running(_pid_path(home, "broker"))
     if actor is None:
         return None
-    from broker.remote import RemoteBroker
+    from protocol.remote import RemoteBroker
     from slicex.actor_rpc import ActorClient
     from slicex.devpki import actor_urn
 

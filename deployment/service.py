@@ -256,15 +256,14 @@ class EmbeddedDeployment:
         lease_key = actor_public_key(home, "authority", self.authority)
         policy = policy_named(self.cfg.get("broker_policy", "first-fit"))
         if broker_url:  # scaled out: broker and authority are processes of their own, called over mutual TLS
-            from authority.actor import RemoteAuthority
-            from broker.remote import RemoteBroker
+            from protocol.remote import RemoteAuthority, RemoteBroker
             from slicex.actor_rpc import ActorClient
 
             # the deployment CA only (not federation roots), and the URN of the actor each client must reach
             creds = (str(home.am_cert), str(home.am_key), str(home.ca_cert))
             timeout = float(self.cfg["actor_timeout_seconds"])
             self.broker = RemoteBroker(ActorClient("broker", broker_url, *creds, actor_urn(self.authority, "broker"),
-                                                   timeout=timeout), policy=policy)
+                                                   timeout=timeout))
             self.authority_actor = RemoteAuthority(ActorClient("authority", authority_url, *creds,
                                                                actor_urn(self.authority, "authority"), timeout=timeout))
             # the authority actor's process delegates its own inventory (ActorProcess); this process never acts
@@ -482,8 +481,14 @@ class ActorProcess:
     def __init__(self, home: Home, role: str, port: int | None = None, store: Store | None = None,
                  clock: Clock | None = None, failures: FailurePlan | None = None, broker_url: str | None = None):
         """`broker_url`: where the authority delegates (default: `host` and `broker_port` of slicex.yaml)."""
-        from authority.actor import Delegator, authority_handlers
-        from broker.remote import RemoteBroker, broker_callers, broker_handlers
+        from authority.actor import Delegator
+        from protocol.remote import (
+            RemoteBroker,
+            authority_callers,
+            authority_handlers,
+            broker_callers,
+            broker_handlers,
+        )
         from slicex.actor_rpc import ActorClient, ActorServer
 
         cfg = home.config()
@@ -514,7 +519,7 @@ class ActorProcess:
                                    store=self.store, key=load_signing_key(home.authority_key.read_bytes()),
                                    inventory=export_substrate(substrate, am_urn, "broker"), clock=self.clock)
             handlers = authority_handlers(self.actor)
-            callers = {am_urn: frozenset(handlers)}  # the slice manager alone
+            callers = authority_callers(am_urn)  # the slice manager alone
             # it delegates its own inventory, as the authority actor (its certificate) calling the broker
             url = broker_url or f"https://{cfg['host']}:{cfg.get('broker_port', 8002)}/"
             to = RemoteBroker(ActorClient("broker", url, str(home.authority_cert), str(home.authority_key),

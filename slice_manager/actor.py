@@ -38,7 +38,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from authority.substrate.emulated import ALLOWED_ACTIONS
-from broker.placement import demands_of
+from protocol.messages import demands_of
 from rspec.request import Request
 from slice_manager import api as sm
 from slice_manager import reservation as rs
@@ -181,7 +181,7 @@ class ActorSliceManager(Records, Recovery, Delivery):
         broker chooses where it goes when it grants the ticket."""
         urns = {e.client_id: f"urn:publicid:IDN+{self.substrate.authority}+sliver+{uuid.uuid4().hex[:16]}"
                 for e in (*request.nodes, *request.links)}
-        demands = demands_of(request, urns, self.image_policy, parts)
+        demands = demands_of(request, urns, self.image_policy, parts).to_doc()
         constraints = {"image_policy": demands["image_policy"], "bitstream_parts": demands["bitstream_parts"]}
         link_of_iface = {ref: urns[lk.client_id] for lk in request.links for ref in lk.interface_refs}
         recs: dict[str, Record] = {}
@@ -224,7 +224,7 @@ class ActorSliceManager(Records, Recovery, Delivery):
         demands = demands_of(request, names, self.image_policy, self._bitstream_parts(owner_urn))
         answer = self.broker.place(self.name, demands, Term(now, end), now, dry_run=True,
                                    authority=getattr(self.authority, "name", "") or "")
-        return answer["report"]
+        return dict(answer.report or {})
 
     def in_use(self, now: datetime, window: Term | None = None) -> frozenset[str]:
         """The unit keys in use now, as the broker answers its availability query; the answer is kept until

@@ -11,9 +11,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from authority.actor import DELEGATED, Authority, SliverSpec
+from authority.actor import DELEGATED, Authority
 from broker.calendar import Pool
 from broker.delegation import Delegation
+from protocol.messages import SliverSpec
 from slicex import pki
 from slicex.clock import ManualClock
 from slicex.devpki import (

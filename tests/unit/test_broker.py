@@ -11,13 +11,14 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from authority.actor import Authority, SliverSpec
+from authority.actor import Authority
 from authority.substrate.emulated import EmulatedDriver
 from broker.broker import Broker
 from broker.calendar import LabelSet
 from broker.delegation import Delegation, export_prefixes, export_substrate
 from broker.placement import plan
 from broker.policy import BestFit, FifoQueue, FirstFit, WorstFit, free_cores
+from protocol.messages import SliverSpec
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slicex.errors import Busy, CredentialInvalid, Expired, Refused

@@ -8,12 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from broker.placement import plan
+from broker.placement import dry_run, plan
 from operations.metrics import Sites, sample_of, state_families, unit_bin
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slice_manager import reservation as rs
-from slice_manager.dry_run import dry_run
 from slicex.errors import InsufficientNodes
 from tests.factories import request_rspec, three_node_lan, vm
 

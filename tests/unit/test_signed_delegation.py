@@ -16,8 +16,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from authority.actor import Authority, Delegator
 from broker.broker import DELEGATIONS, Broker, Demand
 from broker.delegation import Delegation, export_substrate
-from broker.placement import demands_of
 from operations.snapshot import broker_state
+from protocol.messages import demands_of
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slicex.errors import CredentialInvalid, Refused, Unavailable
@@ -79,7 +79,7 @@ def test_the_authority_delegates_a_signed_document_the_broker_verifies_and_keeps
         verify_delegation(doc, BROKER_KEY.public_key())
     # the broker places from what it was given
     answer = b.place("sm", one_vm(), Term(T0, T0 + timedelta(hours=1)), T0)
-    assert list(answer["tickets"]) == ["n1"]
+    assert list(answer.tickets) == ["n1"]
 
 
 def test_returning_a_host_is_a_signed_delegation_and_superseded_documents_go():
@@ -203,7 +203,7 @@ def test_tickets_lists_tickets_and_queue_for_the_snapshot():
     b = broker()
     authority().export_to(b)
     term = Term(T0, T0 + timedelta(hours=1))
-    granted = b.place("sm", one_vm(), term, T0, group="g1")["tickets"]
+    granted = b.place("sm", one_vm(), term, T0, group="g1").tickets
     listing = b.tickets()
     assert [t["ticket"]["id"] for t in listing["tickets"]] == [t.id for t in granted.values()] == ["g1/n1"]
     assert listing["tickets"][0]["state"] == "active" and listing["queue"] == []
