@@ -29,8 +29,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from protocol.api import BrokerApi
 from protocol.messages import SliverSpec
 from slicex.clock import Clock
 from slicex.errors import BadArgs, CredentialInvalid, Expired, GeniError, Refused, SearchFailed, ServerError
@@ -45,6 +46,9 @@ from slicex.ticket import (
     sign_reclaim,
     verify_ticket,
 )
+
+if TYPE_CHECKING:
+    from broker.delegation import Delegation  # its inventory, as the broker is given it
 
 log = logging.getLogger("slicex.authority")
 
@@ -106,7 +110,7 @@ LEASE_LOCK_STRIPES = 64
 # ---- the actor ----------------------------------------------------------------------------------------------------
 class Authority:
     def __init__(self, name: str, driver: Any, broker_keys: dict[str, Any], store: Store | None = None,
-                 key: Any = None, inventory: Any = None, clock: Clock | None = None):
+                 key: Any = None, inventory: Delegation | None = None, clock: Clock | None = None):
         self.name = name
         self.substrate = as_driver(driver) if driver is not None else None  # None: delegates only
         self.broker_keys = broker_keys  # broker name → public key of its certificate (tickets are checked with it)
@@ -127,7 +131,7 @@ class Authority:
         self.fault = lambda boundary: None  # fault injection (tests): called at internal boundaries
 
     # ---- delegation ------------------------------------------------------------------------------------------
-    def delegate(self, broker: Any, names: list[str] | None = None) -> None:
+    def delegate(self, broker: BrokerApi, names: list[str] | None = None) -> None:
         """Export inventory (all, or the named pools/label sets) to a broker, which claims it."""
         if self.inventory is None:
             raise BadArgs(f"authority {self.name} has no inventory to delegate")
@@ -136,7 +140,7 @@ class Authority:
         broker.accept(self._grant(part, to))
         self._record(to, set(self._delegated(to) or ()) | set(part.names()))
 
-    def export_to(self, broker: Any) -> None:
+    def export_to(self, broker: BrokerApi) -> None:
         """Delegate everything this authority owns to `broker`, except what the operator reclaimed (a host in
         maintenance), which stays out across restarts; parts added to the substrate are delegated too."""
         if self.inventory is None:
@@ -147,7 +151,7 @@ class Authority:
         broker.accept(self._grant(self.inventory.only(names), to))
         self._record(to, set(names))  # exactly this: names parked since the last record are no longer delegated
 
-    def reclaim(self, broker: Any, names: list[str], now: datetime) -> tuple[list[str], list[str]]:
+    def reclaim(self, broker: BrokerApi, names: list[str], now: datetime) -> tuple[list[str], list[str]]:
         """Take inventory back from a broker (maintenance): (reclaimed now, still promised and draining)."""
         to = self._broker_name(broker)
         free, busy = broker.reclaim(self._order(names, to), now)
@@ -156,7 +160,7 @@ class Authority:
             self._record(to, set(held) - set(free))  # draining ones stay: their tickets are still good
         return free, busy
 
-    def _grant(self, part: Any, to: str) -> Any:
+    def _grant(self, part: Delegation, to: str) -> SignedDelegation | Delegation:
         """The delegation message for `part` of the inventory: a SignedDelegation signed with this authority's
         key (what every deployment's broker requires), or the bare Delegation when it has no key."""
         part = replace(part, broker=to)
@@ -189,7 +193,7 @@ class Authority:
                 self.store.put(NUMBERED, key, {"authority": self.name, "broker": broker, "sequence": number})
             return number
 
-    def _broker_name(self, broker: Any) -> str:
+    def _broker_name(self, broker: BrokerApi) -> str:
         """The name tickets from `broker` carry (a proxy to a remote broker: the inventory's broker)."""
         return getattr(broker, "name", None) or (self.inventory.broker if self.inventory else "")
 
@@ -459,7 +463,7 @@ class Delegator:
     broker, or the broker may be restarting. One attempt runs at once (`start` returns after it), the rest in
     a background thread until one succeeds or `stop` is called."""
 
-    def __init__(self, authority: Authority, broker: Any, first_delay: float = 0.5, max_delay: float = 30.0):
+    def __init__(self, authority: Authority, broker: BrokerApi, first_delay: float = 0.5, max_delay: float = 30.0):
         self.authority = authority
         self.broker = broker
         self.first_delay = first_delay

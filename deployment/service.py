@@ -29,6 +29,7 @@ from operations.dashboard import Aggregate, Dashboard, DashboardServer, start_da
 from operations.ledger import ledger_for
 from operations.metrics import for_slice_manager as metrics_for
 from operations.snapshot import publishers_for
+from protocol.api import AuthorityApi, BrokerApi
 from rspec.advertisement import AdvertisementCache, Usage
 from rspec.substrate import Substrate, default_substrate, load_substrate
 from slice_manager.actor import ActorSliceManager
@@ -262,10 +263,10 @@ class EmbeddedDeployment:
             # the deployment CA only (not federation roots), and the URN of the actor each client must reach
             creds = (str(home.am_cert), str(home.am_key), str(home.ca_cert))
             timeout = float(self.cfg["actor_timeout_seconds"])
-            self.broker = RemoteBroker(ActorClient("broker", broker_url, *creds, actor_urn(self.authority, "broker"),
-                                                   timeout=timeout))
-            self.authority_actor = RemoteAuthority(ActorClient("authority", authority_url, *creds,
-                                                               actor_urn(self.authority, "authority"), timeout=timeout))
+            self.broker: BrokerApi = RemoteBroker(ActorClient("broker", broker_url, *creds,
+                                                              actor_urn(self.authority, "broker"), timeout=timeout))
+            self.authority_actor: AuthorityApi = RemoteAuthority(
+                ActorClient("authority", authority_url, *creds, actor_urn(self.authority, "authority"), timeout=timeout))
             # the authority actor's process delegates its own inventory (ActorProcess); this process never acts
             # for it
         else:
@@ -501,12 +502,13 @@ class ActorProcess:
         if role not in ("broker", "authority"):
             raise ValueError(f"unknown actor {role!r}: broker or authority")
         ensure_actor_identities(home, authority)
+        self.actor: Broker | Authority
         if role == "broker":
             # delegations are accepted only signed with the authority actor's key
-            self.actor: Any = Broker("broker", self.store, load_signing_key(home.broker_key.read_bytes()),
-                                     policy=policy_named(cfg.get("broker_policy", "first-fit")), authority=am_urn,
-                                     authority_keys={am_urn: actor_public_key(home, "authority", authority)},
-                                     clock=self.clock)
+            self.actor = Broker("broker", self.store, load_signing_key(home.broker_key.read_bytes()),
+                                policy=policy_named(cfg.get("broker_policy", "first-fit")), authority=am_urn,
+                                authority_keys={am_urn: actor_public_key(home, "authority", authority)},
+                                clock=self.clock)
             handlers = broker_handlers(self.actor)
             # the slice manager asks for promises; the authority delegates and reclaims
             callers = broker_callers(am_urn, actor_urn(authority, "authority"))

@@ -19,13 +19,18 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from operations.metrics import unit_bin
 from slice_manager import reservation as rs
 from slicex.clock import parse_time, rfc3339
 from slicex.inventory import usage_counts
 from slicex.store import Store
+
+if TYPE_CHECKING:  # the in-process actors whose state it publishes
+    from authority.actor import Authority
+    from broker.broker import Broker
+    from protocol.api import AuthorityApi
 
 log = logging.getLogger("slicex.snapshot")
 
@@ -167,7 +172,7 @@ def slice_manager_state(sm: Any, now: datetime) -> dict[str, Any]:
             "use": use_of(keys).to_doc(), "point": usage_point(keys, now)}
 
 
-def broker_state(broker: Any, now: datetime) -> dict[str, Any]:
+def broker_state(broker: Broker, now: datetime) -> dict[str, Any]:
     """The broker's tickets and queue (its `tickets` answer) and what was delegated to it (the signed
     delegations it accepted: who, when, how much)."""
     held = broker.tickets()
@@ -192,7 +197,7 @@ class StatusCache:
     """A leased sliver's (operational state, error) from the authority's driver, asked at most every
     `seconds` per lease; leases that are gone are forgotten."""
 
-    def __init__(self, authority: Any, seconds: float = STATUS_SECONDS,
+    def __init__(self, authority: AuthorityApi, seconds: float = STATUS_SECONDS,
                  monotonic: Callable[[], float] = time.monotonic):
         self.authority = authority
         self.seconds = seconds
@@ -215,7 +220,7 @@ class StatusCache:
         self._known = {k: v for k, v in self._known.items() if k in lease_ids}
 
 
-def authority_state(authority: Any, now: datetime, status: Callable[[str, datetime], tuple[str, str]] | None = None
+def authority_state(authority: Authority, now: datetime, status: Callable[[str, datetime], tuple[str, str]] | None = None
                     ) -> dict[str, Any]:
     """The authority's active leases (`leases()`) with each leased sliver's operational state from its own
     driver (`status`, through a StatusCache in a publisher): what the dashboard shows as a sliver's state."""
@@ -284,7 +289,7 @@ class Publisher:
             log.exception("%s %s: snapshot not published; will retry next tick", self.role, self.name)
 
 
-def publishers_for(store: Store, sm: Any = None, broker: Any = None, authority: Any = None,
+def publishers_for(store: Store, sm: Any = None, broker: Broker | None = None, authority: Authority | None = None,
                    heartbeat: float = HEARTBEAT_SECONDS) -> list[Publisher]:
     """Publishers for the actors this process runs (pass only in-process actors, never remote proxies)."""
     out = []

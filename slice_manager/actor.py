@@ -38,6 +38,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from authority.substrate.emulated import ALLOWED_ACTIONS
+from protocol.api import AuthorityApi, BrokerApi
 from protocol.messages import demands_of
 from rspec.request import Request
 from slice_manager import api as sm
@@ -91,7 +92,7 @@ backoff (the broker itself places again on a lost claim race; this covers races 
 class ActorSliceManager(Records, Recovery, Delivery):
     """SliceManager over a broker and an authority (in-process objects or proxies to actor servers)."""
 
-    def __init__(self, store: Store, substrate: Any, broker: Any, authority: Any, name: str | None = None,
+    def __init__(self, store: Store, substrate: Any, broker: BrokerApi, authority: AuthorityApi, name: str | None = None,
                  image_policy: str = "reject", bitstreams: Any = None,
                  fault: Callable[[str], None] | None = None, run_actor_clocks: bool = True,
                  tick: timedelta = timedelta(seconds=1), lease_key: Any = None):

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+from protocol.api import AuthorityApi, BrokerApi
 from protocol.messages import Demands, SliverSpec
 from slice_manager import reservation as rs
 from slice_manager.records import Record
@@ -38,6 +39,9 @@ def _closes_a_link(rec: Record, msgs: Iterable[rs.Message]) -> bool:
 
 class Delivery:
     """Outbox delivery and answers."""
+
+    broker: BrokerApi  # the actors it sends to (set by ActorSliceManager)
+    authority: AuthorityApi
 
     # ---- the message plumbing ----------------------------------------------------------------------------------
     def _drive(self, recs: dict[str, Record], now: datetime) -> None:

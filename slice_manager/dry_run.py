@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from protocol.api import BrokerApi
 from protocol.messages import demands_of
 from rspec.request import Request
 from slicex.term import Term
@@ -27,7 +28,7 @@ def for_slice_manager(sm: Any, authority_name: str) -> Any:
 
 
 def plan_at_home(home: Any, rspec_xml: str, now: datetime, user: str | None = None,
-                 broker: Any = None) -> dict[str, Any]:
+                 broker: BrokerApi | None = None) -> dict[str, Any]:
     """`slicex plan`: the dry run as the deployment's AM would answer Allocate with `slicex_dry_run` now. The
     `place` message with `dry_run` goes to `broker` (a running broker actor) when given; else a broker over
     the store (its calendar and the substrate description its authority delegated; running or not) answers
