@@ -173,8 +173,8 @@ def slice_manager_state(sm: Any, now: datetime) -> dict[str, Any]:
 
 
 def broker_state(broker: Broker, now: datetime) -> dict[str, Any]:
-    """The broker's tickets and queue (its `tickets` answer) and what was delegated to it (the signed
-    delegations it accepted: who, when, how much)."""
+    """The broker's tickets (its `tickets` answer) and what was delegated to it (the signed delegations it
+    accepted: who, when, how much)."""
     held = broker.tickets()
     tickets = []
     states: Counter[str] = Counter()
@@ -186,10 +186,9 @@ def broker_state(broker: Broker, now: datetime) -> dict[str, Any]:
                         "units": len(t.get("units", ())) or int(t.get("count", 0)),
                         "labels": t.get("labels", []), "state": d.get("state", ""), "reason": d.get("reason", "")})
     tickets.sort(key=lambda t: t["end"], reverse=True)
-    queue = [{"id": w["id"], "deadline": w["deadline"]} for w in held["queue"]]
     given = [{"authority": d["authority"], "issued": d["issued"], "pools": len(d["body"].get("pools", ())),
               "label_sets": len(d["body"].get("label_sets", ()))} for d in broker.delegations()]
-    return {"tickets": tickets[:MAX_ITEMS], "ticket_states": dict(states), "queue": queue,
+    return {"tickets": tickets[:MAX_ITEMS], "ticket_states": dict(states),
             "delegated": broker.delegated(), "delegations": given, "policy": type(broker.policy).__name__}
 
 
