@@ -59,7 +59,7 @@ class HeldBroker:
 
     def place(self, holder, demands, term, now, group=None, dry_run=False, authority=""):
         self.issued.append(group)
-        if any(n["client_id"] == self.held for n in demands["nodes"]):
+        if any(n.client_id == self.held for n in demands.request.nodes):
             self.entered.set()
             assert self.go.wait(30), "the test never released the held ticket call"
         return self.broker.place(holder, demands, term, now, group=group, dry_run=dry_run, authority=authority)
