@@ -11,6 +11,7 @@ PACKAGES = [
     "authority",
     "authority.substrate",
     "broker",
+    "protocol",
     "operations",
     "deployment",
     "clearinghouse",

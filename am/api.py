@@ -15,11 +15,11 @@ from typing import Any
 
 from cryptography import x509
 
+from protocol import slice_manager as sm
+from protocol.slice_manager import SliceManager, Sliver
 from rspec import namespaces as ns
 from rspec.manifest import SliverView, build_manifest, empty_manifest
 from rspec.request import parse_request
-from slice_manager import api as sm
-from slice_manager.api import SliceManager, Sliver
 from slicex import __version__, pki
 from slicex.clock import Clock, parse_time, rfc3339
 from slicex.credentials import credential_slices

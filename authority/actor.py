@@ -27,11 +27,13 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from slicex.clock import Clock, rfc3339
+from protocol.api import BrokerApi
+from protocol.messages import SliverSpec
+from slicex.clock import Clock
 from slicex.errors import BadArgs, CredentialInvalid, Expired, GeniError, Refused, SearchFailed, ServerError
 from slicex.store import Store
 from slicex.store.ownership import Actor, scoped
@@ -46,6 +48,9 @@ from slicex.ticket import (
     verify_ticket,
 )
 
+if TYPE_CHECKING:
+    from protocol.delegation import Delegation  # its inventory, as the broker is given it
+
 log = logging.getLogger("slicex.authority")
 
 LEASES = "authority-leases"
@@ -58,27 +63,6 @@ NUMBER_EPOCH = 1_577_836_800  # 2020-01-01T00:00:00Z; a message's number is at l
 
 
 # ---- the substrate driver seam -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SliverSpec:
-    """What a driver sets up for one lease: the units leased plus what the slice manager planned."""
-
-    id: str  # the reservation (sliver) id
-    kind: str  # "node" | "link"
-    client_id: str = ""
-    units: tuple[str, ...] = ()
-    labels: tuple[tuple[str, int], ...] = ()  # e.g. the VLAN tag of a link, or of the links a node attaches to
-    details: Mapping[str, Any] = field(default_factory=dict)  # host, image, VM size, interfaces, boot time...
-
-    def to_doc(self) -> dict[str, Any]:
-        return {"id": self.id, "kind": self.kind, "client_id": self.client_id, "units": list(self.units),
-                "labels": [list(lb) for lb in self.labels], "details": dict(self.details)}
-
-    @staticmethod
-    def from_doc(d: Mapping[str, Any]) -> SliverSpec:
-        return SliverSpec(d["id"], d["kind"], d.get("client_id", ""), tuple(d.get("units", ())),
-                          tuple((str(k), int(v)) for k, v in d.get("labels", ())), dict(d.get("details", {})))
-
-
 class SubstrateDriver(Protocol):
     """The four things an authority asks of a substrate. `status` records are the driver's own JSON-able
     data about a unit; the authority stores them and hands them back. `create` and `destroy` may be asked
@@ -127,7 +111,7 @@ LEASE_LOCK_STRIPES = 64
 # ---- the actor ----------------------------------------------------------------------------------------------------
 class Authority:
     def __init__(self, name: str, driver: Any, broker_keys: dict[str, Any], store: Store | None = None,
-                 key: Any = None, inventory: Any = None, clock: Clock | None = None):
+                 key: Any = None, inventory: Delegation | None = None, clock: Clock | None = None):
         self.name = name
         self.substrate = as_driver(driver) if driver is not None else None  # None: delegates only
         self.broker_keys = broker_keys  # broker name → public key of its certificate (tickets are checked with it)
@@ -148,7 +132,7 @@ class Authority:
         self.fault = lambda boundary: None  # fault injection (tests): called at internal boundaries
 
     # ---- delegation ------------------------------------------------------------------------------------------
-    def delegate(self, broker: Any, names: list[str] | None = None) -> None:
+    def delegate(self, broker: BrokerApi, names: list[str] | None = None) -> None:
         """Export inventory (all, or the named pools/label sets) to a broker, which claims it."""
         if self.inventory is None:
             raise BadArgs(f"authority {self.name} has no inventory to delegate")
@@ -157,7 +141,7 @@ class Authority:
         broker.accept(self._grant(part, to))
         self._record(to, set(self._delegated(to) or ()) | set(part.names()))
 
-    def export_to(self, broker: Any) -> None:
+    def export_to(self, broker: BrokerApi) -> None:
         """Delegate everything this authority owns to `broker`, except what the operator reclaimed (a host in
         maintenance), which stays out across restarts; parts added to the substrate are delegated too."""
         if self.inventory is None:
@@ -168,7 +152,7 @@ class Authority:
         broker.accept(self._grant(self.inventory.only(names), to))
         self._record(to, set(names))  # exactly this: names parked since the last record are no longer delegated
 
-    def reclaim(self, broker: Any, names: list[str], now: datetime) -> tuple[list[str], list[str]]:
+    def reclaim(self, broker: BrokerApi, names: list[str], now: datetime) -> tuple[list[str], list[str]]:
         """Take inventory back from a broker (maintenance): (reclaimed now, still promised and draining)."""
         to = self._broker_name(broker)
         free, busy = broker.reclaim(self._order(names, to), now)
@@ -177,7 +161,7 @@ class Authority:
             self._record(to, set(held) - set(free))  # draining ones stay: their tickets are still good
         return free, busy
 
-    def _grant(self, part: Any, to: str) -> Any:
+    def _grant(self, part: Delegation, to: str) -> SignedDelegation | Delegation:
         """The delegation message for `part` of the inventory: a SignedDelegation signed with this authority's
         key (what every deployment's broker requires), or the bare Delegation when it has no key."""
         part = replace(part, broker=to)
@@ -210,7 +194,7 @@ class Authority:
                 self.store.put(NUMBERED, key, {"authority": self.name, "broker": broker, "sequence": number})
             return number
 
-    def _broker_name(self, broker: Any) -> str:
+    def _broker_name(self, broker: BrokerApi) -> str:
         """The name tickets from `broker` carry (a proxy to a remote broker: the inventory's broker)."""
         return getattr(broker, "name", None) or (self.inventory.broker if self.inventory else "")
 
@@ -480,7 +464,7 @@ class Delegator:
     broker, or the broker may be restarting. One attempt runs at once (`start` returns after it), the rest in
     a background thread until one succeeds or `stop` is called."""
 
-    def __init__(self, authority: Authority, broker: Any, first_delay: float = 0.5, max_delay: float = 30.0):
+    def __init__(self, authority: Authority, broker: BrokerApi, first_delay: float = 0.5, max_delay: float = 30.0):
         self.authority = authority
         self.broker = broker
         self.first_delay = first_delay
@@ -526,63 +510,3 @@ class Delegator:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-
-
-def authority_handlers(authority: Authority) -> dict[str, Any]:
-    """The authority's methods as a network actor (see slicex.actor_rpc)."""
-    from slicex.clock import parse_time
-
-    def redeem(doc, spec, now):
-        lease, op = authority.redeem(Ticket.from_doc(doc), SliverSpec.from_doc(spec), parse_time(now))
-        return {"ticket": doc, "lease": lease.to_doc(), "end": rfc3339(lease.end), "sequence": lease.sequence,
-                "op": op}
-
-    def extend_lease(doc, now=None):
-        lease = authority.extend_lease(None, Ticket.from_doc(doc), parse_time(now) if now else None)
-        return {"ticket": doc, "lease": lease.to_doc(), "sequence": lease.sequence}
-
-    def modify(lease_id, action, now, properties=None):
-        return authority.modify(lease_id, action, parse_time(now), properties)
-
-    def view(lease_id):
-        return authority.view(lease_id)
-
-    def status(lease_id, now):
-        return list(authority.status(lease_id, parse_time(now)))
-
-    def close(lease_id, now):
-        return authority.close(lease_id, parse_time(now))
-
-    return {"redeem": redeem, "extend_lease": extend_lease, "modify": modify, "status": status, "close": close,
-            "view": view}
-
-
-class RemoteAuthority:
-    """Proxy with the same methods as Authority, for slice managers in other processes."""
-
-    def __init__(self, client: Any):
-        self.client = client
-
-    def redeem(self, ticket: Ticket, spec: SliverSpec, now: datetime) -> tuple[Lease, dict[str, Any]]:
-        out = self.client.call("redeem", ticket.to_doc(), spec.to_doc(), rfc3339(now))
-        return Lease.from_doc(out["lease"]), out["op"]
-
-    def extend_lease(self, lease: Any, ticket: Ticket, now: datetime | None = None) -> Lease:
-        out = self.client.call("extend_lease", ticket.to_doc(), rfc3339(now) if now else "")
-        return Lease.from_doc(out["lease"])
-
-    def modify(self, lease_id: str, action: str, now: datetime,
-               properties: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        if properties:
-            return self.client.call("modify", lease_id, action, rfc3339(now), dict(properties))
-        return self.client.call("modify", lease_id, action, rfc3339(now))
-
-    def view(self, lease_id: str) -> dict[str, Any]:
-        return self.client.call("view", lease_id)
-
-    def status(self, lease_id: str, now: datetime) -> tuple[str, str]:
-        state, error = self.client.call("status", lease_id, rfc3339(now))
-        return state, error
-
-    def close(self, lease_id: str, now: datetime) -> bool:
-        return self.client.call("close", lease_id, rfc3339(now))

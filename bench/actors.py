@@ -2,7 +2,8 @@
 10,000 units (100 hosts of 100 cores), with 1, 10 and 100 concurrent slice managers.
 
 Each cell runs phases, one after the other, and each row is timed from its own phase only:
-  ticket      per call: the broker's policy picks one core (first-fit), claims it, signs the ticket
+  ticket      per call: a `place` of one default VM (1 core): the broker's policy picks the host (first-fit),
+              claims the units, signs the ticket
   redeem      per call: the authority checks the ticket, leases the unit, asks the emulated driver
   close       per call: the authority closes the lease
   relinquish  per call: the broker takes the ticket's unit back
@@ -49,10 +50,14 @@ HOSTS, CORES = 100, 100
 UNITS = HOSTS * CORES
 
 
+ONE_VM = ('<rspec xmlns="http://www.geni.net/resources/rspec/3" type="request">'
+          '<node client_id="n1" exclusive="false"><sliver_type name="default-vm"/></node></rspec>')
+
+
 def substrate_doc() -> dict:
-    """100 hosts of 100 cores: 10,000 core units, the only thing the slice managers ask for."""
+    """100 hosts of 100 cores: 10,000 core units, what runs out (each host has the memory of 100 default VMs)."""
     return {"authority": AUTHORITY,
-            "hosts": [{"name": f"h{h}", "cores": CORES, "memory_mb": 65536} for h in range(HOSTS)]}
+            "hosts": [{"name": f"h{h}", "cores": CORES, "memory_mb": CORES * 1024} for h in range(HOSTS)]}
 
 
 def now() -> datetime:
@@ -69,7 +74,7 @@ class Embedded:
         from authority.actor import Authority
         from authority.substrate.emulated import EmulatedDriver
         from broker.broker import Broker
-        from broker.delegation import export_substrate
+        from protocol.delegation import export_substrate
         from rspec.substrate import substrate_from_dict
         from slicex.store import open_store
 
@@ -101,8 +106,7 @@ class Distributed:
     processes (and delegates the authority's inventory); this process calls them over mutual TLS."""
 
     def __init__(self, root: Path, store_url: str):
-        from authority.actor import RemoteAuthority
-        from broker.remote import RemoteBroker
+        from protocol.remote import RemoteAuthority, RemoteBroker
         from slicex.actor_rpc import ActorClient
         from slicex.devpki import actor_urn
         from slicex.home import Home
@@ -259,14 +263,14 @@ class Managers:
 
 
 def run(dep, managers: int, args) -> list[dict]:
-    from authority.actor import SliverSpec
-    from broker.broker import Demand
+    from protocol.messages import SliverSpec, demands_of
+    from rspec.request import parse_request
     from slicex.term import Term
 
     before = dep.claims()
     start = now()
     term = Term(start, start + timedelta(hours=2))
-    demand = Demand(amounts=(("core", 1),), what="bench core")
+    one_vm = parse_request(ONE_VM)
     crew = Managers(managers, dep.warm, args)
     need = args.min_samples
     cap = int(UNITS * 0.9) // managers  # tickets held at once stay below the inventory
@@ -274,8 +278,7 @@ def run(dep, managers: int, args) -> list[dict]:
     all_errors: list[str] = []
 
     def ticket(m: int, rid: str):
-        (t,) = dep.broker.issue(f"sm{m}", {rid: demand}, term, now()).values()
-        return rid, t
+        return rid, dep.broker.place(f"sm{m}", demands_of(one_vm, {"n1": rid}), term, now()).tickets[rid]
 
     def redeem(m: int, held):
         rid, t = held

@@ -11,11 +11,10 @@ Three layers keep promises exclusive:
   * for tickets that have started, the units are claimed in the store with one atomic `claim_all` (owner =
     the ticket group), so several broker processes or AM workers on one store never promise a unit twice;
     a lost claim race reloads the calendar from the store and chooses again;
-  * tickets are persisted, so a restarted broker rebuilds its calendar and queue from the store.
+  * tickets are persisted, so a restarted broker rebuilds its calendar from the store.
 
-Tickets are signed, so an authority verifies them without calling back. Requests that may wait join a FIFO
-queue until their deadline. Every refusal says which broker, what was asked, over which term, and what is
-free.
+Tickets are signed, so an authority verifies them without calling back. Every refusal says which broker, what
+was asked, over which term, and what is free.
 
 The broker also decides placement (`place`, ORCA's broker policy): a slice manager sends what each node and
 link *needs* (broker/placement.py `demands_of`), and the broker's policy picks hosts, units and labels from
@@ -35,9 +34,11 @@ from typing import Any
 from cryptography import x509
 
 from broker.calendar import Calendar, CalendarError, common_free_labels
-from broker.delegation import Delegation, claim, export_prefixes, reclaim
-from broker.placement import Placement, Shortfall, plan, report, request_of
-from broker.policy import BinView, FifoQueue, FirstFit, Policy, Waiting, choose_label, rank
+from broker.delegation import claim, reclaim
+from broker.placement import Placement, Shortfall, plan, report
+from broker.policy import BinView, FirstFit, Policy, choose_label, rank
+from protocol.delegation import Delegation, export_prefixes
+from protocol.messages import Demands, PlaceAnswer
 from rspec.substrate import Substrate
 from slicex.clock import Clock, parse_time, rfc3339
 from slicex.errors import (
@@ -72,7 +73,6 @@ RELINQUISHED = "broker-relinquished"
 RELINQUISHED_KEPT = timedelta(hours=1)
 """How long the broker remembers a relinquished ticket, so a request that arrives after its holder gave up
 (its answer timed out, and the holder relinquished) is refused instead of granting units nobody will use."""
-QUEUE = "broker-queue"
 EXPIRY_GRACE = timedelta(minutes=5)
 """How long after a ticket's end the broker keeps its units for a slice manager that has not relinquished."""
 VERSIONS = "broker-version"
@@ -151,7 +151,6 @@ class Broker:
         self.authority = authority  # whose inventory its tickets name (when there is one)
         self._lock = threading.RLock()
         self.calendar = Calendar()
-        self.queue = FifoQueue()
         self._claimed: dict[str, bool] = {}  # ticket id -> its units are claimed in the store
         self._substrates: dict[str, Substrate] = {}  # authority -> the substrate description it delegated
         # bookings made under the lock whose signed tickets are written to the store after it (signing and
@@ -167,7 +166,7 @@ class Broker:
 
     # ---- state from the store --------------------------------------------------------------------------------
     def _load(self) -> None:
-        """Rebuild calendar, claim flags and queue from the store (start-up, and after losing a race)."""
+        """Rebuild calendar and claim flags from the store (start-up, and after losing a race)."""
         cal = Calendar()
         docs = [d for d in self.store.scan(DELEGATIONS) if d.get("broker") == self.name]
         substrates: dict[str, Substrate] = {}
@@ -198,11 +197,7 @@ class Broker:
             except CalendarError:
                 continue
             claimed.setdefault(tid, self._claimed.get(tid, True))
-        queue = FifoQueue()
-        for q in sorted(self.store.scan(QUEUE), key=lambda q: q["key"]):
-            if q.get("broker") == self.name:
-                queue.push(q, parse_time(q["deadline"]), q["key"])
-        self.calendar, self._claimed, self.queue, self._substrates = cal, claimed, queue, substrates
+        self.calendar, self._claimed, self._substrates = cal, claimed, substrates
 
     def _put_ticket(self, t: Ticket, booked: Sequence[str], claimed: bool, state: str = "active",
                     reason: str = "", placement: Mapping[str, Any] | None = None) -> None:
@@ -434,16 +429,15 @@ class Broker:
         return (self.calendar.unavailable(term) | claimed
                 | keys_under(substrate, self._taken_out(authority or self.authority)))
 
-    def place(self, holder: str, demands: Mapping[str, Any], term: Term, now: datetime, group: str | None = None,
-              dry_run: bool = False, authority: str = "") -> dict[str, Any]:
+    def place(self, holder: str, demands: Demands, term: Term, now: datetime, group: str | None = None,
+              dry_run: bool = False, authority: str = "") -> PlaceAnswer:
         """Choose where every demanded node and link goes (the policy over this broker's calendar), book it
-        all or nothing and answer `{"tickets": {reservation: Ticket}, "placements": {reservation: {kind,
-        component_id, details}}}`. Asking again with the same `group` answers the tickets already granted.
-        With `dry_run`, nothing is booked or written: the answer is `{"report": ...}` (broker/placement.py
-        `report`: what fits where, and for what does not, asked vs available)."""
-        request, rids = request_of(demands)
-        image_policy = str(demands.get("image_policy") or "reject")
-        parts = {str(k): str(v) for k, v in (demands.get("bitstream_parts") or {}).items()}
+        all or nothing and answer the signed tickets and where each reservation went. Asking again with the
+        same `group` answers the tickets already granted. With `dry_run`, nothing is booked or written: the
+        answer is only a report (broker/placement.py `report`: what fits where, and for what does not, asked
+        vs available)."""
+        request, rids = demands.request, demands.reservations
+        image_policy, parts = demands.image_policy, demands.bitstream_parts
         substrate = self.substrate_of(authority)
         now = self._now(now)
         future = term.start > now  # an advance reservation: booked now, claimed by `tick` when it starts
@@ -452,7 +446,7 @@ class Broker:
                 used = self._used(term, authority, substrate, future=future)
             shortfalls: list[Shortfall] = []
             placed = plan(substrate, request, used, image_policy, parts, self.policy, shortfalls=shortfalls)
-            return {"report": report(substrate, request, placed, shortfalls)}
+            return PlaceAnswer(report=report(substrate, request, placed, shortfalls))
         explicit_group = group is not None
         group = group or f"ticket:{uuid.uuid4().hex}"
         pending: list[_Unpublished] = []
@@ -493,7 +487,7 @@ class Broker:
         for key in self.store.claims_of(group):  # an earlier, crashed attempt chose other units
             if key not in booked:
                 self.store.release(key, group)
-        return {"tickets": tickets, "placements": {rid: dict(where.get(rid) or {}) for rid in rids.values()}}
+        return PlaceAnswer(tickets, {rid: dict(where.get(rid) or {}) for rid in rids.values()})
 
     def _publish(self, pending: Sequence[_Unpublished]) -> dict[str, Ticket]:
         """Sign the tickets granted under the lock and write them (after it), then note the change."""
@@ -508,29 +502,26 @@ class Broker:
             self._bump()
         return tickets
 
-    def _placed(self, group: str, rids: Sequence[str]) -> dict[str, Any]:
+    def _placed(self, group: str, rids: Sequence[str]) -> PlaceAnswer:
         tickets, placements = {}, {}
         for rid in rids:
             doc = self.store.get(TICKETS, f"{group}/{rid}") or {}
             tickets[rid] = Ticket.from_doc(doc["ticket"])
             placements[rid] = doc.get("placement") or {}
-        return {"tickets": tickets, "placements": placements}
+        return PlaceAnswer(tickets, placements)
 
     # ---- tickets ---------------------------------------------------------------------------------------------
     def ticket(self, holder: str, units_by_reservation: Mapping[str, Sequence[str]], start: datetime,
                end: datetime, group: str | None = None, now: datetime | None = None) -> dict[str, Ticket]:
         """Grant exactly these units per reservation, all or none (a planner chose them)."""
         demands = {rid: Demand(units=tuple(units)) for rid, units in units_by_reservation.items()}
-        granted = self.issue(holder, demands, Term(start, end), self._now(now or start), group=group)
-        assert granted is not None
-        return granted
+        return self.issue(holder, demands, Term(start, end), self._now(now or start), group=group)
 
     def issue(self, holder: str, demands: Mapping[str, Demand], term: Term, now: datetime,
-              group: str | None = None, wait_until: datetime | None = None) -> dict[str, Ticket] | None:
+              group: str | None = None) -> dict[str, Ticket]:
         """Grant every reservation's demand, or none. `group` names the claim owner: a caller that records it
         before asking can always relinquish (even after a crash), and asking again with the same group
-        returns the tickets already granted. With `wait_until`, a request that cannot be served now joins
-        the FIFO queue and None is returned (ask `query` later); otherwise the refusal is raised."""
+        returns the tickets already granted."""
         now = self._now(now)
         explicit_group = group is not None
         group = group or f"ticket:{uuid.uuid4().hex}"
@@ -540,20 +531,7 @@ class Broker:
                 return done
             if explicit_group:
                 self._refuse_relinquished(group, demands)
-            waiting = next((w for w in self.queue.waiting if isinstance(w, Waiting) and w.request["group"] == group),
-                           None)
-            if waiting is not None:
-                return None
-            if wait_until is not None and len(self.queue):
-                self._enqueue(holder, demands, term, group, wait_until)  # FIFO: nobody overtakes the queue
-                return None
-            try:
-                return self._grant(holder, demands, term, now, group)
-            except (InsufficientNodes, InsufficientBandwidth, VlanUnavailable):
-                if wait_until is None or wait_until <= now:
-                    raise
-                self._enqueue(holder, demands, term, group, wait_until)
-                return None
+            return self._grant(holder, demands, term, now, group)
 
     def _refuse_relinquished(self, group: str, demands: Mapping[str, Demand]) -> None:
         for tid in [f"{group}/*", *(f"{group}/{rid}" for rid in demands)]:
@@ -780,62 +758,29 @@ class Broker:
                                   f"over {_span(term)}; none is free on all of them")
         return tag
 
-    # ---- queue -----------------------------------------------------------------------------------------------
-    def _enqueue(self, holder: str, demands: Mapping[str, Demand], term: Term, group: str,
-                 wait_until: datetime) -> None:
-        seq = max((int(w.id.rsplit("|", 1)[1]) for w in self.queue.waiting if isinstance(w, Waiting)), default=0)
-        key = f"{self.name}|{seq + 1:012d}"
-        doc = {"key": key, "broker": self.name, "holder": holder, "group": group, "deadline": rfc3339(wait_until),
-               "start": rfc3339(term.start), "end": rfc3339(term.end),
-               "demands": {rid: d.to_doc() for rid, d in demands.items()}}
-        self.store.put(QUEUE, key, doc)
-        self.queue.push(doc, wait_until, key)
-
-    def _serve(self, now: datetime) -> list[str]:
-        """Grant waiting requests in arrival order while the head can be served; return granted groups."""
-        def try_grant(w: Waiting) -> bool:
-            q = w.request
-            try:
-                self._grant(q["holder"], {r: Demand.from_doc(d) for r, d in q["demands"].items()},
-                            Term(parse_time(q["start"]), parse_time(q["end"])), now, q["group"])
-            except (InsufficientNodes, InsufficientBandwidth, VlanUnavailable, Busy):
-                return False
-            self.store.delete(QUEUE, w.id)
-            return True
-
-        return [w.request["group"] for w in self.queue.serve(try_grant)]
-
     def query(self, group: str, reservations: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """Where each reservation's ticket stands (ORCA query): active (with the ticket), queued (with its
-        place in line), failed (with the reason), or unknown."""
+        """Where each reservation's ticket stands (ORCA query): active (with the ticket), failed (with the
+        reason), or unknown."""
         with self._lock:
             out: dict[str, dict[str, Any]] = {}
-            waiting = next((w for w in self.queue.waiting if isinstance(w, Waiting) and w.request["group"] == group),
-                           None)
             for rid in reservations:
                 doc = self.store.get(TICKETS, f"{group}/{rid}")
                 if doc is not None:  # claimed: the units are taken in the store (an advance ticket: once started)
                     out[rid] = {"status": doc["state"], "ticket": doc["ticket"], "reason": doc.get("reason", ""),
                                 "claimed": bool(doc.get("claimed", True))}
-                elif waiting is not None:
-                    out[rid] = {"status": "queued", "position": self.queue.position(waiting.id),
-                                "deadline": waiting.request["deadline"]}
                 else:
                     out[rid] = {"status": "unknown"}
             return out
 
     def tickets(self) -> dict[str, Any]:
         """Every ticket this broker holds (the signed ticket, its state, the reason it failed, whether its units
-        are claimed in the store) and its queue of waiting requests in order, for an operator's view (the
-        dashboard snapshot): the broker's own answer, so nothing else reads its tables."""
+        are claimed in the store), for an operator's view (the dashboard snapshot): the broker's own answer, so
+        nothing else reads its tables."""
         with self._lock:
             tickets = [{"ticket": d["ticket"], "state": d.get("state", ""), "reason": d.get("reason", ""),
                         "claimed": bool(d.get("claimed", True))}
                        for d in self.store.scan(TICKETS) if d.get("broker") == self.name]
-            queue = [{"id": w.id, "group": w.request.get("group", ""), "holder": w.request.get("holder", ""),
-                      "position": i, "deadline": rfc3339(w.deadline)}
-                     for i, w in enumerate(self.queue.waiting) if isinstance(w, Waiting)]
-        return {"tickets": tickets, "queue": queue}
+        return {"tickets": tickets}
 
     # ---- extend, relinquish, expiry --------------------------------------------------------------------------
     def extend_ticket(self, ticket: Ticket, end: datetime, limit: datetime | None = None,
@@ -885,19 +830,14 @@ class Broker:
         return longer
 
     def relinquish(self, ticket: Ticket, now: datetime | None = None) -> int:
-        """Give a ticket's units back (on close, failure or expiry; idempotent); waiting requests are then
-        served. Returns how many claims were released."""
+        """Give a ticket's units back (on close, failure or expiry; idempotent). Returns how many claims were
+        released."""
         now = self._now(now)
         self._remember_relinquished(ticket.id, now)
-        released = self._drop(ticket.id, ticket.units)
-        if len(self.queue):  # a request enqueued after this check found the units free already
-            with self._lock:
-                self._serve(now)
-        return released
+        return self._drop(ticket.id, ticket.units)
 
     def relinquish_group(self, group: str, now: datetime | None = None) -> int:
-        """Give back everything a ticket group holds, tickets or not (a request whose answer was lost), and
-        withdraw it from the queue."""
+        """Give back everything a ticket group holds, tickets or not (a request whose answer was lost)."""
         now = self._now(now)
         with self._lock:
             released = 0
@@ -905,10 +845,6 @@ class Broker:
             for tid in [t for t in self.calendar.bookings if t.rsplit("/", 1)[0] == group]:
                 released += self._drop(tid, ())
             released += self.store.release_owner(group)
-            for w in [w for w in self.queue.waiting if isinstance(w, Waiting) and w.request["group"] == group]:
-                self.queue.waiting.remove(w)
-                self.store.delete(QUEUE, w.id)
-            self._serve(now)
             self._bump()
             return released
 
@@ -936,8 +872,8 @@ class Broker:
 
     def tick(self, now: datetime) -> dict[str, list[str]]:
         """The broker's clock: claim the units of advance tickets whose term has started, drop tickets ended
-        more than EXPIRY_GRACE ago (a slice manager that vanished), fail queued requests past their deadline,
-        and serve the queue. Returns what happened, for logs."""
+        more than EXPIRY_GRACE ago (a slice manager that vanished) and forget relinquished tickets remembered
+        long enough. Returns what happened, for logs."""
         now = self._now(now)
         with self._lock:
             started, failed = [], []
@@ -965,26 +901,12 @@ class Broker:
             expired = [b.holder for b in self.calendar.bookings.values() if b.term.end + EXPIRY_GRACE <= now]
             for tid in expired:
                 self._drop(tid, ())
-            timed_out = []
-            for w in self.queue.expire(now):
-                q = w.request
-                ahead = "" if not len(self.queue) else f" ({len(self.queue)} still waiting)"
-                for rid in q["demands"]:
-                    t = Ticket(f"{q['group']}/{rid}", self.name, q["holder"], rid, (), parse_time(q["start"]),
-                               parse_time(q["end"]))
-                    self._put_ticket(t, [], False, "failed",
-                                     f"broker {self.name}: waited until {q['deadline']} in the queue and nothing "
-                                     f"freed up for {Demand.from_doc(q['demands'][rid]).what or rid}{ahead}")
-                self.store.delete(QUEUE, w.id)
-                timed_out.append(q["group"])
             for doc in self.store.scan(RELINQUISHED):
                 if doc.get("broker") == self.name and parse_time(doc["until"]) <= now:
                     self.store.delete(RELINQUISHED, doc["id"])
-            served = self._serve(now)
             if started or failed:
                 self._bump()
-            return {"started": started, "failed": failed, "expired": expired, "queue_timed_out": timed_out,
-                    "served": served}
+            return {"started": started, "failed": failed, "expired": expired}
 
 
 @dataclass(frozen=True)

@@ -14,43 +14,16 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from protocol.delegation import LabelSet, Pool
 from slicex.term import Term
 
 
 class CalendarError(ValueError):
     """A booking the calendar refuses; the message says which unit, which term, and who holds it."""
-
-
-@dataclass(frozen=True)
-class Pool:
-    name: str  # "core:<host>": also the prefix of its units' keys
-    resource_type: str  # "core", "mem", "node", "bw", "unit", ...
-    units: tuple[str, ...] = ()  # empty: an open pool whose units are named by whoever books them
-    bin: str = ""  # the host (or board) the pool lives on; pools of one bin are allocated together
-
-
-@dataclass(frozen=True)
-class LabelSet:
-    name: str  # "vlan:<switch>": also the prefix of its labels' keys
-    ranges: tuple[tuple[int, int], ...]
-
-    def __contains__(self, value: int) -> bool:
-        return any(lo <= value <= hi for lo, hi in self.ranges)
-
-    def values(self) -> Iterator[int]:
-        for lo, hi in self.ranges:
-            yield from range(lo, hi + 1)
-
-    def key(self, value: int) -> str:
-        return f"{self.name}:{value}"
-
-    @property
-    def size(self) -> int:
-        return sum(hi - lo + 1 for lo, hi in self.ranges)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The broker's placement policy: where each demanded node and link goes, chosen from the broker's own
 calendar (pure; no store, no clock).
 
-The slice manager sends *demands* (broker/broker.py `Broker.place`): per reservation a node (sliver type or
+The slice manager sends *demands* (protocol/messages.py `Demands`, to broker/broker.py `Broker.place`): per reservation a node (sliver type or
 size, image, bound component, FPGA kind and part, interfaces) or a link (endpoint interfaces, bandwidth, an
 asked VLAN tag, stitching uplinks). The broker turns the units it cannot promise over the term into `used`
 and calls `plan`, which picks hosts, unit keys (slicex/inventory.py) and labels; the broker then books and
@@ -17,14 +17,11 @@ from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
-from rspec.fpga_ext import FpgaRequest
-from rspec.request import Request, RequestInterface, RequestLink, RequestNode
+from protocol.sizing import BARE_METAL_TYPES, VM_ALIASES, vm_size_for
+from rspec.request import Request, RequestNode
 from rspec.substrate import Host, Substrate, VmSize, urn_name
 from slicex.errors import BadArgs, GeniError, InsufficientBandwidth, InsufficientNodes, VlanUnavailable
-from slicex.inventory import BW_CHUNK_KBPS, MEM_CHUNK_MB, SOFTWARE_PLANES_PER_BOARD, from_doc, to_doc
-
-BARE_METAL_TYPES = {"raw-pc", "raw", "bare-metal", "baremetal"}
-VM_ALIASES = {"emulab-xen", "emulab-openvz", "xen-vm", "default-vm", "XOSmall", "vm", "docker-container"}
+from slicex.inventory import BW_CHUNK_KBPS, MEM_CHUNK_MB, SOFTWARE_PLANES_PER_BOARD
 
 
 @dataclass(frozen=True)
@@ -60,17 +57,6 @@ def host_keys(host: Host, size: VmSize, used: Set[str]) -> tuple[str, ...] | Non
     if len(cores) < size.cores or len(mem) < chunks:
         return None
     return tuple(cores[: size.cores] + mem[:chunks])
-
-
-def vm_size_for(substrate: Substrate, node: RequestNode) -> VmSize:
-    if node.sliver_type is None or node.sliver_type in VM_ALIASES:
-        return substrate.default_vm_size
-    size = substrate.vm_size(node.sliver_type)
-    if size is None:
-        offered = ", ".join([s.name for s in substrate.vm_sizes] + sorted(BARE_METAL_TYPES)[:1])
-        raise BadArgs(f"node {node.client_id}: sliver type {node.sliver_type!r} is not offered here "
-                      f"(offered: {offered})")
-    return size
 
 
 def plan(substrate: Substrate, request: Request, used: Set[str], image_policy: str = "reject",
@@ -460,50 +446,3 @@ def dry_run(substrate: Substrate, request: Request, used: Set[str], image_policy
     shortfalls: list[Shortfall] = []
     placements = plan(substrate, request, used, image_policy, bitstream_parts, policy, shortfalls=shortfalls)
     return report(substrate, request, placements, shortfalls)
-
-
-
-
-# ---- the demand message: what the slice manager sends, as plain data ----------------------------------------------
-NODE_FIELDS = ("client_id", "component_id", "component_manager_id", "exclusive", "sliver_type", "disk_image",
-               "hardware_type", "interfaces", "fpga")
-LINK_FIELDS = ("client_id", "interface_refs", "component_managers", "capacity_kbps", "latency_ms", "packet_loss",
-               "link_type", "shared_vlan", "vlan_tag", "uplinks")
-
-
-def demands_of(request: Request, reservations: Mapping[str, str], image_policy: str = "reject",
-               bitstream_parts: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The demands of `request` (what each node and link needs, no unit named) for the reservations
-    `reservations` (client_id -> reservation id): nodes with their type, size, image, bound component, FPGA
-    kind and interfaces; links with their endpoints, bandwidth, asked tag and stitching uplinks. The image
-    policy and the FPGA parts of the requester's bitstreams are the aggregate's constraints on them."""
-    def node_doc(n: RequestNode) -> dict[str, Any]:
-        doc = {k: to_doc(getattr(n, k)) for k in NODE_FIELDS}
-        return {"reservation": reservations[n.client_id], **doc}
-
-    def link_doc(lk: RequestLink) -> dict[str, Any]:
-        return {"reservation": reservations[lk.client_id], **{k: to_doc(getattr(lk, k)) for k in LINK_FIELDS}}
-
-    wanted = {n.fpga.bitstream for n in request.nodes if n.fpga is not None and n.fpga.bitstream}
-    return {"nodes": [node_doc(n) for n in request.nodes], "links": [link_doc(lk) for lk in request.links],
-            "image_policy": image_policy,
-            "bitstream_parts": {ref: part for ref, part in (bitstream_parts or {}).items() if ref in wanted}}
-
-
-def request_of(demands: Mapping[str, Any]) -> tuple[Request, dict[str, str]]:
-    """The broker's side of `demands_of`: the request to plan, and client_id -> reservation id. Malformed
-    demands are BADARGS naming what is wrong."""
-    try:
-        nodes = tuple(from_doc(RequestNode, {k: d.get(k) for k in NODE_FIELDS if k in d}) for d in demands["nodes"])
-        links = tuple(from_doc(RequestLink, {k: d.get(k) for k in LINK_FIELDS if k in d}) for d in demands["links"])
-        rids = {d["client_id"]: str(d["reservation"]) for d in [*demands["nodes"], *demands["links"]]}
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise BadArgs(f"malformed placement demand: {type(exc).__name__}: {exc}") from None
-    for n in nodes:
-        if not isinstance(n.interfaces, tuple) or any(not isinstance(i, RequestInterface) for i in n.interfaces):
-            raise BadArgs(f"malformed placement demand: interfaces of node {n.client_id}")
-        if n.fpga is not None and not isinstance(n.fpga, FpgaRequest):
-            raise BadArgs(f"malformed placement demand: fpga of node {n.client_id}")
-    if len(rids) != len(nodes) + len(links):
-        raise BadArgs("malformed placement demand: a client_id is named twice")
-    return Request(nodes, links), rids

@@ -1,4 +1,4 @@
-"""Broker allocation policies behind one small interface, label (VLAN tag) choice, and the FIFO queue.
+"""Broker allocation policies behind one small interface, and label (VLAN tag) choice.
 
 A policy ranks *bins* (hosts, boards) that can hold a demand, best first: first-fit keeps inventory order,
 best-fit takes the bin left fullest (packs, keeps big holes for big requests), worst-fit the bin left
@@ -7,11 +7,9 @@ broker.placement.plan). Pure: the caller says what is free."""
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence, Set
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass
+from typing import Protocol
 
 from rspec.substrate import Host
 
@@ -108,43 +106,3 @@ def choose_label(free: Sequence[int], suggested: int | None = None, avoid: Set[i
     if suggested is not None:
         return suggested if suggested in ok else None
     return min(ok) if ok else None
-
-
-# ---- the FIFO queue --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Waiting:
-    id: str
-    request: Any
-    deadline: datetime
-
-
-@dataclass
-class FifoQueue:
-    """Requests that may wait: served strictly in arrival order when capacity frees up; each waits at most
-    until its deadline."""
-
-    waiting: deque = field(default_factory=deque)
-
-    def push(self, item, deadline: datetime | None = None, id: str = "") -> None:
-        self.waiting.append(item if deadline is None else Waiting(id, item, deadline))
-
-    def serve(self, try_grant: Callable[[Any], bool]) -> list:
-        """Grant from the head while `try_grant(item)` succeeds; stop at the first that cannot be served, so
-        a large request is never overtaken forever by small ones."""
-        granted = []
-        while self.waiting and try_grant(self.waiting[0]):
-            granted.append(self.waiting.popleft())
-        return granted
-
-    def expire(self, now: datetime) -> list[Waiting]:
-        """Remove and return the requests whose deadline has passed (they fail, with their place in line)."""
-        gone = [w for w in self.waiting if isinstance(w, Waiting) and w.deadline <= now]
-        for w in gone:
-            self.waiting.remove(w)
-        return gone
-
-    def position(self, id: str) -> int | None:
-        return next((i for i, w in enumerate(self.waiting) if isinstance(w, Waiting) and w.id == id), None)
-
-    def __len__(self) -> int:
-        return len(self.waiting)

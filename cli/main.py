@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -24,6 +24,9 @@ from slicex.config import ConfigError, SlicexConfig, reference
 from slicex.errors import BadArgs, GeniError, Refused, Unavailable
 from slicex.home import Home
 from slicex.store.redis_store import redact
+
+if TYPE_CHECKING:
+    from protocol.api import BrokerApi
 
 
 def _home(args: argparse.Namespace) -> Home:
@@ -790,7 +793,7 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
     return 0
 
 
-def _maintenance_broker(home: Home, cfg: SlicexConfig, store: Any, authority: str) -> Any:
+def _maintenance_broker(home: Home, cfg: SlicexConfig, store: Any, authority: str) -> BrokerApi:
     """Whom `slicex maintenance` sends the authority's signed messages to: a running broker actor (`up
     --distributed`), as the authority, so the broker process applies them to what it holds; else (embedded,
     or nothing running) a broker over the store, where the AM's broker reads what is parked and a broker
@@ -802,7 +805,7 @@ def _maintenance_broker(home: Home, cfg: SlicexConfig, store: Any, authority: st
     return _running_broker(home, cfg, "authority") or make_broker(store, keys, name, clock=SystemClock())
 
 
-def _running_broker(home: Home, cfg: SlicexConfig, as_role: str) -> Any:
+def _running_broker(home: Home, cfg: SlicexConfig, as_role: str) -> BrokerApi | None:
     """The running broker actor of this home (None when there is none), called over mutual TLS with the
     certificate of `as_role` ("authority", or "am": the slice manager's identity)."""
     actor = procs.running(_pid_path(home, "broker"))

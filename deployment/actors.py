@@ -14,9 +14,9 @@ from slicex.devpki import actor_public_key, actor_urn
 from slicex.ticket import load_signing_key
 
 if TYPE_CHECKING:
-    from authority.actor import Authority, RemoteAuthority
+    from authority.actor import Authority
     from broker.broker import Broker
-    from broker.remote import RemoteBroker
+    from protocol.remote import RemoteAuthority, RemoteBroker
     from rspec.substrate import Substrate
     from slice_manager.actor import ActorSliceManager
     from slicex.home import Home
@@ -74,7 +74,7 @@ def make_authority(store: Store, keys: ActorKeys, authority_name: str, substrate
     """The authority over `substrate`: signs leases and delegations, trusts tickets of the broker's key only.
     `driver` None: it only delegates and reclaims (no slivers)."""
     from authority.actor import Authority
-    from broker.delegation import export_substrate
+    from protocol.delegation import export_substrate
 
     return Authority(authority_name, driver, {"broker": keys.broker.public_key()}, store=store, key=keys.authority,
                      inventory=export_substrate(substrate, authority_name, "broker"), clock=clock)
@@ -123,18 +123,18 @@ class Caller:
         return cls(str(cert), str(key), str(home.ca_cert))
 
 
-def broker_client(url: str, caller: Caller, authority: str, timeout: float, policy: Any = None) -> RemoteBroker:
+def broker_client(url: str, caller: Caller, authority: str, timeout: float) -> RemoteBroker:
     """The broker actor at `url`, pinned to this deployment's broker certificate."""
-    from broker.remote import RemoteBroker
+    from protocol.remote import RemoteBroker
     from slicex.actor_rpc import ActorClient
 
     return RemoteBroker(ActorClient("broker", url, caller.cert, caller.key, caller.ca, actor_urn(authority, "broker"),
-                                    timeout=timeout), policy=policy)
+                                    timeout=timeout))
 
 
 def authority_client(url: str, caller: Caller, authority: str, timeout: float) -> RemoteAuthority:
     """The authority actor at `url`, pinned to this deployment's authority certificate."""
-    from authority.actor import RemoteAuthority
+    from protocol.remote import RemoteAuthority
     from slicex.actor_rpc import ActorClient
 
     return RemoteAuthority(ActorClient("authority", url, caller.cert, caller.key, caller.ca,

@@ -2,7 +2,7 @@
 not fit, what is short (asked vs available, by resource and site). Nothing is claimed, booked or written.
 
 The broker answers it: the slice manager sends the same demands as Allocate in a `place` message with
-`dry_run` (broker/broker.py `Broker.place`), and the broker's policy plans them over its own calendar in its
+`dry_run` (protocol/api.py `BrokerApi.place`), and the broker's policy plans them over its own calendar in its
 collecting mode (broker/placement.py `plan`, `report`); so a plan that fits is where Allocate would put the
 request if nothing changes in between. The answer is plain data (XML-RPC friendly): `slicex plan` prints it,
 Allocate with `slicex_dry_run` returns it as its `value`."""
@@ -13,12 +13,13 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from broker.placement import demands_of
+from protocol.api import BrokerApi
+from protocol.messages import demands_of
 from slicex.term import Term
 
 
 def plan_at_home(home: Any, rspec_xml: str, now: datetime, user: str | None = None,
-                 broker: Any = None) -> dict[str, Any]:
+                 broker: BrokerApi | None = None) -> dict[str, Any]:
     """`slicex plan`: the dry run as the deployment's AM would answer Allocate with `slicex_dry_run` now. The
     `place` message with `dry_run` goes to `broker` (a running broker actor) when given; else a broker over
     the store (its calendar and the substrate description its authority delegated; running or not) answers
@@ -46,7 +47,7 @@ def plan_at_home(home: Any, rspec_xml: str, now: datetime, user: str | None = No
             broker = Broker("broker", store, None, policy=policy, authority=name)  # never signs, never writes
         if isinstance(broker, Broker) and not broker.delegated():
             # never started: nothing is promised; the authority's export is all there is
-            from broker.delegation import export_substrate
+            from protocol.delegation import export_substrate
             from slicex.store.sqlite_store import SqliteStore
 
             broker = Broker("broker", SqliteStore(":memory:"), None, policy=policy, authority=name)
@@ -58,7 +59,7 @@ def plan_at_home(home: Any, rspec_xml: str, now: datetime, user: str | None = No
         end = now + timedelta(minutes=cfg.am.allocation_lifetime_minutes)
         names = {e.client_id: e.client_id for e in (*request.nodes, *request.links)}
         demands = demands_of(request, names, cfg.image_policy, parts)
-        return broker.place("slicex-plan", demands, Term(now, end), now, dry_run=True, authority=name)["report"]
+        return dict(broker.place("slicex-plan", demands, Term(now, end), now, dry_run=True, authority=name).report or {})
     finally:
         store.close()
 

@@ -37,6 +37,7 @@ from operations.dashboard import Aggregate, Dashboard, DashboardServer, start_da
 from operations.ledger import ledger_for
 from operations.metrics import for_slice_manager as metrics_for
 from operations.snapshot import publishers_for
+from protocol.api import AuthorityApi, BrokerApi
 from rspec.advertisement import AdvertisementCache, Usage
 from rspec.substrate import Substrate, default_substrate, load_substrate
 from slice_manager.actor import ActorSliceManager
@@ -265,8 +266,8 @@ class EmbeddedDeployment:
         policy = policy_named(self.cfg.broker_policy)
         if broker_url:  # scaled out: broker and authority are processes of their own, called over mutual TLS
             caller, timeout = Caller.of_home(home, "am"), self.cfg.actor_timeout_seconds
-            self.broker = broker_client(broker_url, caller, self.authority, timeout, policy=policy)
-            self.authority_actor = authority_client(authority_url, caller, self.authority, timeout)
+            self.broker: BrokerApi = broker_client(broker_url, caller, self.authority, timeout)
+            self.authority_actor: AuthorityApi = authority_client(authority_url, caller, self.authority, timeout)
             # the authority actor's process delegates its own inventory (ActorProcess); this process never acts
             # for it
         else:
@@ -459,8 +460,8 @@ class ActorProcess:
     def __init__(self, home: Home, role: str, port: int | None = None, store: Store | None = None,
                  clock: Clock | None = None, failures: FailurePlan | None = None, broker_url: str | None = None):
         """`broker_url`: where the authority delegates (default: `host` and `broker_port` of slicex.yaml)."""
-        from authority.actor import Delegator, authority_handlers
-        from broker.remote import broker_callers, broker_handlers
+        from authority.actor import Delegator
+        from protocol.remote import authority_callers, authority_handlers, broker_callers, broker_handlers
         from slicex.actor_rpc import ActorServer
 
         cfg = home.config()
@@ -473,10 +474,10 @@ class ActorProcess:
         if role not in ("broker", "authority"):
             raise ValueError(f"unknown actor {role!r}: broker or authority")
         keys, _ = home_keys_and_names(home, authority)
+        self.actor: Broker | Authority
         if role == "broker":
             # delegations are accepted only signed with the authority actor's key
-            self.actor: Any = make_broker(self.store, keys, am_urn, clock=self.clock,
-                                          policy=policy_named(cfg.broker_policy))
+            self.actor = make_broker(self.store, keys, am_urn, clock=self.clock, policy=policy_named(cfg.broker_policy))
             handlers = broker_handlers(self.actor)
             # the slice manager asks for promises; the authority delegates and reclaims
             callers = broker_callers(am_urn, actor_urn(authority, "authority"))
@@ -487,7 +488,7 @@ class ActorProcess:
                                       EmulatedFpgaBackend(), failures, self.host_driver)
             self.actor = make_authority(self.store, keys, am_urn, substrate, driver, clock=self.clock)
             handlers = authority_handlers(self.actor)
-            callers = {am_urn: frozenset(handlers)}  # the slice manager alone
+            callers = authority_callers(am_urn)  # the slice manager alone
             # it delegates its own inventory, as the authority actor (its certificate) calling the broker
             url = broker_url or f"https://{cfg.host}:{cfg.broker_port}/"
             to = broker_client(url, Caller.of_home(home, "authority"), authority, cfg.actor_timeout_seconds)

@@ -45,8 +45,8 @@ from operations.dashboard_svg import (
 )
 from operations.metrics import Sites
 from operations.snapshot import HEARTBEAT_SECONDS, Use, read_snapshots
+from protocol import reservations as rs
 from rspec.substrate import Substrate, urn_name
-from slice_manager import reservation as rs
 from slicex.clock import parse_time, rfc3339
 from slicex.store import Store
 
@@ -118,7 +118,7 @@ def view_of(snapshots: Sequence[Mapping[str, Any]], now: datetime, stale_after: 
             view.tickets += [{**t, "broker": doc.get("name", "")} for t in state.get("tickets", [])]
             states = state.get("ticket_states", {})
             row["summary"] = (", ".join(f"{n} tickets {s}" for s, n in sorted(states.items())) or "no tickets") \
-                + f"; {len(state.get('queue', []))} requests queued; policy {state.get('policy', '?')}"
+                + f"; policy {state.get('policy', '?')}"
         elif doc.get("role") == "authority":
             for lease in state.get("leases", []):
                 view.leases.append({**lease, "authority": doc.get("name", "")})

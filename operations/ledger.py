@@ -24,10 +24,10 @@ from typing import Any
 
 from operations import quotas
 from operations.accounting import UsageRecord, ended_at, held_now, project_of, sliver_amounts, user_key
+from protocol import reservations as rs
+from protocol.slice_manager import Sliver
 from rspec.request import Request
 from rspec.substrate import Substrate
-from slice_manager import reservation as rs
-from slice_manager.api import Sliver
 from slicex.config import SlicexConfig
 from slicex.errors import Busy, GeniError
 from slicex.peers import PeerGate

@@ -25,8 +25,8 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from protocol import reservations as rs
 from rspec.substrate import Substrate
-from slice_manager import reservation as rs
 from slicex.inventory import BW_CHUNK_KBPS, MEM_CHUNK_MB
 
 log = logging.getLogger("slicex.metrics")

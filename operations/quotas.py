@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from broker.placement import BARE_METAL_TYPES, vm_size_for
 from operations.accounting import RESOURCES, Amounts, user_key
+from protocol.sizing import asks_bare_metal, vm_size_for
 from rspec.request import Request
 from rspec.substrate import Substrate
 from slicex.clock import rfc3339
@@ -155,9 +155,7 @@ def request_amounts(substrate: Substrate, request: Request) -> Amounts:
             out = out + Amounts(nodes=1, fpgas=1)
             continue
         host = substrate.host(node.component_id) if node.component_id else None
-        bare = (node.sliver_type in BARE_METAL_TYPES or (node.exclusive is True and node.sliver_type is None)
-                or (host is not None and host.exclusive))
-        if bare:
+        if asks_bare_metal(substrate, node):
             pick = host if host is not None else min(bare_hosts, key=lambda h: (h.cores, h.memory_mb), default=None)
             out = out + Amounts(cores=pick.cores if pick else 0, memory_mb=pick.memory_mb if pick else 0, nodes=1)
         else:

@@ -19,16 +19,38 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from operations.metrics import unit_bin
-from slice_manager import reservation as rs
+from protocol import reservations as rs
+from protocol.api import AuthorityApi, BrokerApi
 from slicex.clock import parse_time, rfc3339
 from slicex.inventory import usage_counts
 from slicex.store import Store
 from slicex.store.ownership import Actor, scoped
 
+if TYPE_CHECKING:
+    from slicex.ticket import Lease
+
 log = logging.getLogger("slicex.snapshot")
+
+
+class PublishedBroker(BrokerApi, Protocol):
+    """An in-process broker as its snapshot reads it: its messages plus what only its own process sees."""
+
+    name: str
+    policy: Any
+
+    def delegated(self) -> list[str]: ...
+
+
+class PublishedAuthority(AuthorityApi, Protocol):
+    """An in-process authority as its snapshot reads it: its messages plus its leases and its driver."""
+
+    name: str
+    substrate: Any
+
+    def leases(self) -> list[Lease]: ...
 
 SNAPSHOTS = "snapshots"
 VERSION = 1
@@ -168,9 +190,9 @@ def slice_manager_state(sm: Any, now: datetime) -> dict[str, Any]:
             "use": use_of(keys).to_doc(), "point": usage_point(keys, now)}
 
 
-def broker_state(broker: Any, now: datetime) -> dict[str, Any]:
-    """The broker's tickets and queue (its `tickets` answer) and what was delegated to it (the signed
-    delegations it accepted: who, when, how much)."""
+def broker_state(broker: PublishedBroker, now: datetime) -> dict[str, Any]:
+    """The broker's tickets (its `tickets` answer) and what was delegated to it (the signed delegations it
+    accepted: who, when, how much)."""
     held = broker.tickets()
     tickets = []
     states: Counter[str] = Counter()
@@ -182,10 +204,9 @@ def broker_state(broker: Any, now: datetime) -> dict[str, Any]:
                         "units": len(t.get("units", ())) or int(t.get("count", 0)),
                         "labels": t.get("labels", []), "state": d.get("state", ""), "reason": d.get("reason", "")})
     tickets.sort(key=lambda t: t["end"], reverse=True)
-    queue = [{"id": w["id"], "deadline": w["deadline"]} for w in held["queue"]]
     given = [{"authority": d["authority"], "issued": d["issued"], "pools": len(d["body"].get("pools", ())),
               "label_sets": len(d["body"].get("label_sets", ()))} for d in broker.delegations()]
-    return {"tickets": tickets[:MAX_ITEMS], "ticket_states": dict(states), "queue": queue,
+    return {"tickets": tickets[:MAX_ITEMS], "ticket_states": dict(states),
             "delegated": broker.delegated(), "delegations": given, "policy": type(broker.policy).__name__}
 
 
@@ -193,7 +214,7 @@ class StatusCache:
     """A leased sliver's (operational state, error) from the authority's driver, asked at most every
     `seconds` per lease; leases that are gone are forgotten."""
 
-    def __init__(self, authority: Any, seconds: float = STATUS_SECONDS,
+    def __init__(self, authority: AuthorityApi, seconds: float = STATUS_SECONDS,
                  monotonic: Callable[[], float] = time.monotonic):
         self.authority = authority
         self.seconds = seconds
@@ -216,7 +237,7 @@ class StatusCache:
         self._known = {k: v for k, v in self._known.items() if k in lease_ids}
 
 
-def authority_state(authority: Any, now: datetime, status: Callable[[str, datetime], tuple[str, str]] | None = None
+def authority_state(authority: PublishedAuthority, now: datetime, status: Callable[[str, datetime], tuple[str, str]] | None = None
                     ) -> dict[str, Any]:
     """The authority's active leases (`leases()`) with each leased sliver's operational state from its own
     driver (`status`, through a StatusCache in a publisher): what the dashboard shows as a sliver's state."""
@@ -285,7 +306,8 @@ class Publisher:
             log.exception("%s %s: snapshot not published; will retry next tick", self.role, self.name)
 
 
-def publishers_for(store: Store, sm: Any = None, broker: Any = None, authority: Any = None,
+def publishers_for(store: Store, sm: Any = None, broker: PublishedBroker | None = None,
+                   authority: PublishedAuthority | None = None,
                    heartbeat: float = HEARTBEAT_SECONDS) -> list[Publisher]:
     """Publishers for the actors this process runs (pass only in-process actors, never remote proxies)."""
     out = []

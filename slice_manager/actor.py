@@ -37,12 +37,12 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from authority.substrate.emulated import ALLOWED_ACTIONS
-from broker.placement import demands_of
+from protocol import slice_manager as sm
+from protocol.api import AuthorityApi, BrokerApi
+from protocol.messages import demands_of
+from protocol.slice_manager import ALLOWED_ACTIONS, Sliver
 from rspec.request import Request
-from slice_manager import api as sm
 from slice_manager import reservation as rs
-from slice_manager.api import Sliver
 from slice_manager.delivery import DRIVE_ROUNDS, Delivery  # noqa: F401 - re-exported
 from slice_manager.locks import SliceLocks
 from slice_manager.records import (  # noqa: F401 - re-exported
@@ -92,7 +92,7 @@ backoff (the broker itself places again on a lost claim race; this covers races 
 class ActorSliceManager(Records, Recovery, Delivery):
     """SliceManager over a broker and an authority (in-process objects or proxies to actor servers)."""
 
-    def __init__(self, store: Store, substrate: Any, broker: Any, authority: Any, name: str | None = None,
+    def __init__(self, store: Store, substrate: Any, broker: BrokerApi, authority: AuthorityApi, name: str | None = None,
                  image_policy: str = "reject", bitstreams: Any = None,
                  fault: Callable[[str], None] | None = None, run_actor_clocks: bool = True,
                  tick: timedelta = timedelta(seconds=1), lease_key: Any = None):
@@ -182,7 +182,7 @@ class ActorSliceManager(Records, Recovery, Delivery):
         broker chooses where it goes when it grants the ticket."""
         urns = {e.client_id: f"urn:publicid:IDN+{self.substrate.authority}+sliver+{uuid.uuid4().hex[:16]}"
                 for e in (*request.nodes, *request.links)}
-        demands = demands_of(request, urns, self.image_policy, parts)
+        demands = demands_of(request, urns, self.image_policy, parts).to_doc()
         constraints = {"image_policy": demands["image_policy"], "bitstream_parts": demands["bitstream_parts"]}
         link_of_iface = {ref: urns[lk.client_id] for lk in request.links for ref in lk.interface_refs}
         recs: dict[str, Record] = {}
@@ -225,7 +225,7 @@ class ActorSliceManager(Records, Recovery, Delivery):
         demands = demands_of(request, names, self.image_policy, self._bitstream_parts(owner_urn))
         answer = self.broker.place(self.name, demands, Term(now, end), now, dry_run=True,
                                    authority=getattr(self.authority, "name", "") or "")
-        return answer["report"]
+        return dict(answer.report or {})
 
     def in_use(self, now: datetime, window: Term | None = None) -> frozenset[str]:
         """The unit keys in use now, as the broker answers its availability query; the answer is kept until

@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from authority.actor import SliverSpec
+from protocol.api import AuthorityApi, BrokerApi
+from protocol.messages import Demands, SliverSpec
 from slice_manager import reservation as rs
 from slice_manager.records import Record
 from slicex.errors import (
@@ -38,6 +39,9 @@ def _closes_a_link(rec: Record, msgs: Iterable[rs.Message]) -> bool:
 
 class Delivery:
     """Outbox delivery and answers."""
+
+    broker: BrokerApi  # the actors it sends to (set by ActorSliceManager)
+    authority: AuthorityApi
 
     # ---- the message plumbing ----------------------------------------------------------------------------------
     def _drive(self, recs: dict[str, Record], now: datetime) -> None:
@@ -126,7 +130,7 @@ class Delivery:
                    "bitstream_parts": rec0.demand.get("bitstream_parts", {})}
         term = Term(m0.start or now, m0.end or (now + timedelta(minutes=10)))
         try:
-            answer = self.broker.place(self.name, demands, term, now, group=rec0.group,
+            answer = self.broker.place(self.name, Demands.from_doc(demands), term, now, group=rec0.group,
                                        authority=getattr(self.authority, "name", "") or "")
         except (Unavailable, TimedOut, RpcError) as exc:
             for rec, _ in batch:
@@ -136,7 +140,7 @@ class Delivery:
             for rec, _ in batch:
                 rec.error_type = type(exc).__name__
             return [rs.TicketUpdate(m.request, False, reason=exc.message) for _, m in batch]
-        missing = [rec.client_id for rec, _ in batch if rec.id not in (answer.get("tickets") or {})]
+        missing = [rec.client_id for rec, _ in batch if rec.id not in answer.tickets]
         if missing:  # a broker that granted less than asked answered wrongly: all or nothing, nothing kept
             for rec, _ in batch:
                 rec.error_type = "RpcError"
@@ -144,8 +148,8 @@ class Delivery:
             return [rs.FailedRpc(m.request, "ticket", why) for _, m in batch]
         out = []
         for rec, m in batch:
-            t = answer["tickets"][rec.id]
-            where = answer["placements"].get(rec.id) or {}
+            t = answer.tickets[rec.id]
+            where = answer.placements.get(rec.id) or {}
             rec.ticket = t
             rec.component_id = where.get("component_id", rec.component_id)
             rec.details = {**rec.details, **dict(where.get("details") or {})}

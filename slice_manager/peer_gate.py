@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from broker.placement import BARE_METAL_TYPES, vm_size_for
+from protocol.sizing import asks_bare_metal, vm_size_for
 from rspec.request import Request
 from rspec.substrate import Substrate
 from slice_manager import reservation as rs
@@ -34,9 +34,7 @@ def wanted_nodes(substrate: Substrate) -> Callable[[Request], list[Wanted]]:
         bare_hosts = [h for h in substrate.hosts if h.exclusive]
         for node in request.nodes:
             host = substrate.host(node.component_id) if node.component_id else None
-            bare = (node.sliver_type in BARE_METAL_TYPES or (node.exclusive is True and node.sliver_type is None)
-                    or (host is not None and host.exclusive))  # as broker/placement.py places it
-            if bare:
+            if asks_bare_metal(substrate, node):  # as broker/placement.py places it
                 cores = host.cores if host is not None else min((h.cores for h in bare_hosts), default=0)
                 out.append(Wanted(node.client_id, node.sliver_type or "raw-pc", cores))
             else:

@@ -78,7 +78,7 @@ class Record:
     component_id: str
     group: str  # the broker's claim owner for its ticket
     r: rs.Reservation
-    demand: dict[str, Any]  # what it needs (broker/placement.py demands_of: one node or link, and constraints)
+    demand: dict[str, Any]  # what it needs (protocol/messages.py Demands: one node or link, and constraints)
     details: dict[str, Any] = field(default_factory=dict)  # what the manifest shows: host, image, tag, logins...
     ticket: Ticket | None = None
     lease: Lease | None = None

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
+from protocol.api import BrokerApi
 from slice_manager import reservation as rs
 from slice_manager.records import INSTANCES, Record
 from slicex.clock import parse_time, rfc3339
@@ -34,6 +35,8 @@ a sliver's lock for a moment, which is no reason to refuse a call."""
 
 class Recovery:
     """Reservation locks, settling a call's own reservations with the clock, recovery and the reaper."""
+
+    broker: BrokerApi  # asked where reservations stand (set by ActorSliceManager)
 
     # ---- who works on which reservation ---------------------------------------------------------------------
     def _heartbeat(self, now: datetime) -> None:

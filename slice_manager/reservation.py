@@ -29,12 +29,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-NASCENT, TICKETED, ACTIVE, ACTIVE_TICKETED, CLOSE_WAIT, CLOSED, FAILED = (
-    "Nascent", "Ticketed", "Active", "ActiveTicketed", "CloseWait", "Closed", "Failed")
-NONE, TICKETING, REDEEMING, EXTENDING_TICKET, EXTENDING_LEASE, CLOSING, PRIMING = (
-    "None", "Ticketing", "Redeeming", "ExtendingTicket", "ExtendingLease", "Closing", "Priming")
-STATES = (NASCENT, TICKETED, ACTIVE, ACTIVE_TICKETED, CLOSE_WAIT, CLOSED, FAILED)
-PENDING = (NONE, TICKETING, REDEEMING, EXTENDING_TICKET, EXTENDING_LEASE, CLOSING, PRIMING)
+from protocol.reservations import (
+    ACTIVE,
+    ACTIVE_TICKETED,
+    CLOSE_WAIT,
+    CLOSED,
+    CLOSING,
+    EXTENDING_LEASE,
+    EXTENDING_TICKET,
+    FAILED,
+    HOLDS_LEASE,
+    HOLDS_TICKET,
+    NASCENT,
+    NONE,
+    PRIMING,
+    REDEEMING,
+    TICKETED,
+    TICKETING,
+)
 
 PENDING_TIMEOUT = {TICKETING: timedelta(seconds=30), REDEEMING: timedelta(minutes=5),
                    EXTENDING_TICKET: timedelta(seconds=30), EXTENDING_LEASE: timedelta(minutes=1),
@@ -43,9 +55,6 @@ PENDING_TIMEOUT = {TICKETING: timedelta(seconds=30), REDEEMING: timedelta(minute
 
 ACTOR_OF = {TICKETING: "broker", EXTENDING_TICKET: "broker", REDEEMING: "authority", EXTENDING_LEASE: "authority",
             CLOSING: "broker and authority", PRIMING: "dependencies"}
-
-HOLDS_TICKET = (TICKETED, ACTIVE, ACTIVE_TICKETED)
-HOLDS_LEASE = (ACTIVE, ACTIVE_TICKETED)
 
 Labels = tuple[tuple[str, int], ...]
 
@@ -102,7 +111,6 @@ class TicketUpdate:
     end: datetime | None = None
     labels: Labels = ()
     reason: str = ""
-    queued_until: datetime | None = None  # not granted yet: waiting in the broker's queue until then
 
 
 @dataclass(frozen=True)
@@ -260,13 +268,10 @@ def _gone(r: Reservation) -> bool:
 def on_update_ticket(r: Reservation, u: TicketUpdate, now: datetime) -> tuple[Reservation, list[Message]]:
     """Apply the broker's answer; return the new reservation and the messages to send next."""
     if _gone(r):
-        return r, ([Message("relinquish", r.id, r.request)] if u.ok and u.queued_until is None else [])
+        return r, ([Message("relinquish", r.id, r.request)] if u.ok else [])
     if u.request < r.request or (u.ok and u.sequence and u.sequence < r.sequence):
         return r, []
     if r.pending == TICKETING:
-        if u.queued_until is not None:  # waiting in the broker's FIFO queue: wait as long, then time out
-            deadline = max(r.deadline or now, u.queued_until + PENDING_TIMEOUT[TICKETING])
-            return replace(r, deadline=deadline), []
         if not u.ok:
             return _fail(r, u.reason, now)
         return _idle(r, TICKETED, sequence=u.sequence, end=u.end or r.want_end, labels=u.labels or r.labels,
@@ -280,7 +285,7 @@ def on_update_ticket(r: Reservation, u: TicketUpdate, now: datetime) -> tuple[Re
             r = replace(r, state=ACTIVE_TICKETED, sequence=u.sequence, want_end=end)
             return _send(r, EXTENDING_LEASE, now, "extendLease", end=end)
         return _idle(r, TICKETED, sequence=u.sequence, end=end, reason=""), []
-    if u.ok and u.queued_until is None and r.state not in HOLDS_TICKET:
+    if u.ok and r.state not in HOLDS_TICKET:
         return r, [Message("relinquish", r.id, r.request)]  # a grant nobody asked for: give it back
     return r, []  # an answer to something no longer asked
 

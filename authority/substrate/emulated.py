@@ -58,11 +58,3 @@ class EmulatedDriver:
         if op.get("until") and now >= parse_time(op["until"]):
             return op["then"], op.get("error", "")
         return op["state"], ""
-
-
-ALLOWED_ACTIONS = {
-    "geni_start": {"geni_notready", "geni_failed"},
-    "geni_restart": {"geni_ready", "geni_failed", "geni_configuring"},
-    "geni_stop": {"geni_ready", "geni_configuring"},
-    "geni_update_users": {"geni_ready"},
-}

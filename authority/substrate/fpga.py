@@ -28,12 +28,13 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
-from authority.actor import SliverSpec, SubstrateDriver
+from authority.actor import SubstrateDriver
 from fpga_aggregate.aggregate import ACTIONS, FpgaAggregate
 from fpga_aggregate.backend import FpgaBackend
 from fpga_aggregate.bitstreams import BitstreamCatalogue
 from fpga_aggregate.boards import Board
 from fpga_aggregate.programming import programming_seconds
+from protocol.messages import SliverSpec
 from rspec.fpga_ext import FpgaRequest, route_of, route_text
 from slicex.clock import parse_time
 from slicex.errors import BadArgs

@@ -36,7 +36,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from authority.actor import SliverSpec
 from authority.substrate import hostnet
 from authority.substrate.container import (
     NodeContainer,
@@ -67,6 +66,7 @@ from authority.substrate.netns_plan import (
 )
 from authority.substrate.openflow import FlowProgrammer, OfctlProgrammer, OsKenController, osken_available
 from authority.substrate.ovs import OvsSwitch, default_run_dir
+from protocol.messages import SliverSpec
 from slicex.errors import BadArgs, GeniError, ServerError, Unsupported
 
 log = logging.getLogger("slicex.netns")

@@ -31,7 +31,6 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from authority.actor import SliverSpec
 from authority.substrate.openstack_plan import (
     NOTREADY,
     READY,
@@ -49,6 +48,7 @@ from authority.substrate.openstack_plan import (
     slice_key,
     sliver_tag,
 )
+from protocol.messages import SliverSpec
 from slicex.errors import BadArgs, GeniError, ServerError, Unsupported
 
 log = logging.getLogger("slicex.openstack")

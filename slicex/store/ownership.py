@@ -62,7 +62,6 @@ OWNERSHIP: tuple[Holding, ...] = (
     Holding("delegations", Actor.BROKER, "per broker and authority: delegated pools and label sets with the "
             "substrate description, reclaimed, draining, and the signed delegation documents accepted"),
     Holding("broker-tickets", Actor.BROKER, "tickets with their placement (rebuilt into the calendar at start)"),
-    Holding("broker-queue", Actor.BROKER, "requests waiting for capacity"),
     Holding("broker-relinquished", Actor.BROKER, "tickets and groups given back in the last hour: a late "
             "request for them is refused"),
     Holding("broker-version", Actor.BROKER, "per broker: a token replaced whenever inventory or promises change"),

@@ -132,7 +132,6 @@ class Deployment:
                 for d in store.scan("sm-reservations")
                 if d["r"]["pending"] != "None" or d.get("outbox") or d["r"]["state"] not in ("Closed", "Failed")]
             left += [{"broker-tickets": d["ticket"].get("id")} for d in store.scan("broker-tickets")]
-            left += [{"broker-queue": d} for d in store.scan("broker-queue")]
             left += [{"authority-leases": d["lease"].get("id")} for d in store.scan("authority-leases")
                      if d.get("state") == "active"]
             return left

@@ -14,10 +14,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from authority.actor import SliverSpec
 from authority.substrate import hostnet
 from authority.substrate.netns import NetnsDriver
 from authority.substrate.openflow import cookie_flows
+from protocol.messages import SliverSpec
 from tests.integration.netns_support import (
     assert_shaped,
     cleanup,
@@ -117,7 +117,7 @@ def test_destroy_leaves_nothing_and_is_idempotent(driver):
 CHILD = textwrap.dedent("""
     import json, sys, time
     from datetime import UTC, datetime
-    from authority.actor import SliverSpec
+    from protocol.messages import SliverSpec
     from authority.substrate.netns import NetnsDriver
     d = NetnsDriver(sys.argv[1])
     d.start()

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from authority.actor import SliverSpec
 from authority.substrate.container import lxc_missing
+from protocol.messages import SliverSpec
 from slicex.errors import BadArgs, ServerError
 from tests.integration.netns_support import started_driver
 

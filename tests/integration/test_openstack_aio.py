@@ -32,9 +32,9 @@ pytestmark = [
 
 openstack = pytest.importorskip("openstack")
 
-from authority.actor import SliverSpec  # noqa: E402
 from authority.substrate.openstack import OpenStackDriver  # noqa: E402
 from authority.substrate.openstack_plan import OpenStackSettings  # noqa: E402
+from protocol.messages import SliverSpec  # noqa: E402
 from slicex import procs  # noqa: E402
 from slicex.errors import ServerError  # noqa: E402
 from slicex.tls_xmlrpc import client  # noqa: E402

@@ -12,7 +12,7 @@ from tests.integration.conftest import Running, make_home
 from tests.integration.test_am_api import ok
 
 DRY = {"slicex_dry_run": True}
-TABLES = ("broker-tickets", "broker-queue", "broker-relinquished", "delegations", "sm-reservations",
+TABLES = ("broker-tickets", "broker-relinquished", "delegations", "sm-reservations",
           "sm-requests", "authority-leases", "authority-delegations")
 
 

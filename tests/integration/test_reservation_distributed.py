@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from authority.actor import LEASES, Authority, RemoteAuthority
+from authority.actor import LEASES, Authority
 from broker.broker import TICKETS, Broker
-from broker.delegation import export_substrate
-from broker.remote import RemoteBroker
+from protocol.delegation import export_substrate
+from protocol.remote import RemoteAuthority, RemoteBroker
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slice_manager import reservation as rs
@@ -38,9 +38,9 @@ FAULTS = "test-faults"
 def actor_main(role: str, home_dir: str, prefix: str, port: int, conn) -> None:
     """One actor process: its own store connection, its own key load, an mTLS server. It exits like kill -9
     at the internal boundary the test wrote into the store for it."""
-    from authority.actor import Authority, authority_handlers
+    from authority.actor import Authority
     from authority.substrate.emulated import EmulatedDriver
-    from broker.remote import broker_handlers
+    from protocol.remote import authority_handlers, broker_handlers
     from slicex.actor_rpc import ActorServer
     from slicex.devpki import actor_files, actor_public_key
     from slicex.home import Home

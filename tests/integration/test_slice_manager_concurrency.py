@@ -17,9 +17,9 @@ from authority.actor import LEASES
 from authority.substrate.emulated import EmulatedDriver
 from broker.broker import TICKETS
 from deployment.actors import ActorKeys, embedded_slice_manager
+from protocol import slice_manager as sm
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
-from slice_manager import api as sm
 from slice_manager import reservation as rs
 from slice_manager.actor import ActorSliceManager
 from slicex.clock import ManualClock
@@ -60,7 +60,7 @@ class HeldBroker:
 
     def place(self, holder, demands, term, now, group=None, dry_run=False, authority=""):
         self.issued.append(group)
-        if any(n["client_id"] == self.held for n in demands["nodes"]):
+        if any(n.client_id == self.held for n in demands.request.nodes):
             self.entered.set()
             assert self.go.wait(30), "the test never released the held ticket call"
         return self.broker.place(holder, demands, term, now, group=group, dry_run=dry_run, authority=authority)

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from authority.actor import SliverSpec
 from authority.substrate import hostnet
 from authority.substrate.netns import NetnsDriver
 from authority.substrate.netns_plan import shared_trunk_name
 from authority.substrate.ovs import OvsSwitch
+from protocol.messages import SliverSpec
 from rspec.request import parse_request
 from rspec.substrate import load_substrate
 from stitching.am_hops import apply_hops

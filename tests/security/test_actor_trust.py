@@ -18,15 +18,17 @@ from typing import Any
 import pytest
 import yaml
 
-from authority.actor import RemoteAuthority, SliverSpec
-from broker.delegation import export_substrate
-from broker.remote import RemoteBroker
+from protocol.delegation import export_substrate
+from protocol.messages import SliverSpec, demands_of
+from protocol.remote import RemoteAuthority, RemoteBroker
+from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slicex import pki
 from slicex.actor_rpc import ActorClient, ActorServer
 from slicex.devpki import actor_urn
 from slicex.errors import CredentialInvalid, Expired, Forbidden, Refused, RpcError, Unavailable
 from slicex.home import Home
+from slicex.term import Term
 from slicex.ticket import Ticket, load_signing_key, sign_lease, sign_ticket
 from tests.factories import request_rspec, vm
 from tests.integration.conftest import AUTHORITY, REDIS_URL, Running, start, stop
@@ -77,7 +79,7 @@ def impostor_broker(r: Running, cert: str, key: str, calls: list[str]) -> ActorS
             return [] if name == "reclaimed" else {}
         return handler
 
-    handlers = {m: record(m) for m in ("place", "availability", "reclaimed", "issue", "ticket", "query", "accept")}
+    handlers = {m: record(m) for m in ("place", "availability", "reclaimed", "query", "accept")}
     fake = ActorServer("broker", handlers, {AM: frozenset(handlers)}, ("127.0.0.1", port), cert, key, str(r.home.ca_cert))
     fake.start()
     return fake
@@ -177,7 +179,7 @@ def test_the_authority_may_delegate_to_the_broker_but_not_the_other_way(distribu
         as_broker.call("close", "x", "2030-01-01T00:00:00Z")
 
 
-@pytest.mark.parametrize("method", ["place", "issue", "ticket", "extend_ticket", "relinquish", "query", "availability"])
+@pytest.mark.parametrize("method", ["place", "extend_ticket", "relinquish", "query", "availability"])
 def test_the_authoritys_identity_may_not_ask_the_broker_for_promises(distributed, method):
     """Each caller calls only its own methods: the authority hands inventory over; it never asks for
     promises (the slice manager's side: tests/security/test_delegation_forgery.py)."""
@@ -206,11 +208,11 @@ def _core_pool():
 
 
 def _genuine(r: Running, minutes: int = 10) -> Ticket:
+    """A ticket the broker grants the slice manager for one VM (reservation r1)."""
     broker, _ = _actors(r)
     now = r.clock.now()
-    unit = _core_pool().units[0]
-    (t,) = broker.ticket("sm", {"r1": [unit]}, now, now + timedelta(minutes=minutes)).values()
-    return t
+    demands = demands_of(parse_request(request_rspec([vm("n1")])), {"n1": "r1"})
+    return broker.place("sm", demands, Term(now, now + timedelta(minutes=minutes)), now).tickets["r1"]
 
 
 def _leased(r: Running) -> list[str]:
@@ -225,7 +227,7 @@ def test_a_genuine_ticket_redeems(distributed):
     _, authority = _actors(r)
     t = _genuine(r)
     lease, _ = authority.redeem(t, replace(SPEC, units=t.units), r.clock.now())
-    assert lease.units == t.units and _leased(r) == [f"leased:{t.units[0]}"]
+    assert lease.units == t.units and sorted(_leased(r)) == sorted(f"leased:{u}" for u in t.units)
 
 
 def test_the_authority_refuses_a_ticket_signed_with_the_aggregates_key(distributed):

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from authority.actor import SliverSpec
 from authority.substrate import hostnet
 from authority.substrate.container import UID_RANGE_SIZE, UID_RANGES_START, lxc_missing
 from authority.substrate.netns import NetnsDriver
+from protocol.messages import SliverSpec
 from tests.integration.netns_support import require_host, started_driver
 
 USES_HOST_NETWORK = True  # its nodes' switch: one userspace Open vSwitch per host (tests/conftest.py)

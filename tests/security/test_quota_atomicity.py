@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 from operations import quotas
 from operations.ledger import Ledger
+from protocol.slice_manager import Sliver
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
-from slice_manager.api import Sliver
 from slice_manager.peer_gate import ENDED, wanted_nodes
 from slicex import pki
 from slicex.credentials import create_credential

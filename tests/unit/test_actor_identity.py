@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from authority.actor import DELEGATED, Authority, SliverSpec
-from broker.calendar import Pool
-from broker.delegation import Delegation
+from authority.actor import DELEGATED, Authority
+from protocol.delegation import Delegation, Pool
+from protocol.messages import SliverSpec
 from slicex import pki
 from slicex.clock import ManualClock
 from slicex.devpki import (

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from authority.actor import LEASES, Authority, SliverSpec
-from broker.calendar import Pool
-from broker.delegation import Delegation
+from authority.actor import LEASES, Authority
+from protocol.delegation import Delegation, Pool
+from protocol.messages import SliverSpec
 from slicex.errors import CredentialInvalid, Expired, Refused, SearchFailed, ServerError
 from slicex.store.sqlite_store import SqliteStore
 from slicex.ticket import Ticket, sign_ticket, verify_lease

@@ -18,8 +18,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from authority.actor import NUMBERED, Authority
 from broker.broker import DELEGATIONS, Broker
-from broker.delegation import export_substrate
-from broker.placement import demands_of
+from protocol.delegation import export_substrate
+from protocol.messages import demands_of
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slicex.clock import ManualClock
@@ -150,7 +150,7 @@ def test_an_old_reclaim_order_replayed_after_the_host_came_back_is_refused_and_c
     with pytest.raises(Refused, match=r"reclaim order number \d+ .* is older than"):
         b.reclaim(old_order, T0)
     assert state(b) == before and set(pools) <= set(b.delegated())
-    assert list(b.place("sm", one_vm(host=HOST), Term(T0, T0 + timedelta(hours=1)), T0)["tickets"]) == ["n1"]
+    assert list(b.place("sm", one_vm(host=HOST), Term(T0, T0 + timedelta(hours=1)), T0).tickets) == ["n1"]
 
 
 def test_the_latest_message_sent_again_changes_nothing_and_is_not_an_error():
@@ -283,4 +283,4 @@ def test_a_host_another_broker_process_is_draining_takes_no_new_promises():
     assert busy and set(busy) <= set(a.inventory.on(HOST))
     with pytest.raises(InsufficientNodes):
         ams.place("bob", one_vm("b", host=HOST), term, T0, group="bob")
-    assert list(ams.place("bob", one_vm("b"), term, T0, group="bob")["tickets"]) == ["b"]  # elsewhere
+    assert list(ams.place("bob", one_vm("b"), term, T0, group="bob").tickets) == ["b"]  # elsewhere

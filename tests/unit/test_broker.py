@@ -11,13 +11,13 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from authority.actor import Authority, SliverSpec
+from authority.actor import Authority
 from authority.substrate.emulated import EmulatedDriver
 from broker.broker import Broker
-from broker.calendar import LabelSet
-from broker.delegation import Delegation, export_prefixes, export_substrate
 from broker.placement import plan
-from broker.policy import BestFit, FifoQueue, FirstFit, WorstFit, free_cores
+from broker.policy import BestFit, FirstFit, WorstFit, free_cores
+from protocol.delegation import Delegation, LabelSet, export_prefixes, export_substrate
+from protocol.messages import SliverSpec
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slicex.errors import Busy, CredentialInvalid, Expired, Refused
@@ -80,23 +80,6 @@ def test_policies_order_hosts():
     placed = plan(SUB, parse_request(request_rspec([vm("a")])), used, policy=BestFit())
     assert placed[0].component_id == vm_hosts[1].component_id
     assert free_cores(vm_hosts[1], used) == 6
-
-
-def test_fifo_queue_serves_in_order_and_never_lets_small_requests_overtake():
-    q = FifoQueue()
-    for item in (5, 1, 1):
-        q.push(item)
-    capacity = [3]
-
-    def grant(n):
-        if n <= capacity[0]:
-            capacity[0] -= n
-            return True
-        return False
-
-    assert q.serve(grant) == [] and len(q.waiting) == 3  # the 5 waits; the 1s do not jump the queue
-    capacity[0] = 7
-    assert q.serve(grant) == [5, 1, 1]
 
 
 @settings(max_examples=40, deadline=None)

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.calendar import Calendar, CalendarError, LabelSet, Pool, common_free_labels
+from broker.calendar import Calendar, CalendarError, common_free_labels
+from protocol.delegation import LabelSet, Pool
 from slicex.term import Term
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)

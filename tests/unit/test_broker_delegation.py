@@ -4,7 +4,8 @@ promised and drains the rest."""
 from datetime import UTC, datetime, timedelta
 
 from broker.calendar import Calendar
-from broker.delegation import Delegation, claim, export_substrate, reclaim
+from broker.delegation import claim, reclaim
+from protocol.delegation import Delegation, export_substrate
 from rspec.substrate import default_substrate
 from slicex.term import Term
 

@@ -19,14 +19,15 @@ from hypothesis import strategies as st
 
 from authority.substrate.emulated import EmulatedDriver
 from broker.broker import TICKETS, Broker
-from broker.delegation import export_substrate
-from broker.placement import demands_of
 from deployment.actors import ActorKeys, embedded_slice_manager
+from protocol.delegation import export_substrate
+from protocol.messages import PlaceAnswer, demands_of
+from protocol.remote import broker_handlers
 from rspec.advertisement import Usage, build_advertisement
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slice_manager.actor import ActorSliceManager
-from slicex.clock import ManualClock
+from slicex.clock import ManualClock, rfc3339
 from slicex.errors import BadArgs, GeniError
 from slicex.inventory import is_unit, usage_counts
 from slicex.store.sqlite_store import SqliteStore
@@ -89,7 +90,8 @@ def test_the_slice_manager_sends_demands_and_the_broker_chooses_the_units(tmp_pa
     now = ManualClock().now()
     slivers = asm.allocate(SLICE, "o", parse_request(three_node_lan()), now + 10 * MIN, now)
     assert set(broker.calls) == {"place"}, broker.calls  # no calendar read, no exact-unit ticket request
-    (demands,) = broker.placed
+    demands = broker.placed[0].to_doc()  # the message as it goes over the wire
+    assert len(broker.placed) == 1
     assert [n["client_id"] for n in demands["nodes"]] == ["n1", "n2", "n3"]
     assert [lk["client_id"] for lk in demands["links"]] == ["lan0"]
     named = [s for s in strings(demands) if is_unit(s)]
@@ -136,16 +138,18 @@ def test_a_dry_run_is_the_same_message_with_dry_run_and_books_nothing(tmp_path):
     assert [s for s in strings(broker.placed[0]) if is_unit(s)] == []
 
 
-def test_malformed_demands_are_badargs():
+def test_malformed_demands_arriving_at_the_broker_are_badargs():
     store = SqliteStore(":memory:")
     broker = Broker("broker", store, KEY, authority=AUTH)
     broker.accept(export_substrate(SUB, AUTH, "broker"))
+    place = broker_handlers(broker)["place"]  # what the broker's actor server calls with the wire form
     now = ManualClock().now()
+    term = {"start": rfc3339(now), "end": rfc3339(now + MIN)}
     with pytest.raises(BadArgs, match="malformed placement demand"):
-        broker.place("h", {"nodes": [{"client_id": "a"}]}, Term(now, now + MIN), now)
+        place("h", {"nodes": [{"client_id": "a"}]}, term, rfc3339(now))
     with pytest.raises(BadArgs, match="malformed placement demand"):
-        broker.place("h", {"nodes": [{"client_id": "a", "reservation": "r", "interfaces": "eth0"}], "links": []},
-                     Term(now, now + MIN), now)
+        place("h", {"nodes": [{"client_id": "a", "reservation": "r", "interfaces": "eth0"}], "links": []}, term,
+              rfc3339(now))
 
 
 def test_a_broker_without_a_delegated_substrate_refuses_to_place():
@@ -178,7 +182,7 @@ def test_availability_is_cached_until_the_broker_changes_even_through_another_wo
     demands = demands_of(parse_request(request_rspec([vm("c")])), {"c": "r-c"})
     got = other.place("sm2", demands, Term(now, now + 10 * MIN), now)
     used = asm.in_use(now)
-    assert not broker.answers[-1]["unchanged"] and set(got["tickets"]["r-c"].units) <= used
+    assert not broker.answers[-1]["unchanged"] and set(got.tickets["r-c"].units) <= used
     asm.delete([s.urn], now)
     assert f"node:{bm}" not in asm.in_use(now) and not broker.answers[-1]["unchanged"]
 
@@ -247,8 +251,8 @@ def test_concurrent_placements_never_book_a_unit_twice(requests):
                 assert unit not in booked, f"{unit} promised to {booked[unit]} and {doc['ticket']['id']}"
                 booked[unit] = doc["ticket"]["id"]
                 assert claims.get(unit) == group, f"{unit} booked by {group}, claimed by {claims.get(unit)}"
-        granted = [o for o in outcomes if isinstance(o, dict)]
-        assert sum(len(o["tickets"]) for o in granted) == len(store.scan(TICKETS))
+        granted = [o for o in outcomes if isinstance(o, PlaceAnswer)]
+        assert sum(len(o.tickets) for o in granted) == len(store.scan(TICKETS))
         assert set(claims) == set(booked)  # nothing claimed that no ticket books (all or nothing)
         store.close()
 
@@ -265,8 +269,8 @@ def test_a_request_asked_again_after_a_partial_grant_is_placed_again_as_a_whole(
     store.delete(TICKETS, "g/rb")  # as if the broker died between its two ticket writes
     again = Broker("broker", store, KEY, authority=AUTH)  # restarted: the calendar from the store
     got = again.place("h", demands, Term(now, now + 10 * MIN), now, group="g")
-    units = {u for t in got["tickets"].values() for u in t.units}
-    assert len(units) == sum(len(t.units) for t in got["tickets"].values())
+    units = {u for t in got.tickets.values() for u in t.units}
+    assert len(units) == sum(len(t.units) for t in got.tickets.values())
     assert {u for b in again.calendar.bookings.values() for u in b.units} == units
     assert set(store.claims_of("g")) == units
 
@@ -281,7 +285,7 @@ def test_an_answer_missing_a_ticket_fails_the_allocation_and_gives_everything_ba
 
         def place(self, *a, **kw):
             answer = real.broker.place(*a, **kw)
-            answer["tickets"].pop(next(iter(answer["tickets"])))
+            answer.tickets.pop(next(iter(answer.tickets)))
             return answer
 
     asm = ActorSliceManager(store, SUB, Short(), real.authority, name="sm", run_actor_clocks=False)

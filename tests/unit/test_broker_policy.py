@@ -1,8 +1,8 @@
 """Policies rank bins; labels are chosen from what is free; the FIFO queue never lets anyone overtake."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-from broker.policy import BestFit, BinView, FifoQueue, FirstFit, WorstFit, choose_label, policy_named, rank
+from broker.policy import BestFit, BinView, FirstFit, WorstFit, choose_label, policy_named, rank
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 BINS = [BinView("pc1", {"core": 8}, {"core": 8}, 0), BinView("pc2", {"core": 2}, {"core": 8}, 1),
@@ -44,29 +44,3 @@ def test_labels_suggested_if_free_else_lowest_not_avoided():
     assert choose_label([5, 7, 9], suggested=8) is None  # the caller asked for exactly that one
     assert choose_label([5, 7, 9], avoid={5}) == 7
     assert choose_label([], None) is None
-
-
-def test_fifo_queue_serves_in_order_and_never_lets_small_requests_overtake():
-    q = FifoQueue()
-    for item in (5, 1, 1):
-        q.push(item)
-    capacity = [3]
-
-    def grant(n):
-        if n <= capacity[0]:
-            capacity[0] -= n
-            return True
-        return False
-
-    assert q.serve(grant) == [] and len(q) == 3  # the 5 waits; the 1s do not jump the queue
-    capacity[0] = 7
-    assert q.serve(grant) == [5, 1, 1]
-
-
-def test_fifo_queue_drops_requests_past_their_deadline():
-    q = FifoQueue()
-    q.push("a", T0 + timedelta(minutes=1), "a")
-    q.push("b", T0 + timedelta(minutes=5), "b")
-    assert q.position("b") == 1
-    assert [w.id for w in q.expire(T0 + timedelta(minutes=2))] == ["a"]
-    assert q.position("b") == 0 and q.position("a") is None

@@ -1,5 +1,5 @@
-"""The broker actor: tickets under a policy, labels, advance reservations, the queue, restarts, and never a
-unit or a tag twice."""
+"""The broker actor: tickets under a policy, labels, advance reservations, restarts, and never a unit or a
+tag twice."""
 
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.broker import EXPIRY_GRACE, Broker, Demand
-from broker.calendar import LabelSet, Pool
-from broker.delegation import Delegation
 from broker.policy import BestFit, WorstFit
+from protocol.delegation import Delegation, LabelSet, Pool
 from slicex.errors import (
     BadArgs,
     Busy,
@@ -180,22 +179,6 @@ def test_relinquish_group_gives_back_what_a_lost_answer_held():
     b.store.claim("core:pc2:0", "g")  # a crashed earlier attempt of the same group
     assert b.relinquish_group("g", T0) == 4
     assert b.store.all_claims() == {} and b.calendar.bookings == {}
-
-
-def test_a_request_that_may_wait_is_queued_then_served_in_order():
-    b = broker(d=delegation((("pc1", 2),)))
-    held = one(b.issue("sm", {"h": vm(2, 2)}, Term(T0, T0 + H), T0))
-    assert b.issue("sm", {"w1": vm(2, 2)}, Term(T0, T0 + H), T0, group="g1", wait_until=T0 + H) is None
-    assert b.issue("sm", {"w2": vm(1, 1)}, Term(T0, T0 + H), T0, group="g2", wait_until=T0 + H) is None
-    assert b.query("g2", ["w2"])["w2"] == {"status": "queued", "position": 1, "deadline": "2030-01-01T01:00:00Z"}
-    b.relinquish(held, T0)
-    assert b.query("g1", ["w1"])["w1"]["status"] == "active"
-    assert b.query("g2", ["w2"])["w2"]["status"] == "queued"  # the first took everything; no overtaking
-    restarted = Broker("b", b.store, PEM)  # the queue is in the store
-    assert restarted.query("g2", ["w2"])["w2"]["position"] == 0
-    restarted.tick(T0 + H + timedelta(seconds=1))
-    gone = restarted.query("g2", ["w2"])["w2"]
-    assert gone["status"] == "failed" and "waited until 2030-01-01T01:00:00Z" in gone["reason"]
 
 
 def test_a_restarted_broker_rebuilds_its_calendar():

@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from authority.substrate.emulated import EmulatedDriver
 from broker.broker import Broker
-from broker.calendar import Calendar, CalendarError, Pool
-from broker.delegation import export_substrate
-from broker.placement import demands_of
+from broker.calendar import Calendar, CalendarError
 from deployment.actors import ActorKeys, embedded_slice_manager
+from protocol.delegation import Pool, export_substrate
+from protocol.messages import demands_of
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slice_manager import reservation as rs
@@ -112,7 +112,7 @@ def test_future_placements_never_promise_a_bare_metal_node_twice_and_availabilit
                            for u in units}
             assert len(overlapping) == len(BARE)  # refused only when every node is booked during the term
             continue
-        (ticket,) = answer["tickets"].values()
+        (ticket,) = answer.tickets.values()
         assert ticket.start == term.start and ticket.end == term.end
         granted[ticket.id] = (frozenset(ticket.units), term)
     assert b.store.all_claims() == {}

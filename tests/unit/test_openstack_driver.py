@@ -17,7 +17,6 @@ import pytest
 pytest.importorskip("openstack")
 requests_mock = pytest.importorskip("requests_mock")
 
-from authority.actor import SliverSpec  # noqa: E402
 from authority.substrate.openstack import OpenStackDriver  # noqa: E402
 from authority.substrate.openstack_plan import (  # noqa: E402
     OpenStackSettings,
@@ -25,6 +24,7 @@ from authority.substrate.openstack_plan import (  # noqa: E402
     resource_name,
     sliver_tag,
 )
+from protocol.messages import SliverSpec  # noqa: E402
 from slicex.errors import Unsupported  # noqa: E402
 
 # openstacksdk's warnings about its own deprecations

@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 
 from deployment.actors import ActorKeys, embedded_slice_manager
+from protocol import slice_manager as sm
 from rspec.request import parse_request
-from slice_manager import api as sm
 from slice_manager.actor import ActorSliceManager
 from slicex.clock import ManualClock
 from slicex.errors import GeniError

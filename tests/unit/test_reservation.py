@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocol.reservations import PENDING, STATES
 from slice_manager import reservation as rs
 from slice_manager.reservation import CloseAck, FailedRpc, LeaseUpdate, TicketUpdate
 
@@ -152,16 +153,6 @@ def test_every_pending_state_times_out(pending):
         assert later.state == rs.ACTIVE and "still ends" in later.reason and msgs == []
 
 
-def test_a_queued_ticket_waits_as_long_as_the_queue_then_times_out():
-    r, (m,) = rs.demand(rs.Reservation("r"), NOW, NOW + HOUR)
-    r, msgs = rs.on_update_ticket(r, TicketUpdate(m.request, False, queued_until=NOW + timedelta(minutes=10)), NOW)
-    assert r.pending == rs.TICKETING and msgs == []
-    still, _ = rs.on_tick(r, NOW + timedelta(minutes=10))
-    assert still.pending == rs.TICKETING
-    gone, _ = rs.on_tick(r, NOW + timedelta(minutes=11))
-    assert gone.state == rs.FAILED
-
-
 def test_expired_term_closes_itself():
     r = active(NOW + HOUR)
     assert rs.on_tick(r, NOW + HOUR - timedelta(seconds=1))[0] == r
@@ -270,7 +261,7 @@ def test_no_sequence_of_events_leaves_a_reservation_pending_or_holding_after_its
                 r, msgs = rs.on_tick(r, t)
         except rs.TransitionError:
             pass
-        assert r.state in rs.STATES and r.pending in rs.PENDING
+        assert r.state in STATES and r.pending in PENDING
         track(r, msgs)
     for _ in range(4):
         t += timedelta(hours=1)

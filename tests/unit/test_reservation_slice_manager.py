@@ -12,9 +12,9 @@ from authority.actor import LEASES
 from authority.substrate.emulated import EmulatedDriver
 from broker.broker import Demand
 from deployment.actors import ActorKeys, embedded_slice_manager
+from protocol import slice_manager as sm
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
-from slice_manager import api as sm
 from slice_manager import reservation as rs
 from slice_manager.actor import ActorSliceManager
 from slice_manager.records import RESERVATIONS, SLIVERS_OF

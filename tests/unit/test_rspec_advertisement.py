@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
-from authority.substrate.emulated import ALLOWED_ACTIONS
+from protocol.slice_manager import ALLOWED_ACTIONS
 from rspec.advertisement import AdvertisementCache, Usage, build_advertisement, format_ranges, host_available
 from rspec.namespaces import CAPACITY, OPSTATE, QINQ, RSPEC3, SHARED_VLAN_GENI, STITCH2
 from rspec.substrate import default_substrate, load_substrate, parse_range

@@ -13,8 +13,8 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from broker.broker import Broker
-from broker.delegation import export_substrate
-from broker.placement import demands_of
+from protocol.delegation import export_substrate
+from protocol.messages import demands_of
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slicex.clock import ManualClock
@@ -147,5 +147,5 @@ def test_placement_reads_the_brokers_own_claims_and_no_other_actors():
     now = ManualClock().now()
     demands = demands_of(parse_request(request_rspec([vm("a")])), {"a": "r-a"})
     got = broker.place("sm", demands, Term(now, now + timedelta(minutes=10)), now)
-    assert got["tickets"]["r-a"].units and store.listed
+    assert got.tickets["r-a"].units and store.listed
     assert all(listed == sorted(UNIT_KINDS) for listed in store.listed), store.listed

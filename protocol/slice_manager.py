@@ -25,6 +25,13 @@ READY_BUSY = "geni_ready_busy"
 FAILED = "geni_failed"
 
 ACTIONS = ("geni_start", "geni_restart", "geni_stop", "geni_update_users")
+# the operational states each action may be asked in (what the advertisement's state machine shows)
+ALLOWED_ACTIONS = {
+    "geni_start": {"geni_notready", "geni_failed"},
+    "geni_restart": {"geni_ready", "geni_failed", "geni_configuring"},
+    "geni_stop": {"geni_ready", "geni_configuring"},
+    "geni_update_users": {"geni_ready"},
+}
 
 
 @dataclass

@@ -1,0 +1,135 @@
+"""Delegation: the document an authority exports its inventory in, and a broker claims into its calendar
+(ORCA: export / claim / reclaim). It is a message between two actors, so it lives in the protocol.
+
+A delegation lists pools (units per resource type, per bin: cores and 512 MB memory chunks per VM host, whole
+bare-metal nodes, 100 Mbps bandwidth chunks per host port, FPGAs and their planes) and label sets (VLAN
+ranges per switch). Unit names are the claim keys of slicex/inventory.py, so what the broker's policy names,
+its calendar books and the store claims are the same strings.
+
+A delegation also carries the authority's *substrate description* (hosts, interfaces and their cabling,
+switches, VM sizes, images, external ports, FPGA boards), as ORCA's site authorities export their substrate
+model (NDL) with the resources they delegate: the broker's placement policy needs topology, not only unit
+counts, to pick a host for a VM or a tag common to the switches a link crosses. The broker learns the
+substrate only this way, never from the authority's configuration or store, so a broker in another trust
+domain places requests exactly as an embedded one. Pure: no store, no clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from slicex.inventory import BW_CHUNK_KBPS, MEM_CHUNK_MB, to_doc
+from slicex.inventory import SOFTWARE_PLANES_PER_BOARD as SW_PLANES
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str  # "core:<host>": also the prefix of its units' keys
+    resource_type: str  # "core", "mem", "node", "bw", "unit", ...
+    units: tuple[str, ...] = ()  # empty: an open pool whose units are named by whoever books them
+    bin: str = ""  # the host (or board) the pool lives on; pools of one bin are allocated together
+
+
+@dataclass(frozen=True)
+class LabelSet:
+    name: str  # "vlan:<switch>": also the prefix of its labels' keys
+    ranges: tuple[tuple[int, int], ...]
+
+    def __contains__(self, value: int) -> bool:
+        return any(lo <= value <= hi for lo, hi in self.ranges)
+
+    def values(self) -> Iterator[int]:
+        for lo, hi in self.ranges:
+            yield from range(lo, hi + 1)
+
+    def key(self, value: int) -> str:
+        return f"{self.name}:{value}"
+
+    @property
+    def size(self) -> int:
+        return sum(hi - lo + 1 for lo, hi in self.ranges)
+
+
+@dataclass(frozen=True)
+class Delegation:
+    authority: str
+    broker: str
+    pools: tuple[Pool, ...] = ()
+    label_sets: tuple[LabelSet, ...] = ()
+    substrate: dict[str, Any] | None = None  # the authority's substrate description (slicex.inventory.to_doc)
+
+    def names(self) -> list[str]:
+        return [p.name for p in self.pools] + [ls.name for ls in self.label_sets]
+
+    def only(self, names: Iterable[str]) -> Delegation:
+        keep = set(names)
+        return Delegation(self.authority, self.broker, tuple(p for p in self.pools if p.name in keep),
+                          tuple(ls for ls in self.label_sets if ls.name in keep), self.substrate)
+
+    def on(self, bin_name: str) -> list[str]:
+        """The pools of one bin (a host: its cores, memory, node and interface bandwidth)."""
+        return [p.name for p in self.pools if p.bin == bin_name]
+
+    def without(self, names: Iterable[str]) -> Delegation:
+        drop = set(names)
+        return Delegation(self.authority, self.broker, tuple(p for p in self.pools if p.name not in drop),
+                          tuple(ls for ls in self.label_sets if ls.name not in drop), self.substrate)
+
+    @property
+    def size(self) -> int:
+        return sum(len(p.units) for p in self.pools) + sum(ls.size for ls in self.label_sets)
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"authority": self.authority, "broker": self.broker,
+                "pools": [{"name": p.name, "type": p.resource_type, "bin": p.bin, "units": list(p.units)}
+                          for p in self.pools],
+                "label_sets": [{"name": ls.name, "ranges": [list(r) for r in ls.ranges]} for ls in self.label_sets],
+                "substrate": self.substrate}
+
+    @staticmethod
+    def from_doc(d: dict[str, Any]) -> Delegation:
+        return Delegation(d["authority"], d["broker"],
+                          tuple(Pool(p["name"], p["type"], tuple(p["units"]), p.get("bin", "")) for p in d["pools"]),
+                          tuple(LabelSet(ls["name"], tuple((int(lo), int(hi)) for lo, hi in ls["ranges"]))
+                                for ls in d["label_sets"]), d.get("substrate"))
+
+
+def export_substrate(substrate, authority: str, broker: str) -> Delegation:
+    """Everything a substrate offers, as a delegation to `broker`, with the substrate's description."""
+    pools: list[Pool] = []
+    for h in substrate.hosts:
+        cid = h.component_id
+        if h.exclusive:
+            pools.append(Pool(f"node:{cid}", "node", (f"node:{cid}",), cid))
+        else:
+            pools.append(Pool(f"core:{cid}", "core", tuple(f"core:{cid}:{i}" for i in range(h.cores)), cid))
+            pools.append(Pool(f"mem:{cid}", "mem", tuple(f"mem:{cid}:{i}" for i in range(h.memory_mb // MEM_CHUNK_MB)),
+                              cid))
+        for i in h.interfaces:
+            pools.append(Pool(f"bw:{i.component_id}", "bw",
+                              tuple(f"bw:{i.component_id}:{k}" for k in range(i.bandwidth_kbps // BW_CHUNK_KBPS)), cid))
+    # stitching: each external port's capacity, summed over slices
+    from stitching.am_hops import port_bw_pools
+
+    pools += [Pool(name, "bw", units, name) for name, units in port_bw_pools(substrate)]
+    labels = [LabelSet(f"vlan:{sw.component_id}", tuple(sw.vlan_range)) for sw in substrate.switches]
+    # stitching: the outer tag on each external port's wire (802.1Q tags, and the S-tags of a Q-in-Q port)
+    labels += [LabelSet(f"wire:{e.local_port}", tuple(sorted(set(e.vlan_range) | set(e.s_vlan_range))))
+               for e in substrate.external_links]
+    if substrate.fpga_boards:
+        from fpga_aggregate.boards import boards_from_config
+
+        for b in boards_from_config(substrate.fpga_boards):
+            pools.append(Pool(f"swplane:{b.name}", "swplane", tuple(f"swplane:{b.name}:{k}" for k in range(SW_PLANES)),
+                              b.name))
+            for f in b.fpgas:
+                pools.append(Pool(f"fpga:{f.id}", "fpga", (f"fpga:{f.id}",), b.name))
+                pools.append(Pool(f"vplane:{f.id}", "vplane",
+                                  tuple(f"vplane:{f.id}:{k}" for k in range(f.hardware_planes)), b.name))
+    return Delegation(authority, broker, tuple(pools), tuple(labels), to_doc(substrate))
+
+
+def export_prefixes(authority: str, broker: str, prefixes: Sequence[str]) -> Delegation:
+    """A delegation named only by unit prefixes (open pools: whoever books names the units)."""
+    return Delegation(authority, broker, tuple(Pool(p, p.split(":", 1)[0]) for p in prefixes))

@@ -1,0 +1,108 @@
+"""The messages the actors send each other, declared once (the methods that carry them: protocol/api.py).
+
+Slice manager → broker: `Demands` (what each node and link needs, no unit named) over a term; the broker
+answers a `PlaceAnswer` (signed tickets and where each reservation went, or a dry run's report). Slice manager
+→ authority: a ticket with its `SliverSpec` (what the driver sets up). Authority → broker: a signed delegation
+or reclaim order (slicex/ticket.py). Tickets and leases are slicex/ticket.py's."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rspec.fpga_ext import FpgaRequest
+from rspec.request import Request, RequestInterface, RequestLink, RequestNode
+from slicex.errors import BadArgs
+from slicex.inventory import from_doc, to_doc
+from slicex.ticket import Ticket
+
+NODE_FIELDS = ("client_id", "component_id", "component_manager_id", "exclusive", "sliver_type", "disk_image",
+               "hardware_type", "interfaces", "fpga")
+LINK_FIELDS = ("client_id", "interface_refs", "component_managers", "capacity_kbps", "latency_ms", "packet_loss",
+               "link_type", "shared_vlan", "vlan_tag", "uplinks")
+
+
+@dataclass(frozen=True)
+class Demands:
+    """What a slice manager asks a broker to place: the request's nodes and links (type, size, image, bound
+    component, FPGA kind and interfaces; endpoints, bandwidth, asked tag, stitching uplinks), the reservation
+    each becomes (client_id -> reservation id), and the aggregate's constraints on them: its image policy and
+    the FPGA parts of the requester's bitstreams."""
+
+    request: Request
+    reservations: Mapping[str, str]
+    image_policy: str = "reject"
+    bitstream_parts: Mapping[str, str] = field(default_factory=dict)
+
+    def to_doc(self) -> dict[str, Any]:
+        def node_doc(n: RequestNode) -> dict[str, Any]:
+            return {"reservation": self.reservations[n.client_id], **{k: to_doc(getattr(n, k)) for k in NODE_FIELDS}}
+
+        def link_doc(lk: RequestLink) -> dict[str, Any]:
+            return {"reservation": self.reservations[lk.client_id],
+                    **{k: to_doc(getattr(lk, k)) for k in LINK_FIELDS}}
+
+        return {"nodes": [node_doc(n) for n in self.request.nodes],
+                "links": [link_doc(lk) for lk in self.request.links],
+                "image_policy": self.image_policy, "bitstream_parts": dict(self.bitstream_parts)}
+
+    @staticmethod
+    def from_doc(d: Mapping[str, Any]) -> Demands:
+        """The demands a wire document carries; BADARGS naming what is malformed."""
+        try:
+            nodes = tuple(from_doc(RequestNode, {k: n.get(k) for k in NODE_FIELDS if k in n}) for n in d["nodes"])
+            links = tuple(from_doc(RequestLink, {k: lk.get(k) for k in LINK_FIELDS if k in lk}) for lk in d["links"])
+            rids = {x["client_id"]: str(x["reservation"]) for x in [*d["nodes"], *d["links"]]}
+            parts = {str(k): str(v) for k, v in (d.get("bitstream_parts") or {}).items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BadArgs(f"malformed placement demand: {type(exc).__name__}: {exc}") from None
+        for n in nodes:
+            if not isinstance(n.interfaces, tuple) or any(not isinstance(i, RequestInterface) for i in n.interfaces):
+                raise BadArgs(f"malformed placement demand: interfaces of node {n.client_id}")
+            if n.fpga is not None and not isinstance(n.fpga, FpgaRequest):
+                raise BadArgs(f"malformed placement demand: fpga of node {n.client_id}")
+        if len(rids) != len(nodes) + len(links):
+            raise BadArgs("malformed placement demand: a client_id is named twice")
+        return Demands(Request(nodes, links), rids, str(d.get("image_policy") or "reject"), parts)
+
+
+def demands_of(request: Request, reservations: Mapping[str, str], image_policy: str = "reject",
+               bitstream_parts: Mapping[str, str] | None = None) -> Demands:
+    """The demands of `request` for the reservations `reservations` (client_id -> reservation id), with only
+    the bitstream parts its FPGA nodes name."""
+    wanted = {n.fpga.bitstream for n in request.nodes if n.fpga is not None and n.fpga.bitstream}
+    return Demands(request, dict(reservations), image_policy,
+                   {ref: part for ref, part in (bitstream_parts or {}).items() if ref in wanted})
+
+
+@dataclass(frozen=True)
+class PlaceAnswer:
+    """A broker's answer to `place`: per reservation its signed ticket and where it went (`kind`,
+    `component_id`, `details`: host, interfaces, chosen tag); for a dry run only `report` (asked vs available,
+    broker/placement.py `report`)."""
+
+    tickets: Mapping[str, Ticket] = field(default_factory=dict)
+    placements: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    report: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SliverSpec:
+    """What a driver sets up for one lease: the units leased plus what the slice manager planned."""
+
+    id: str  # the reservation (sliver) id
+    kind: str  # "node" | "link"
+    client_id: str = ""
+    units: tuple[str, ...] = ()
+    labels: tuple[tuple[str, int], ...] = ()  # e.g. the VLAN tag of a link, or of the links a node attaches to
+    details: Mapping[str, Any] = field(default_factory=dict)  # host, image, VM size, interfaces, boot time...
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "client_id": self.client_id, "units": list(self.units),
+                "labels": [list(lb) for lb in self.labels], "details": dict(self.details)}
+
+    @staticmethod
+    def from_doc(d: Mapping[str, Any]) -> SliverSpec:
+        return SliverSpec(d["id"], d["kind"], d.get("client_id", ""), tuple(d.get("units", ())),
+                          tuple((str(k), int(v)) for k, v in d.get("labels", ())), dict(d.get("details", {})))

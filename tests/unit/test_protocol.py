@@ -1,0 +1,105 @@
+"""The actors' protocol: one declaration per actor, the proxies and handler tables derived from it, and one
+codec that refuses a malformed message with BADARGS at the edge."""
+
+from __future__ import annotations
+
+import inspect
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from authority.actor import Authority
+from broker.broker import Broker
+from protocol.api import AuthorityApi, BrokerApi
+from protocol.codec import decode, encode
+from protocol.messages import PlaceAnswer, SliverSpec, demands_of
+from protocol.remote import (
+    RemoteAuthority,
+    RemoteBroker,
+    authority_callers,
+    authority_handlers,
+    broker_callers,
+    broker_handlers,
+    methods,
+)
+from rspec.request import parse_request
+from slicex.errors import BadArgs
+from slicex.term import Term
+from slicex.ticket import Ticket
+from tests.factories import three_node_lan
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def _public(cls: type) -> set[str]:
+    return {n for n, v in vars(cls).items() if not n.startswith("_") and callable(v)}
+
+
+@pytest.mark.parametrize(("api", "proxy"), [(BrokerApi, RemoteBroker), (AuthorityApi, RemoteAuthority)])
+def test_a_proxy_exposes_exactly_its_protocols_methods(api, proxy):
+    assert _public(proxy) == set(methods(api)) == _public(api)
+    for name, sig in methods(api).items():
+        assert inspect.signature(getattr(proxy, name)) == sig
+
+
+@pytest.mark.parametrize(("api", "actor"), [(BrokerApi, Broker), (AuthorityApi, Authority)])
+def test_the_local_actor_implements_its_protocol(api, actor):
+    for name, sig in methods(api).items():
+        local = list(inspect.signature(getattr(actor, name)).parameters)[1:]
+        assert local[: len(sig.parameters)] == list(sig.parameters), name
+
+
+def test_callers_and_handlers_come_from_the_declaration():
+    callers = broker_callers("sm", "auth")
+    assert callers["sm"] == {"place", "extend_ticket", "relinquish", "query", "availability", "reclaimed",
+                             "delegations", "tickets"}
+    assert callers["auth"] == {"accept", "reclaim", "reclaimed", "delegations", "tickets"}
+    assert authority_callers("sm") == {"sm": set(methods(AuthorityApi))}
+    assert set(broker_handlers(object())) == set(methods(BrokerApi))
+    assert set(authority_handlers(object())) == set(methods(AuthorityApi))
+
+
+def test_a_message_survives_the_codec():
+    request = parse_request(three_node_lan())
+    demands = demands_of(request, {e.client_id: f"r-{e.client_id}" for e in (*request.nodes, *request.links)})
+    sig = methods(BrokerApi)["place"]
+    hints = {p.name: p.annotation for p in sig.parameters.values()}
+    term = Term(T0, T0 + timedelta(hours=1))
+    for value, name in ((term, "term"), (T0, "now"), (None, "group")):
+        assert decode(encode(value, hints[name]), hints[name], name) == value
+    wire = encode(demands, hints["demands"])
+    assert decode(wire, hints["demands"], "demands").to_doc() == demands.to_doc() == wire
+    ticket = Ticket("g/r1", "broker", "sm", "r1", ("core:h:0",), T0, T0 + timedelta(hours=1))
+    answer = PlaceAnswer({"r1": ticket}, {"r1": {"kind": "node", "component_id": "h", "details": {}}})
+    assert decode(encode(answer, sig.return_annotation), sig.return_annotation, "answer") == answer
+    spec = SliverSpec("r1", "node", "n1", ("core:h:0",), (("vlan", 7),), {"host": "h"})
+    assert decode(encode(spec, SliverSpec), SliverSpec, "spec") == spec
+
+
+class _Refusing:
+    def __getattr__(self, name):
+        raise AssertionError(f"a malformed message reached the actor's {name}")
+
+
+@pytest.mark.parametrize(("method", "args", "why"), [
+    ("extend_ticket", ({"id": "x"}, "2030-01-01T00:00:00Z"), "ticket: not a Ticket: KeyError"),
+    ("extend_ticket", (), "ticket is missing"),
+    ("relinquish", ("not a struct",), "ticket: expected a Ticket struct"),
+    ("query", ("g", "r1"), "reservations: expected a list"),
+    ("query", ("g", [1]), r"reservations\[0\]: expected str, got int"),
+    ("availability", ("", "yesterday"), "now: not an RFC 3339 time"),
+    ("availability", ("", None, {"start": "2030-01-01T00:00:00Z"}), "term: Term has no end"),
+    ("place", ("h", {"nodes": [{"client_id": "a"}]}, None, "2030-01-01T00:00:00Z"), "malformed placement demand"),
+    ("reclaimed", ("a", "b"), "takes 1 arguments, 2 given"),
+    ("accept", ({"authority": "a"},), "not a SignedDelegation"),
+])
+def test_the_codec_answers_a_malformed_message_with_badargs(method, args, why):
+    with pytest.raises(BadArgs, match=why) as err:
+        broker_handlers(_Refusing())[method](*args)
+    assert err.value.code == 1
+
+
+def test_a_malformed_sliver_spec_is_badargs_before_the_authority_acts():
+    ticket = Ticket("g/r1", "broker", "sm", "r1", ("core:h:0",), T0, T0 + timedelta(hours=1)).to_doc()
+    with pytest.raises(BadArgs, match="spec: not a SliverSpec: KeyError"):
+        authority_handlers(_Refusing())["redeem"](ticket, {"kind": "node"}, "2030-01-01T00:00:00Z")
