@@ -32,9 +32,18 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from protocol.api import BrokerApi
-from protocol.messages import SliverSpec
+from protocol.messages import Maintenance, SliverSpec
 from slicex.clock import Clock
-from slicex.errors import BadArgs, CredentialInvalid, Expired, GeniError, Refused, SearchFailed, ServerError
+from slicex.errors import (
+    BadArgs,
+    CredentialInvalid,
+    Expired,
+    GeniError,
+    Refused,
+    SearchFailed,
+    ServerError,
+    Unavailable,
+)
 from slicex.store import Store
 from slicex.store.ownership import Actor, scoped
 from slicex.ticket import (
@@ -111,8 +120,10 @@ LEASE_LOCK_STRIPES = 64
 # ---- the actor ----------------------------------------------------------------------------------------------------
 class Authority:
     def __init__(self, name: str, driver: Any, broker_keys: dict[str, Any], store: Store | None = None,
-                 key: Any = None, inventory: Delegation | None = None, clock: Clock | None = None):
+                 key: Any = None, inventory: Delegation | None = None, clock: Clock | None = None,
+                 broker: BrokerApi | None = None):
         self.name = name
+        self.broker = broker  # its broker: what it delegated to at its start (`export_to`) or was wired with
         self.substrate = as_driver(driver) if driver is not None else None  # None: delegates only
         self.broker_keys = broker_keys  # broker name → public key of its certificate (tickets are checked with it)
         self.store = scoped(store, Actor.AUTHORITY)
@@ -146,6 +157,7 @@ class Authority:
         maintenance), which stays out across restarts; parts added to the substrate are delegated too."""
         if self.inventory is None:
             raise BadArgs(f"authority {self.name} has no inventory to delegate")
+        self.broker = broker
         parked = set(broker.reclaimed(self.name))
         names = [n for n in self.inventory.names() if n not in parked]
         to = self._broker_name(broker)
@@ -160,6 +172,20 @@ class Authority:
         if held is not None:
             self._record(to, set(held) - set(free))  # draining ones stay: their tickets are still good
         return free, busy
+
+    def maintenance(self, host: str, back: bool, now: datetime) -> Maintenance:
+        """The operator's order for one host (its component id): its pools leave the broker's inventory (what
+        is promised drains as its tickets end) or come back; refused when the host has no pools here."""
+        if self.broker is None:
+            raise Unavailable(f"authority {self.name} has not delegated to a broker yet; try again once it has")
+        pools = self.inventory.on(host) if self.inventory is not None else []
+        if not pools:
+            raise BadArgs(f"authority {self.name} owns no host {host}")
+        if back:
+            self.delegate(self.broker, pools)
+            return Maintenance(host, True)
+        free, busy = self.reclaim(self.broker, pools, self._now(now))
+        return Maintenance(host, False, tuple(free), tuple(busy))
 
     def _grant(self, part: Delegation, to: str) -> SignedDelegation | Delegation:
         """The delegation message for `part` of the inventory: a SignedDelegation signed with this authority's

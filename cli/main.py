@@ -487,6 +487,7 @@ def _run_foreground(home: Home, print_config: bool = False, distributed: bool = 
     procs.write(home.pid_file, procs.this_process({"role": "slicex", "distributed": distributed,
                                                    "am_url": endpoints.am_url, "sa_url": endpoints.sa_url,
                                                    "dashboard_url": deployment.dashboard_url,
+                                                   **deployment.actor_urls,
                                                    **({"chapi_url": deployment.chapi.url} if deployment.chapi else {}),
                                                    **({"scs_url": scs.start()} if scs else {})}))
     path = _write_omni_config(home, None)
@@ -753,13 +754,13 @@ def cmd_fpga_list(args: argparse.Namespace) -> int:
 
 
 def cmd_maintenance(args: argparse.Namespace) -> int:
-    """Take a host out of (or back into) the broker's inventory; slivers already on it keep running."""
+    """Take a host out of (or back into) the broker's inventory; slivers already on it keep running. The order
+    is a message to the running authority actor (either deployment serves it), sent with the authority's own
+    certificate: only the site's operator holds that key. With nothing running, the same message goes to an
+    authority and a broker built over the store for this command, and the deployment reads it at its start."""
     from datetime import UTC, datetime
 
-    from deployment.actors import home_keys_and_names, make_authority
     from deployment.service import deployment_substrate
-    from slicex.clock import SystemClock
-    from slicex.store import open_store
 
     home = _home(args)
     cfg = home.config()
@@ -768,53 +769,70 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
     if host is None:
         print(f"no host {args.host} in the substrate ({', '.join(h.name for h in substrate.hosts)})", file=sys.stderr)
         return 2
-    keys, name = home_keys_and_names(home, cfg.authority)  # a home from before the broker had a key of its own
-    store = open_store(str(cfg.store))  # the authority records what it delegates (tickets are checked against it)
-    # as the authority: its orders and grants are documents signed with its key, which the broker verifies
-    authority = make_authority(store, keys, name, substrate, None, clock=SystemClock())
-    pools = authority.inventory.on(host.component_id)
-    broker = _maintenance_broker(home, cfg, store, name)
-    where = f" (broker actor at {broker.client.url})" if hasattr(broker, "client") else ""
+    url = _running_actor_url(home, "authority")
     try:
-        if args.end:
-            authority.delegate(broker, pools)
-            print(f"{host.name} is back in the broker's inventory{where}")
-            return 0
-        _, busy = authority.reclaim(broker, pools, datetime.now(UTC))
+        if url:
+            from deployment.actors import Caller, authority_client
+
+            authority = authority_client(url, Caller.of_home(home, "authority"), cfg.authority,
+                                         cfg.actor_timeout_seconds)
+            answer = authority.maintenance(host.component_id, args.end, datetime.now(UTC))
+        else:
+            answer = _maintenance_at_rest(home, cfg, substrate, host.component_id, args.end)
     except GeniError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1
-    if busy:
-        print(f"{host.name}: {len(busy)} of its resources are promised to slivers; they stay until those end. "
-              f"Run this again after they expire or are deleted.")
+    where = f" (the authority actor at {url})" if url else " (nothing running: recorded in the store)"
+    if answer.back:
+        print(f"{host.name} is back in the broker's inventory{where}")
+        return 0
+    if answer.busy:
+        print(f"{host.name}: {len(answer.busy)} of its resources are promised to slivers; they stay until those "
+              f"end. Run this again after they expire or are deleted.")
         return 1
     print(f"{host.name} is out of the broker's inventory (maintenance){where}; `slicex maintenance {host.name} "
           f"--end` returns it")
     return 0
 
 
-def _maintenance_broker(home: Home, cfg: SlicexConfig, store: Any, authority: str) -> BrokerApi:
-    """Whom `slicex maintenance` sends the authority's signed messages to: a running broker actor (`up
-    --distributed`), as the authority, so the broker process applies them to what it holds; else (embedded,
-    or nothing running) a broker over the store, where the AM's broker reads what is parked and a broker
-    process starting later loads it."""
-    from deployment.actors import home_keys_and_names, make_broker
-    from slicex.clock import SystemClock
+def _maintenance_at_rest(home: Home, cfg: SlicexConfig, substrate: Any, host: str, back: bool) -> Any:
+    """The maintenance message with no deployment running: to the authority and broker of this home built
+    over its store (deployment/actors.py), as `slicex up` builds them."""
+    from datetime import UTC, datetime
 
-    keys, name = home_keys_and_names(home, cfg.authority)
-    return _running_broker(home, cfg, "authority") or make_broker(store, keys, name, clock=SystemClock())
+    from deployment.actors import home_keys_and_names, make_authority, make_broker
+    from slicex.clock import SystemClock
+    from slicex.store import open_store
+
+    keys, name = home_keys_and_names(home, cfg.authority)  # a home from before the broker had a key of its own
+    store = open_store(str(cfg.store))
+    try:
+        broker = make_broker(store, keys, name, clock=SystemClock())
+        authority = make_authority(store, keys, name, substrate, None, clock=SystemClock(), broker=broker)
+        return authority.maintenance(host, back, datetime.now(UTC))
+    finally:
+        store.close()
+
+
+def _running_actor_url(home: Home, role: str) -> str:
+    """Where this home's running `role` actor ("broker" or "authority") is served: its own process (`up
+    --distributed`, `slicex actor`), else the embedded deployment's process; "" when none runs."""
+    own = procs.running(_pid_path(home, role))
+    if own is not None:
+        return str(own.info["url"])
+    embedded = procs.running(home.pid_file)
+    return str(embedded.info.get(f"{role}_url", "")) if embedded is not None else ""
 
 
 def _running_broker(home: Home, cfg: SlicexConfig, as_role: str) -> BrokerApi | None:
     """The running broker actor of this home (None when there is none), called over mutual TLS with the
     certificate of `as_role` ("authority", or "am": the slice manager's identity)."""
-    actor = procs.running(_pid_path(home, "broker"))
-    if actor is None:
+    url = _running_actor_url(home, "broker")
+    if not url:
         return None
     from deployment.actors import Caller, broker_client
 
-    return broker_client(actor.info["url"], Caller.of_home(home, as_role), cfg.authority,
-                         cfg.actor_timeout_seconds)
+    return broker_client(url, Caller.of_home(home, as_role), cfg.authority, cfg.actor_timeout_seconds)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -16,9 +16,11 @@ from slicex.ticket import load_signing_key
 if TYPE_CHECKING:
     from authority.actor import Authority
     from broker.broker import Broker
+    from protocol.api import BrokerApi
     from protocol.remote import RemoteAuthority, RemoteBroker
     from rspec.substrate import Substrate
     from slice_manager.actor import ActorSliceManager
+    from slicex.actor_rpc import ActorServer
     from slicex.home import Home
     from slicex.store import Store
 
@@ -70,14 +72,31 @@ def make_broker(store: Store, keys: ActorKeys, authority_name: str, *, policy: A
 
 
 def make_authority(store: Store, keys: ActorKeys, authority_name: str, substrate: Substrate, driver: Any, *,
-                   clock: Clock | None) -> Authority:
+                   clock: Clock | None, broker: BrokerApi | None = None) -> Authority:
     """The authority over `substrate`: signs leases and delegations, trusts tickets of the broker's key only.
-    `driver` None: it only delegates and reclaims (no slivers)."""
+    `driver` None: it only delegates and reclaims (no slivers). `broker`: where its maintenance orders go
+    before it has delegated (`export_to` sets it too)."""
     from authority.actor import Authority
     from protocol.delegation import export_substrate
 
     return Authority(authority_name, driver, {"broker": keys.broker.public_key()}, store=store, key=keys.authority,
-                     inventory=export_substrate(substrate, authority_name, "broker"), clock=clock)
+                     inventory=export_substrate(substrate, authority_name, "broker"), clock=clock, broker=broker)
+
+
+def broker_at_rest(store: Store, substrate: Substrate, authority_name: str, policy: Any) -> Broker:
+    """A broker for one command while no deployment runs (`slicex plan`): over the store's calendar when a
+    broker was ever delegated to there, else over the authority's whole export. It holds no key, so it cannot
+    sign a ticket, and it only answers dry runs, which write nothing."""
+    from broker.broker import Broker
+    from protocol.delegation import export_substrate
+    from slicex.store.sqlite_store import SqliteStore
+
+    broker = Broker("broker", store, None, policy=policy, authority=authority_name)
+    if broker.delegated():
+        return broker
+    fresh = Broker("broker", SqliteStore(":memory:"), None, policy=policy, authority=authority_name)
+    fresh.accept(export_substrate(substrate, authority_name, "broker"))
+    return fresh
 
 
 def embedded_actors(store: Store, keys: ActorKeys, substrate: Substrate, driver: Any, *, authority_name: str = "",
@@ -139,6 +158,22 @@ def authority_client(url: str, caller: Caller, authority: str, timeout: float) -
 
     return RemoteAuthority(ActorClient("authority", url, caller.cert, caller.key, caller.ca,
                                        actor_urn(authority, "authority"), timeout=timeout))
+
+
+def actor_server(role: str, actor: Any, home: Home, authority: str, address: tuple[str, int]) -> ActorServer:
+    """The broker or the authority served over mutual TLS with its own certificate: its handlers and who may
+    call what, both derived from the protocol. Callers are authenticated against the deployment CA alone (a
+    federation peer's CA may vouch for users, never for a caller of actor methods)."""
+    from protocol.remote import authority_callers, authority_handlers, broker_callers, broker_handlers
+    from slicex.actor_rpc import ActorServer
+
+    am_urn = aggregate_name(authority)
+    if role == "broker":  # the slice manager asks for promises; the authority delegates and reclaims
+        handlers, callers = broker_handlers(actor), broker_callers(am_urn, actor_urn(authority, "authority"))
+    else:  # the slice manager asks for leases; the operator (the authority's own key) orders maintenance
+        handlers, callers = authority_handlers(actor), authority_callers(am_urn, actor_urn(authority, "authority"))
+    own = Caller.of_home(home, role)
+    return ActorServer(role, handlers, callers, address, own.cert, own.key, own.ca)
 
 
 def home_keys_and_names(home: Home, authority: str) -> tuple[ActorKeys, str]:

@@ -21,11 +21,10 @@ from slicex.term import Term
 def plan_at_home(home: Any, rspec_xml: str, now: datetime, user: str | None = None,
                  broker: BrokerApi | None = None) -> dict[str, Any]:
     """`slicex plan`: the dry run as the deployment's AM would answer Allocate with `slicex_dry_run` now. The
-    `place` message with `dry_run` goes to `broker` (a running broker actor) when given; else a broker over
-    the store (its calendar and the substrate description its authority delegated; running or not) answers
-    it, and never signs or writes."""
-    from broker.broker import Broker
+    `place` message with `dry_run` goes to `broker` (the running broker actor, in either deployment) when
+    given; else, with nothing running, to a broker at rest over the store (deployment/actors.py)."""
     from broker.policy import policy_named
+    from deployment.actors import broker_at_rest
     from deployment.service import deployment_substrate
     from fpga_aggregate.bitstreams import BitstreamCatalogue
     from rspec.request import parse_request
@@ -42,16 +41,8 @@ def plan_at_home(home: Any, rspec_xml: str, now: datetime, user: str | None = No
         request = apply_hops(substrate, request, whole)
     store = open_store(str(cfg.store))
     try:
-        policy = policy_named(cfg.broker_policy)
         if broker is None:
-            broker = Broker("broker", store, None, policy=policy, authority=name)  # never signs, never writes
-        if isinstance(broker, Broker) and not broker.delegated():
-            # never started: nothing is promised; the authority's export is all there is
-            from protocol.delegation import export_substrate
-            from slicex.store.sqlite_store import SqliteStore
-
-            broker = Broker("broker", SqliteStore(":memory:"), None, policy=policy, authority=name)
-            broker.accept(export_substrate(substrate, name, "broker"))
+            broker = broker_at_rest(store, substrate, name, policy_named(cfg.broker_policy))
         parts: dict[str, str] = {}
         if user:
             owner = f"urn:publicid:IDN+{cfg.authority}+user+{user}"

@@ -23,6 +23,7 @@ from clearinghouse import chapi_edge
 from clearinghouse.slice_authority import SaPolicy, SliceAuthority
 from deployment.actors import (
     Caller,
+    actor_server,
     authority_client,
     broker_client,
     embedded_actors,
@@ -43,6 +44,7 @@ from rspec.substrate import Substrate, default_substrate, load_substrate
 from slice_manager.actor import ActorSliceManager
 from slice_manager.peer_gate import held_slivers, wanted_nodes
 from slicex import pki
+from slicex.actor_rpc import ActorServer
 from slicex.clock import Clock, SystemClock
 from slicex.config import NetnsOptions, SlicexConfig
 from slicex.credentials import CredentialVerifier
@@ -264,6 +266,7 @@ class EmbeddedDeployment:
         # verifies; a home from an older version gets the missing ones here.
         keys, name = home_keys_and_names(home, self.authority)
         policy = policy_named(self.cfg.broker_policy)
+        self.actor_servers: list[ActorServer] = []  # the in-process broker and authority, served
         if broker_url:  # scaled out: broker and authority are processes of their own, called over mutual TLS
             caller, timeout = Caller.of_home(home, "am"), self.cfg.actor_timeout_seconds
             self.broker: BrokerApi = broker_client(broker_url, caller, self.authority, timeout)
@@ -275,6 +278,12 @@ class EmbeddedDeployment:
             # the broker verifies (the broker is in this process, so it answers at once)
             self.broker, self.authority_actor = embedded_actors(self.store, keys, self.substrate, self.driver,
                                                                 authority_name=name, policy=policy, clock=self.clock)
+            # served as in the distributed deployment, so operators' messages (`slicex maintenance`, `slicex
+            # plan`) reach the running actors whichever deployment runs them
+            any_port = (self.cfg.am_port if am_port is None else am_port) == 0  # as the v2 and CH API ports
+            ports = (0, 0) if any_port else (self.cfg.broker_port, self.cfg.authority_port)
+            self.actor_servers = [actor_server(role, actor, home, self.authority, (host, port)) for role, actor, port
+                                  in (("broker", self.broker, ports[0]), ("authority", self.authority_actor, ports[1]))]
         trust = pki.TrustStore([home.trusted_roots], namespaces=self.cfg.trusted_root_namespaces)
         # federation peers (slicex.yaml `peers:`): their roots, bound to their namespaces, refreshed if configured
         self.peer_trust = PeerTrust.for_deployment(home.root, self.cfg, trust, (str(home.am_cert), str(home.am_key)))
@@ -383,6 +392,8 @@ class EmbeddedDeployment:
             start_host_driver(self.host_driver, self.authority_actor)
         self._tick()  # the first reaper pass before anything answers: expired slivers never look taken
         self._threads = [self._sa_server.start_background(), self._am_server.start_background()]
+        for server in self.actor_servers:
+            server.start()
         if self._am_v2_server is not None:
             self._threads.append(self._am_v2_server.start_background())
         self._threads.append(self.chapi.start())
@@ -441,12 +452,19 @@ class EmbeddedDeployment:
         for server in (self._sa_server, self._am_server, self._am_v2_server):
             if server is not None:
                 server.close()
+        for actor in self.actor_servers:
+            actor.stop()
         self.chapi.close()
         if self._dashboard is not None:
             self._dashboard.close()
         if self.host_driver is not None:
             self.host_driver.shutdown()
         self.store.close()
+
+    @property
+    def actor_urls(self) -> dict[str, str]:
+        """Where this process serves its broker and authority (embedded); empty when they run elsewhere."""
+        return {f"{server.name}_url": server.url for server in self.actor_servers}
 
     @property
     def dashboard_url(self) -> str | None:
@@ -461,8 +479,6 @@ class ActorProcess:
                  clock: Clock | None = None, failures: FailurePlan | None = None, broker_url: str | None = None):
         """`broker_url`: where the authority delegates (default: `host` and `broker_port` of slicex.yaml)."""
         from authority.actor import Delegator
-        from protocol.remote import authority_callers, authority_handlers, broker_callers, broker_handlers
-        from slicex.actor_rpc import ActorServer
 
         cfg = home.config()
         self.host_driver: Any = None  # the authority's netns driver, when configured
@@ -478,31 +494,22 @@ class ActorProcess:
         if role == "broker":
             # delegations are accepted only signed with the authority actor's key
             self.actor = make_broker(self.store, keys, am_urn, clock=self.clock, policy=policy_named(cfg.broker_policy))
-            handlers = broker_handlers(self.actor)
-            # the slice manager asks for promises; the authority delegates and reclaims
-            callers = broker_callers(am_urn, actor_urn(authority, "authority"))
         else:
             substrate = deployment_substrate(cfg)
             self.host_driver = host_driver(cfg, home)
             driver = substrate_driver(substrate, BitstreamCatalogue(self.store, home.root / "bitstreams"),
                                       EmulatedFpgaBackend(), failures, self.host_driver)
-            self.actor = make_authority(self.store, keys, am_urn, substrate, driver, clock=self.clock)
-            handlers = authority_handlers(self.actor)
-            callers = authority_callers(am_urn)  # the slice manager alone
             # it delegates its own inventory, as the authority actor (its certificate) calling the broker
             url = broker_url or f"https://{cfg.host}:{cfg.broker_port}/"
             to = broker_client(url, Caller.of_home(home, "authority"), authority, cfg.actor_timeout_seconds)
+            self.actor = make_authority(self.store, keys, am_urn, substrate, driver, clock=self.clock, broker=to)
             self.delegator = Delegator(self.actor, to)
         self.tick_seconds = cfg.tick_seconds
         self.publishers = publishers_for(self.store, broker=self.actor) if role == "broker" else \
             publishers_for(self.store, authority=self.actor)
         self._stop = threading.Event()
         default_port = cfg.broker_port if role == "broker" else cfg.authority_port
-        cert, key = (home.broker_cert, home.broker_key) if role == "broker" else (home.authority_cert, home.authority_key)
-        # peers are authenticated against the deployment CA alone: a federation peer's CA may vouch for users,
-        # never for a caller of actor methods
-        self.server = ActorServer(role, handlers, callers, (cfg.host, default_port if port is None else port),
-                                  str(cert), str(key), str(home.ca_cert))
+        self.server = actor_server(role, self.actor, home, authority, (cfg.host, default_port if port is None else port))
 
     def _tick_loop(self) -> None:
         """The actor's own clock: the broker drops promises whose term ended and serves its queue; the

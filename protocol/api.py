@@ -14,12 +14,14 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from protocol.delegation import Delegation
-from protocol.messages import Demands, PlaceAnswer, SliverSpec
+from protocol.messages import Demands, Maintenance, PlaceAnswer, SliverSpec
 from slicex.term import Term
 from slicex.ticket import Lease, SignedDelegation, SignedReclaim, Ticket
 
 SLICE_MANAGER = "slice_manager"
 AUTHORITY = "authority"
+# the site's operator: whoever holds the authority's own key (`slicex maintenance` on the operator's home)
+OPERATOR = "operator"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -123,4 +125,10 @@ class AuthorityApi(Protocol):
     @calls_from(SLICE_MANAGER)
     def close(self, lease_id: str, now: datetime) -> bool:
         """Tear a lease down and free its units (idempotent)."""
+        ...
+
+    @calls_from(OPERATOR)
+    def maintenance(self, host: str, back: bool, now: datetime) -> Maintenance:
+        """`slicex maintenance HOST [--end]`: take the pools of a host (its component id) out of the broker's
+        inventory (a signed reclaim order; what is promised drains), or give them back (a signed delegation)."""
         ...

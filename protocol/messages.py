@@ -106,3 +106,14 @@ class SliverSpec:
     def from_doc(d: Mapping[str, Any]) -> SliverSpec:
         return SliverSpec(d["id"], d["kind"], d.get("client_id", ""), tuple(d.get("units", ())),
                           tuple((str(k), int(v)) for k, v in d.get("labels", ())), dict(d.get("details", {})))
+
+
+@dataclass(frozen=True)
+class Maintenance:
+    """The authority's answer to a maintenance order: the host, whether it came back, and (when it went out)
+    the pools reclaimed now and those still promised, which drain as their tickets end."""
+
+    host: str
+    back: bool
+    reclaimed: tuple[str, ...] = ()
+    busy: tuple[str, ...] = ()

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any, TypeVar
 
-from protocol.api import AUTHORITY, SLICE_MANAGER, AuthorityApi, BrokerApi
+from protocol.api import AUTHORITY, OPERATOR, SLICE_MANAGER, AuthorityApi, BrokerApi
 from protocol.codec import MalformedMessage, decode, encode
 from slicex.actor_rpc import ActorClient
 
@@ -109,6 +109,7 @@ def broker_callers(slice_manager: str, authority: str) -> Mapping[str, frozenset
     return {slice_manager: callers_of(BrokerApi, SLICE_MANAGER), authority: callers_of(BrokerApi, AUTHORITY)}
 
 
-def authority_callers(slice_manager: str) -> Mapping[str, frozenset[str]]:
-    """The authority actor server's callers: the slice manager alone."""
-    return {slice_manager: callers_of(AuthorityApi, SLICE_MANAGER)}
+def authority_callers(slice_manager: str, operator: str) -> Mapping[str, frozenset[str]]:
+    """The authority actor server's callers: the slice manager for leases, and its operator (the authority's
+    own certificate) for maintenance orders."""
+    return {slice_manager: callers_of(AuthorityApi, SLICE_MANAGER), operator: callers_of(AuthorityApi, OPERATOR)}

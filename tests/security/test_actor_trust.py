@@ -26,7 +26,7 @@ from rspec.substrate import default_substrate
 from slicex import pki
 from slicex.actor_rpc import ActorClient, ActorServer
 from slicex.devpki import actor_urn
-from slicex.errors import CredentialInvalid, Expired, Forbidden, Refused, RpcError, Unavailable
+from slicex.errors import BadArgs, CredentialInvalid, Expired, Forbidden, Refused, RpcError, Unavailable
 from slicex.home import Home
 from slicex.term import Term
 from slicex.ticket import Ticket, load_signing_key, sign_lease, sign_ticket
@@ -191,6 +191,41 @@ def test_the_authoritys_identity_may_not_ask_the_broker_for_promises(distributed
     with pytest.raises(Forbidden, match=re.escape(f"{AUTH} may not call {method}")):
         as_authority.call(method, "x")
     assert calls == []
+
+
+# ---- maintenance: an order only the site's operator (the authority's own key) may give ------------------------
+BM1 = f"urn:publicid:IDN+{AUTHORITY}+node+bm1"
+
+
+@pytest.mark.parametrize("who", ["am", "broker"])
+def test_only_the_sites_operator_may_order_maintenance(distributed, who):
+    """The slice manager's identity (every AM worker holds it) and the broker's may not take a host out of the
+    inventory: the authority server answers FORBIDDEN before its handler runs."""
+    r = distributed
+    calls = counted(r)
+    h = r.home
+    cert, key, urn = (h.am_cert, h.am_key, AM) if who == "am" else (h.broker_cert, h.broker_key, BROKER)
+    caller = ActorClient("authority", r.actors[1].url, str(cert), str(key), str(h.ca_cert), AUTH)
+    with pytest.raises(Forbidden, match=re.escape(urn) + " may not call (maintenance|actor methods)"):
+        caller.call("maintenance", BM1, False, "2030-01-01T00:00:00Z")
+    assert calls == []
+    assert BM1.rsplit("+", 1)[1] not in " ".join(_actors(r)[0].reclaimed(AM))
+
+
+def test_the_operator_takes_a_host_out_and_back_through_the_running_authority(distributed):
+    from deployment.actors import Caller, authority_client
+
+    r = distributed
+    operator = authority_client(r.actors[1].url, Caller.of_home(r.home, "authority"), AUTHORITY, 10.0)
+    broker, _ = _actors(r)
+    now = r.clock.now()
+    out = operator.maintenance(BM1, False, now)
+    assert not out.back and out.reclaimed and not out.busy
+    assert set(out.reclaimed) <= set(broker.reclaimed(AM))
+    back = operator.maintenance(BM1, True, now)
+    assert back.back and not set(out.reclaimed) & set(broker.reclaimed(AM))
+    with pytest.raises(BadArgs, match="owns no host"):
+        operator.maintenance(f"urn:publicid:IDN+{AUTHORITY}+node+nowhere", False, now)
 
 
 # ---- the authority checks tickets for real -------------------------------------------------------------------

@@ -54,7 +54,8 @@ def test_callers_and_handlers_come_from_the_declaration():
     assert callers["sm"] == {"place", "extend_ticket", "relinquish", "query", "availability", "reclaimed",
                              "delegations", "tickets"}
     assert callers["auth"] == {"accept", "reclaim", "reclaimed", "delegations", "tickets"}
-    assert authority_callers("sm") == {"sm": set(methods(AuthorityApi))}
+    assert authority_callers("sm", "operator") == {"sm": set(methods(AuthorityApi)) - {"maintenance"},
+                                                   "operator": {"maintenance"}}
     assert set(broker_handlers(object())) == set(methods(BrokerApi))
     assert set(authority_handlers(object())) == set(methods(AuthorityApi))
 
