@@ -79,22 +79,21 @@ def test_slicex_plan_reads_the_deployment_and_names_what_is_short(running, tmp_p
     urn, creds = alice.slice_credential("cli")
     ok(alice.am.Allocate(urn, creds, request_rspec([{"client_id": "b0", "sliver_type": "raw-pc"}]), {}))
     home = str(running.home.root)
-    if running.actors:  # distributed: the broker actor's pid record, as `slicex actor broker` writes it
-        from slicex import procs
+    from slicex import procs
 
-        procs.write(running.home.pid_file.with_name("broker.pid"),
-                    procs.this_process({"role": "broker", "url": running.actors[0].url}))
+    # the pid record `slicex actor broker` writes (distributed), or `slicex up`'s naming the broker it serves
+    broker_url = running.actors[0].url if running.actors else running.deployment.actor_urls["broker_url"]
+    record = running.home.pid_file.with_name("broker.pid") if running.actors else running.home.pid_file
+    procs.write(record, procs.this_process({"role": "broker", "url": broker_url} if running.actors else
+                                           {"role": "slicex", "broker_url": broker_url}))
     before = held(running)
     fits = tmp_path / "fits.xml"
     fits.write_text(three_node_lan())
     assert main(["--home", home, "plan", str(fits)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("fits: 3 nodes") and "link lan0" in out and "VLAN 10" in out
-    # the running broker actor answers itself, as the AM's slice manager would ask it
-    if running.actors:
-        assert f"(answered by the broker actor at {running.actors[0].url})" in out
-    else:
-        assert "answered by the broker actor" not in out
+    # the running broker actor answers itself in either deployment, as the AM's slice manager would ask it
+    assert f"(answered by the broker actor at {broker_url})" in out
     short = tmp_path / "short.xml"
     short.write_text(request_rspec([{"client_id": f"b{i}", "sliver_type": "raw-pc"} for i in range(2)]))
     assert main(["--home", home, "plan", str(short)]) == 1
@@ -102,8 +101,7 @@ def test_slicex_plan_reads_the_deployment_and_names_what_is_short(running, tmp_p
     assert "does not fit" in out and "short node b1: InsufficientNodes" in out
     assert "bare-metal nodes at site rack1: asked 1, available 0" in out
     assert held(running) == before
-    if running.actors:
-        running.home.pid_file.with_name("broker.pid").unlink()
+    record.unlink()
 
 
 def test_slicex_plan_on_a_deployment_never_started_places_over_the_whole_substrate(tmp_path: Path, capsys):
