@@ -1,5 +1,6 @@
 """Actor calls over HTTPS with mutual TLS (the scaled-out deployment): a server that exposes one actor's
-methods to trusted peers, and a client proxy that turns faults back into GENI errors.
+methods to trusted peers as an endpoint of the one XML-RPC helper (slicex/endpoint.py), and a client proxy
+that turns faults back into GENI errors.
 
 Both ends authenticate each other against the deployment CA (not the federation roots: a peer testbed's CA
 may vouch for users, never for our actors). The server answers only peers whose certificate names an
