@@ -1,5 +1,6 @@
 """Actor calls over HTTPS with mutual TLS (the scaled-out deployment): a server that exposes one actor's
-methods to trusted peers, and a client proxy that turns faults back into GENI errors.
+methods to trusted peers as an endpoint of the one XML-RPC helper (slicex/endpoint.py), and a client proxy
+that turns faults back into GENI errors.
 
 Both ends authenticate each other against the deployment CA (not the federation roots: a peer testbed's CA
 may vouch for users, never for our actors). The server answers only peers whose certificate names an
@@ -9,7 +10,6 @@ checks that before a byte of the request is sent."""
 from __future__ import annotations
 
 import http.client
-import logging
 import ssl
 import threading
 import xmlrpc.client
@@ -20,54 +20,85 @@ from xml.parsers.expat import ExpatError
 from cryptography import x509
 
 from slicex import logs, pki
-from slicex.errors import GeniError, RpcError, TimedOut, Unavailable
+from slicex.endpoint import Caller, Endpoint, Faults, arity_of, method
+from slicex.errors import Forbidden, GeniError, RpcError, ServerError, TimedOut, Unavailable, Unsupported
 from slicex.tls_xmlrpc import SafeTransport, TlsXmlRpcServer, client_context, server_context
 
-log = logging.getLogger("slicex.actor")
 _ERRORS = {cls.code: cls for cls in GeniError.__subclasses__()}
+Handlers = dict[str, Callable[..., Any]]
+"""An actor's methods as the wire calls them (protocol/remote.py derives them from the actor's Protocol)."""
+
+
+class ActorFaults(Faults):
+    """Faults, an unexpected failure named with its actor: the slice manager passes it on to the user, who
+    should read which actor failed."""
+
+    def failed(self, method: str, exc: Exception) -> Any:
+        return xmlrpc.client.Fault(ServerError.code, f"{self.service}.{method} failed: {type(exc).__name__}: {exc}")
+
+
+class Peers:
+    """Who may call an actor, and what: each caller's certificate URN with the methods it may call. A peer
+    not listed learns nothing of the actor's methods; a listed one is told which method it may not call."""
+
+    def __init__(self, actor: str, callers: Mapping[str, Collection[str]]):
+        self.actor = actor
+        self.callers = {urn.lower(): frozenset(methods) for urn, methods in callers.items()}
+
+    def admit(self, cert: Caller) -> None:
+        urn = pki.cert_urn(cert) if cert is not None else ""
+        if urn.lower() not in self.callers:
+            raise Forbidden(f"{self.actor}: {urn or 'an unnamed peer'} may not call actor methods")
+
+    def check(self, name: str, cert: Caller) -> None:
+        urn = pki.cert_urn(cert) if cert is not None else ""
+        if name not in self.callers.get(urn.lower(), ()):
+            raise Forbidden(f"{self.actor}: {urn} may not call {name}")
+
+
+def with_request_id(args: tuple) -> tuple:
+    """The call's arguments and, when there is one, the request id as one trailing struct (slicex.logs)."""
+    rid = logs.request_id()
+    return (*args, {logs.WIRE_KEY: rid}) if rid else args
+
+
+def request_id_of(name: str, params: tuple) -> tuple[str, tuple, str]:
+    """`with_request_id` undone on arrival: (method, the call's own arguments, the caller's request id)."""
+    if params and isinstance(params[-1], dict) and set(params[-1]) == {logs.WIRE_KEY}:
+        return name, params[:-1], str(params[-1][logs.WIRE_KEY])
+    return name, params, ""
+
+
+def actor_endpoint(name: str, handlers: Handlers, callers: Mapping[str, Collection[str]]) -> Endpoint:
+    """The actor `name`'s XML-RPC surface: `handlers` answered to `callers` (URN -> methods it may call), every
+    refusal a fault with its GENI code. It logs as `slicex.<name>`, as the in-process actor does
+    (slicex.logs.Traced)."""
+    peers = Peers(name, callers)
+
+    def on_wire(n: str) -> Callable[..., Any]:
+        # looked up at each call: the table is the server's (`ActorServer.handlers`)
+        return lambda cert, *params: handlers[n](*params)
+
+    return Endpoint(name, [method(n, on_wire(n), arity=arity_of(h, leading=0)) for n, h in handlers.items()],
+                    ActorFaults(name, unknown=Unsupported), admit=peers.admit, check=peers.check,
+                    unwrap=request_id_of)
 
 
 class ActorServer:
-    def __init__(self, name: str, handlers: dict[str, Callable[..., Any]], callers: Mapping[str, Collection[str]],
+    """One actor's methods served over mutual TLS to the peers of this deployment (`actor_endpoint`)."""
+
+    def __init__(self, name: str, handlers: Handlers, callers: Mapping[str, Collection[str]],
                  address: tuple[str, int], cert_file: str, key_file: str, ca_file: str):
         """`callers`: the URN of each peer it answers, with the methods that peer may call."""
         self.name = name
         self.handlers = handlers
-        self.callers = {urn.lower(): frozenset(methods) for urn, methods in callers.items()}
-        self.server = TlsXmlRpcServer(address, server_context(cert_file, key_file, ca_file), self._dispatch,
-                                      lambda message, too_big=False: xmlrpc.client.Fault(6 if too_big else 1, message))
+        self.server = TlsXmlRpcServer(address, server_context(cert_file, key_file, ca_file)).answer(
+            actor_endpoint(name, handlers, callers))
 
     @property
     def url(self) -> str:
         host, port = self.server.server_address[:2]
         return f"https://{host}:{port}/"
-
-    def _dispatch(self, method: str, params: tuple, cert: x509.Certificate | None) -> Any:
-        rid = ""
-        if params and isinstance(params[-1], dict) and set(params[-1]) == {logs.WIRE_KEY}:
-            rid, params = str(params[-1][logs.WIRE_KEY]), params[:-1]  # the caller's request id (slicex.logs)
-        with logs.bound(rid):
-            return self._serve(method, params, cert)
-
-    def _serve(self, method: str, params: tuple, cert: x509.Certificate | None) -> Any:
-        caller = pki.cert_urn(cert) if cert is not None else ""
-        methods = self.callers.get(caller.lower())
-        if methods is None:
-            return xmlrpc.client.Fault(3, f"{self.name}: {caller or 'an unnamed peer'} may not call actor methods")
-        handler = self.handlers.get(method)
-        if handler is None:
-            return xmlrpc.client.Fault(13, f"{self.name} has no method {method!r}")
-        if method not in methods:
-            return xmlrpc.client.Fault(3, f"{self.name}: {caller} may not call {method}")
-        logging.getLogger(f"slicex.{self.name}").log(logging.INFO if logs.request_id() else logging.DEBUG,
-                                                     "%s.%s from %s", self.name, method, caller)
-        try:
-            return handler(*params)
-        except GeniError as exc:
-            return xmlrpc.client.Fault(exc.code, exc.message)
-        except Exception as exc:  # noqa: BLE001 - the boundary
-            log.exception("%s.%s failed", self.name, method)
-            return xmlrpc.client.Fault(5, f"{self.name}.{method} failed: {type(exc).__name__}: {exc}")
 
     def start(self) -> None:
         self.server.start_background()
@@ -151,11 +182,8 @@ class ActorClient:
         if proxy is None:
             proxy = self._local.proxy = xmlrpc.client.ServerProxy(
                 self.url, transport=_PinnedTransport(self._context, self.peer_urn, self._timeout), allow_none=True)
-        rid = logs.request_id()
-        if rid:  # one trailing struct carries the request id to the actor's logs (slicex.logs)
-            args = (*args, {logs.WIRE_KEY: rid})
         try:
-            return getattr(proxy, method)(*args)
+            return getattr(proxy, method)(*with_request_id(args))
         except xmlrpc.client.Fault:
             raise  # the connection is fine: the actor answered
         except BaseException:

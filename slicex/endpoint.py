@@ -1,10 +1,11 @@
 """One way to serve an XML-RPC surface: every surface of slicex (AM API v3 and v2, the slice exchange point,
-the gcf-style slice authority, the CH API, the path service) is an `Endpoint` over the server of
-slicex/tls_xmlrpc.py.
+the gcf-style slice authority, the CH API, the path service, the actors' RPC) is an `Endpoint` over the server
+of slicex/tls_xmlrpc.py.
 
 A surface declares its methods (`Method`: a name, the callable, its arity — by default read from the
 callable's signature, as gcf makes one class's public methods its API — and whether the caller must show a
-certificate), an optional caller check run before every call, and its `Answers`: how a value, a refusal, an
+certificate), who may call it at all (`admit`, run before the method is even looked up, so a stranger
+learns nothing of what the surface offers), an optional per-method caller check, and its `Answers`: how a value, a refusal, an
 unexpected failure and a refused request become what that surface's clients expect (GENI `{code, value,
 output}` results for the AM API and the exchange point, CH API results, or XML-RPC faults where the
 protocol speaks in faults). Unknown methods, wrong arity, a missing certificate, oversize or malformed
@@ -41,13 +42,14 @@ class Method:
     needs_certificate: bool = True
 
 
-def arity_of(call: Callable[..., Any]) -> Arity:
-    """The arguments a handler takes after the caller's certificate, from its signature."""
+def arity_of(call: Callable[..., Any], leading: int = 1) -> Arity:
+    """The arguments a handler takes from the wire, from its signature: all but its `leading` ones (the
+    caller's certificate; 0 for a handler that takes the wire's arguments alone)."""
     positional = [p for p in inspect.signature(call).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     unbounded = any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(call).parameters.values())
     required = sum(1 for p in positional if p.default is p.empty)
-    return max(required - 1, 0), None if unbounded else max(len(positional) - 1, 0)
+    return max(required - leading, 0), None if unbounded else max(len(positional) - leading, 0)
 
 
 def method(name: str, call: Callable[..., Any], *, needs_certificate: bool = True,
@@ -177,6 +179,9 @@ class Faults:
         return answer.faultCode if isinstance(answer, xmlrpc.client.Fault) else 0
 
 
+Admit = Callable[[Caller], None]
+"""Run first, with the caller's certificate alone: refuses (one of the surface's refusals) a caller the surface
+does not answer at all, before an unknown method or wrong arity could tell it what the surface offers."""
 CallerCheck = Callable[[str, Caller], None]
 """Run before every call with the method and the caller's certificate; raises one of the surface's refusals."""
 Unwrap = Callable[[str, tuple], tuple[str, tuple, str]]
@@ -190,14 +195,18 @@ def _as_sent(method: str, params: tuple) -> tuple[str, tuple, str]:
 class Endpoint:
     """One XML-RPC surface: `dispatch` answers a call, `reject` a request refused before it reached a method
     (`XmlRpcServer.answer(endpoint)` puts it on a server). `name` is its logger's (`slicex.<name>`);
-    `observe(method, code, seconds, error_type)` sees every call (metrics)."""
+    `observe(method, code, seconds, error_type)` sees every call (metrics).
+
+    A call is answered in this order, the surface's declaration choosing which steps it has: `admit` (who may
+    call at all), the method's existence, its certificate, `check` (who may call this method), its arity."""
 
     def __init__(self, name: str, methods: Sequence[Method], answers: Answers, *,
-                 check: CallerCheck | None = None, unwrap: Unwrap = _as_sent,
+                 admit: Admit | None = None, check: CallerCheck | None = None, unwrap: Unwrap = _as_sent,
                  observe: Callable[[str, int, float, str], None] | None = None):
         self.name = name
         self.methods = {m.name: m for m in methods}
         self.answers = answers
+        self.admit = admit
         self.check = check
         self.unwrap = unwrap
         self.observe = observe
@@ -225,6 +234,8 @@ class Endpoint:
     def _answer(self, name: str, params: tuple, caller: Caller) -> tuple[Any, str]:
         """(the answer, the type of the refusal or failure, "" when the call succeeded)."""
         try:
+            if self.admit is not None:
+                self.admit(caller)
             found = self.methods.get(name)
             if found is None:
                 raise self.answers.unknown_method(name, tuple(self.methods))

@@ -37,9 +37,9 @@ def geni_endpoint(**kwargs: Any) -> Endpoint:
                                                     anonymous=("GetVersion",)), GENI, **kwargs)
 
 
-def fault_endpoint() -> Endpoint:
+def fault_endpoint(**kwargs: Any) -> Endpoint:
     return Endpoint("test.faults", public_methods(Surface(), ("GetVersion", "Renew", "Crash", "Mistyped")),
-                    Faults("this test's authority"))
+                    Faults("this test's authority"), **kwargs)
 
 
 def test_arity_is_read_from_the_signature_after_the_caller():
@@ -47,6 +47,7 @@ def test_arity_is_read_from_the_signature_after_the_caller():
     assert arity_of(s.GetVersion) == (0, 1)
     assert arity_of(s.Renew) == (4, 4)
     assert arity_of(lambda caller, *rest: None) == (0, None)
+    assert arity_of(lambda ticket, end=None: None, leading=0) == (1, 2)  # a handler that takes the wire's alone
     assert method("Renew", s.Renew).arity == (4, 4)
 
 
@@ -122,6 +123,17 @@ def test_the_caller_check_runs_before_the_method():
 
     out = geni_endpoint(check=only_friends).dispatch("Renew", ([], [], "", {}), CALLER)
     assert (out["code"]["geni_code"], out["output"]) == (Forbidden.code, "you may not call Renew")
+
+
+def test_admit_runs_before_the_method_is_looked_up():
+    """A surface that answers only known peers tells a stranger nothing of what it offers."""
+    def nobody(caller: Any) -> None:
+        raise Forbidden("you may not call this surface")
+
+    for name in ("Renew", "NoSuchMethod"):
+        out = fault_endpoint(admit=nobody).dispatch(name, (), CALLER)
+        assert (out.faultCode, out.faultString) == (Forbidden.code, "you may not call this surface")
+    assert fault_endpoint().dispatch("NoSuchMethod", (), CALLER).faultCode == BadArgs.code  # without: unknown first
 
 
 def test_every_call_is_observed_with_its_code_and_refusal_type():
