@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from cryptography import x509
 
-from slicex import logs
+from slicex import logs, pki
 from slicex.errors import BadArgs, Forbidden, GeniError, ServerError, TooBig, Unsupported
 from slicex.tls_xmlrpc import request_path
 
@@ -225,8 +225,8 @@ class Endpoint:
             seconds = time.perf_counter() - started
             code = self.answers.code_of(answer)
             known = method if method in self.methods else "(unknown method)"
-            self.log.info("%s -> %d%s in %.1f ms", known, code, f" {error_type}" if error_type else "",
-                          seconds * 1000)
+            self.log.info("%s from %s -> %d%s in %.1f ms", known, _who(caller), code,
+                          f" {error_type}" if error_type else "", seconds * 1000)
             if self.observe is not None:
                 self.observe(method, code, seconds, error_type)
             return answer
@@ -279,3 +279,11 @@ class Routes:
 
     def reject(self, message: str, too_big: bool = False) -> Any:
         return self.rejected(message, too_big)
+
+
+def _who(caller: Caller) -> str:
+    """The caller as the call log names it: the URN of its certificate (who asked, for an operator reading
+    the log), else its subject, else that it had none."""
+    if not isinstance(caller, x509.Certificate):
+        return "(no certificate)"
+    return pki.cert_urn(caller) or caller.subject.rfc4514_string()

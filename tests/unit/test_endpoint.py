@@ -241,3 +241,18 @@ def test_chapi_answers_refusals_failures_and_wrong_arity_as_ch_api_results():
     assert failed["code"] == chapi.SERVER and "Traceback" not in failed["output"]
     assert endpoint.dispatch("delete_slice", (), CALLER)["code"] == chapi.NOT_IMPLEMENTED
     assert endpoint.dispatch("get_version", (), None)["code"] == chapi.AUTHENTICATION
+
+
+def test_the_call_log_names_the_callers_urn(caplog):
+    """Which peer asked what is in the operator's log, for every surface (the actors' RPC logged it before
+    it moved onto the helper)."""
+    from slicex import pki
+
+    ca, ca_key = pki.create_ca("t.org", "test CA")
+    cert, _ = pki.issue_certificate(ca, ca_key, "urn:publicid:IDN+t.org+user+alice", "alice")
+    with caplog.at_level(logging.INFO, logger="slicex.test.endpoint"):
+        geni_endpoint().dispatch("GetVersion", (), pki.load_cert(cert))
+        geni_endpoint().dispatch("GetVersion", (), None)
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(line.startswith("GetVersion from urn:publicid:IDN+t.org+user+alice -> 0") for line in lines), lines
+    assert any(line.startswith("GetVersion from (no certificate) -> 0") for line in lines), lines
