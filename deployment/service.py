@@ -94,8 +94,9 @@ def deployment_substrate(cfg: dict[str, Any]) -> Substrate:
 def host_driver(cfg: dict[str, Any], home: Home) -> Any:
     """The driver that makes real slivers on this host when slicex.yaml says `substrate_driver: netns`
     (`slicex up --substrate netns` records it), else None. Options under `netns:`: `prefix` of every host
-    object (default from the deployment id), `run_dir` of the private Open vSwitch, `controller`
-    (auto | os-ken | ovs-ofctl), `switch_dir` of an Open vSwitch shared with other aggregates on this host."""
+    object (default from the deployment id), `run_dir` of the private Open vSwitch, `controller` (os-ken, the
+    default, or ovs-ofctl; refused where the chosen one cannot run), `switch_dir` of an Open vSwitch shared with
+    other aggregates on this host."""
     kind = cfg.get("substrate_driver") or "emulated"
     if kind == "emulated":
         return None
@@ -107,6 +108,7 @@ def host_driver(cfg: dict[str, Any], home: Home) -> Any:
 
     from authority.substrate.netns import NetnsDriver
     from authority.substrate.netns_plan import deployment_prefix
+    from authority.substrate.openflow import DEFAULT_CONTROLLER
 
     opts = cfg.get("netns") or {}
     prefix = opts.get("prefix") or deployment_prefix(str(cfg.get("deployment_id") or home.root.resolve()))
@@ -117,8 +119,8 @@ def host_driver(cfg: dict[str, Any], home: Home) -> Any:
     from authority.substrate.images import DEFAULT_DIR, DEFAULT_IMAGE, ImageCatalogue
 
     return NetnsDriver(prefix, Path(opts["run_dir"]) if opts.get("run_dir") else None,
-                       opts.get("controller", "auto"), switch_dir=Path(opts["switch_dir"]) if opts.get("switch_dir")
-                       else None, cables=cables,
+                       opts.get("controller", DEFAULT_CONTROLLER),
+                       switch_dir=Path(opts["switch_dir"]) if opts.get("switch_dir") else None, cables=cables,
                        state_dir=Path(opts["state_dir"]) if opts.get("state_dir") else None,
                        images=ImageCatalogue(Path(opts.get("images_dir") or DEFAULT_DIR)),
                        default_image=str(opts.get("default_image") or DEFAULT_IMAGE),
