@@ -22,7 +22,7 @@ import functools
 import os
 import re
 from collections.abc import Generator
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 
 import pytest
@@ -69,6 +69,7 @@ class HostNetworkAsOneFile(LoadFileScheduling):
         return HOST_NETWORK_GROUP if uses_host_network(self.config.rootpath / path) else path
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of xdist's: unknown where it is disabled (-p no:xdist)
 def pytest_xdist_make_scheduler(config: pytest.Config, log) -> LoadFileScheduling | None:
     return HostNetworkAsOneFile(config, log) if config.getoption("dist") == "loadfile" else None
 
@@ -77,6 +78,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Host-network files first (a stable sort, so every worker's collection is the same), so the worker that
     takes them starts at once: they are the longest chain of the run."""
     items.sort(key=lambda item: not _item_uses_host_network(item))
+
+
+def host_network_lock() -> AbstractContextManager[None]:
+    return hostnet.host_lock(HOST_NETWORK_GROUP)
 
 
 _HOST_TURN = pytest.StashKey[ExitStack]()  # the host-network lock this pytest process holds, while it does
@@ -89,7 +94,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     stash = item.config.stash
     if _item_uses_host_network(item) and _HOST_TURN not in stash:
         turn = ExitStack()
-        turn.enter_context(hostnet.host_lock(HOST_NETWORK_GROUP))
+        turn.enter_context(host_network_lock())
         stash[_HOST_TURN] = turn
     try:
         yield
