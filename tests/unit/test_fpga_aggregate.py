@@ -325,7 +325,7 @@ def test_manifest_reports_placement_and_the_cam_the_shared_table_allocated(agg):
     assert pa["cam_entries"] == pb["cam_entries"] == len(fib.cam)
     assert pa["cam_bits"] == len(fib.cam) * fib.cam_entry_bits()
     assert pa["router_cam_entries"] + pb["router_cam_entries"] == len(fib.cam)
-    el = agg.manifest_element(sliver("rb"))
+    el = manifest_element(agg, sliver("rb"))
     validate(el)
     assert el.get("cam_entries") == str(len(fib.cam))
 
