@@ -29,8 +29,11 @@ demo: system-deps venv
 node-image: system-deps venv
 	@$(BIN)/slicex image build --quiet
 
+# In parallel (pytest-xdist): the files that use the host's network are one work unit, run first and in turn on
+# one worker while the others run the rest (tests/conftest.py). TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 3
 test: system-deps venv redis node-image
-	$(BIN)/python -m pytest -q --durations=20 tests
+	$(BIN)/python -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
 # The OpenStack substrate against a live cloud: an all-in-one OpenStack Zed from Debian's packages
 # (scripts/openstack-aio.sh, docs/substrate-openstack.md) installed, started, tested, stopped. Skipped, saying

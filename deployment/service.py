@@ -122,8 +122,9 @@ def netns_prefix(cfg: SlicexConfig, home: Home) -> str:
 def host_driver(cfg: SlicexConfig, home: Home) -> Any:
     """The driver that makes real slivers on this host when slicex.yaml says `substrate_driver: netns`
     (`slicex up --substrate netns` records it), else None. Options under `netns:`: `prefix` of every host
-    object (default from the deployment id), `run_dir` of the private Open vSwitch, `controller`
-    (auto | os-ken | ovs-ofctl), `switch_dir` of an Open vSwitch shared with other aggregates on this host."""
+    object (default from the deployment id), `run_dir` of the private Open vSwitch, `controller` (os-ken, the
+    default, or ovs-ofctl; refused where the chosen one cannot run), `switch_dir` of an Open vSwitch shared with
+    other aggregates on this host."""
     if cfg.substrate_driver == "emulated":
         return None
     if cfg.substrate_driver == "openstack":

@@ -5,11 +5,11 @@ container), with the AM API's life cycle:
   Allocate                  allocate()   reserve an FPGA, or a plane chosen by the placement scheduler
   Provision                 provision()  program FPGAs (together: the measured concurrent times), load tables
   PerformOperationalAction  perform()    geni_start / geni_stop / geni_restart
-  Status, Describe          status(), manifest_element()
+  Status, Describe          status(), placement_of()
   Delete                    delete()     release; the scheduler re-runs and moves what should move
   ListResources             advertise()
 
-Virtual routers are re-placed whenever networks come, go or change demand, and when a board goes into or
+Virtual routers are re-placed whenever networks come or go, and when a board goes into or
 out of maintenance; moving a running network and reconfiguring an FPGA under running networks are timed
 steps on the actor clock (migration.py). All state that must survive a restart is in the store (tables
 `fpga_slivers`, `fpga_maintenance`); tables are recompiled from it.
@@ -26,8 +26,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from lxml import etree
-
 from fpga_aggregate.backend import FpgaBackend
 from fpga_aggregate.bitstreams import BitstreamCatalogue, build_bitfile
 from fpga_aggregate.boards import Board, Fpga
@@ -41,8 +39,7 @@ from fpga_aggregate.migration import (
     reconfiguration_plan,
 )
 from fpga_aggregate.placement import SOFTWARE, Capacity, HardwareSlot, Placement, VirtualNetwork, schedule
-from fpga_aggregate.programming import programming_seconds
-from rspec.fpga_ext import FpgaRequest, annotate_manifest, sliver_element
+from rspec.fpga_ext import FpgaRequest
 from slicex.clock import Clock, SystemClock, parse_time, rfc3339
 from slicex.errors import BadArgs, InsufficientBandwidth, InsufficientNodes, SearchFailed, Unsupported
 from slicex.store import Store
@@ -218,16 +215,6 @@ class FpgaAggregate:
                     "fpga": s.fpga, "placement": s.placement, "engine": self.engine_at(s, now),
                     "delivered_mbps": s.delivered_mbps, "moves": list(s.moves)}
 
-    def manifest_element(self, sliver_urn: str) -> etree._Element:
-        s = self._require(sliver_urn)
-        seconds = None
-        if s.kind == "fpga-bitstream" and s.state != ALLOCATED:
-            seconds = programming_seconds(1)
-        el = sliver_element(s.request(), s.fpga, "software" if s.placement == SOFTWARE else "hardware",
-                            s.delivered_mbps if s.kind == "virtual-router" else None, seconds)
-        annotate_manifest(el, self.placement_of(sliver_urn))
-        return el
-
     def placement_of(self, sliver_urn: str) -> dict[str, Any]:
         """Where a sliver landed, for its manifest: `fpga` (board/fpgaN, or board/software for a router in a
         software plane), `placement` (hardware|software), what it gets, and for a router in hardware the size
@@ -300,35 +287,6 @@ class FpgaAggregate:
         return {d["board"] for d in self.store.scan(MAINTENANCE)}
 
     # ---- virtual routers ---------------------------------------------------------------------------------------
-    def set_routes(self, sliver_urn: str, routes: list[tuple[int, int, int, int]], now: datetime | None = None) -> None:
-        """Replace a virtual router's routes; a running one is recompiled and reloaded where it runs."""
-        now = now or self.clock.now()
-        with self._lock:
-            self._settle(now)
-            s = self._require_router(sliver_urn)
-            old = s.routes
-            s.routes = [list(map(int, r)) for r in routes]
-            if s.state == PROVISIONED:
-                try:
-                    self._install(s)
-                except InsufficientNodes:
-                    s.routes = old
-                    self._install(s)
-                    raise
-            self._save(s)
-
-    def set_demand(self, sliver_urn: str, bandwidth_mbps: float, now: datetime | None = None) -> list[Step]:
-        """A virtual router's demand changed: re-run the scheduler; return the migration steps it started."""
-        now = now or self.clock.now()
-        if not bandwidth_mbps >= 0:
-            raise BadArgs("bandwidth_mbps must be >= 0")
-        with self._lock:
-            self._settle(now)
-            s = self._require_router(sliver_urn)
-            s.bandwidth_mbps = bandwidth_mbps
-            self._save(s)
-            return self._rebalance(now)
-
     def forward(self, sliver_urn: str, address: int, now: datetime | None = None) -> tuple[int, int] | None:
         """Where a packet to `address` leaves a virtual router now: (port, next hop), or None for no route.
         Goes through the engine serving the network at `now` (the FPGA's compiled table or the software

@@ -187,16 +187,6 @@ class SharedFib:
         self.has_long[vid] = False
         self._sync(vid, np.flatnonzero((self.owner == vid + 1) | (self.region_of[vid] >= 0)))
 
-    def compact(self) -> int:
-        """Re-place every relocated range (conflicts may have gone since); return the CAM entries saved."""
-        before = len(self.cam)
-        for key, r in list(self.cam.items()):
-            if self.cam.get(key) == r:
-                vid, start, n = int(self.reg_vid[r]), int(self.reg_start[r]), 1 << (L1_BITS - int(self.reg_len[r]))
-                self._dissolve(r)
-                self._sync(vid, np.arange(start, start + n, dtype=np.int64))
-        return before - len(self.cam)
-
     # ---- lookups ------------------------------------------------------------------------------------------------
     def lookup(self, vid: int, address: int) -> Route | None:
         """One lookup as the hardware does it: CAM, else the owner tag; then L1, then L2 if flagged."""

@@ -46,7 +46,8 @@ class NetnsOptions(Section):
 
     prefix: str | None = Field(None, description="prefix of every host object (default: from the deployment id)")
     run_dir: str | None = Field(None, description="directory of the private Open vSwitch")
-    controller: Literal["auto", "os-ken", "ovs-ofctl"] = Field("auto", description="what programs the switch")
+    controller: Literal["os-ken", "ovs-ofctl"] = Field(
+        "os-ken", description="what programs the switch: the os-ken controller, or ovs-ofctl (refused if missing)")
     switch_dir: str | None = Field(None, description="an Open vSwitch shared with other aggregates on this host")
     state_dir: str | None = Field(None, description="where node containers keep their state")
     images_dir: str | None = Field(None, description="the node image catalogue (default: the host's)")

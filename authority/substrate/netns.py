@@ -64,7 +64,7 @@ from authority.substrate.netns_plan import (
     tbf_args,
     trunk_name,
 )
-from authority.substrate.openflow import FlowProgrammer, OfctlProgrammer, OsKenController, osken_available
+from authority.substrate.openflow import DEFAULT_CONTROLLER, FlowProgrammer, flow_programmer
 from authority.substrate.ovs import OvsSwitch, default_run_dir
 from protocol.messages import SliverSpec
 from slicex.errors import BadArgs, GeniError, ServerError, Unsupported
@@ -86,8 +86,8 @@ class NetnsDriver:
     """SubstrateDriver over namespaces, veths, tc, a private OVS and a container per node. `start` before use,
     `shutdown` after."""
 
-    def __init__(self, prefix: str, run_dir: Path | None = None, controller: str = "auto", timeout: float = 30.0,
-                 login_address: str = "127.0.0.1", login_host: str | None = None, switch_dir: Path | None = None,
+    def __init__(self, prefix: str, run_dir: Path | None = None, controller: str = DEFAULT_CONTROLLER,
+                 timeout: float = 30.0, login_address: str = "127.0.0.1", login_host: str | None = None, switch_dir: Path | None = None,
                  cables: Mapping[str, str] | None = None, state_dir: Path | None = None,
                  images: ImageCatalogue | None = None, default_image: str = DEFAULT_IMAGE,
                  uid_ranges_dir: Path | None = None, pids_max: int = 1024, install_sources: Iterable[str] = (),
@@ -108,14 +108,7 @@ class NetnsDriver:
         self.shared_switch = switch_dir is not None
         self.ovs = OvsSwitch(switch_dir or self.run_dir, timeout=timeout)
         self.cables = {k.lower(): v for k, v in (cables or {}).items()}
-        if controller not in ("auto", "os-ken", "ovs-ofctl"):
-            raise BadArgs(f"netns controller {controller!r}: auto, os-ken or ovs-ofctl")
-        why = osken_available() if controller != "ovs-ofctl" else "not asked for"
-        if controller == "os-ken" and why:
-            raise Unsupported(f"the os-ken controller cannot be imported here ({why}); pip install os-ken, or use "
-                              f"controller ovs-ofctl")
-        self.flows: FlowProgrammer = (OsKenController(self.run_dir, timeout) if why is None
-                                      else OfctlProgrammer(self.ovs))
+        self.flows: FlowProgrammer = flow_programmer(controller, self.run_dir, self.ovs, timeout)
         self.description = f"{DESCRIPTION} (OpenFlow rules from {self.flows.name})"
         self.links: dict[int, LinkPlan] = {}  # live link segments by VLAN
         self.enabled: set[int] = set()  # segments started (their rules installed)
@@ -157,7 +150,10 @@ class NetnsDriver:
         self.netem = caps.get("netem") == "ok"
         self.ovs.start()
         self.flows.start()
-        self.ovs.ensure_bridge(self.bridge, self.dpid, self.flows.controller_target())
+        target = self.flows.controller_target()
+        log.info("netns: OpenFlow rules of bridge %s from %s%s", self.bridge, self.flows.name,
+                 f" (controller {target})" if target else " (no controller: pushed with ovs-ofctl)")
+        self.ovs.ensure_bridge(self.bridge, self.dpid, target)
         with self._lock:
             self._push()
 

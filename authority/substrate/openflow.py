@@ -1,6 +1,8 @@
 """Programming the bridge's OpenFlow rules: the os-ken controller process (authority/substrate/osken_app.py), or
-`ovs-ofctl` where os-ken cannot be imported. Both take the whole rule set of a bridge (authority/substrate/flows.py)
-and return once the switch holds it, so a sliver reported ready really forwards."""
+`ovs-ofctl`, as the operator chooses (slicex.yaml `netns: {controller: os-ken | ovs-ofctl}`, default os-ken). A
+host where the chosen one cannot run is refused with the reason; nothing falls back by itself, so the rules'
+path is always the one the operator asked for. Both take the whole rule set of a bridge
+(authority/substrate/flows.py) and return once the switch holds it, so a sliver reported ready really forwards."""
 
 from __future__ import annotations
 
@@ -18,7 +20,10 @@ from typing import Protocol
 
 from authority.substrate.flows import COOKIE, Flow
 from authority.substrate.ovs import OvsSwitch
-from slicex.errors import ServerError
+from slicex.errors import BadArgs, ServerError, Unsupported
+
+CONTROLLERS = ("os-ken", "ovs-ofctl")
+DEFAULT_CONTROLLER = "os-ken"
 
 
 class FlowProgrammer(Protocol):
@@ -40,7 +45,7 @@ def osken_available() -> str | None:
     try:
         import os_ken.base.app_manager  # noqa: F401
         import os_ken.ofproto.ofproto_v1_3  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - any failure means: use ovs-ofctl
+    except Exception as exc:  # noqa: BLE001 - any failure means: os-ken cannot run here
         return f"{type(exc).__name__}: {exc}"
     return None
 
@@ -144,8 +149,8 @@ class OsKenController:
 
 
 class OfctlProgrammer:
-    """Rules pushed with `ovs-ofctl replace-flows` (only the differences are sent), for hosts where os-ken
-    cannot be imported. The bridge then has no controller."""
+    """Rules pushed with `ovs-ofctl replace-flows` (only the differences are sent), for operators who choose no
+    controller process (or hosts without os-ken). The bridge then has no controller."""
 
     name = "ovs-ofctl"
 
@@ -171,6 +176,20 @@ class OfctlProgrammer:
         # the datapath keeps forwarding on flows it cached from removed rules until its revalidator runs; a
         # stopped link must stop at once (a ping right after geni_stop went through, now and then)
         self.ovs.appctl("revalidator/purge")
+
+
+def flow_programmer(controller: str, run_dir: Path, ovs: OvsSwitch, timeout: float) -> FlowProgrammer:
+    """The programmer the operator chose; an unknown name or an os-ken that cannot be imported is refused here
+    (at construction, before anything on the host changes), never replaced by the other one."""
+    if controller not in CONTROLLERS:
+        raise BadArgs(f"netns controller {controller!r}: one of {', '.join(CONTROLLERS)}")
+    if controller == "ovs-ofctl":
+        return OfctlProgrammer(ovs)
+    why = osken_available()
+    if why:
+        raise Unsupported(f"the os-ken controller cannot be imported here ({why}); pip install os-ken, or choose "
+                          f"`netns: {{controller: ovs-ofctl}}` in slicex.yaml")
+    return OsKenController(run_dir, timeout)
 
 
 def cookie_flows(ovs: OvsSwitch, bridge: str) -> list[str]:

@@ -70,11 +70,15 @@ def test_an_actor_killed_while_answering_is_unavailable_not_an_internal_error(tm
             except (OSError, ssl.SSLError):
                 continue
 
-    threading.Thread(target=answer_nothing, daemon=True).start()
+    server = threading.Thread(target=answer_nothing, daemon=True)
+    server.start()
     client = ActorClient("broker", f"https://127.0.0.1:{port}/", str(tmp_path / "am.pem"), str(tmp_path / "am.key"),
                          str(tmp_path / "ca.pem"), "urn:publicid:IDN+rpc.test+authority+broker", timeout=30)
     try:
         with pytest.raises(Unavailable, match="stopped in the middle of its answer"):
             client.call("issue")
     finally:
+        listener.shutdown(socket.SHUT_RDWR)  # wakes the accept(); close() alone leaves the thread blocked in it
         listener.close()
+        server.join(10)
+    assert not server.is_alive()

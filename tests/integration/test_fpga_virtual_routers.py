@@ -17,8 +17,9 @@ import yaml
 from lxml import etree
 
 from fpga_aggregate.fib import L2_SETS_PER_BANK, SharedFib
-from fpga_aggregate.tables import ReferenceLpm, probe_addresses, virtual_router_tables
+from fpga_aggregate.tables import virtual_router_tables
 from rspec.fpga_ext import FPGA_NS, FpgaRequest, route_element, sliver_element
+from tests.fpga_oracle import ReferenceLpm, probe_addresses
 from tests.integration.conftest import deployment
 from tests.integration.test_am_api import code, ok
 

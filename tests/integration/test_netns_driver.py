@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 import pytest
 
 from authority.substrate import hostnet
+from authority.substrate.flows import Flow
 from authority.substrate.netns import NetnsDriver
 from authority.substrate.openflow import cookie_flows
 from protocol.messages import SliverSpec
@@ -162,13 +163,50 @@ def test_after_sigkill_a_restart_removes_dead_slivers_and_adopts_live_ones(drive
     assert restarted.leftovers() == []
 
 
+def _rule_keys(line: str) -> tuple[frozenset[str], str]:
+    """A rule as ovs-ofctl writes it (a dump-flows line or Flow.to_ofctl): its match fields and its actions,
+    without the counters and the cookie, so a declared rule and the switch's copy compare equal."""
+    fields, _, actions = line.strip().partition(" actions=")
+    skip = ("cookie=", "duration=", "n_packets=", "n_bytes=", "idle_age=", "hard_age=", "reset_counts")
+    return frozenset(f.strip() for f in fields.split(",") if f.strip() and not f.strip().startswith(skip)), actions
+
+
+def test_os_ken_programs_the_switch_where_it_is_installed(driver):
+    """The default controller is os-ken and it, not ovs-ofctl, puts the rules on the bridge: the bridge is
+    connected to the os-ken process, and after a LAN starts, and again after it stops, the rules the switch
+    holds (ovs-ofctl dump-flows) are exactly the rules the driver declared."""
+    pytest.importorskip("os_ken", reason="os-ken is not installed here (pip install os-ken)")
+    assert driver.flows.name == "os-ken" and "os-ken" in driver.description
+    port = (driver.run_dir / "osken.port").read_text().strip()
+    assert driver.ovs.vsctl("get-controller", driver.bridge).strip() == f"tcp:127.0.0.1:{port}"
+
+    def declared() -> set[tuple[frozenset[str], str]]:
+        state = json.loads((driver.run_dir / "flows-state.json").read_text())
+        return {_rule_keys(Flow.from_doc(d).to_ofctl()) for d in state["bridges"][str(driver.dpid)]}
+
+    def held() -> set[tuple[frozenset[str], str]]:
+        return {_rule_keys(line) for line in cookie_flows(driver.ovs, driver.bridge)}
+
+    link, nodes = lan_specs("k", 1008, n=2)
+    st = provision_and_start(driver, link, nodes)
+    assert driver.ovs.connected(driver.bridge)
+    assert len(declared()) > 2 and held() == declared()
+    assert ping(st[nodes[0].id]["netns"], "10.10.0.2", count=2)[0]
+    st[link.id] = driver.modify(link, st[link.id], "geni_stop", NOW)
+    assert held() == declared() and len(held()) == 2  # only the table-miss drops
+    for s in (link, *nodes):
+        driver.destroy(s, st[s.id], NOW)
+
+
 def test_ovs_ofctl_programs_the_same_rules_where_os_ken_is_missing():
-    """The fallback behind the same interface: rules pushed with ovs-ofctl, the bridge without a controller."""
+    """The other controller behind the same interface, when the operator chooses it: rules pushed with
+    ovs-ofctl, the bridge without a controller."""
     require_host()
     d = NetnsDriver(new_prefix(), controller="ovs-ofctl")
     try:
         d.start()
         assert d.flows.name == "ovs-ofctl" and "ovs-ofctl" in d.description
+        assert d.ovs.vsctl("get-controller", d.bridge).strip() == ""
         link, nodes = lan_specs("o", 1007, n=2)
         st = provision_and_start(d, link, nodes)
         assert ping(st[nodes[0].id]["netns"], "10.10.0.2", count=2)[0]

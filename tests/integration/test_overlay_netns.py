@@ -4,7 +4,7 @@ router`), addresses claimed in a real Redis (SLICEX_REDIS_URL, default db 6). Pi
 the routers (proxy ARP answers with the router's MAC) and stay on the segment within a cluster.
 
 Needs root, network namespaces and tap devices; skipped, saying which is missing, only where the host lacks
-them. Run under `flock /tmp/slicex-ovs.lock` like every netns test."""
+them. Like every netns test it takes the host-network lock (tests/conftest.py)."""
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -104,8 +105,15 @@ def fed(tmp_path_factory):
     assert slicex(homes["b"].root, "user", "add", "bob").returncode == 0  # `up --detach` asks as a user of B
     # B trusts A's root for A's namespace (a.test, named in the root's own URN)
     (homes["b"].trusted_roots / "a-ca.pem").write_bytes(homes["a"].ca_cert.read_bytes())
+    with ExitStack() as running:  # whatever started is stopped, even when a set-up step or a stop fails
+        yield from _federation(root, homes, running)
+
+
+def _federation(root: Path, homes: dict[str, Home], running: ExitStack):
     a = start(homes["a"])
+    running.callback(stop, a)
     b = Process(homes["b"])
+    running.callback(b.down)
     b.up()
     b_cfg = homes["b"].config()
     am = {"a": a.deployment.endpoints.am_url, "b": f"https://127.0.0.1:{b_cfg.am_port}/"}
@@ -118,6 +126,7 @@ def fed(tmp_path_factory):
     sep_yaml.write_text(yaml.safe_dump(cfg))
     sep = SepServer(load_config(sep_yaml))
     sep.start()
+    running.callback(sep.stop)
     alice = homes["a"]
     cert, key = str(alice.user_cert("alice")), str(alice.user_key("alice"))
     ctx = {"homes": homes, "a": a, "b": b, "am_url": am, "sep": sep, "sep_yaml": sep_yaml, "cert": cert, "key": key,
@@ -125,9 +134,6 @@ def fed(tmp_path_factory):
            "sep_client": client(sep.url, cert, key),
            "speaksfor": speaks_for_credential(cert, key, sep_yaml.parent.joinpath("sep-cert.pem").read_bytes())}
     yield ctx
-    sep.stop()
-    stop(a)
-    b.down()
 
 
 def creds(fed, name: str) -> tuple[str, list[dict]]:

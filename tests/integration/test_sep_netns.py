@@ -4,7 +4,7 @@ each its own CA, each trusting the other's root for its namespace) share one pri
 alone (SDK `span_slice`: Allocate, Provision, geni_start over mutual TLS, speaking for alice), one slice gets a
 node at each testbed and the cross-domain link between them, stitched on the tag the SEP negotiated from the
 two advertisements; the node at A pings the node at B across it, and iperf3 measures the link's 10 Mbit/s.
-Delete through the SEP removes both nodes' namespaces. Run under `flock /tmp/slicex-ovs.lock`."""
+Delete through the SEP removes both nodes' namespaces. Takes the host-network lock (tests/conftest.py)."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ their advertisements have no stitching ports). Through the SEP (SDK `span_slice`
 overlay link; each testbed makes its node without it, and after both provisioned, the SEP's overlay
 (federation/sep/overlay_netns.py over federation/overlay/: an overlay namespace for the link, a virtual router
 per testbed with a tap in the node's namespace, addresses claimed in Redis) joins the two nodes. The node at A
-pings the node at B's overlay address; Delete through the SEP stops the routers and frees the claims. Run
-under `flock /tmp/slicex-ovs.lock`; Redis db from SLICEX_REDIS_URL."""
+pings the node at B's overlay address; Delete through the SEP stops the routers and frees the claims. Takes
+the host-network lock (tests/conftest.py); Redis db from SLICEX_REDIS_URL."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ Open vSwitch (slicex.yaml `netns: {switch_dir}`): slicex's SDK (stitching/client
 and starts a link whose ends share no VLAN at each aggregate over mutual TLS; each aggregate's driver joins
 its bridge to its neighbours' with a veth pair named from the cable's ports; the nodes at the two ends ping
 each other across a translating transit and across a Q-in-Q tunnel, whose trunk carries 802.1ad frames (the
-edge's push_vlan:0x88a8 rule counts the pings), and iperf3 measures the link's capacity within 5 %. Run under `flock /tmp/slicex-ovs.lock`."""
+edge's push_vlan:0x88a8 rule counts the pings), and iperf3 measures the link's capacity within 5 %. Takes the host-network lock (tests/conftest.py)."""
 
 from __future__ import annotations
 

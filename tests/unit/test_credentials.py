@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -21,11 +20,11 @@ from slicex.errors import (
     Forbidden,
 )
 from slicex.speaksfor import create_speaks_for
+from tests.fixtures import THIRD_PARTY as FIXTURES
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 AUTH = "cred.test"
 SLICE = f"urn:publicid:IDN+{AUTH}+slice+s1"
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
 
 
 class Authority:
@@ -212,8 +211,6 @@ def test_speaks_for(home):
 
 def test_public_fixture_credential_is_untrusted(home):
     path = FIXTURES / "credentials" / "untrusted-usercred.xml"
-    if not path.exists():
-        pytest.skip(f"shared fixtures not present at {FIXTURES} (third-party test vectors live outside the repo)")
     a, (alice, _), _ = home
     xml = path.read_text()
     assert parse_credential(xml).owner_urn.endswith("+user+alice")

@@ -12,10 +12,11 @@ from fpga_aggregate.aggregate import FpgaAggregate
 from fpga_aggregate.backend import EmulatedFpgaBackend
 from fpga_aggregate.bitstreams import BitstreamCatalogue, build_bitfile
 from fpga_aggregate.boards import boards_from_config
-from fpga_aggregate.tables import ReferenceLpm, bgp_like, probe_addresses, random_table, virtual_router_tables
+from fpga_aggregate.tables import bgp_like, virtual_router_tables
 from rspec.fpga_ext import (
     FPGA_NS,
     FpgaRequest,
+    annotate_manifest,
     board_element,
     parse_fpga_request,
     sliver_element,
@@ -24,6 +25,7 @@ from rspec.fpga_ext import (
 from slicex.clock import ManualClock
 from slicex.errors import BadArgs, InsufficientBandwidth, InsufficientNodes, SearchFailed, Unsupported
 from slicex.store.sqlite_store import SqliteStore
+from tests.fpga_oracle import ReferenceLpm, probe_addresses, random_table
 
 ALICE = "urn:publicid:IDN+slicex+user+alice"
 BOB = "urn:publicid:IDN+slicex+user+bob"
@@ -48,6 +50,14 @@ def agg(tmp_path):
 def table(n: int, seed: int):
     """BGP-like: long prefixes packed in /19 blocks, so they fit one SRAM bank of L2 sets."""
     return bgp_like(n, seed, density=30)
+
+
+def manifest_element(agg: FpgaAggregate, urn: str) -> etree._Element:
+    """A sliver's fpga:sliver in its manifest, as the AM makes it: the request's element annotated with where
+    the model placed it (rspec/manifest.py, from the driver's view)."""
+    el = sliver_element(agg.sliver(urn).request())
+    annotate_manifest(el, agg.placement_of(urn))
+    return el
 
 
 def request_node(inner: str) -> etree._Element:
@@ -106,7 +116,7 @@ def test_fpga_sliver_allocate_provision_programs_for_the_measured_time_and_delet
     clock.advance(timedelta(seconds=1))
     assert agg.status(urns[1])["geni_operational_status"] == "geni_ready"
     assert agg.backend.read_counters(agg.fpgas["bee1/fpga0"])["design"] == "design"
-    el = agg.manifest_element(urns[0])
+    el = manifest_element(agg, urns[0])
     validate(el)
     assert el.get("fpga") == "bee1/fpga0"
     agg.perform([urns[0]], "geni_restart")
@@ -154,19 +164,23 @@ def test_virtual_router_slivers_forward_through_hardware_or_software(agg):
     image = agg.backend.images[hw["fpga"]]  # what the board was loaded with answers like the compiler
     p, length, port, nh = routes[fast][0]
     assert image.lookup(0, p) == agg.forward(fast, p)
-    validate(agg.manifest_element(slow))
+    validate(manifest_element(agg, slow))
     agg.delete([fast])
     assert agg.forward(slow, routes[slow][0][0]) is not None
 
 
-def test_demand_change_migrates_a_running_router_by_timed_steps(agg):
+def test_a_router_moves_back_to_hardware_by_timed_steps_forwarding_all_along(agg):
+    """When its board leaves maintenance, a router the maintenance moved to software goes back by the timed
+    steps: placed in hardware at once, forwarding from software (busy) until the FPGA holds its table."""
     u = sliver("r")
-    agg.allocate(u, ALICE, FpgaRequest("virtual-router", bandwidth_mbps=5))
+    agg.allocate(u, ALICE, FpgaRequest("virtual-router", "", 400, 100, "nf1"))
     table = bgp_like(100, 3)
     agg.provision([u], routes={u: table})
-    agg.clock.advance(timedelta(seconds=12))
+    agg.clock.advance(timedelta(seconds=30))
+    agg.start_maintenance("nf1")
+    agg.clock.advance(timedelta(seconds=13))
     assert agg.status(u)["engine"] == "software"
-    [step] = agg.set_demand(u, 900)
+    [step] = agg.end_maintenance("nf1")
     assert (step.action, step.source) == ("sw->hw", "software")
     st = agg.status(u)
     assert st["placement"] == "hardware" and st["engine"] == "software"  # still forwarding from software
@@ -225,16 +239,22 @@ def test_state_survives_a_restart(agg, tmp_path):
     assert [again.forward(u, p) for p, _, _, _ in routes] == want
 
 
-def test_a_table_too_big_for_the_sram_is_refused_and_the_old_one_kept(agg):
-    u = sliver("r")
-    agg.allocate(u, ALICE, FpgaRequest("virtual-router", bandwidth_mbps=700, board="nf1"))
+def test_a_table_too_big_for_the_sram_is_refused_and_the_fpgas_other_router_kept(agg):
+    """Provision compiles the new router's table into the FPGA's shared one; a table that does not fit is
+    refused and the router already running there keeps forwarding."""
+    u, big = sliver("r"), sliver("big")
+    agg.allocate(u, ALICE, FpgaRequest("virtual-router", bandwidth_mbps=400, board="nf1"))
     small = table(50, 6)
     agg.provision([u], routes={u: small})
     agg.clock.advance(timedelta(seconds=30))
+    before = [agg.forward(u, p) for p, _, _, _ in small]
+    assert all(before)
+    agg.allocate(big, ALICE, FpgaRequest("virtual-router", bandwidth_mbps=400, board="nf1"))
+    assert agg.sliver(big).fpga == agg.sliver(u).fpga
     spread = [((i << 19) | 0x100, 24, 1, i) for i in range(65)]  # 65 /19 blocks with a /24: 65 L2 sets
     with pytest.raises(InsufficientNodes, match="L2 bank full"):
-        agg.set_routes(u, spread)
-    assert agg.forward(u, small[0][0]) is not None
+        agg.provision([big], routes={big: spread})
+    assert [agg.forward(u, p) for p, _, _, _ in small] == before
 
 
 # ---- the worked example in docs/examples (docs/fpga-aggregate.md, "Using it with omni") -------------------------
@@ -305,7 +325,7 @@ def test_manifest_reports_placement_and_the_cam_the_shared_table_allocated(agg):
     assert pa["cam_entries"] == pb["cam_entries"] == len(fib.cam)
     assert pa["cam_bits"] == len(fib.cam) * fib.cam_entry_bits()
     assert pa["router_cam_entries"] + pb["router_cam_entries"] == len(fib.cam)
-    el = agg.manifest_element(sliver("rb"))
+    el = manifest_element(agg, sliver("rb"))
     validate(el)
     assert el.get("cam_entries") == str(len(fib.cam))
 

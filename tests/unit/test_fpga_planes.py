@@ -19,9 +19,9 @@ from fpga_aggregate.migration import (
 )
 from fpga_aggregate.placement import SOFTWARE, Capacity, HardwareSlot, VirtualNetwork, schedule
 from fpga_aggregate.programming import programming_seconds
-from fpga_aggregate.tables import ReferenceLpm, random_table
 from slicex.errors import BadArgs, SearchFailed, TooBig
 from slicex.store.sqlite_store import SqliteStore
+from tests.fpga_oracle import ReferenceLpm, random_table
 
 
 def capacity(fpgas=1, planes=3, sw=10):

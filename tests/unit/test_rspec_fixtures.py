@@ -2,15 +2,14 @@
 either valid against slicex's schemas or rejected for a reason stated here (EXPECTED_INVALID). Requests are
 parsed the way Allocate parses them. RSpecs embedded in XML-RPC samples (plain or geni_compressed) count too.
 
-The samples stay in ../shared/fixtures (their own licences; see SOURCES.md there); without that folder these
-tests skip and say so."""
+The samples are in tests/fixtures/third-party (each source's licence beside its files; provenance in
+SOURCES.md there)."""
 
 from __future__ import annotations
 
 import base64
 import re
 import zlib
-from pathlib import Path
 
 import pytest
 from lxml import etree
@@ -20,12 +19,10 @@ from rspec.request import parse_request
 from rspec.validate import SCHEMA_DIR, validate_rspec
 from slicex.errors import BadArgs, BadVersion, GeniError
 from slicex.xmlsafe import parse_xml
+from tests.fixtures import THIRD_PARTY as FIXTURES
 
-FIXTURES = (Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures").resolve()
 RSPEC_TAG = f"{{{RSPEC3}}}rspec"
 STITCH01 = "http://hpn.east.isi.edu/rspec/ext/stitch/0.1/"
-SKIP = pytest.mark.skipif(not FIXTURES.exists(), reason=f"shared fixtures not found at {FIXTURES}; these "
-                                                        f"third-party samples live outside the repo")
 
 # Samples that are GENI v3 but not valid, the part of the problem that must be reported, and why they are wrong.
 EXPECTED_INVALID = {
@@ -67,8 +64,6 @@ def _embedded(root: etree._Element):
 
 def _documents() -> dict[str, bytes]:
     out: dict[str, bytes] = {}
-    if not FIXTURES.exists():
-        return out
     for f in sorted(FIXTURES.rglob("*")):
         if f.suffix not in (".xml", ".rspec"):
             continue
@@ -97,7 +92,6 @@ def _kind(doc: bytes) -> str:
     return parse_xml(doc, "sample", 10_000_000).get("type")
 
 
-@SKIP
 def test_fixtures_are_present_and_cover_every_kind():
     kinds = {_kind(d) for d in DOCUMENTS.values()}
     assert kinds == {"request", "advertisement", "manifest"}
@@ -105,7 +99,6 @@ def test_fixtures_are_present_and_cover_every_kind():
     assert set(EXPECTED_INVALID) <= set(DOCUMENTS), "an expected-invalid sample is no longer found"
 
 
-@SKIP
 @pytest.mark.parametrize("name", sorted(DOCUMENTS))
 def test_geni_v3_sample_is_valid_or_rejected_with_its_reason(name):
     problems = validate_rspec(DOCUMENTS[name])
@@ -117,7 +110,6 @@ def test_geni_v3_sample_is_valid_or_rejected_with_its_reason(name):
         assert problems == []
 
 
-@SKIP
 @pytest.mark.parametrize("name", sorted(n for n, d in DOCUMENTS.items() if _kind(d) == "request"))
 def test_sample_request_is_parsed_or_refused_with_its_reason(name):
     if name in EXPECTED_INVALID:
@@ -130,7 +122,6 @@ def test_sample_request_is_parsed_or_refused_with_its_reason(name):
     assert {n.client_id for n in req.nodes} == {n.get("client_id") for n in root.findall(f"{{{RSPEC3}}}node")}
 
 
-@SKIP
 @pytest.mark.parametrize("name", sorted(n for n, d in DOCUMENTS.items() if _kind(d) != "request"))
 def test_ads_and_manifests_are_refused_as_requests(name):
     doc = DOCUMENTS[name]
@@ -140,21 +131,18 @@ def test_ads_and_manifests_are_refused_as_requests(name):
         parse_request(doc)
 
 
-@SKIP
 @pytest.mark.parametrize("name", sorted(NOT_WELL_FORMED))
 def test_not_well_formed_samples_are_refused_by_the_parser(name):
     with pytest.raises(BadArgs, match=NOT_WELL_FORMED[name]):
         parse_request((FIXTURES / name).read_bytes())
 
 
-@SKIP
 def test_protogeni_v2_request_is_refused_as_the_wrong_version():
     with pytest.raises(BadVersion, match="ProtoGENI v2"):
         parse_request((FIXTURES / "geni-tools/acceptance/request_pgv2.xml").read_bytes())
     assert etree.QName(parse_xml((FIXTURES / "geni-tools/acceptance/request_pgv2.xml").read_bytes())).namespace == PGV2
 
 
-@SKIP
 def test_real_opstate_extensions_are_checked_by_slicex_opstate_schema():
     """The InstaGENI ad's rspec_opstate is valid; the same ad with one action's `next` removed is not, which
     shows the opstate schema is applied (not skipped as an unknown extension)."""
@@ -176,7 +164,6 @@ def _as_stitch_v2(el: etree._Element) -> etree._Element:
     return etree.fromstring(text)
 
 
-@SKIP
 def test_real_stitching_documents_fit_slicex_stitching_v2_schema():
     """No public stitch v2 instance exists, but ads, manifests and the SCS-expanded request of 2013–2014 use the
     same structure under the 0.1 namespace: each validates against stitch-2.xsd once moved to v2."""
@@ -190,7 +177,6 @@ def test_real_stitching_documents_fit_slicex_stitching_v2_schema():
     assert checked >= 8
 
 
-@SKIP
 def test_stitching_v2_schema_rejects_a_bad_vlan_range():
     doc = (FIXTURES / "stitching/geni-tools-2013/scs-expanded-request-rspec.xml").read_bytes()
     el = _as_stitch_v2(next(parse_xml(doc).iter(f"{{{STITCH01}}}stitching")))

@@ -1,0 +1,63 @@
+"""tests/conftest.py's parallel run, on a throw-away suite run by pytester: the host-network files go to one
+worker, and a file waiting for the host-network lock is not failed by pytest-timeout for the wait."""
+
+from __future__ import annotations
+
+import fcntl
+import re
+import time
+from pathlib import Path
+
+pytest_plugins = ["pytester"]
+
+CONFTEST = (Path(__file__).resolve().parents[1] / "conftest.py").read_text()
+
+
+def _suite(pytester, lock_file: Path | None = None) -> None:
+    text = CONFTEST
+    if lock_file is not None:  # the host-network lock on a file of this test's own, not the host's
+        text += f'''
+
+import contextlib as _contextlib
+import fcntl as _fcntl
+
+
+@_contextlib.contextmanager
+def host_network_lock():
+    with open({str(lock_file)!r}, "a") as f:
+        _fcntl.flock(f, _fcntl.LOCK_EX)
+        yield
+'''
+    pytester.makeconftest(text)
+
+
+def test_host_network_files_run_on_one_worker_and_first(pytester):
+    _suite(pytester, pytester.path / "turn.lock")
+    pytester.makepyfile(**{"test_a.py": "def test_a(): pass",
+                           "test_b_netns.py": "def test_b1(): pass\ndef test_b2(): pass",
+                           "test_c.py": "USES_HOST_NETWORK = True\ndef test_c(): pass",
+                           "test_d_netns.py": "def test_d(): pass",
+                           "test_e.py": "def test_e(): pass"})
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "3", "--dist", "loadfile",
+                                           "--no-loadscope-reorder", "-v")
+    result.assert_outcomes(passed=6)
+    workers = {}
+    for line in result.outlines:
+        m = re.match(r"\[(gw\d)\].* (test_\w+)\.py::", line)
+        if m:
+            workers.setdefault(m.group(2), set()).add(m.group(1))
+    host = workers["test_b_netns"] | workers["test_c"] | workers["test_d_netns"]
+    assert len(host) == 1, workers
+
+
+def test_waiting_for_the_host_network_lock_does_not_count_against_the_timeout(pytester, tmp_path):
+    lock_file = tmp_path / "turn.lock"
+    _suite(pytester, lock_file)
+    pytester.makepyfile(test_x_netns="def test_x(): pass")
+    with open(lock_file, "a") as held:  # another pytest process's netns file holds the turn for 3 s
+        fcntl.flock(held, fcntl.LOCK_EX)
+        proc = pytester.popen([*pytester._getpytestargs(), "-p", "no:cacheprovider", "--timeout=1", "-q"],
+                              stdout=open(tmp_path / "out", "w"), stderr=open(tmp_path / "err", "w"))
+        time.sleep(3)
+    assert proc.wait(60) == 0, (tmp_path / "out").read_text() + (tmp_path / "err").read_text()
+    assert "1 passed" in (tmp_path / "out").read_text()
