@@ -210,6 +210,15 @@ def test_a_restarted_broker_rebuilds_its_calendar():
         one(again, node("x", 8, on="pc3"), term=Term(T0 + 2 * H, T0 + 4 * H))
 
 
+def test_units_released_behind_the_brokers_back_are_not_held_against_a_reclaim():
+    b = broker()
+    t = one(b, node("r", on="pc2"))
+    for u in t.units:
+        b.store.release(u, t.group)  # a slice manager that releases in the store itself
+    assert b.reclaim(SignedReclaim(AUTH, b.name, T0, (f"core:{urn('pc2')}",)), T0) == ([f"core:{urn('pc2')}"], [])
+    assert b.calendar.bookings == {}
+
+
 def test_tickets_nobody_relinquished_are_dropped_after_their_end_and_a_grace():
     b = broker()
     one(b, node("r"))
