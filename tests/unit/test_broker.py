@@ -16,7 +16,7 @@ from authority.substrate.emulated import EmulatedDriver
 from broker.broker import Broker
 from broker.placement import plan
 from broker.policy import BestFit, FirstFit, WorstFit, free_cores
-from protocol.delegation import export_substrate
+from protocol.delegation import export_prefixes, export_substrate
 from protocol.messages import PlaceAnswer, SliverSpec, demands_of
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
@@ -137,3 +137,13 @@ def test_two_brokers_on_one_store_never_promise_a_unit_twice(ops):
                 for k in t.units:
                     held.pop(k, None)
     assert store.all_claims() == held
+
+
+def test_reclaimed_inventory_stays_out_until_delegated_again():
+    store = SqliteStore(":memory:")
+    broker = Broker("b", store, KEY)
+    broker.accept(export_prefixes("auth", "b", ["core:h1", "core:h2"]))
+    broker.reclaim(SignedReclaim("auth", "b", NOW, ("core:h1",)))
+    assert broker.reclaimed("auth") == ["core:h1"] and broker.delegated() == ["core:h2"]
+    broker.accept(export_prefixes("auth", "b", ["core:h1"]))
+    assert broker.reclaimed("auth") == [] and broker.delegated() == ["core:h1", "core:h2"]
