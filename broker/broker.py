@@ -16,8 +16,8 @@ Three layers keep promises exclusive:
 Tickets are signed, so an authority verifies them without calling back. Every refusal says which broker, what
 was asked, over which term, and what is free.
 
-`availability` answers what is in use now, with a
-version that changes whenever the broker's inventory or promises change, so callers cache the answer."""
+`availability` answers what is in use now, with a version that changes whenever the broker's inventory or
+promises change, so callers cache the answer."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ calendar and places again."""
 
 
 @dataclass(frozen=True)
-class Demand:
+class _ExactDemand:
     """What one reservation's placement books: exactly these units, and one label free on every one of some
     label sets (a VLAN tag across switches): `label` when the placement chose it."""
 
@@ -502,7 +502,7 @@ class Broker:
         docs = [self.store.get(TICKETS, f"{group}/{rid}") for rid in rids]
         return all(doc is not None and doc.get("state") == "active" for doc in docs)
 
-    def _grant(self, holder: str, demands: Mapping[str, Demand], term: Term, now: datetime, group: str,
+    def _grant(self, holder: str, demands: Mapping[str, _ExactDemand], term: Term, now: datetime, group: str,
                placements: Mapping[str, Any]) -> list[_Unpublished]:
         """Book and claim every demand, all or none (Busy when another broker process on the store won a unit
         meanwhile: the caller reloads and places again), and issue its tickets unsigned, for the caller to
@@ -532,7 +532,7 @@ class Broker:
             pending.append(_Unpublished(rid, t, list(c.units), started, placements.get(rid)))
         return pending
 
-    def _choose(self, tid: str, d: Demand, term: Term, taken: set[str]) -> _Choice:
+    def _choose(self, tid: str, d: _ExactDemand, term: Term, taken: set[str]) -> _Choice:
         what = f"{d.what}: " if d.what else ""
         c = _Choice(units=list(d.units))
         dup = [u for u in d.units if u in taken]
@@ -582,7 +582,7 @@ class Broker:
                 dropped = True
         return dropped
 
-    def _choose_label(self, d: Demand, term: Term, taken: set[str]) -> int:
+    def _choose_label(self, d: _ExactDemand, term: Term, taken: set[str]) -> int:
         what = f"{d.what}: " if d.what else ""
         unknown = [s for s in d.label_sets if s not in self.calendar.label_sets]
         if unknown:
@@ -766,7 +766,7 @@ class _Unpublished:
     placement: Mapping[str, Any] | None
 
 
-def _exact(p: Placement) -> Demand:
+def _exact(p: Placement) -> _ExactDemand:
     """The exact demand for what the policy chose: a link's VLAN keys as the tag on its switches' label sets
     (the ticket then carries the tag), every other unit by name."""
     vlan = [k for k in p.keys if k.startswith("vlan:")]
@@ -776,7 +776,7 @@ def _exact(p: Placement) -> Demand:
     what = f"link {p.client_id}" if p.kind == "link" else \
         f"node {p.client_id} ({d.get('vm_size') or d.get('sliver_type', 'node')}" \
         f"{' on ' + d['host'] if d.get('host') else ''})"
-    return Demand(units=tuple(k for k in p.keys if k not in vlan), label_sets=sets, label=tag, what=what)
+    return _ExactDemand(units=tuple(k for k in p.keys if k not in vlan), label_sets=sets, label=tag, what=what)
 
 
 def _ranges(ranges) -> str:
