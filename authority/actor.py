@@ -128,16 +128,14 @@ class Authority:
         self.broker_keys = broker_keys  # broker name → public key of its certificate (tickets are checked with it)
         self.store = scoped(store, Actor.AUTHORITY)
         self.key = key  # signs leases when set
-        self.inventory = inventory  # broker.delegation.Delegation of everything it owns (for count tickets)
+        self.inventory = inventory  # protocol.delegation.Delegation of everything it owns
         # Its own time: tickets are checked against it, never against a caller's `now`. Without one (pure
         # tests of the core) the `now` argument is the time.
         self.clock = clock
         self._unit_pool = {u: p.name for p in (inventory.pools if inventory else ()) for u in p.units}
         # One lease's redeem, extend, modify and close never overlap; different leases' run in parallel, driver
-        # calls included (a driver guards its own shared state). Choosing the units of a count ticket is the one
-        # step that looks at every lease, and has a lock of its own.
+        # calls included (a driver guards its own shared state); units are taken with one atomic claim_all.
         self._lease_locks = [threading.RLock() for _ in range(LEASE_LOCK_STRIPES)]
-        self._picking = threading.Lock()
         self._numbering = threading.Lock()  # the numbers of its messages to brokers
         self._last_number = 0  # without a store
         self.fault = lambda boundary: None  # fault injection (tests): called at internal boundaries
@@ -263,31 +261,24 @@ class Authority:
         self._check_delegated(ticket)
 
     def _check_delegated(self, ticket: Ticket) -> None:
-        """The ticket promises only units this authority delegated to its broker, each at most once, and a
-        count no larger than the pool it names."""
+        """The ticket promises at least one unit, only units this authority delegated to its broker, each at
+        most once."""
         names = set(self._delegated(ticket.broker) or ())
         never = f"which authority {self.name} never delegated to broker {ticket.broker}"
         if not names:
             raise Refused(f"ticket {ticket.id}: authority {self.name} has delegated nothing to broker {ticket.broker}")
-        if ticket.units:
-            if len(set(ticket.units)) != len(ticket.units):
-                raise Refused(f"ticket {ticket.id} names a unit more than once")
-            for u in ticket.units:
-                where = self._unit_pool.get(u)
-                if where is None and self.inventory is not None:  # a label: vlan:<switch>:<tag>
-                    prefix, _, value = u.rpartition(":")
-                    ls = next((x for x in self.inventory.label_sets if x.name == prefix), None)
-                    where = prefix if ls is not None and value.isdigit() and int(value) in ls else None
-                if where is None or where not in names:
-                    raise Refused(f"ticket {ticket.id} names {u}, {never}")
-            return
-        pool = next((p for p in (self.inventory.pools if self.inventory else ()) if p.name == ticket.resource_type),
-                    None)
-        if pool is None or pool.name not in names:
-            raise Refused(f"ticket {ticket.id} promises {ticket.count} of {ticket.resource_type!r}, {never}")
-        if not 0 < ticket.count <= len(pool.units):
-            raise Refused(f"ticket {ticket.id} promises {ticket.count} of {pool.name}; authority {self.name} "
-                          f"delegated {len(pool.units)} of them to broker {ticket.broker}")
+        if not ticket.units:
+            raise Refused(f"ticket {ticket.id} names no unit")
+        if len(set(ticket.units)) != len(ticket.units):
+            raise Refused(f"ticket {ticket.id} names a unit more than once")
+        for u in ticket.units:
+            where = self._unit_pool.get(u)
+            if where is None and self.inventory is not None:  # a label: vlan:<switch>:<tag>
+                prefix, _, value = u.rpartition(":")
+                ls = next((x for x in self.inventory.label_sets if x.name == prefix), None)
+                where = prefix if ls is not None and value.isdigit() and int(value) in ls else None
+            if where is None or where not in names:
+                raise Refused(f"ticket {ticket.id} names {u}, {never}")
 
     def _lease_lock(self, lease_id: str) -> threading.RLock:
         return self._lease_locks[hash(lease_id) % LEASE_LOCK_STRIPES]
@@ -297,7 +288,7 @@ class Authority:
 
     # ---- redeem ----------------------------------------------------------------------------------------------
     def redeem(self, ticket: Ticket, spec: SliverSpec, now: datetime) -> tuple[Lease, dict[str, Any]]:
-        """Turn a ticket into a lease: verify, choose units for a count ticket, take them, ask the driver.
+        """Turn a ticket into a lease: verify, take its units, ask the driver.
         Returns the lease and the driver's record."""
         now = self._now(now)
         if self.store is None or self.substrate is None:
@@ -329,39 +320,15 @@ class Authority:
             return lease, status
 
     def _take(self, ticket: Ticket) -> tuple[tuple[str, ...], list[str]]:
-        """Claim the units a ticket promises (for a count ticket, the first ones not leased) as leased:
-        (units, claim keys); Refused if one is leased to someone else."""
-        if ticket.units:
-            units = ticket.units
-            keys = [f"leased:{u}" for u in units]
-            claimed = self.store.claim_all(keys, ticket.id)
-        else:
-            with self._picking:  # two count tickets never pick the same free unit
-                for _attempt in range(3):  # a named ticket took one of the picked units meanwhile: pick again
-                    units = self._pick(ticket)
-                    keys = [f"leased:{u}" for u in units]
-                    claimed = self.store.claim_all(keys, ticket.id)
-                    if claimed:
-                        break
-        if not claimed:
+        """Claim the units a ticket promises as leased: (units, claim keys); Refused if one is leased to
+        someone else."""
+        units = ticket.units
+        keys = [f"leased:{u}" for u in units]
+        if not self.store.claim_all(keys, ticket.id):
             other = next((o for k in keys if (o := self.store.owner_of(k)) not in (None, ticket.id)), "?")
             raise Refused(f"authority {self.name}: a unit of ticket {ticket.id} is already leased to {other} "
                           f"(two promises of one unit: check the brokers this authority trusts)")
         return units, keys
-
-    def _pick(self, ticket: Ticket) -> tuple[str, ...]:
-        """Concrete units for a count ticket: the first ones of its pool not leased to anyone."""
-        pool = next((p for p in (self.inventory.pools if self.inventory else ()) if p.name == ticket.resource_type),
-                    None)
-        if pool is None:
-            raise Refused(f"authority {self.name}: ticket {ticket.id} promises {ticket.count} of "
-                          f"{ticket.resource_type!r}, which this authority does not own")
-        leased = self.store.claims_in(["leased"])
-        free = [u for u in pool.units if f"leased:{u}" not in leased]
-        if len(free) < ticket.count:
-            raise Refused(f"authority {self.name}: ticket {ticket.id} promises {ticket.count} of {pool.name}; "
-                          f"{len(free)} are not leased (the broker promised more than it was delegated)")
-        return tuple(free[: ticket.count])
 
     def _signed(self, lease: Lease) -> Lease:
         return sign_lease(lease, self.key) if self.key is not None else lease
@@ -384,8 +351,7 @@ class Authority:
             if doc["state"] != "active":
                 raise SearchFailed(f"authority {self.name}: lease {ticket.id} is still being set up; retry")
             redeemed = Ticket.from_doc(doc["ticket"])
-            if (ticket.units, ticket.resource_type, ticket.count, ticket.reservation) != (
-                    redeemed.units, redeemed.resource_type, redeemed.count, redeemed.reservation):
+            if (ticket.units, ticket.reservation) != (redeemed.units, redeemed.reservation):
                 raise Refused(f"authority {self.name}: ticket {ticket.id} promises other units than the one redeemed "
                               f"into lease {ticket.id}; refused")
             current = Lease.from_doc(doc["lease"])

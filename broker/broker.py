@@ -1,9 +1,9 @@
-"""The broker actor: claims delegated inventory into its calendar and issues signed tickets under a policy.
+"""The broker actor: claims delegated inventory into its calendar and grants signed tickets under a policy.
 
-A ticket request names, per reservation, a Demand: exact units (what a planner chose), amounts per resource
-type on one bin (a VM: cores and memory on one host, the bin chosen by the policy), a count from a pool (the
-authority picks the units), and/or a label free on every one of some label sets (a VLAN tag across
-switches). A request for several reservations is granted all or nothing.
+A slice manager sends what each node and link *needs* (`place`, ORCA's broker policy: protocol.messages
+Demands); the broker's policy picks hosts, units and labels from its own calendar over the substrate its
+authority delegated, books them all or nothing and returns signed tickets with the placement (host,
+interfaces, chosen tag). A request for several reservations is granted all or nothing.
 
 Three layers keep promises exclusive:
   * the calendar (broker/calendar.py) never lets two bookings of a unit overlap in time, so advance
@@ -16,11 +16,8 @@ Three layers keep promises exclusive:
 Tickets are signed, so an authority verifies them without calling back. Every refusal says which broker, what
 was asked, over which term, and what is free.
 
-The broker also decides placement (`place`, ORCA's broker policy): a slice manager sends what each node and
-link *needs* (broker/placement.py `demands_of`), and the broker's policy picks hosts, units and labels from
-its own calendar over the substrate its authority delegated, books them all or nothing and returns signed
-tickets with the placement (host, interfaces, chosen tag). `availability` answers what is in use now, with a
-version that changes whenever the broker's inventory or promises change, so callers cache the answer."""
+`availability` answers what is in use now, with a version that changes whenever the broker's inventory or
+promises change, so callers cache the answer."""
 
 from __future__ import annotations
 
@@ -36,7 +33,7 @@ from cryptography import x509
 from broker.calendar import Calendar, CalendarError, common_free_labels
 from broker.delegation import claim, reclaim
 from broker.placement import Placement, Shortfall, plan, report
-from broker.policy import BinView, FirstFit, Policy, choose_label, rank
+from broker.policy import FirstFit, Policy, choose_label
 from protocol.delegation import Delegation, export_prefixes
 from protocol.messages import Demands, PlaceAnswer
 from rspec.substrate import Substrate
@@ -45,7 +42,6 @@ from slicex.errors import (
     BadArgs,
     Busy,
     CredentialInvalid,
-    GeniError,
     InsufficientBandwidth,
     InsufficientNodes,
     OutOfRange,
@@ -82,39 +78,19 @@ calendar and places again."""
 
 
 @dataclass(frozen=True)
-class Demand:
-    """What one reservation asks a broker for."""
+class _ExactDemand:
+    """What one reservation's placement books: exactly these units, and one label free on every one of some
+    label sets (a VLAN tag across switches): `label` when the placement chose it."""
 
-    units: tuple[str, ...] = ()  # exactly these units
-    amounts: tuple[tuple[str, int], ...] = ()  # units per resource type, e.g. (("core", 2), ("mem", 4))
-    bins: tuple[str, ...] = ()  # where the amounts may come from (empty: any bin)
-    same_bin: bool = True  # all amounts from one bin (a VM on one host) or from anywhere
-    by_count: bool = False  # the ticket promises counts; the authority picks the units when it redeems
-    label_sets: tuple[str, ...] = ()  # one label free on every one of these sets (a VLAN across switches)
-    label: int | None = None  # exactly this label (imported from a producer)
-    suggested_label: int | None = None  # this one if it is free
-    label_name: str = "vlan"
+    units: tuple[str, ...] = ()
+    label_sets: tuple[str, ...] = ()
+    label: int | None = None
     what: str = ""  # in words, for reasons: "node n1 (XOSmall VM)"
-
-    def to_doc(self) -> dict[str, Any]:
-        return {"units": list(self.units), "amounts": [list(a) for a in self.amounts], "bins": list(self.bins),
-                "same_bin": self.same_bin, "by_count": self.by_count, "label_sets": list(self.label_sets),
-                "label": self.label, "suggested_label": self.suggested_label, "label_name": self.label_name,
-                "what": self.what}
-
-    @staticmethod
-    def from_doc(d: Mapping[str, Any]) -> Demand:
-        return Demand(tuple(d.get("units", ())), tuple((str(t), int(n)) for t, n in d.get("amounts", ())),
-                      tuple(d.get("bins", ())), bool(d.get("same_bin", True)), bool(d.get("by_count", False)),
-                      tuple(d.get("label_sets", ())), d.get("label"), d.get("suggested_label"),
-                      d.get("label_name", "vlan"), d.get("what", ""))
 
 
 @dataclass
 class _Choice:
-    units: list[str] = field(default_factory=list)  # what the calendar books (and the store claims)
-    named: list[str] = field(default_factory=list)  # what the ticket names
-    counts: dict[str, int] = field(default_factory=dict)  # pool -> count, for by-count tickets
+    units: list[str] = field(default_factory=list)  # what the calendar books, the store claims, the ticket names
     labels: tuple[tuple[str, int], ...] = ()
 
 
@@ -454,7 +430,7 @@ class Broker:
             if explicit_group:
                 if any(t.rsplit("/", 1)[0] == group for t in self._unpublished):
                     raise Busy(f"broker {self.name}: tickets of {group} are being granted right now; ask again")
-                if self._granted(group, list(rids.values())) is not None:
+                if self._granted(group, list(rids.values())):
                     return self._placed(group, list(rids.values()))
                 self._refuse_relinquished(group, list(rids.values()))
                 for tid in [t for t in self.calendar.bookings if t.rsplit("/", 1)[0] == group]:
@@ -474,7 +450,7 @@ class Broker:
                 where = {rids[p.client_id]: {"kind": p.kind, "component_id": p.component_id,
                                              "details": to_doc(dict(p.details))} for p in placed}
                 try:
-                    self._grant(holder, exact, term, now, group, where, publish=pending)
+                    pending = self._grant(holder, exact, term, now, group, where)
                 except Busy:
                     self._load()  # another broker process on the store won a unit: see its promises, again
                     continue
@@ -511,30 +487,8 @@ class Broker:
         return PlaceAnswer(tickets, placements)
 
     # ---- tickets ---------------------------------------------------------------------------------------------
-    def ticket(self, holder: str, units_by_reservation: Mapping[str, Sequence[str]], start: datetime,
-               end: datetime, group: str | None = None, now: datetime | None = None) -> dict[str, Ticket]:
-        """Grant exactly these units per reservation, all or none (a planner chose them)."""
-        demands = {rid: Demand(units=tuple(units)) for rid, units in units_by_reservation.items()}
-        return self.issue(holder, demands, Term(start, end), self._now(now or start), group=group)
-
-    def issue(self, holder: str, demands: Mapping[str, Demand], term: Term, now: datetime,
-              group: str | None = None) -> dict[str, Ticket]:
-        """Grant every reservation's demand, or none. `group` names the claim owner: a caller that records it
-        before asking can always relinquish (even after a crash), and asking again with the same group
-        returns the tickets already granted."""
-        now = self._now(now)
-        explicit_group = group is not None
-        group = group or f"ticket:{uuid.uuid4().hex}"
-        with self._lock:
-            done = self._granted(group, demands) if explicit_group else None
-            if done is not None:
-                return done
-            if explicit_group:
-                self._refuse_relinquished(group, demands)
-            return self._grant(holder, demands, term, now, group)
-
-    def _refuse_relinquished(self, group: str, demands: Mapping[str, Demand]) -> None:
-        for tid in [f"{group}/*", *(f"{group}/{rid}" for rid in demands)]:
+    def _refuse_relinquished(self, group: str, rids: Sequence[str]) -> None:
+        for tid in [f"{group}/*", *(f"{group}/{rid}" for rid in rids)]:
             if self.store.get(RELINQUISHED, tid) is not None:
                 raise Refused(f"broker {self.name}: ticket {tid} was relinquished by its holder before this request "
                               f"arrived (a late or repeated request); nothing granted, ask again")
@@ -543,85 +497,51 @@ class Broker:
         self.store.put(RELINQUISHED, tid, {"id": tid, "broker": self.name,
                                            "until": rfc3339(now + RELINQUISHED_KEPT)})
 
-    def _granted(self, group: str, demands: Mapping[str, Demand]) -> dict[str, Ticket] | None:
-        out = {}
-        for rid in demands:
-            doc = self.store.get(TICKETS, f"{group}/{rid}")
-            if doc is None or doc.get("state") != "active":
-                return None
-            out[rid] = Ticket.from_doc(doc["ticket"])
-        return out
+    def _granted(self, group: str, rids: Sequence[str]) -> bool:
+        """Every reservation of `group` holds an active ticket (asked again after a lost answer)."""
+        docs = [self.store.get(TICKETS, f"{group}/{rid}") for rid in rids]
+        return all(doc is not None and doc.get("state") == "active" for doc in docs)
 
-    def _grant(self, holder: str, demands: Mapping[str, Demand], term: Term, now: datetime,
-               group: str, placements: Mapping[str, Any] | None = None,
-               publish: list[_Unpublished] | None = None) -> dict[str, Ticket]:
-        """Book and claim every demand, all or none, and issue its tickets: signed and written here, or, with
-        `publish`, appended to it unsigned for the caller to `_publish` once it has let go of the lock."""
-        exact = all(not (d.amounts or d.label_sets) for d in demands.values())
-        avoid: set[str] = set()
-        for attempt in range(4):
-            taken: set[str] = set()
-            choices: dict[str, _Choice] = {}
-            for rid, d in demands.items():
-                choices[rid] = self._choose(f"{group}/{rid}", d, term, taken | avoid)
-                taken.update(choices[rid].units)
-            started = term.start <= now
-            keys = [u for c in choices.values() for u in c.units]
-            lost: list[str] = []
-            if started and not self.store.claim_all(keys, group):
-                lost = [k for k in keys if self.store.owner_of(k) not in (None, group)]
-                if self._evict_ended(lost, now) and self.store.claim_all(keys, group):
-                    lost = []
-            if started and lost:
-                if exact or attempt == 3:
-                    raise Busy(f"broker {self.name}: {len(lost)} of {len(keys)} units were promised to someone "
-                               f"else meanwhile (e.g. {lost[0] if lost else '?'}); ask again")
-                avoid.update(lost)  # another process won them: reload what it promised and choose again
-                self._load()
-                continue
-            if started:
-                self.fault("broker:claimed")
-            tickets = {}
-            for rid, c in choices.items():
-                tid = f"{group}/{rid}"
-                booking = self.calendar.book(tid, c.units, term)
-                self._claimed[tid] = started
-                t = Ticket(tid, self.name, holder, rid, tuple(c.named), term.start, term.end, 1,
-                           resource_type=next(iter(c.counts), ""), count=sum(c.counts.values()),
-                           labels=c.labels, authority=self.authority)
-                placement = (placements or {}).get(rid)
-                if publish is not None:
-                    self._unpublished[tid] = (booking.units, term)
-                    publish.append(_Unpublished(rid, t, list(c.units), started, placement))
-                    tickets[rid] = t
-                    continue
-                tickets[rid] = sign_ticket(t, self.key)
-                self._put_ticket(tickets[rid], c.units, started, placement=placement)
-            if publish is None:
-                self._bump()
-            return tickets
-        raise AssertionError("unreachable")
+    def _grant(self, holder: str, demands: Mapping[str, _ExactDemand], term: Term, now: datetime, group: str,
+               placements: Mapping[str, Any]) -> list[_Unpublished]:
+        """Book and claim every demand, all or none (Busy when another broker process on the store won a unit
+        meanwhile: the caller reloads and places again), and issue its tickets unsigned, for the caller to
+        `_publish` once it has let go of the lock."""
+        taken: set[str] = set()
+        choices: dict[str, _Choice] = {}
+        for rid, d in demands.items():
+            choices[rid] = self._choose(f"{group}/{rid}", d, term, taken)
+            taken.update(choices[rid].units)
+        started = term.start <= now
+        keys = [u for c in choices.values() for u in c.units]
+        if started and not self.store.claim_all(keys, group):
+            lost = [k for k in keys if self.store.owner_of(k) not in (None, group)]
+            if not (self._evict_ended(lost, now) and self.store.claim_all(keys, group)):
+                raise Busy(f"broker {self.name}: {len(lost)} of {len(keys)} units were promised to someone "
+                           f"else meanwhile (e.g. {lost[0] if lost else '?'}); ask again")
+        if started:
+            self.fault("broker:claimed")
+        pending = []
+        for rid, c in choices.items():
+            tid = f"{group}/{rid}"
+            booking = self.calendar.book(tid, c.units, term)
+            self._claimed[tid] = started
+            self._unpublished[tid] = (booking.units, term)
+            t = Ticket(tid, self.name, holder, rid, tuple(c.units), term.start, term.end, 1, labels=c.labels,
+                       authority=self.authority)
+            pending.append(_Unpublished(rid, t, list(c.units), started, placements.get(rid)))
+        return pending
 
-    def _choose(self, tid: str, d: Demand, term: Term, taken: set[str]) -> _Choice:
+    def _choose(self, tid: str, d: _ExactDemand, term: Term, taken: set[str]) -> _Choice:
         what = f"{d.what}: " if d.what else ""
-        c = _Choice(units=list(d.units), named=list(d.units))
+        c = _Choice(units=list(d.units))
         dup = [u for u in d.units if u in taken]
         if dup:
             raise Busy(f"broker {self.name}: {what}unit {dup[0]} is asked for twice in one request")
-        if d.amounts:
-            picked = self._choose_amounts(d, term, taken | set(c.units))
-            for pool, units in picked.items():
-                c.units += units
-                if d.by_count:
-                    c.counts[pool] = c.counts.get(pool, 0) + len(units)
-                else:
-                    c.named += units
         if d.label_sets:
             tag = self._choose_label(d, term, taken | set(c.units))
-            keys = [self.calendar.label_sets[s].key(tag) for s in d.label_sets]
-            c.units += keys
-            c.named += keys
-            c.labels = ((d.label_name, tag),)
+            c.units += [self.calendar.label_sets[s].key(tag) for s in d.label_sets]
+            c.labels = (("vlan", tag),)
         try:
             self.calendar.check(tid, c.units, term)
         except CalendarError as exc:
@@ -662,81 +582,7 @@ class Broker:
                 dropped = True
         return dropped
 
-    def _choose_amounts(self, d: Demand, term: Term, taken: set[str]) -> dict[str, list[str]]:
-        cal = self.calendar
-        wanted = dict(d.amounts)
-        bins = cal.bins()
-        names = [b for b in (d.bins or list(bins)) if b in bins]
-        if d.same_bin:
-            taken_by_pool: dict[str, int] = {}
-            for u in taken:
-                name = cal.owner_name(u)
-                if name is not None:
-                    taken_by_pool[name] = taken_by_pool.get(name, 0) + 1
-
-            def view(i: int, b: str) -> BinView:
-                free: dict[str, int] = {}
-                total: dict[str, int] = {}
-                for p in bins[b]:
-                    if p.resource_type in wanted:
-                        n = cal.free_count(p.name, term) - taken_by_pool.get(p.name, 0)
-                        free[p.resource_type] = free.get(p.resource_type, 0) + n
-                        total[p.resource_type] = total.get(p.resource_type, 0) + len(p.units)
-                return BinView(b, free, total, i)
-
-            if isinstance(self.policy, FirstFit):  # the first bin that fits is the answer: stop there
-                first = next((v for v in (view(i, b) for i, b in enumerate(names)) if v.fits(wanted)), None)
-                views = [] if first is None else [first]
-                ranked = views
-                if first is None:
-                    views = [view(i, b) for i, b in enumerate(names)]
-            else:
-                views = [view(i, b) for i, b in enumerate(names)]
-                ranked = rank(self.policy, views, wanted)
-            if not ranked:
-                best = max(views, key=lambda v: sum(v.free.values()), default=None)
-                raise self._short(d, wanted, term, "on one host",
-                                  f"{len(views)} candidate host(s), none fits"
-                                  + (f"; most free: {_amounts(best.free)} on {best.name}" if best else ""))
-            pools = [p for p in bins[ranked[0].name] if p.resource_type in wanted]
-        else:
-            pools = [p for b in names for p in bins[b] if p.resource_type in wanted]
-            pools += [p for p in cal.pools.values() if not p.bin and p.resource_type in wanted and not d.bins]
-        if d.by_count:
-            if len(wanted) != 1:
-                raise BadArgs(f"broker {self.name}: a by-count demand names one resource type, not {_amounts(wanted)}")
-            (rtype, n), = wanted.items()
-            for p in pools:
-                k = sum(1 for u in taken if cal.owner_name(u) == p.name)
-                units = [u for u in cal.free_units(p.name, term, limit=n + k) if u not in taken][:n]
-                if len(units) == n:
-                    return {p.name: units}
-            free = {rtype: max((cal.free_count(p.name, term) for p in pools), default=0)}
-            raise self._short(d, wanted, term, "from one pool", f"most free in one pool: {_amounts(free)}")
-        picked: dict[str, list[str]] = {}
-        need = dict(wanted)
-        for p in pools:
-            n = need.get(p.resource_type, 0)
-            if n <= 0:
-                continue
-            k = sum(1 for u in taken if cal.owner_name(u) == p.name)
-            units = [u for u in cal.free_units(p.name, term, limit=n + k) if u not in taken][:n]
-            if units:
-                picked[p.name] = units
-                need[p.resource_type] = n - len(units)
-        short = {t: n for t, n in need.items() if n > 0}
-        if short:
-            free = {t: sum(cal.free_count(p.name, term) for p in pools if p.resource_type == t) for t in wanted}
-            raise self._short(d, wanted, term, "", f"free: {_amounts(free)}")
-        return picked
-
-    def _short(self, d: Demand, wanted: Mapping[str, int], term: Term, where: str, available: str) -> GeniError:
-        cls = InsufficientBandwidth if set(wanted) == {"bw"} else InsufficientNodes
-        what = f"{d.what}: " if d.what else ""
-        return cls(f"broker {self.name}: {what}asked for {_amounts(wanted)}{' ' + where if where else ''} "
-                   f"over {_span(term)}; {available}")
-
-    def _choose_label(self, d: Demand, term: Term, taken: set[str]) -> int:
+    def _choose_label(self, d: _ExactDemand, term: Term, taken: set[str]) -> int:
         what = f"{d.what}: " if d.what else ""
         unknown = [s for s in d.label_sets if s not in self.calendar.label_sets]
         if unknown:
@@ -749,12 +595,12 @@ class Broker:
             if d.label not in free:
                 why = ("outside the delegated range" if not all(d.label in ls for ls in sets) else
                        "promised to another reservation")
-                raise VlanUnavailable(f"broker {self.name}: {what}asked for {d.label_name} {d.label} across {where} "
+                raise VlanUnavailable(f"broker {self.name}: {what}asked for VLAN {d.label} across {where} "
                                       f"over {_span(term)}; it is {why} ({len(free)} others free)")
             return d.label
-        tag = choose_label(free, d.suggested_label if d.suggested_label in free else None)
+        tag = choose_label(free)
         if tag is None:
-            raise VlanUnavailable(f"broker {self.name}: {what}asked for a {d.label_name} tag free across {where} "
+            raise VlanUnavailable(f"broker {self.name}: {what}asked for a VLAN tag free across {where} "
                                   f"over {_span(term)}; none is free on all of them")
         return tag
 
@@ -920,7 +766,7 @@ class _Unpublished:
     placement: Mapping[str, Any] | None
 
 
-def _exact(p: Placement) -> Demand:
+def _exact(p: Placement) -> _ExactDemand:
     """The exact demand for what the policy chose: a link's VLAN keys as the tag on its switches' label sets
     (the ticket then carries the tag), every other unit by name."""
     vlan = [k for k in p.keys if k.startswith("vlan:")]
@@ -930,11 +776,7 @@ def _exact(p: Placement) -> Demand:
     what = f"link {p.client_id}" if p.kind == "link" else \
         f"node {p.client_id} ({d.get('vm_size') or d.get('sliver_type', 'node')}" \
         f"{' on ' + d['host'] if d.get('host') else ''})"
-    return Demand(units=tuple(k for k in p.keys if k not in vlan), label_sets=sets, label=tag, what=what)
-
-
-def _amounts(amounts: Mapping[str, int]) -> str:
-    return " + ".join(f"{n} {t}" for t, n in amounts.items()) or "nothing"
+    return _ExactDemand(units=tuple(k for k in p.keys if k not in vlan), label_sets=sets, label=tag, what=what)
 
 
 def _ranges(ranges) -> str:

@@ -1,9 +1,9 @@
 """Broker allocation policies behind one small interface, and label (VLAN tag) choice.
 
-A policy ranks *bins* (hosts, boards) that can hold a demand, best first: first-fit keeps inventory order,
-best-fit takes the bin left fullest (packs, keeps big holes for big requests), worst-fit the bin left
-emptiest (spreads load). The same ranking orders hosts for the embedding planner (`order`, used by
-broker.placement.plan). Pure: the caller says what is free."""
+A policy ranks *bins* (hosts), best first: first-fit keeps inventory order, best-fit takes the bin left
+fullest (packs, keeps big holes for big requests), worst-fit the bin left emptiest (spreads load). The
+ranking orders hosts for the embedding planner (`order`, used by broker.placement.plan), which takes the
+first that fits. Pure: the caller says what is free."""
 
 from __future__ import annotations
 
@@ -22,9 +22,6 @@ class BinView:
     free: Mapping[str, int]
     total: Mapping[str, int]
     index: int = 0  # position in inventory order (first-fit)
-
-    def fits(self, demand: Mapping[str, int]) -> bool:
-        return all(self.free.get(t, 0) >= n for t, n in demand.items())
 
     def leftover(self, demand: Mapping[str, int]) -> float:
         """Fraction of the bin still free after placing `demand`, averaged over the demanded types."""
@@ -70,11 +67,6 @@ class WorstFit(_Ranking):
 
     def key(self, b: BinView, demand: Mapping[str, int]) -> tuple:
         return (-b.leftover(demand), b.index)
-
-
-def rank(policy: Policy, bins: Sequence[BinView], demand: Mapping[str, int]) -> list[BinView]:
-    """The bins that can hold `demand`, best first under `policy`."""
-    return sorted((b for b in bins if b.fits(demand)), key=lambda b: policy.key(b, demand))
 
 
 def free_cores(host: Host, used: Set[str]) -> int:

@@ -206,14 +206,9 @@ class Delivery:
     def _check_lease(self, lease: Lease, ticket: Ticket) -> None:
         """Raise CredentialInvalid unless the authority signed `lease` and it is the lease of `ticket`."""
         verify_lease(lease, self.lease_key)
-        if ticket.units:
-            units_ok = lease.units == ticket.units
-        else:
-            units_ok = (len(lease.units) == ticket.count == len(set(lease.units))
-                        and all(u.startswith(f"{ticket.resource_type}:") for u in lease.units))
         wrong = [what for what, ok in (
             ("ticket", lease.ticket == ticket.id), ("reservation", lease.reservation == ticket.reservation),
-            ("holder", lease.holder == ticket.holder), ("units", units_ok),
+            ("holder", lease.holder == ticket.holder), ("units", lease.units == ticket.units),
             ("authority", not ticket.authority or lease.authority == ticket.authority),
             ("end", lease.end == ticket.end), ("start", ticket.start <= lease.start < lease.end),
             ("sequence", lease.sequence == ticket.sequence), ("labels", lease.labels == ticket.labels)) if not ok]

@@ -7,9 +7,8 @@ signature (RSA-PSS, SHA-256) covers a canonical JSON of every field: sorted keys
 RFC 3339, and optional fields left out while they have their default (so a ticket issued before a field
 existed still verifies).
 
-A ticket names concrete units (`units`, claim keys such as `core:<host>:3`, `vlan:<switch>:1042`) or only a
-`count` of a `resource_type`, in which case the authority picks the concrete units when it redeems it.
-`labels` are the label values chosen for it (e.g. `("vlan", 1042)`) that reservations depending on it use.
+A ticket names concrete units (`units`, claim keys such as `core:<host>:3`, `vlan:<switch>:1042`): the
+broker's policy chose them, and the authority leases exactly those. `labels` are the label values chosen for it (e.g. `("vlan", 1042)`) that reservations depending on it use.
 
 A delegation (an authority's grant of inventory to a broker, ORCA's claim) is signed the same way by the
 authority, so a broker accepts inventory only from the authority whose key it holds, and keeps the signed
@@ -66,17 +65,15 @@ class Ticket:
     broker: str
     holder: str  # the slice manager (or slice) it was issued to
     reservation: str
-    units: tuple[str, ...]  # concrete units (claim keys); empty when only a count is promised
+    units: tuple[str, ...]  # concrete units (claim keys)
     start: datetime
     end: datetime
     sequence: int = 0  # 1 when issued, +1 per extension: a lower one is a stale copy
     signature: str = ""
-    resource_type: str = ""
-    count: int = 0  # units promised when `units` does not name them
     labels: Labels = ()
     authority: str = ""  # whose inventory the units are
 
-    _OPTIONAL = ("resource_type", "count", "labels", "authority")
+    _OPTIONAL = ("labels", "authority")
 
     @property
     def term(self) -> Term:
@@ -85,10 +82,6 @@ class Ticket:
     @property
     def group(self) -> str:
         return self.id.rsplit("/", 1)[0]
-
-    @property
-    def size(self) -> int:
-        return len(self.units) or self.count
 
     def label(self, name: str) -> int | None:
         return next((v for k, v in self.labels if k == name), None)
@@ -102,8 +95,8 @@ class Ticket:
     @staticmethod
     def from_doc(d: dict[str, Any]) -> Ticket:
         return Ticket(d["id"], d["broker"], d["holder"], d["reservation"], tuple(d["units"]), parse_time(d["start"]),
-                      parse_time(d["end"]), int(d["sequence"]), d.get("signature", ""), d.get("resource_type", ""),
-                      int(d.get("count", 0)), _labels(d.get("labels")), d.get("authority", ""))
+                      parse_time(d["end"]), int(d["sequence"]), d.get("signature", ""), _labels(d.get("labels")),
+                      d.get("authority", ""))
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,7 @@ def test_an_actor_killed_while_answering_is_unavailable_not_an_internal_error(tm
                          str(tmp_path / "ca.pem"), "urn:publicid:IDN+rpc.test+authority+broker", timeout=30)
     try:
         with pytest.raises(Unavailable, match="stopped in the middle of its answer"):
-            client.call("issue")
+            client.call("place")
     finally:
         listener.shutdown(socket.SHUT_RDWR)  # wakes the accept(); close() alone leaves the thread blocked in it
         listener.close()

@@ -112,15 +112,6 @@ def test_two_promises_of_one_unit_are_never_both_leased():
         a.redeem(ticket(key=OTHER_KEY, broker="b2", tid="g2/r2"), spec("r2"), T0)
 
 
-def test_a_count_ticket_gets_units_nobody_leased():
-    a = authority()
-    a.redeem(ticket(), spec(), T0)
-    lease, status = a.redeem(ticket((), tid="g/r2", resource_type="core:pc1", count=2), spec("r2"), T0)
-    assert lease.units == ("core:pc1:1", "core:pc1:2") and status["units"] == ["core:pc1:1", "core:pc1:2"]
-    with pytest.raises(Refused, match="1 are not leased"):
-        a.redeem(ticket((), tid="g/r3", resource_type="core:pc1", count=2), spec("r3"), T0)
-
-
 def test_extend_follows_newer_tickets_only():
     a = authority()
     lease, _ = a.redeem(ticket(), spec(), T0)
@@ -205,15 +196,18 @@ def test_a_slow_driver_call_for_one_lease_does_not_hold_up_the_others():
     assert d.calls == [("create", "r2"), ("destroy", "r2"), ("create", "r1")]
 
 
-def test_concurrent_count_tickets_never_lease_one_unit_twice():
+def test_concurrent_promises_of_one_unit_never_lease_it_twice():
+    """Six tickets (from brokers b and b2) promise the four cores between them, two cores twice: redeemed at
+    once, each core is leased once and the two second promises are refused."""
     a = authority(store=None)
     errors: list[str] = []
     leases = []
 
     def redeem(i):
+        key, broker = (BROKER_KEY, "b") if i < 4 else (OTHER_KEY, "b2")
         try:
-            leases.append(a.redeem(ticket((), tid=f"g/c{i}", resource_type="core:pc1", count=1), spec(f"c{i}"),
-                                   T0)[0])
+            leases.append(a.redeem(ticket((f"core:pc1:{i % 4}",), key=key, broker=broker, tid=f"g/c{i}"),
+                                   spec(f"c{i}"), T0)[0])
         except Refused as exc:
             errors.append(exc.message)
 
@@ -223,4 +217,4 @@ def test_concurrent_count_tickets_never_lease_one_unit_twice():
     for t in threads:
         t.join()
     assert sorted(u for lease in leases for u in lease.units) == [f"core:pc1:{i}" for i in range(4)]
-    assert len(errors) == 2 and all("are not leased" in e for e in errors)
+    assert len(errors) == 2 and all("already leased" in e for e in errors)

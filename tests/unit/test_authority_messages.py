@@ -19,11 +19,11 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from authority.actor import NUMBERED, Authority
 from broker.broker import DELEGATIONS, Broker
 from protocol.delegation import export_substrate
-from protocol.messages import demands_of
+from protocol.messages import Demands, demands_of
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slicex.clock import ManualClock
-from slicex.errors import Busy, CredentialInvalid, InsufficientNodes, Refused
+from slicex.errors import CredentialInvalid, InsufficientNodes, Refused
 from slicex.store.sqlite_store import SqliteStore
 from slicex.term import Term
 from slicex.ticket import (
@@ -65,6 +65,15 @@ def state(b: Broker) -> tuple:
 
 def one_vm(name: str = "n1", host: str = "") -> dict:
     return demands_of(parse_request(request_rspec([vm(name, component_id=host)] if host else [vm(name)])),
+                      {name: name})
+
+
+BARE = next(h.component_id for h in SUB.hosts if h.exclusive)
+
+
+def one_bare_metal(name: str) -> Demands:
+    """One bare-metal node, on BARE."""
+    return demands_of(parse_request(request_rspec([vm(name, sliver_type="raw-pc", component_id=BARE)])),
                       {name: name})
 
 
@@ -238,18 +247,19 @@ def test_a_caller_cannot_move_the_brokers_clock(own_clock):
     clock = ManualClock(T0)
     b = broker(store, clock if own_clock else None)
     authority(store).export_to(b)
-    unit = f"core:{HOST}:0"
-    b.ticket("alice", {"r": [unit]}, T0, T0 + timedelta(hours=1), group="alice", now=T0)
+    unit = f"node:{BARE}"
+    hour = Term(T0, T0 + timedelta(hours=1))
+    b.place("alice", one_bare_metal("r"), hour, T0, group="alice")
     ahead = T0 + timedelta(days=1)
     expired = b.tick(ahead)["expired"]
     if not own_clock:
         assert expired == ["alice/r"]
-        b.ticket("mallory", {"r": [unit]}, T0, T0 + timedelta(hours=1), group="mallory", now=ahead)
+        b.place("mallory", one_bare_metal("r"), hour, ahead, group="mallory")
         assert store.owner_of(unit) == "mallory"
         return
     assert expired == []
-    with pytest.raises(Busy, match="promised to someone else"):
-        b.ticket("mallory", {"r": [unit]}, T0, T0 + timedelta(hours=1), group="mallory", now=ahead)
+    with pytest.raises(InsufficientNodes, match="bm1"):
+        b.place("mallory", one_bare_metal("r"), hour, ahead, group="mallory")
     assert store.owner_of(unit) == "alice"
     clock.set(ahead)  # by its own clock alice's promise ended long ago
     assert b.tick(T0)["expired"] == ["alice/r"]
@@ -263,9 +273,8 @@ def test_a_caller_cannot_make_a_promise_look_like_an_advance_reservation():
     store = SqliteStore(":memory:")
     b = broker(store, ManualClock(T0))
     authority(store).export_to(b)
-    unit = f"core:{HOST}:0"
-    b.ticket("alice", {"r": [unit]}, T0, T0 + timedelta(hours=1), group="alice", now=T0 - timedelta(days=1))
-    assert store.owner_of(unit) == "alice"
+    b.place("alice", one_bare_metal("r"), Term(T0, T0 + timedelta(hours=1)), T0 - timedelta(days=1), group="alice")
+    assert store.owner_of(f"node:{BARE}") == "alice"
 
 
 def test_a_host_another_broker_process_is_draining_takes_no_new_promises():

@@ -1,32 +1,31 @@
-"""Policies rank bins; labels are chosen from what is free; the FIFO queue never lets anyone overtake."""
+"""Policies order hosts for the planner; labels are chosen from what is free."""
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
-from broker.policy import BestFit, BinView, FirstFit, WorstFit, choose_label, policy_named, rank
+from broker.policy import BestFit, FirstFit, WorstFit, choose_label, policy_named
+from rspec.substrate import default_substrate
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
-BINS = [BinView("pc1", {"core": 8}, {"core": 8}, 0), BinView("pc2", {"core": 2}, {"core": 8}, 1),
-        BinView("pc3", {"core": 5}, {"core": 8}, 2), BinView("pc4", {"core": 1}, {"core": 8}, 3)]
+PC = next(h for h in default_substrate("t.org").hosts if not h.exclusive)
+HOSTS = [replace(PC, name=f"pc{i}", component_id=f"pc{i}", cores=8) for i in range(1, 5)]
+USED = {f"core:{host}:{i}" for host, n in (("pc2", 6), ("pc3", 3), ("pc4", 7)) for i in range(n)}  # 8, 2, 5, 1 free
 
 
-def names(bins):
-    return [b.name for b in bins]
+def names(hosts):
+    return [h.name for h in hosts]
 
 
-def test_first_fit_keeps_inventory_order_and_skips_what_does_not_fit():
-    assert names(rank(FirstFit(), BINS, {"core": 2})) == ["pc1", "pc2", "pc3"]
+def test_first_fit_keeps_inventory_order():
+    assert names(FirstFit().order(HOSTS, USED)) == ["pc1", "pc2", "pc3", "pc4"]
 
 
-def test_best_fit_packs_into_the_fullest_bin_that_fits():
-    assert names(rank(BestFit(), BINS, {"core": 2})) == ["pc2", "pc3", "pc1"]
+def test_best_fit_packs_into_the_fullest_host():
+    assert names(BestFit().order(HOSTS, USED)) == ["pc4", "pc2", "pc3", "pc1"]
 
 
 def test_worst_fit_spreads_into_the_emptiest():
-    assert names(rank(WorstFit(), BINS, {"core": 2})) == ["pc1", "pc3", "pc2"]
-
-
-def test_nothing_fits_is_an_empty_ranking():
-    assert rank(BestFit(), BINS, {"core": 9}) == [] and rank(FirstFit(), BINS, {"mem": 1}) == []
+    assert names(WorstFit().order(HOSTS, USED)) == ["pc1", "pc3", "pc2", "pc4"]
 
 
 def test_policies_by_name():

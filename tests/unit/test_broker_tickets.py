@@ -1,23 +1,27 @@
 """The broker actor: tickets under a policy, labels, advance reservations, restarts, and never a unit or a
-tag twice."""
+tag twice. Every request is a `place` message (what each node and link needs, protocol.messages.Demands) over
+the substrate an authority delegated; the broker's policy picks hosts, units and tags."""
 
 from __future__ import annotations
 
 import os
 import threading
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.broker import EXPIRY_GRACE, Broker, Demand
+from broker.broker import EXPIRY_GRACE, Broker
 from broker.policy import BestFit, WorstFit
-from protocol.delegation import Delegation, LabelSet, Pool
+from protocol.delegation import export_substrate
+from protocol.messages import PlaceAnswer, demands_of
+from rspec.request import parse_request
+from rspec.substrate import Substrate, VmSize, default_substrate
 from slicex.errors import (
     BadArgs,
     Busy,
@@ -30,122 +34,138 @@ from slicex.errors import (
 from slicex.store.sqlite_store import SqliteStore
 from slicex.term import Term
 from slicex.ticket import SignedReclaim, Ticket, verify_ticket
+from tests.factories import request_rspec, vm
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 H = timedelta(hours=1)
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-PEM = KEY.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+AUTH = "urn:publicid:IDN+t.org+authority+am"
 REDIS_URL = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/15")
+BASE = default_substrate("t.org")
+HOUR = Term(T0, T0 + H)
 
 
-def delegation(hosts=(("pc1", 8), ("pc2", 4), ("pc3", 2))) -> Delegation:
-    pools = []
-    for h, cores in hosts:
-        pools.append(Pool(f"core:{h}", "core", tuple(f"core:{h}:{i}" for i in range(cores)), h))
-        pools.append(Pool(f"mem:{h}", "mem", tuple(f"mem:{h}:{i}" for i in range(cores * 2)), h))
-    labels = (LabelSet("vlan:sw1", ((100, 104),)), LabelSet("vlan:sw2", ((103, 120),)))
-    return Delegation("auth", "b", tuple(pools), labels)
+def substrate(cores: Sequence[int] = (2, 4, 8), tags: tuple[tuple[int, int], ...] = ((1000, 1004),)) -> Substrate:
+    """VM hosts pc1, pc2, ... with these cores (2 GB of memory per core), the bare-metal nodes, one switch with
+    these tags, and a VM size per core count (`c<n>`: n cores, 2 GB)."""
+    vm_hosts = [h for h in BASE.hosts if not h.exclusive]
+    hosts = [replace(h, cores=c, memory_mb=c * 2048) for h, c in zip(vm_hosts, cores, strict=False)]
+    return replace(BASE, hosts=tuple(hosts) + tuple(h for h in BASE.hosts if h.exclusive),
+                   switches=tuple(replace(s, vlan_range=tags) for s in BASE.switches),
+                   vm_sizes=tuple(VmSize(f"c{n}", n, 2048) for n in range(1, 10)))
 
 
-def broker(store=None, policy=None, d=None) -> Broker:
-    b = Broker("b", store or SqliteStore(":memory:"), KEY, policy=policy, authority="auth")
-    b.accept(d or delegation())
+def urn(host: str) -> str:
+    return f"urn:publicid:IDN+t.org+node+{host}"
+
+
+def broker(store=None, policy=None, sub: Substrate | None = None) -> Broker:
+    b = Broker("b", store or SqliteStore(":memory:"), KEY, policy=policy, authority=AUTH)
+    b.accept(export_substrate(sub or substrate(), AUTH, "b"))
     return b
 
 
-def vm(cores=1, mem=2, what="node n1") -> Demand:
-    return Demand(amounts=(("core", cores), ("mem", mem)), what=what)
+def node(name: str, cores: int = 1, on: str = "", ifaces: Sequence[str] = ()) -> dict:
+    """A VM of `cores` cores (and 2 GB), bound to host `on` if given."""
+    return vm(name, sliver_type=f"c{cores}", ifaces=list(ifaces), **({"component_id": urn(on)} if on else {}))
 
 
-def one(tickets) -> Ticket:
-    (t,) = tickets.values()
+def lan(name: str, tag: int | None = None) -> tuple[list[dict], list[dict]]:
+    """Two one-core VMs on a LAN (the link needs a tag on the switch), `tag` if asked."""
+    ends = [f"{name}a", f"{name}b"]
+    nodes = [node(n, ifaces=[f"{n}:if0"]) for n in ends]
+    return nodes, [{"client_id": name, "ifaces": [f"{n}:if0" for n in ends], **({"vlantag": str(tag)} if tag else {})}]
+
+
+def place(b: Broker, nodes: Sequence[dict], links: Sequence[dict] = (), term: Term = HOUR,
+          now: datetime = T0, group: str | None = None) -> PlaceAnswer:
+    """Ask `b` to place these nodes and links, each its own reservation named by its client id."""
+    rids = {x["client_id"]: x["client_id"] for x in [*nodes, *links]}
+    return b.place("sm", demands_of(parse_request(request_rspec(list(nodes), list(links))), rids), term, now,
+                   group=group)
+
+
+def one(b: Broker, *nodes: dict, **kw) -> Ticket:
+    (t,) = place(b, nodes, **kw).tickets.values()
     return t
+
+
+def hosts_of(t: Ticket) -> set[str]:
+    return {u.rsplit(":", 1)[0].rsplit("+", 1)[1] for u in t.units}
 
 
 def test_a_vm_is_placed_on_one_host_and_the_ticket_is_signed():
     b = broker()
-    t = one(b.issue("sm", {"r1": vm(2, 3)}, Term(T0, T0 + H), T0))
-    assert set(t.units) == {"core:pc1:0", "core:pc1:1", "mem:pc1:0", "mem:pc1:1", "mem:pc1:2"}
-    assert (t.sequence, t.holder, t.reservation, t.authority) == (1, "sm", "r1", "auth")
+    t = one(b, node("r1", 2))
+    assert set(t.units) == {f"core:{urn('pc1')}:{i}" for i in range(2)} | {f"mem:{urn('pc1')}:{i}" for i in range(4)}
+    assert (t.sequence, t.holder, t.reservation, t.authority) == (1, "sm", "r1", AUTH)
     verify_ticket(t, KEY.public_key())
     with pytest.raises(CredentialInvalid):
         verify_ticket(replace(t, units=t.units[:1]), KEY.public_key())
     assert b.store.all_claims() == {u: t.group for u in t.units}
 
 
-@pytest.mark.parametrize("policy,host", [(None, "pc1"), (BestFit(), "pc3"), (WorstFit(), "pc1")])
+@pytest.mark.parametrize("policy,host", [(None, "pc1"), (BestFit(), "pc1"), (WorstFit(), "pc3")])
 def test_the_policy_chooses_the_host(policy, host):
-    t = one(broker(policy=policy).issue("sm", {"r": vm(1, 2)}, Term(T0, T0 + H), T0))
-    assert all(u.split(":")[1] == host for u in t.units)
+    b = broker(policy=policy)
+    place(b, [node("on1", on="pc1"), node("on2", on="pc2")])  # pc1 half full, pc2 a quarter, pc3 empty
+    assert hosts_of(one(b, node("r"))) == {host}
 
 
-def test_best_fit_keeps_the_big_host_for_the_big_request():
-    b = broker(policy=BestFit())
-    for i in range(3):
-        b.issue("sm", {f"small{i}": vm(1, 1)}, Term(T0, T0 + H), T0)
-    big = one(b.issue("sm", {"big": vm(8, 8)}, Term(T0, T0 + H), T0))
-    assert {u.split(":")[1] for u in big.units} == {"pc1"}
+def test_best_fit_keeps_the_big_host_for_the_big_request_and_worst_fit_spreads():
+    best, worst = broker(policy=BestFit()), broker(policy=WorstFit())
+    assert [hosts_of(one(best, node(f"small{i}"))) for i in range(3)] == [{"pc1"}, {"pc1"}, {"pc2"}]
+    assert hosts_of(one(best, node("big", 8))) == {"pc3"}
+    assert [hosts_of(one(worst, node(f"small{i}"))) for i in range(3)] == [{"pc1"}, {"pc2"}, {"pc3"}]
+    with pytest.raises(InsufficientNodes):
+        one(worst, node("big", 8))
 
 
 def test_not_enough_anywhere_says_what_was_asked_and_what_is_free():
     b = broker()
     with pytest.raises(InsufficientNodes) as err:
-        b.issue("sm", {"r": vm(9, 1, what="node big")}, Term(T0, T0 + H), T0)
+        one(b, node("big", 9))
     msg = err.value.message
-    assert "broker b: node big: asked for 9 core + 1 mem on one host" in msg and "most free: 8 core" in msg
+    assert "node big: asked for a c9 VM (9 cores, 2048 MB) on any host" in msg and "pc3: 8 cores free" in msg
     assert b.store.all_claims() == {} and b.calendar.bookings == {}
 
 
 def test_all_reservations_or_none():
     b = broker()
     with pytest.raises(InsufficientNodes):
-        b.issue("sm", {"a": vm(2, 2), "b": vm(8, 2), "c": vm(8, 2)}, Term(T0, T0 + H), T0)
+        place(b, [node("a", 2), node("b", 8), node("c", 8)])
     assert b.store.all_claims() == {} and b.calendar.bookings == {}
 
 
-def test_a_link_gets_one_tag_free_on_every_switch_it_crosses():
+def test_a_link_gets_a_tag_free_on_its_switch_and_no_tag_twice():
+    b = broker(sub=substrate(tags=((1000, 1001),)))
+    t1, t2 = (place(b, *lan(n)).tickets[n] for n in ("l1", "l2"))
+    assert (t1.label("vlan"), t2.label("vlan")) == (1000, 1001)
+    assert t1.units == (f"vlan:{urn('sw1')}:1000",)
+    with pytest.raises(VlanUnavailable, match="none free"):
+        place(b, *lan("l3"))
+    b.relinquish(t1)
+    assert place(b, *lan("l3", tag=1000)).tickets["l3"].label("vlan") == 1000  # the asked tag, once free
+
+
+def test_an_asked_tag_is_taken_exactly_or_refused_with_the_reason():
     b = broker()
-    link = Demand(label_sets=("vlan:sw1", "vlan:sw2"), what="link lan0")
-    t1 = one(b.issue("sm", {"l1": link}, Term(T0, T0 + H), T0))
-    t2 = one(b.issue("sm", {"l2": link}, Term(T0, T0 + H), T0))
-    assert (t1.label("vlan"), t2.label("vlan")) == (103, 104)
-    assert set(t1.units) == {"vlan:sw1:103", "vlan:sw2:103"}
-    with pytest.raises(VlanUnavailable, match="none is free on all of them"):
-        b.issue("sm", {"l3": link}, Term(T0, T0 + H), T0)
-    t3 = one(b.issue("sm", {"l3": Demand(label_sets=("vlan:sw2",), suggested_label=110)}, Term(T0, T0 + H), T0))
-    assert t3.label("vlan") == 110
-
-
-def test_an_imported_tag_is_taken_exactly_or_refused_with_the_reason():
-    b = broker()
-    b.issue("sm", {"p": Demand(label_sets=("vlan:sw2",), label=105)}, Term(T0, T0 + H), T0)
-    with pytest.raises(VlanUnavailable, match="vlan 105 .* promised to another reservation"):
-        b.issue("sm", {"c": Demand(label_sets=("vlan:sw2",), label=105)}, Term(T0, T0 + H), T0)
-    with pytest.raises(VlanUnavailable, match="outside the delegated range"):
-        b.issue("sm", {"c": Demand(label_sets=("vlan:sw1",), label=200)}, Term(T0, T0 + H), T0)
-    with pytest.raises(Refused, match="not delegated"):
-        b.issue("sm", {"c": Demand(label_sets=("vlan:nowhere",))}, Term(T0, T0 + H), T0)
-
-
-def test_a_count_ticket_promises_a_number_and_names_no_unit():
-    b = broker()
-    t = one(b.issue("sm", {"r": Demand(amounts=(("core", 3),), by_count=True)}, Term(T0, T0 + H), T0))
-    assert (t.units, t.count, t.resource_type) == ((), 3, "core:pc1")
-    assert len(b.store.all_claims()) == 3  # the broker still accounts for three units
-    with pytest.raises(BadArgs, match="one resource type"):
-        b.issue("sm", {"r2": Demand(amounts=(("core", 1), ("mem", 1)), by_count=True)}, Term(T0, T0 + H), T0)
+    assert place(b, *lan("p", tag=1002)).tickets["p"].label("vlan") == 1002
+    with pytest.raises(VlanUnavailable, match="VLAN 1002 across sw1 .*none free"):
+        place(b, *lan("c", tag=1002))
+    with pytest.raises(VlanUnavailable, match="VLAN 1200 is not in the range of sw1"):
+        place(b, *lan("c", tag=1200))
 
 
 def test_advance_reservation_claims_its_units_when_it_starts():
-    b = broker(d=delegation((("pc1", 2),)))
-    later = Term(T0 + 5 * H, T0 + 6 * H)
-    adv = one(b.issue("sm", {"adv": vm(2, 4)}, later, T0))
+    b = broker(sub=substrate((2,)))
+    adv = one(b, node("adv", 2), term=Term(T0 + 5 * H, T0 + 6 * H))
     assert b.store.all_claims() == {}  # nothing is taken before the term starts
-    now = one(b.issue("sm", {"now": vm(2, 4)}, Term(T0, T0 + 5 * H), T0))  # fits before it
+    now = one(b, node("now", 2), term=Term(T0, T0 + 5 * H))  # fits before it
     with pytest.raises(InsufficientNodes):
         b.extend_ticket(now, T0 + 5 * H + timedelta(minutes=1), now=T0)
     with pytest.raises(InsufficientNodes):
-        b.issue("sm", {"overlap": vm(1, 1)}, Term(T0 + 4 * H, T0 + 7 * H), T0)
+        one(b, node("overlap"), term=Term(T0 + 4 * H, T0 + 7 * H))
     b.relinquish(now)
     assert b.tick(T0 + 5 * H)["started"] == [adv.id]
     assert set(b.store.all_claims()) == set(adv.units)
@@ -153,7 +173,7 @@ def test_advance_reservation_claims_its_units_when_it_starts():
 
 def test_extend_and_shorten_renumber_the_ticket():
     b = broker()
-    t = one(b.issue("sm", {"r": vm()}, Term(T0, T0 + H), T0))
+    t = one(b, node("r"))
     longer = b.extend_ticket(t, T0 + 3 * H, now=T0)
     assert (longer.sequence, longer.end, longer.units) == (2, T0 + 3 * H, t.units)
     assert b.extend_ticket(t, T0 + 3 * H, now=T0) == longer  # asked again after a lost answer
@@ -168,69 +188,69 @@ def test_extend_and_shorten_renumber_the_ticket():
 
 def test_asking_again_with_the_same_group_returns_the_same_tickets():
     b = broker()
-    first = b.issue("sm", {"r1": vm(), "r2": vm()}, Term(T0, T0 + H), T0, group="g1")
-    again = b.issue("sm", {"r1": vm(), "r2": vm()}, Term(T0, T0 + H), T0, group="g1")
-    assert first == again and len(b.store.all_claims()) == 6
+    first = place(b, [node("r1"), node("r2")], group="g1")
+    again = place(b, [node("r1"), node("r2")], group="g1")
+    assert first == again and len(b.store.all_claims()) == 2 * (1 + 4)  # a core and 2 GB each
 
 
 def test_relinquish_group_gives_back_what_a_lost_answer_held():
     b = broker()
-    b.issue("sm", {"r1": vm()}, Term(T0, T0 + H), T0, group="g")
-    b.store.claim("core:pc2:0", "g")  # a crashed earlier attempt of the same group
-    assert b.relinquish_group("g", T0) == 4
+    place(b, [node("r1")], group="g")
+    b.store.claim(f"core:{urn('pc2')}:0", "g")  # a crashed earlier attempt of the same group
+    assert b.relinquish_group("g", T0) == 1 + 4 + 1
     assert b.store.all_claims() == {} and b.calendar.bookings == {}
 
 
 def test_a_restarted_broker_rebuilds_its_calendar():
     store = SqliteStore(":memory:")
-    b = broker(store)
-    t = one(b.issue("sm", {"adv": vm(8, 16)}, Term(T0 + 2 * H, T0 + 3 * H), T0))
-    again = Broker("b", store, KEY)
+    t = one(broker(store), node("adv", 8), term=Term(T0 + 2 * H, T0 + 3 * H))
+    again = Broker("b", store, KEY, authority=AUTH)
     assert set(again.calendar.bookings) == {t.id}
     with pytest.raises(InsufficientNodes):
-        again.issue("sm", {"x": Demand(units=(), amounts=(("core", 8),), bins=("pc1",))},
-                    Term(T0 + 2 * H, T0 + 4 * H), T0)
+        one(again, node("x", 8, on="pc3"), term=Term(T0 + 2 * H, T0 + 4 * H))
 
 
-def test_units_released_behind_the_brokers_back_are_not_held_against_new_tickets():
+def test_units_released_behind_the_brokers_back_are_not_held_against_a_reclaim():
     b = broker()
-    t = one(b.ticket("sm", {"r": ["core:pc1:0"]}, T0, T0 + H))
-    b.store.release("core:pc1:0", t.group)  # a slice manager that releases in the store itself
-    assert one(b.ticket("sm", {"r2": ["core:pc1:0"]}, T0, T0 + H)).units == ("core:pc1:0",)
+    t = one(b, node("r", on="pc2"))
+    for u in t.units:
+        b.store.release(u, t.group)  # a slice manager that releases in the store itself
+    assert b.reclaim(SignedReclaim(AUTH, b.name, T0, (f"core:{urn('pc2')}",)), T0) == ([f"core:{urn('pc2')}"], [])
+    assert b.calendar.bookings == {}
 
 
 def test_tickets_nobody_relinquished_are_dropped_after_their_end_and_a_grace():
     b = broker()
-    one(b.issue("sm", {"r": vm()}, Term(T0, T0 + H), T0))
+    one(b, node("r"))
     assert b.tick(T0 + H)["expired"] == []
     assert len(b.tick(T0 + H + EXPIRY_GRACE)["expired"]) == 1 and b.store.all_claims() == {}
 
 
 def test_reclaimed_pools_are_refused_and_come_back_with_their_definition():
     b = broker()
-    free, busy = b.reclaim(SignedReclaim("auth", b.name, T0, ("core:pc3", "mem:pc3")), T0)
-    assert (free, busy) == (["core:pc3", "mem:pc3"], [])
-    with pytest.raises(Refused, match="not in the inventory"):
-        b.ticket("sm", {"r": ["core:pc3:0"]}, T0, T0 + H)
-    b.accept(delegation().only(["core:pc3", "mem:pc3"]))
-    t = one(b.issue("sm", {"r": Demand(amounts=(("core", 2),), bins=("pc3",))}, Term(T0, T0 + H), T0))
-    assert t.units == ("core:pc3:0", "core:pc3:1")
+    pc3 = (f"core:{urn('pc3')}", f"mem:{urn('pc3')}")
+    free, busy = b.reclaim(SignedReclaim(AUTH, b.name, T0, pc3), T0)
+    assert (free, busy) == (list(pc3), [])
+    with pytest.raises(InsufficientNodes, match="pc3"):
+        one(b, node("r", on="pc3"))
+    b.accept(export_substrate(substrate(), AUTH, "b").only(list(pc3)))
+    assert set(one(b, node("r", 2, on="pc3")).units) >= {f"core:{urn('pc3')}:0", f"core:{urn('pc3')}:1"}
 
 
 def test_reclaiming_a_promised_host_drains_it():
     b = broker()
-    one(b.issue("sm", {"r": Demand(amounts=(("core", 1),), bins=("pc2",))}, Term(T0, T0 + H), T0))
-    free, busy = b.reclaim(SignedReclaim("auth", b.name, T0, ("core:pc2",)), T0)
-    assert (free, busy) == ([], ["core:pc2"])
+    one(b, node("r", on="pc2"))
+    free, busy = b.reclaim(SignedReclaim(AUTH, b.name, T0, (f"core:{urn('pc2')}",)), T0)
+    assert (free, busy) == ([], [f"core:{urn('pc2')}"])
     with pytest.raises(InsufficientNodes):
-        b.issue("sm", {"r2": Demand(amounts=(("core", 1),), bins=("pc2",))}, Term(T0, T0 + H), T0)
+        one(b, node("r2", on="pc2"))
 
 
 # ---- properties ---------------------------------------------------------------------------------------------
 OPS = st.lists(st.one_of(
-    st.tuples(st.just("vm"), st.integers(1, 4), st.integers(1, 6), st.integers(0, 3), st.integers(1, 4)),
-    st.tuples(st.just("link"), st.sampled_from([("vlan:sw1",), ("vlan:sw2",), ("vlan:sw1", "vlan:sw2")]),
-              st.none(), st.integers(0, 3), st.integers(1, 4)),
+    st.tuples(st.just("vm"), st.integers(1, 4), st.sampled_from(["", "pc1", "pc2", "pc3"]), st.integers(0, 3),
+              st.integers(1, 4)),
+    st.tuples(st.just("link"), st.sampled_from([None, 1000, 1002]), st.none(), st.integers(0, 3), st.integers(1, 4)),
     st.tuples(st.just("relinquish"), st.integers(0, 30), st.none(), st.none(), st.none()),
     st.tuples(st.just("extend"), st.integers(0, 30), st.integers(1, 6), st.none(), st.none()),
     st.tuples(st.just("tick"), st.none(), st.none(), st.none(), st.none()),
@@ -241,18 +261,15 @@ OPS = st.lists(st.one_of(
 @given(OPS)
 def test_never_over_allocates_never_a_tag_twice_and_closing_everything_frees_everything(ops):
     store = SqliteStore(":memory:")
-    b = broker(store)
+    b = broker(store, sub=substrate((2, 4, 2), tags=((1000, 1002),)))
     now = T0
     live: dict[str, Ticket] = {}
     for n, (op, a, c, start, length) in enumerate(ops):
         try:
-            if op == "vm":
-                t = one(b.issue("sm", {f"r{n}": vm(a, c)}, Term(now + start * H, now + (start + length) * H), now))
-                live[t.id] = t
-            elif op == "link":
-                t = one(b.issue("sm", {f"r{n}": Demand(label_sets=a)},
-                                Term(now + start * H, now + (start + length) * H), now))
-                live[t.id] = t
+            if op in ("vm", "link"):
+                term = Term(now + start * H, now + (start + length) * H)
+                nodes, links = ([node(f"r{n}", a, on=c)], []) if op == "vm" else lan(f"l{n}", a)
+                live.update((t.id, t) for t in place(b, nodes, links, term, now).tickets.values())
             elif op == "relinquish" and live:
                 t = live.pop(list(live)[a % len(live)])
                 b.relinquish(t, now)
@@ -267,7 +284,7 @@ def test_never_over_allocates_never_a_tag_twice_and_closing_everything_frees_eve
                 b.tick(now)
                 live = {tid: t for tid, t in live.items() if t.end + EXPIRY_GRACE > now}
             elif op == "restart":
-                b = Broker("b", store, KEY)
+                b = Broker("b", store, KEY, authority=AUTH)
         except (InsufficientNodes, VlanUnavailable, Busy):
             pass
         tickets = list(live.values())
@@ -296,16 +313,15 @@ def test_two_brokers_on_one_redis_never_give_a_tag_twice():
 
     prefix = f"brk-{uuid.uuid4().hex[:8]}"
     stores = [RedisStore(REDIS_URL, prefix=prefix) for _ in range(2)]
-    d = Delegation("auth", "b", (), (LabelSet("vlan:sw1", ((100, 104),)),))
-    brokers = [broker(s, d=d) for s in stores]
+    brokers = [broker(s, sub=substrate((16, 16, 16))) for s in stores]
     got: list[Ticket] = []
     lock = threading.Lock()
 
     def worker(k: int) -> None:
         for i in range(6):
+            name = f"w{k}-{i}"
             try:
-                t = one(brokers[k % 2].issue("sm", {f"w{k}-{i}": Demand(label_sets=("vlan:sw1",))},
-                                             Term(T0, T0 + H), T0))
+                t = place(brokers[k % 2], *lan(name)).tickets[name]
             except (VlanUnavailable, Busy):
                 continue
             with lock:
@@ -318,7 +334,9 @@ def test_two_brokers_on_one_redis_never_give_a_tag_twice():
         t.join()
     tags = [t.label("vlan") for t in got]
     assert len(tags) == len(set(tags)) == 5
-    assert stores[0].all_claims() == {f"vlan:sw1:{t.label('vlan')}": t.group for t in got}
+    claims = stores[0].all_claims()
+    assert {k: g for k, g in claims.items() if k.startswith("vlan:")} == {
+        f"vlan:{urn('sw1')}:{t.label('vlan')}": t.group for t in got}
     stores[0].flush()
 
 
@@ -328,10 +346,10 @@ def test_a_ticket_request_arriving_after_its_holder_relinquished_it_is_refused_a
     b = broker()
     b.relinquish(Ticket("g1/r1", "b", "sm", "r1", (), T0, T0), T0)
     with pytest.raises(Refused, match="relinquished by its holder"):
-        b.issue("sm", {"r1": vm()}, Term(T0, T0 + H), T0, group="g1")
+        place(b, [node("r1")], group="g1")
     b.relinquish_group("g2", T0)
     with pytest.raises(Refused):
-        b.issue("sm", {"r9": vm()}, Term(T0, T0 + H), T0, group="g2")
+        place(b, [node("r9")], group="g2")
     assert b.store.all_claims() == {}
     b.tick(T0 + 2 * H)  # the broker forgets after RELINQUISHED_KEPT; the group could be asked again
-    assert b.issue("sm", {"r1": vm()}, Term(T0 + 2 * H, T0 + 3 * H), T0 + 2 * H, group="g1")
+    assert place(b, [node("r1")], term=Term(T0 + 2 * H, T0 + 3 * H), now=T0 + 2 * H, group="g1").tickets

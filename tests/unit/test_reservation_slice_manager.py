@@ -10,9 +10,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from authority.actor import LEASES
 from authority.substrate.emulated import EmulatedDriver
-from broker.broker import Demand
 from deployment.actors import ActorKeys, embedded_slice_manager
 from protocol import slice_manager as sm
+from protocol.messages import demands_of
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slice_manager import reservation as rs
@@ -110,7 +110,11 @@ def test_renew_extends_ticket_and_lease_and_refusal_keeps_the_old_end(world):
     assert s.expires == now + timedelta(hours=5) and rec.ticket.end == rec.lease.end == now + timedelta(hours=5)
     assert (rec.r.state, rec.ticket.sequence) == (rs.ACTIVE, 3)  # issued, extended at provision, renewed
     # an advance reservation of the same units from hour 6 stops a renewal past it
-    asm.broker.issue("other", {"adv": Demand(units=rec.ticket.units)},
+    host = SUB.hosts[0]
+    assert any(u.startswith(f"core:{host.component_id}:") for u in rec.ticket.units)
+    whole_host = [vm(f"adv{i}", component_id=host.component_id) for i in range(host.cores)]  # a core each
+    asm.broker.place("other", demands_of(parse_request(request_rspec(whole_host)), {n["client_id"]: n["client_id"]
+                                                                                    for n in whole_host}),
                      Term(now + timedelta(hours=6), now + timedelta(hours=7)), now)
     with pytest.raises(GeniError, match="cannot renew a .* promised to someone else"):
         asm.renew(urns, now + timedelta(hours=8), now, False)
