@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
+
 from slicex.clock import Clock
 from slicex.devpki import actor_public_key, actor_urn
 from slicex.ticket import load_signing_key
@@ -35,8 +37,8 @@ class ActorKeys:
     """The signing keys of one deployment's broker (tickets) and authority (leases, delegations), and the
     public keys each actor verifies the other with."""
 
-    broker: Any
-    authority: Any
+    broker: PrivateKeyTypes
+    authority: PrivateKeyTypes
 
     @classmethod
     def of_home(cls, home: Home) -> ActorKeys:

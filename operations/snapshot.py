@@ -35,6 +35,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("slicex.snapshot")
 
 
+class PublishedSliceManager(Protocol):
+    """An in-process slice manager as its snapshot reads it: its reservation records (read-only), the units
+    claimed in its store, and which slices are shut down."""
+
+    name: str
+
+    def records(self, slice_urn: str | None = None) -> list[Any]: ...
+
+    def usage_keys(self) -> set[str]: ...
+
+    def is_shut_down(self, slice_urn: str) -> bool: ...
+
+
 class PublishedBroker(BrokerApi, Protocol):
     """An in-process broker as its snapshot reads it: its messages plus what only its own process sees."""
 
@@ -170,7 +183,7 @@ def pending_summary(records: Iterable[Any], now: datetime) -> list[dict[str, Any
     return sorted(out.values(), key=lambda row: -row["oldest_seconds"])
 
 
-def slice_manager_state(sm: Any, now: datetime) -> dict[str, Any]:
+def slice_manager_state(sm: PublishedSliceManager, now: datetime) -> dict[str, Any]:
     """The slice manager's reservations (`records()`), grouped by slice, and the store's claims (`usage_keys()`)."""
     records = [rec for rec in sm.records() if not rec.discard]
     keys = sm.usage_keys()
@@ -306,7 +319,7 @@ class Publisher:
             log.exception("%s %s: snapshot not published; will retry next tick", self.role, self.name)
 
 
-def publishers_for(store: Store, sm: Any = None, broker: PublishedBroker | None = None,
+def publishers_for(store: Store, sm: PublishedSliceManager | None = None, broker: PublishedBroker | None = None,
                    authority: PublishedAuthority | None = None,
                    heartbeat: float = HEARTBEAT_SECONDS) -> list[Publisher]:
     """Publishers for the actors this process runs (pass only in-process actors, never remote proxies)."""
