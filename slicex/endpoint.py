@@ -225,8 +225,8 @@ class Endpoint:
             seconds = time.perf_counter() - started
             code = self.answers.code_of(answer)
             known = method if method in self.methods else "(unknown method)"
-            self.log.info("%s from %s -> %d%s in %.1f ms", known, _who(caller), code,
-                          f" {error_type}" if error_type else "", seconds * 1000)
+            self.log.info("%s -> %d%s in %.1f ms from %s", known, code, f" {error_type}" if error_type else "",
+                          seconds * 1000, _who(caller))
             if self.observe is not None:
                 self.observe(method, code, seconds, error_type)
             return answer

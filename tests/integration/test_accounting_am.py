@@ -131,6 +131,7 @@ def test_slicex_usage_reports_a_workflow_and_an_expired_allocation(limited, tmp_
 
 
 def test_a_wrong_quotas_section_stops_the_deployment_before_it_serves(pki_home, tmp_path: Path):
+    """The configuration model refuses it naming the key (slicex/config.py), before anything starts."""
     with pytest.raises(BadArgs) as err:
         next(deployment("embedded", pki_home, tmp_path, quotas={"users": {"default": {"cpus": 4}}}))
-    assert "quotas.users.default: unknown limit 'cpus'" in err.value.message
+    assert "unknown key 'quotas.users.default.cpus'" in err.value.message

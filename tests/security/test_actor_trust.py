@@ -43,11 +43,10 @@ def distributed(pki_home: Home) -> Iterator[Running]:
     """A distributed deployment: broker and authority actor servers (own keys, own clocks) over mTLS."""
     from slicex.store.redis_store import RedisStore
 
-    cfg = pki_home.config()
     RedisStore(REDIS_URL).flush()
     (pki_home.root / "slicex.yaml").write_text(yaml.safe_dump(
         {"authority": AUTHORITY, "sa_port": 0, "am_port": 0, "tick_seconds": 0.05, "store": REDIS_URL,
-         "am": cfg.am.model_dump(), "dashboard_port": None}))
+         "dashboard_port": None}))
     r = start(pki_home, distributed=True)
     yield r
     stop(r)
