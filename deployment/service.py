@@ -280,11 +280,10 @@ class EmbeddedDeployment:
             self.broker, self.authority_actor = embedded_actors(self.store, keys, self.substrate, self.driver,
                                                                 authority_name=name, policy=policy, clock=self.clock)
             # served as in the distributed deployment, so operators' messages (`slicex maintenance`, `slicex
-            # plan`) reach the running actors whichever deployment runs them
-            any_port = (self.cfg.am_port if am_port is None else am_port) == 0  # as the v2 and CH API ports
-            ports = (0, 0) if any_port else (self.cfg.broker_port, self.cfg.authority_port)
-            self.actor_servers = [actor_server(role, actor, home, self.authority, (host, port)) for role, actor, port
-                                  in (("broker", self.broker, ports[0]), ("authority", self.authority_actor, ports[1]))]
+            # plan`) reach the running actors whichever deployment runs them: on this host only, at any free
+            # port (the pid record names it), so AM workers sharing a store each serve their own
+            self.actor_servers = [actor_server(role, actor, home, self.authority, ("127.0.0.1", 0))
+                                  for role, actor in (("broker", self.broker), ("authority", self.authority_actor))]
         trust = pki.TrustStore([home.trusted_roots], namespaces=self.cfg.trusted_root_namespaces)
         # federation peers (slicex.yaml `peers:`): their roots, bound to their namespaces, refreshed if configured
         self.peer_trust = PeerTrust.for_deployment(home.root, self.cfg, trust, (str(home.am_cert), str(home.am_key)))

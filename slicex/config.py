@@ -110,8 +110,8 @@ class SlicexConfig(Section):
     am_v2_port: int | Literal["auto"] | None = Field(
         "auto", description="AM API v2 (auto: am_port + 5; null: no v2 endpoint)")
     chapi_port: int | None = Field(None, ge=0, description="CH API (null: sa_port + 7)")
-    broker_port: int = Field(8002, ge=0, description="broker actor (its own process when distributed, else the AM's; 0 when the AM's is 0)")
-    authority_port: int = Field(8003, ge=0, description="authority actor (its own process when distributed, else the AM's; 0 when the AM's is 0)")
+    broker_port: int = Field(8002, ge=0, description="broker actor (distributed deployment)")
+    authority_port: int = Field(8003, ge=0, description="authority actor (distributed deployment)")
     actor_timeout_seconds: float = Field(30, gt=0, description="an actor call not answered by then is TIMEDOUT")
     store: str | None = Field(None, description="redis://HOST:PORT/DB or sqlite:///PATH (default: state.db)")
     substrate: str | None = Field(None, description="the substrate file (default: the built-in emulated rack)")

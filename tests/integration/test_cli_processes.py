@@ -316,3 +316,40 @@ def test_up_refuses_a_mistyped_key_in_slicex_yaml_naming_it_before_anything_star
     # every command that reads the home's configuration says the same
     status = _run(home, "config")
     assert status.returncode == 2 and "netns.swtich_dir" in status.stderr
+
+
+def test_two_am_workers_from_copies_of_one_home_each_serve_their_own_actors(tmp_path):
+    """AM workers sharing one store from copies of one home (same CA, config and deployment, ports of their
+    own), as bench/am_api.py's redis-2workers starts them: both serve. Each serves its in-process broker and
+    authority on 127.0.0.1 at a free port (they once both took the configured broker_port, and the second
+    worker exited with "Address already in use"), and `slicex plan` on each home reaches its own broker."""
+    import shutil
+
+    from slicex.store.redis_store import RedisStore
+
+    RedisStore(REDIS).flush()
+    first = tmp_path / "w0"
+    configure(first, "workers.test", store=REDIS)
+    second = tmp_path / "w1"
+    request = tmp_path / "one.xml"
+    request.write_text(request_rspec([vm("n1")]))
+    try:
+        up = slicex(first, "up", "--detach")
+        assert up.returncode == 0, up.stdout + up.stderr
+        # the second worker: a copy of the first's home once its deployment exists, with ports of its own
+        shutil.copytree(first, second, ignore=shutil.ignore_patterns("run", "logs", "state.db*"))
+        cfg = yaml.safe_load((second / "slicex.yaml").read_text())
+        cfg.update(dict(zip(("sa_port", "am_port", "am_v2_port", "chapi_port"), free_ports(4), strict=True)))
+        (second / "slicex.yaml").write_text(yaml.safe_dump(cfg))
+        up = slicex(second, "up", "--detach")
+        assert up.returncode == 0, up.stdout + up.stderr
+        urls = [Home(h).pid_file.read_text() for h in (first, second)]
+        for home in (first, second):
+            plan = slicex(home, "plan", str(request))
+            assert plan.returncode == 0 and "answered by the broker actor at https://127.0.0.1:" in plan.stdout, \
+                plan.stdout + plan.stderr
+        assert urls[0] != urls[1]
+    finally:
+        for home in (first, second):
+            slicex(home, "down")
+        RedisStore(REDIS).flush()
