@@ -20,7 +20,7 @@ from slicex.errors import (
     Forbidden,
 )
 from slicex.speaksfor import create_speaks_for
-from tests.fixtures import THIRD_PARTY as FIXTURES
+from tests.fixtures import third_party
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 AUTH = "cred.test"
@@ -210,7 +210,7 @@ def test_speaks_for(home):
 
 
 def test_public_fixture_credential_is_untrusted(home):
-    path = FIXTURES / "credentials" / "untrusted-usercred.xml"
+    path = third_party("credentials/untrusted-usercred.xml")
     a, (alice, _), _ = home
     xml = path.read_text()
     assert parse_credential(xml).owner_urn.endswith("+user+alice")

@@ -2,8 +2,8 @@
 either valid against slicex's schemas or rejected for a reason stated here (EXPECTED_INVALID). Requests are
 parsed the way Allocate parses them. RSpecs embedded in XML-RPC samples (plain or geni_compressed) count too.
 
-The samples are in tests/fixtures/third-party (each source's licence beside its files; provenance in
-SOURCES.md there)."""
+The samples stay in the shared fixtures folder beside the checkout (their own licences; provenance in its
+SOURCES.md; tests/fixtures/__init__.py): without it these tests fail, saying where they looked."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from rspec.validate import SCHEMA_DIR, validate_rspec
 from slicex.errors import BadArgs, BadVersion, GeniError
 from slicex.xmlsafe import parse_xml
 from tests.fixtures import THIRD_PARTY as FIXTURES
+from tests.fixtures import third_party
 
 RSPEC_TAG = f"{{{RSPEC3}}}rspec"
 STITCH01 = "http://hpn.east.isi.edu/rspec/ext/stitch/0.1/"
@@ -93,6 +94,7 @@ def _kind(doc: bytes) -> str:
 
 
 def test_fixtures_are_present_and_cover_every_kind():
+    third_party()  # the folder is there, or this fails naming where it was looked for
     kinds = {_kind(d) for d in DOCUMENTS.values()}
     assert kinds == {"request", "advertisement", "manifest"}
     assert len(DOCUMENTS) >= 45
