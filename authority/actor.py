@@ -27,6 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -44,6 +45,7 @@ from slicex.errors import (
     ServerError,
     Unavailable,
 )
+from slicex.keyed_locks import KeyedLocks
 from slicex.store import Store
 from slicex.store.ownership import Actor, scoped
 from slicex.ticket import (
@@ -114,7 +116,6 @@ def as_driver(driver: Any) -> SubstrateDriver:
     return driver if hasattr(driver, "create") else EmulatedAdapter(driver)
 
 
-LEASE_LOCK_STRIPES = 64
 
 
 # ---- the actor ----------------------------------------------------------------------------------------------------
@@ -135,7 +136,7 @@ class Authority:
         self._unit_pool = {u: p.name for p in (inventory.pools if inventory else ()) for u in p.units}
         # One lease's redeem, extend, modify and close never overlap; different leases' run in parallel, driver
         # calls included (a driver guards its own shared state); units are taken with one atomic claim_all.
-        self._lease_locks = [threading.RLock() for _ in range(LEASE_LOCK_STRIPES)]
+        self._leases = KeyedLocks()  # one lock per lease: never shared with another lease
         self._numbering = threading.Lock()  # the numbers of its messages to brokers
         self._last_number = 0  # without a store
         self.fault = lambda boundary: None  # fault injection (tests): called at internal boundaries
@@ -280,8 +281,8 @@ class Authority:
             if where is None or where not in names:
                 raise Refused(f"ticket {ticket.id} names {u}, {never}")
 
-    def _lease_lock(self, lease_id: str) -> threading.RLock:
-        return self._lease_locks[hash(lease_id) % LEASE_LOCK_STRIPES]
+    def _lease_lock(self, lease_id: str) -> AbstractContextManager[None]:
+        return self._leases.one(lease_id)
 
     def _doc(self, lease_id: str) -> dict[str, Any] | None:
         return self.store.get(LEASES, lease_id) if self.store is not None else None

@@ -44,7 +44,6 @@ from protocol.slice_manager import ALLOWED_ACTIONS, Sliver
 from rspec.request import Request
 from slice_manager import reservation as rs
 from slice_manager.delivery import DRIVE_ROUNDS, Delivery  # noqa: F401 - re-exported
-from slice_manager.locks import SliceLocks
 from slice_manager.records import (  # noqa: F401 - re-exported
     ENDED,
     ENDED_KEPT,
@@ -75,6 +74,7 @@ from slicex.errors import (
     Unsupported,
 )
 from slicex.inventory import UNIT_KINDS, mac_for
+from slicex.keyed_locks import KeyedLocks
 from slicex.slice_identity import check_same_slice
 from slicex.store import Store
 from slicex.store.ownership import Actor, scoped
@@ -118,7 +118,7 @@ class ActorSliceManager(Records, Recovery, Delivery):
         # Concurrency: a call holds its slice's in-process lock (sm_locks) and its reservations' store locks;
         # nothing process-wide is held across an actor call or a blocking store round trip. The reaper takes
         # a slice only when no call holds it, and a call settles its own reservations with the clock.
-        self._slices = SliceLocks()
+        self._slices = KeyedLocks()
         self._guard = threading.Lock()  # in-memory bookkeeping only: _reaped_at, _claimed_here, _available
         self._reaping = threading.RLock()  # one reap at a time; calls skip theirs while another runs
         self._reaped_at: datetime | None = None

@@ -3,6 +3,7 @@ extends, modifies, closes and reaps leases through a substrate driver."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -194,6 +195,27 @@ def test_a_slow_driver_call_for_one_lease_does_not_hold_up_the_others():
     again.join(5)
     assert results["first"] == results["again"]
     assert d.calls == [("create", "r2"), ("destroy", "r2"), ("create", "r1")]
+
+
+def test_two_leases_whose_ids_hash_alike_never_wait_for_each_other():
+    """The authority once kept 64 lease locks chosen by hash: two leases whose ids hashed alike waited for each
+    other's driver calls (a slow container boot held up an unrelated redeem; the test above failed once in 64
+    runs). Each lease has a lock of its own now."""
+    slow = "g/r1"
+    alike = next(t for t in (f"g/x{i}" for i in itertools.count()) if hash(t) % 64 == hash(slow) % 64)
+    d = Blocking("r1")
+    a = authority(d, SqliteStore(":memory:"))
+    first = threading.Thread(target=a.redeem, args=(ticket(tid=slow), spec("r1"), T0))
+    first.start()
+    try:
+        assert d.entered.wait(5)
+        other = threading.Thread(target=a.redeem, args=(ticket(("core:pc1:1",), tid=alike), spec("r2"), T0))
+        other.start()
+        other.join(3)
+        assert not other.is_alive(), "a redeem waited for another lease's driver call"
+    finally:
+        d.release.set()
+        first.join(5)
 
 
 def test_concurrent_promises_of_one_unit_never_lease_it_twice():

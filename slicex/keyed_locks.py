@@ -1,6 +1,7 @@
-"""In-process exclusion for the slice manager, so that AM calls on different slices run in parallel.
+"""In-process exclusion by key: one lock per slice in the slice manager, one per lease in the authority, so
+that work on different keys runs in parallel and work on one key never overlaps.
 
-The store's reservation locks (claims `sm-lock:<reservation>`, owned by a slice manager's *name*) keep AM
+In the slice manager, the store's reservation locks (claims `sm-lock:<reservation>`, owned by a slice manager's *name*) keep AM
 workers in different processes apart, but every thread of one process has that same name. Within a process
 the slice is the unit of work instead: a call holds its slice's lock for its whole length (actor calls
 included, so a second call on the same slice waits rather than seeing half a change), and nothing
@@ -16,9 +17,10 @@ from contextlib import contextmanager
 from slicex.errors import Busy
 
 
-class SliceLocks:
-    """One re-entrant lock per slice, made on first use and dropped when nobody holds or waits for it (the
-    table does not grow with the slices ever served)."""
+class KeyedLocks:
+    """One re-entrant lock per key, made on first use and dropped when nobody holds or waits for it (the
+    table does not grow with the keys ever used). Two keys never share a lock, so a slow holder of one never
+    holds up another (a fixed set of striped locks would, whenever two keys hash alike)."""
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
@@ -52,6 +54,17 @@ class SliceLocks:
         self._unuse(key)
 
     @contextmanager
+    def one(self, key: str) -> Iterator[None]:
+        """Hold `key`'s lock for the block, waiting as long as another holder takes."""
+        lock = self._use(key)
+        lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
+            self._unuse(key)
+
+    @contextmanager
     def hold(self, keys: Iterable[str], timeout: float) -> Iterator[None]:
         """Hold every one of `keys` (taken in sorted order, so two calls never wait for each other in a
         circle); Busy if one is not free within `timeout` seconds."""
@@ -67,6 +80,6 @@ class SliceLocks:
                 self.release(key)
 
     def held(self) -> list[str]:
-        """Slices some thread holds or waits for (tests, diagnostics)."""
+        """Keys some thread holds or waits for (tests, diagnostics)."""
         with self._guard:
             return sorted(self._locks)
