@@ -12,6 +12,7 @@ PACKAGES = [
     "authority.substrate",
     "broker",
     "protocol",
+    "resources",
     "operations",
     "deployment",
     "clearinghouse",

@@ -74,7 +74,7 @@ class Embedded:
         from authority.actor import Authority
         from authority.substrate.emulated import EmulatedDriver
         from broker.broker import Broker
-        from protocol.delegation import export_substrate
+        from resources import export_substrate
         from rspec.substrate import substrate_from_dict
         from slicex.store import open_store
 

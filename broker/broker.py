@@ -32,10 +32,12 @@ from cryptography import x509
 
 from broker.calendar import Calendar, CalendarError, common_free_labels
 from broker.delegation import claim, reclaim
-from broker.placement import Placement, Shortfall, plan, report
+from broker.placement import Shortfall, plan, report
 from broker.policy import FirstFit, Policy, choose_label
 from protocol.delegation import Delegation, export_prefixes
 from protocol.messages import Demands, PlaceAnswer
+from resources import export_substrate, units_under
+from resources.kind import Placement
 from rspec.substrate import Substrate
 from slicex.clock import Clock, parse_time, rfc3339
 from slicex.errors import (
@@ -49,7 +51,7 @@ from slicex.errors import (
     SearchFailed,
     VlanUnavailable,
 )
-from slicex.inventory import UNIT_KINDS, from_doc, keys_under, to_doc
+from slicex.inventory import UNIT_KINDS, from_doc, to_doc
 from slicex.store import Store
 from slicex.store.ownership import Actor, scoped
 from slicex.term import Term
@@ -402,8 +404,11 @@ class Broker:
             claimed = self._claimed_during(term, group)
         else:
             claimed = {k for k, owner in self._unit_claims().items() if owner != group}
-        return (self.calendar.unavailable(term) | claimed
-                | keys_under(substrate, self._taken_out(authority or self.authority)))
+        out = self.calendar.unavailable(term) | claimed
+        taken_out = self._taken_out(authority or self.authority)
+        if taken_out:
+            out |= units_under(export_substrate(substrate, "", ""), taken_out)
+        return out
 
     def place(self, holder: str, demands: Demands, term: Term, now: datetime, group: str | None = None,
               dry_run: bool = False, authority: str = "") -> PlaceAnswer:
@@ -769,14 +774,14 @@ class _Unpublished:
 def _exact(p: Placement) -> _ExactDemand:
     """The exact demand for what the policy chose: a link's VLAN keys as the tag on its switches' label sets
     (the ticket then carries the tag), every other unit by name."""
-    vlan = [k for k in p.keys if k.startswith("vlan:")]
-    sets = tuple(dict.fromkeys(k.rsplit(":", 1)[0] for k in vlan))
-    tag = p.details.get("vlan_tag") if sets else None
+    label_keys = {f"{name}:{value}" for name, value in p.labels.items()}
+    sets = tuple(p.labels)
+    tag = next(iter(p.labels.values()), None)
     d = p.details
     what = f"link {p.client_id}" if p.kind == "link" else \
         f"node {p.client_id} ({d.get('vm_size') or d.get('sliver_type', 'node')}" \
         f"{' on ' + d['host'] if d.get('host') else ''})"
-    return _ExactDemand(units=tuple(k for k in p.keys if k not in vlan), label_sets=sets, label=tag, what=what)
+    return _ExactDemand(units=tuple(k for k in p.keys if k not in label_keys), label_sets=sets, label=tag, what=what)
 
 
 def _ranges(ranges) -> str:

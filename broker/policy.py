@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Protocol
 
+from resources.compute import free_cores
 from rspec.substrate import Host
 
 
@@ -67,10 +68,6 @@ class WorstFit(_Ranking):
 
     def key(self, b: BinView, demand: Mapping[str, int]) -> tuple:
         return (-b.leftover(demand), b.index)
-
-
-def free_cores(host: Host, used: Set[str]) -> int:
-    return sum(1 for i in range(host.cores) if f"core:{host.component_id}:{i}" not in used)
 
 
 def order(policy: Policy, hosts: Sequence[Host], used: Set[str]) -> list[Host]:

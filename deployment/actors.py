@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
 from slicex.clock import Clock
-from slicex.devpki import actor_public_key, actor_urn
+from slicex.devpki import actor_urn
 from slicex.ticket import load_signing_key
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def make_authority(store: Store, keys: ActorKeys, authority_name: str, substrate
     `driver` None: it only delegates and reclaims (no slivers). `broker`: where its maintenance orders go
     before it has delegated (`export_to` sets it too)."""
     from authority.actor import Authority
-    from protocol.delegation import export_substrate
+    from resources import export_substrate
 
     return Authority(authority_name, driver, {"broker": keys.broker.public_key()}, store=store, key=keys.authority,
                      inventory=export_substrate(substrate, authority_name, "broker"), clock=clock, broker=broker)
@@ -90,7 +90,7 @@ def broker_at_rest(store: Store, substrate: Substrate, authority_name: str, poli
     broker was ever delegated to there, else over the authority's whole export. It holds no key, so it cannot
     sign a ticket, and it only answers dry runs, which write nothing."""
     from broker.broker import Broker
-    from protocol.delegation import export_substrate
+    from resources import export_substrate
     from slicex.store.sqlite_store import SqliteStore
 
     broker = Broker("broker", store, None, policy=policy, authority=authority_name)
@@ -184,8 +184,3 @@ def home_keys_and_names(home: Home, authority: str) -> tuple[ActorKeys, str]:
 
     ensure_actor_identities(home, authority)
     return ActorKeys.of_home(home), aggregate_name(authority)
-
-
-def lease_key_of(home: Home, authority: str) -> Any:
-    """The public key leases are verified with (the authority's certificate)."""
-    return actor_public_key(home, "authority", authority)

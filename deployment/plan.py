@@ -24,7 +24,7 @@ def plan_at_home(home: Any, rspec_xml: str, now: datetime, user: str | None = No
     `place` message with `dry_run` goes to `broker` (the running broker actor, in either deployment) when
     given; else, with nothing running, to a broker at rest over the store (deployment/actors.py)."""
     from broker.policy import policy_named
-    from deployment.actors import broker_at_rest
+    from deployment.actors import aggregate_name, broker_at_rest
     from deployment.service import deployment_substrate
     from fpga_aggregate.bitstreams import BitstreamCatalogue
     from rspec.request import parse_request
@@ -32,7 +32,7 @@ def plan_at_home(home: Any, rspec_xml: str, now: datetime, user: str | None = No
 
     cfg = home.config()
     substrate = deployment_substrate(cfg)
-    name = f"urn:publicid:IDN+{cfg.authority}+authority+am"
+    name = aggregate_name(cfg.authority)
     whole = parse_request(rspec_xml)
     request = whole.for_aggregate(name)
     if substrate.external_links:

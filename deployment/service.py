@@ -24,6 +24,7 @@ from clearinghouse.slice_authority import SaPolicy, SliceAuthority
 from deployment.actors import (
     Caller,
     actor_server,
+    aggregate_name,
     authority_client,
     broker_client,
     embedded_actors,
@@ -39,6 +40,7 @@ from operations.ledger import ledger_for
 from operations.metrics import for_slice_manager as metrics_for
 from operations.snapshot import publishers_for
 from protocol.api import AuthorityApi, BrokerApi
+from resources import usage_counts
 from rspec.advertisement import AdvertisementCache, Usage
 from rspec.substrate import Substrate, default_substrate, load_substrate
 from slice_manager.actor import ActorSliceManager
@@ -51,7 +53,6 @@ from slicex.credentials import CredentialVerifier
 from slicex.devpki import actor_urn, roots_bundle
 from slicex.errors import GeniError, Refused
 from slicex.home import Home
-from slicex.inventory import usage_counts
 from slicex.logs import Traced
 from slicex.store import Store, open_store
 from slicex.tls_xmlrpc import TlsXmlRpcServer, server_context
@@ -315,7 +316,7 @@ class EmbeddedDeployment:
                                     run_actor_clocks=not broker_url,
                                     tick=timedelta(seconds=self.cfg.tick_seconds),
                                     lease_key=keys.authority.public_key())
-        self.am_urn = f"urn:publicid:IDN+{self.authority}+authority+am"
+        self.am_urn = aggregate_name(self.authority)
         # snapshots of the actors this process runs, for the dashboard (operations/snapshot.py); remote actors publish
         # their own from their processes
         self.publishers = publishers_for(self.store, self.sm, *((None, None) if broker_url
@@ -355,7 +356,7 @@ class EmbeddedDeployment:
         self._dashboard: DashboardServer | None = None
 
     def authority_name(self) -> str:
-        return f"urn:publicid:IDN+{self.authority}+authority+am"
+        return aggregate_name(self.authority)
 
     # ---- edges -------------------------------------------------------------------------------------------------
     def _advertise(self, available_only: bool, now: datetime, window: Any = None) -> str:

@@ -10,42 +10,18 @@ live)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from resources import STANDARD
+from resources.kind import RESOURCES, Amounts
 from slicex.clock import parse_time, rfc3339
 from slicex.errors import BadArgs
 from slicex.urn import canonical_urn, parse_urn
 
 HOUR = timedelta(hours=1)
 NO_PROJECT = "(no project)"
-
-
-@dataclass(frozen=True)
-class Amounts:
-    """What one sliver (or a sum of them) holds: cores, memory (MB), nodes (VMs, bare metal and FPGA nodes),
-    VLAN tags, reserved bandwidth (kbps) and FPGA slivers (a whole FPGA or a virtual data plane)."""
-
-    cores: int = 0
-    memory_mb: int = 0
-    nodes: int = 0
-    vlans: int = 0
-    bandwidth_kbps: int = 0
-    fpgas: int = 0
-
-    def __add__(self, other: Amounts) -> Amounts:
-        return Amounts(*(getattr(self, f) + getattr(other, f) for f in RESOURCES))
-
-    def to_doc(self) -> dict[str, int]:
-        return {f: getattr(self, f) for f in RESOURCES}
-
-    @staticmethod
-    def from_doc(doc: Mapping[str, Any]) -> Amounts:
-        return Amounts(**{f: int(doc.get(f, 0) or 0) for f in RESOURCES})
-
-
-RESOURCES: tuple[str, ...] = tuple(f.name for f in fields(Amounts))
 
 
 def total(amounts: Iterable[Amounts]) -> Amounts:
@@ -56,15 +32,9 @@ def total(amounts: Iterable[Amounts]) -> Amounts:
 
 
 def sliver_amounts(kind: str, details: Mapping[str, Any]) -> Amounts:
-    """What a placed sliver holds, from the details the slice manager reports (the manifest's source): a node
-    its cores and memory (a bare-metal node the whole host's), a link its VLAN tags (distinct tags among its
-    `vlan:<switch>:<tag>` units, or its one tag) and the capacity asked."""
-    if kind == "node":
-        return Amounts(cores=int(details.get("cores") or 0), memory_mb=int(details.get("memory_mb") or 0), nodes=1,
-                       fpgas=1 if details.get("fpga") else 0)
-    tags = {k.rsplit(":", 1)[1] for k in details.get("keys", ()) if isinstance(k, str) and k.startswith("vlan:")}
-    vlans = len(tags) or (1 if details.get("vlan_tag") is not None else 0)
-    return Amounts(vlans=vlans, bandwidth_kbps=int(details.get("capacity_kbps") or 0))
+    """What a placed sliver holds, from the details the slice manager reports (the manifest's source), as its
+    resource kind counts it (resources/)."""
+    return STANDARD.held(kind, details)
 
 
 def project_of(slice_urn: str) -> str | None:

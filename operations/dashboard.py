@@ -192,7 +192,7 @@ def state_dict(substrate: Substrate, aggregate: Aggregate, view: View) -> dict[s
                 for e in substrate.external_links]
     boards = [{"name": str(b.get("name")), "model": str(b.get("model", "")), "fpgas": board_fpga_count(b),
                "fpgas_busy": sorted(use.fpgas.get(str(b.get("name")), ())),
-               "software_planes_busy": use.software_planes.get(str(b.get("name")), 0)}
+               "router_slots_busy": use.router_slots.get(str(b.get("name")), 0)}
               for b in substrate.fpga_boards]
     slices = {sl["urn"]: [{"client_id": s["client_id"], "urn": s["urn"], "kind": s["kind"],
                            "component_id": s.get("component_id", ""), "allocation_state": s["allocation_state"],

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-from fpga_aggregate.boards import MODELS
+from fpga_aggregate.boards import MODELS, BoardError, boards_from_config
 from operations.snapshot import Use
+from resources.fpga import router_slots
 from rspec.substrate import Host, Substrate, Switch, urn_name
 
 
@@ -27,6 +28,15 @@ def board_fpga_count(board: Mapping[str, Any]) -> int:
     """User FPGAs on a board of the substrate's `fpga_boards:` list (0 if its model is unknown)."""
     model = MODELS.get(str(board.get("model", "")).lower())
     return model.fpgas if model else 0
+
+
+def board_router_slots(board: Mapping[str, Any]) -> int:
+    """Router slots of a board (resources/fpga.py): its FPGAs' hardware planes plus its software planes."""
+    try:
+        [parsed] = boards_from_config([board])
+    except BoardError:
+        return 0
+    return len(router_slots(parsed))
 
 
 def _gb(mb: int) -> str:
@@ -141,10 +151,10 @@ def _host_box(h: Host, x: float, y: float, use: Use, on_host: list[str]) -> str:
 
 def _board_box(b: Mapping[str, Any], x: float, y: float, use: Use, on_board: list[str]) -> str:
     name = str(b.get("name"))
-    total, busy = board_fpga_count(b), len(use.fpgas.get(name, ()))
-    planes = use.software_planes.get(name, 0)
-    line = f"FPGAs busy {busy}/{total}" + (f" · sw planes {planes}" if planes else "")
-    return _node_box(x, y, name, str(b.get("model", "")), line, busy / total if total else 0.0, on_board,
+    total, whole = board_fpga_count(b), len(use.fpgas.get(name, ()))
+    slots, busy = board_router_slots(b), use.router_slots.get(name, 0)
+    line = f"FPGAs whole {whole}/{total} · slots {busy}/{slots}"  # router slots
+    return _node_box(x, y, name, str(b.get("model", "")), line, busy / slots if slots else 0.0, on_board,
                      f"FPGA board {name}", "#7a5")
 
 

@@ -26,15 +26,17 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from protocol import reservations as rs
+from resources import STANDARD
+from resources.compute import MEM_CHUNK_MB
+from resources.vlan import BW_CHUNK_KBPS
 from rspec.substrate import Substrate
-from slicex.inventory import BW_CHUNK_KBPS, MEM_CHUNK_MB
 
 log = logging.getLogger("slicex.metrics")
 
 AM_METHODS = ("GetVersion", "ListResources", "Describe", "Allocate", "Renew", "Provision", "Status",
               "PerformOperationalAction", "Delete", "Shutdown")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-UNIT_KINDS = ("core", "mem", "node", "bw", "vlan", "fpga", "vplane", "swplane")
+UNIT_KINDS = ("core", "mem", "node", "bw", "vlan", "fpga", "router")  # counted per site (not stitching wires)
 
 
 # ---- what a scrape reads (pure) -------------------------------------------------------------------------------
@@ -112,14 +114,9 @@ class Sites:
 
 
 def unit_bin(key: str) -> tuple[str, str]:
-    """(kind, bin) of a claim key: `core:<host>:3` -> (core, host); `vlan:<switch>:1001` -> (vlan, switch);
-    `fpga:<board>/fpga0`, `vplane:<board>/fpga0:1`, `swplane:<board>:2` -> (kind, board)."""
-    kind, _, rest = key.partition(":")
-    if kind in ("core", "mem", "bw", "vlan", "swplane"):
-        return kind, rest.rsplit(":", 1)[0]
-    if kind in ("fpga", "vplane"):
-        return kind, rest.split("/", 1)[0]
-    return kind, rest
+    """(kind, bin) of a claim key, as its resource kind says: `core:<host>:3` -> (core, host);
+    `vlan:<switch>:1001` -> (vlan, switch); `fpga:<board>/fpga0`, `router:<board>:2` -> (kind, board)."""
+    return STANDARD.bin_of(key)
 
 
 def state_families(sites: Sites, sample: StateSample) -> list[Metric]:
@@ -152,7 +149,7 @@ def state_families(sites: Sites, sample: StateSample) -> list[Metric]:
         if kind == "vlan":
             tags[where] += 1
     units = GaugeMetricFamily("slicex_units_in_use", "Units claimed, by site and kind (core, mem = 512 MB, "
-                              "node = bare metal, bw = 100 Mb/s, vlan, fpga, vplane, swplane)",
+                              "node = bare metal, bw = 100 Mb/s, vlan, fpga = a whole FPGA, router = a board's router slot)",
                               labels=["site", "kind"])
     for (site, kind), n in sorted({**{k: 0 for k in sites.totals}, **in_use}.items()):
         units.add_metric([site, kind], n)

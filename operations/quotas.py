@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from operations.accounting import RESOURCES, Amounts, user_key
-from protocol.sizing import asks_bare_metal, vm_size_for
+from operations.accounting import user_key
+from resources import STANDARD
+from resources.kind import RESOURCES, Amounts
 from rspec.request import Request
 from rspec.substrate import Substrate
 from slicex.clock import rfc3339
@@ -145,25 +146,11 @@ def policy_from_config(section: Any) -> QuotaPolicy:
 
 # ---- what a request will hold -----------------------------------------------------------------------------------
 def request_amounts(substrate: Substrate, request: Request) -> Amounts:
-    """What a request will hold once placed, counted before anything is taken: VMs by their size, bare metal
-    by the host named or else the smallest bare-metal host (as the federation peer gate counts it), FPGA nodes
-    as one node and one FPGA sliver, one VLAN per link, each link's capacity as asked."""
-    bare_hosts = [h for h in substrate.hosts if h.exclusive]
-    out = Amounts()
-    for node in request.nodes:
-        if node.fpga is not None:
-            out = out + Amounts(nodes=1, fpgas=1)
-            continue
-        host = substrate.host(node.component_id) if node.component_id else None
-        if asks_bare_metal(substrate, node):
-            pick = host if host is not None else min(bare_hosts, key=lambda h: (h.cores, h.memory_mb), default=None)
-            out = out + Amounts(cores=pick.cores if pick else 0, memory_mb=pick.memory_mb if pick else 0, nodes=1)
-        else:
-            size = vm_size_for(substrate, node)
-            out = out + Amounts(cores=size.cores, memory_mb=size.memory_mb, nodes=1)
-    for link in request.links:
-        out = out + Amounts(vlans=1, bandwidth_kbps=int(link.capacity_kbps or 0))
-    return out
+    """What a request will hold once placed, counted before anything is taken, as each resource kind sizes it
+    (resources/: VMs by their size, bare metal by the host named or else the smallest bare-metal host, as the
+    federation peer gate counts it; FPGA nodes as one node and one FPGA sliver; one VLAN per link, each link's
+    capacity as asked)."""
+    return STANDARD.asked(substrate, request)
 
 
 # ---- the checks ---------------------------------------------------------------------------------------------------

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from operations.metrics import unit_bin
 from protocol import reservations as rs
 from protocol.api import AuthorityApi, BrokerApi
+from resources import usage_counts
 from slicex.clock import parse_time, rfc3339
-from slicex.inventory import usage_counts
 from slicex.store import Store
 from slicex.store.ownership import Actor, scoped
 
@@ -83,19 +83,19 @@ MAX_ITEMS = 2000
 @dataclass(frozen=True)
 class Use:
     """Units in use, per thing drawn: cores and MB per host, bare-metal nodes taken, VLAN tags per switch or
-    external link, busy FPGAs and software planes per board."""
+    external link, FPGAs held whole and router slots in use per board."""
 
     cores: Mapping[str, int] = field(default_factory=dict)
     memory_mb: Mapping[str, int] = field(default_factory=dict)
     taken: frozenset[str] = frozenset()
     vlans: Mapping[str, frozenset[int]] = field(default_factory=dict)
     fpgas: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    software_planes: Mapping[str, int] = field(default_factory=dict)
+    router_slots: Mapping[str, int] = field(default_factory=dict)
 
     def to_doc(self) -> dict[str, Any]:
         return {"cores": dict(self.cores), "memory_mb": dict(self.memory_mb), "taken": sorted(self.taken),
                 "vlans": {k: sorted(v) for k, v in self.vlans.items()},
-                "fpgas": {k: sorted(v) for k, v in self.fpgas.items()}, "software_planes": dict(self.software_planes)}
+                "fpgas": {k: sorted(v) for k, v in self.fpgas.items()}, "router_slots": dict(self.router_slots)}
 
     @staticmethod
     def from_doc(d: Mapping[str, Any]) -> Use:
@@ -103,21 +103,20 @@ class Use:
                    {k: int(v) for k, v in d.get("memory_mb", {}).items()}, frozenset(d.get("taken", ())),
                    {k: frozenset(int(t) for t in v) for k, v in d.get("vlans", {}).items()},
                    {k: frozenset(v) for k, v in d.get("fpgas", {}).items()},
-                   {k: int(v) for k, v in d.get("software_planes", {}).items()})
+                   {k: int(v) for k, v in d.get("router_slots", {}).items()})
 
 
 def use_of(keys: Iterable[str]) -> Use:
-    """Use from claim keys (`core:…`, `vlan:…`, `fpga:<board>/fpgaN`, `vplane:<board>/fpgaN:k`, `swplane:…`)."""
+    """Use from claim keys (`core:…`, `vlan:…`, `fpga:<board>/fpgaN`, `router:<board>:k`)."""
     keys = set(keys)
     cores, mem, taken, vlans = usage_counts(keys)
     fpgas: dict[str, set[str]] = {}
     planes: Counter[str] = Counter()
     for key in keys:
         kind, _, rest = key.partition(":")
-        if kind in ("fpga", "vplane"):
-            fpga = rest.split(":", 1)[0]
-            fpgas.setdefault(fpga.split("/", 1)[0], set()).add(fpga)
-        elif kind == "swplane":
+        if kind == "fpga":
+            fpgas.setdefault(rest.split("/", 1)[0], set()).add(rest)
+        elif kind == "router":
             planes[rest.rsplit(":", 1)[0]] += 1
     return Use(cores, mem, taken, vlans, {b: frozenset(f) for b, f in fpgas.items()}, dict(planes))
 

@@ -19,9 +19,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slicex.inventory import BW_CHUNK_KBPS, MEM_CHUNK_MB, to_doc
-from slicex.inventory import SOFTWARE_PLANES_PER_BOARD as SW_PLANES
-
 
 @dataclass(frozen=True)
 class Pool:
@@ -93,41 +90,6 @@ class Delegation:
                           tuple(Pool(p["name"], p["type"], tuple(p["units"]), p.get("bin", "")) for p in d["pools"]),
                           tuple(LabelSet(ls["name"], tuple((int(lo), int(hi)) for lo, hi in ls["ranges"]))
                                 for ls in d["label_sets"]), d.get("substrate"))
-
-
-def export_substrate(substrate, authority: str, broker: str) -> Delegation:
-    """Everything a substrate offers, as a delegation to `broker`, with the substrate's description."""
-    pools: list[Pool] = []
-    for h in substrate.hosts:
-        cid = h.component_id
-        if h.exclusive:
-            pools.append(Pool(f"node:{cid}", "node", (f"node:{cid}",), cid))
-        else:
-            pools.append(Pool(f"core:{cid}", "core", tuple(f"core:{cid}:{i}" for i in range(h.cores)), cid))
-            pools.append(Pool(f"mem:{cid}", "mem", tuple(f"mem:{cid}:{i}" for i in range(h.memory_mb // MEM_CHUNK_MB)),
-                              cid))
-        for i in h.interfaces:
-            pools.append(Pool(f"bw:{i.component_id}", "bw",
-                              tuple(f"bw:{i.component_id}:{k}" for k in range(i.bandwidth_kbps // BW_CHUNK_KBPS)), cid))
-    # stitching: each external port's capacity, summed over slices
-    from stitching.am_hops import port_bw_pools
-
-    pools += [Pool(name, "bw", units, name) for name, units in port_bw_pools(substrate)]
-    labels = [LabelSet(f"vlan:{sw.component_id}", tuple(sw.vlan_range)) for sw in substrate.switches]
-    # stitching: the outer tag on each external port's wire (802.1Q tags, and the S-tags of a Q-in-Q port)
-    labels += [LabelSet(f"wire:{e.local_port}", tuple(sorted(set(e.vlan_range) | set(e.s_vlan_range))))
-               for e in substrate.external_links]
-    if substrate.fpga_boards:
-        from fpga_aggregate.boards import boards_from_config
-
-        for b in boards_from_config(substrate.fpga_boards):
-            pools.append(Pool(f"swplane:{b.name}", "swplane", tuple(f"swplane:{b.name}:{k}" for k in range(SW_PLANES)),
-                              b.name))
-            for f in b.fpgas:
-                pools.append(Pool(f"fpga:{f.id}", "fpga", (f"fpga:{f.id}",), b.name))
-                pools.append(Pool(f"vplane:{f.id}", "vplane",
-                                  tuple(f"vplane:{f.id}:{k}" for k in range(f.hardware_planes)), b.name))
-    return Delegation(authority, broker, tuple(pools), tuple(labels), to_doc(substrate))
 
 
 def export_prefixes(authority: str, broker: str, prefixes: Sequence[str]) -> Delegation:

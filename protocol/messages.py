@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, get_type_hints
 
 from rspec.fpga_ext import FpgaRequest
 from rspec.request import Request, RequestInterface, RequestLink, RequestNode
@@ -87,6 +87,54 @@ class PlaceAnswer:
     report: Mapping[str, Any] | None = None
 
 
+class SliverDetails(TypedDict, total=False):
+    """Every key a sliver's details may carry from the slice manager to the authority and its driver: what the
+    broker's placement said (per resource kind, resources/), what the slice manager added. Declared once, so a
+    driver's `spec.details["..."]` is a name a reader can look up, and checked on arrival over the wire
+    (`SliverSpec.from_wire`: an unknown key or a value of the wrong type is BADARGS naming it)."""
+
+    # compute (resources/compute.py)
+    exclusive: bool  # a whole bare-metal host
+    sliver_type: str  # raw-pc, a VM size name, fpga-bitstream, virtual-router
+    vm_size: str
+    disk_image: str  # image URN
+    host: str  # host name
+    cores: int
+    memory_mb: int
+    interfaces: dict[str, dict[str, str]]  # request interface client_id -> component_id, ip, netmask
+    execute: list[dict[str, str]]  # post-boot commands: shell, command
+    install: list[dict[str, str]]  # tar archives to unpack: url, install_path
+    boot_seconds: float
+    # FPGAs (resources/fpga.py)
+    fpga: str  # board/fpgaN of a whole FPGA
+    board: str
+    board_model: str
+    bitstream: str  # catalogue reference
+    demand_mbps: float  # a virtual router's asked bandwidth
+    table_size: int
+    routes: list[str]  # "a.b.c.d/len port next_hop"
+    programming_batch: int  # whole FPGAs programmed together in this Provision
+    # links (resources/vlan.py, resources/stitching_port.py)
+    vlan_tag: int | None
+    capacity_kbps: int
+    subnet: str  # the first three octets of the link's addresses
+    endpoints: list[str]  # node client_ids
+    interface_refs: list[str]
+    uplinks: list[dict[str, Any]]  # stitching: port, tags [[TPID, VID], ...] outermost first
+    latency_ms: int
+    packet_loss: float
+    # added by the slice manager
+    slice_urn: str
+    owner: str  # the owner's user URN
+    logins: list[dict[str, Any]]  # username, urn, hostname, port, keys
+    hostname: str
+    geni_start_time: str  # RFC 3339, an advance reservation's start
+    started: str  # RFC 3339, when a delayed start began
+
+
+DETAIL_TYPES: Mapping[str, Any] = get_type_hints(SliverDetails)
+
+
 @dataclass(frozen=True)
 class SliverSpec:
     """What a driver sets up for one lease: the units leased plus what the slice manager planned."""
@@ -96,16 +144,32 @@ class SliverSpec:
     client_id: str = ""
     units: tuple[str, ...] = ()
     labels: tuple[tuple[str, int], ...] = ()  # e.g. the VLAN tag of a link, or of the links a node attaches to
-    details: Mapping[str, Any] = field(default_factory=dict)  # host, image, VM size, interfaces, boot time...
+    details: SliverDetails = field(default_factory=lambda: SliverDetails())
 
     def to_doc(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "client_id": self.client_id, "units": list(self.units),
                 "labels": [list(lb) for lb in self.labels], "details": dict(self.details)}
 
     @staticmethod
+    def from_wire(d: Mapping[str, Any]) -> SliverSpec:
+        """A spec from another process: its details checked key by key against SliverDetails."""
+        details = d.get("details") or {}
+        if not isinstance(details, Mapping):
+            raise BadArgs(f"sliver spec {d.get('id')}: details must be a struct")
+        unknown = sorted(set(details) - set(DETAIL_TYPES))
+        if unknown:
+            raise BadArgs(f"sliver spec {d.get('id')}: unknown detail(s) {', '.join(unknown)}")
+        from protocol.codec import decode
+
+        checked = {k: decode(v, DETAIL_TYPES[k], f"sliver spec {d.get('id')}: details.{k}")
+                   for k, v in details.items()}
+        return SliverSpec.from_doc({**d, "details": checked})
+
+    @staticmethod
     def from_doc(d: Mapping[str, Any]) -> SliverSpec:
         return SliverSpec(d["id"], d["kind"], d.get("client_id", ""), tuple(d.get("units", ())),
-                          tuple((str(k), int(v)) for k, v in d.get("labels", ())), dict(d.get("details", {})))
+                          tuple((str(k), int(v)) for k, v in d.get("labels", ())),
+                          SliverDetails(**d.get("details", {})))
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from protocol.sizing import asks_bare_metal, vm_size_for
+from resources.compute import asks_bare_metal, bare_metal_for, vm_size_for
 from rspec.request import Request
 from rspec.substrate import Substrate
 from slice_manager import reservation as rs
@@ -31,11 +31,10 @@ def wanted_nodes(substrate: Substrate) -> Callable[[Request], list[Wanted]]:
     counts the named host's cores, or the smallest bare-metal host's when any may be chosen."""
     def wanted(request: Request) -> list[Wanted]:
         out = []
-        bare_hosts = [h for h in substrate.hosts if h.exclusive]
         for node in request.nodes:
-            host = substrate.host(node.component_id) if node.component_id else None
-            if asks_bare_metal(substrate, node):  # as broker/placement.py places it
-                cores = host.cores if host is not None else min((h.cores for h in bare_hosts), default=0)
+            if asks_bare_metal(substrate, node):  # as resources/compute.py places it
+                host = bare_metal_for(substrate, node)
+                cores = host.cores if host is not None else 0
                 out.append(Wanted(node.client_id, node.sliver_type or "raw-pc", cores))
             else:
                 size = vm_size_for(substrate, node)

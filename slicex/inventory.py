@@ -1,16 +1,11 @@
-"""The inventory model every actor shares: how a substrate is cut into units, and how units are named.
+"""What every actor shares about inventory: the claim namespaces of unit keys, the plain-data codec with
+which an authority's substrate description travels inside its delegation (protocol/delegation.py), and the
+MAC of a sliver's interface.
 
-Units are named by claim keys, so what the broker's policy chooses, the calendar books, the store claims, the
-ticket names and the authority leases are the same strings:
-  core:<host>:<i>   one CPU core of a shared VM host        mem:<host>:<i>   one MEM_CHUNK_MB of its memory
-  node:<host>       a whole exclusive (bare-metal) node     bw:<iface>:<i>   BW_CHUNK_KBPS of a host interface
-  vlan:<switch>:<t> VLAN tag t on a switch                  wire:<port>:<t>  outer tag t on a stitching port
-  fpga:<id>         a whole FPGA                            vplane:<id>:<k>  hardware plane k of an FPGA
-  swplane:<board>:<k>  software plane k of a board
-
-This module sits in the kernel (it imports no other project package), so the authority, the broker and the
-slice manager all read unit sizes from here instead of from one another. It also holds the plain-data codec
-with which an authority's substrate description travels inside its delegation (broker/delegation.py)."""
+Units are named by claim keys (`<kind>:<where>[:<i>]`), so what the broker's policy chooses, the calendar
+books, the store claims, the ticket names and the authority leases are the same strings; each resource kind
+(resources/: compute, VLAN links, stitching ports, FPGAs) names its own. This module sits in the kernel (it
+imports no other project package)."""
 
 from __future__ import annotations
 
@@ -19,88 +14,12 @@ import functools
 import hashlib
 import types
 import typing
-from collections.abc import Iterable, Set
 from typing import Any
 
-MEM_CHUNK_MB = 512
-BW_CHUNK_KBPS = 100_000
-SOFTWARE_PLANES_PER_BOARD = 16
-UNIT_KINDS = ("core", "mem", "node", "bw", "vlan", "wire", "fpga", "vplane", "swplane")
-"""The first segment of every unit key; other claims in a store (locks, lease markers, slice names) are not
-inventory."""
-
-
-def core(host: str, i: int) -> str:
-    return f"core:{host}:{i}"
-
-
-def mem(host: str, i: int) -> str:
-    return f"mem:{host}:{i}"
-
-
-def node(host: str) -> str:
-    return f"node:{host}"
-
-
-def bw(iface: str, i: int) -> str:
-    return f"bw:{iface}:{i}"
-
-
-def vlan(switch: str, tag: int) -> str:
-    return f"vlan:{switch}:{tag}"
-
-
-def wire(port: str, tag: int) -> str:
-    return f"wire:{port}:{tag}"
-
-
-def is_unit(key: str) -> bool:
-    """Whether a claim key names a unit of inventory (not a lock, a lease marker or a slice-name claim)."""
-    kind, sep, _rest = key.partition(":")
-    return bool(sep) and kind in UNIT_KINDS
-
-
-def units(keys: Iterable[str]) -> set[str]:
-    return {k for k in keys if is_unit(k)}
-
-
-def usage_counts(keys: Set[str]) -> tuple[dict[str, int], dict[str, int], frozenset[str], dict[str, frozenset[int]]]:
-    """(cores per host, MB per host, exclusive nodes taken, VLAN tags per switch) from unit keys in use."""
-    cores: dict[str, int] = {}
-    mb: dict[str, int] = {}
-    taken: set[str] = set()
-    vlans: dict[str, set[int]] = {}
-    for key in keys:
-        kind, _, rest = key.partition(":")
-        if kind == "core":
-            host = rest.rsplit(":", 1)[0]
-            cores[host] = cores.get(host, 0) + 1
-        elif kind == "mem":
-            host = rest.rsplit(":", 1)[0]
-            mb[host] = mb.get(host, 0) + MEM_CHUNK_MB
-        elif kind == "node":
-            taken.add(rest)
-        elif kind == "vlan":
-            switch, _, tag = rest.rpartition(":")
-            vlans.setdefault(switch, set()).add(int(tag))
-    return cores, mb, frozenset(taken), {k: frozenset(v) for k, v in vlans.items()}
-
-
-def keys_under(substrate: Any, prefixes: Set[str]) -> set[str]:
-    """Every unit key of `substrate`'s hosts under the given pool names (reclaimed inventory: unavailable)."""
-    out: set[str] = set()
-    for h in substrate.hosts:
-        cid = h.component_id
-        if node(cid) in prefixes:
-            out.add(node(cid))
-        if f"core:{cid}" in prefixes:
-            out |= {core(cid, i) for i in range(h.cores)}
-        if f"mem:{cid}" in prefixes:
-            out |= {mem(cid, i) for i in range(h.memory_mb // MEM_CHUNK_MB)}
-        for i in h.interfaces:
-            if f"bw:{i.component_id}" in prefixes:
-                out |= {bw(i.component_id, k) for k in range(i.bandwidth_kbps // BW_CHUNK_KBPS)}
-    return out
+UNIT_KINDS = ("core", "mem", "node", "bw", "vlan", "wire", "fpga", "router")
+"""The first segment of every unit key: the broker's claim namespaces in the store. Each resource kind
+(resources/) names the units of its own segments; other claims in a store (locks, lease markers, slice
+names) are not inventory. tests/unit/test_resource_kinds.py keeps this list equal to the kinds' own."""
 
 
 # ---- plain data: a substrate description (frozen dataclasses) as a document and back ---------------------------

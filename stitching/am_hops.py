@@ -9,9 +9,8 @@ has text (the stitcher crashes on an empty one and leaves reservations behind)."
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 from lxml import etree
 
@@ -177,52 +176,6 @@ def apply_hops(substrate: Substrate, request: Request, whole: Request | None = N
     if missing:
         raise BadArgs(f"stitching path(s) {', '.join(sorted(missing))} name no link of this request")
     return replace(request, links=tuple(links))
-
-
-# ---- port bandwidth, summed over slices ---------------------------------------------------------------------
-# An external port's capacity is inventory of the broker like a host interface's: a pool `bw:<port URN>` of
-# units, each link over the port holding enough of them for its capacity, so two slices' links cannot together
-# exceed it (the broker books them all or nothing; a shortage is INSUFFICIENT_BANDWIDTH, 25). Units are 1/100
-# of the port's capacity, or its `granularity_kbps` when coarser; a link's capacity is rounded up to units.
-PORT_BW_UNITS = 100
-
-
-def port_bw_unit(ext: ExternalLink) -> int:
-    """kbps per bandwidth unit of an external port."""
-    return max(1, ext.granularity_kbps, -(-ext.capacity_kbps // PORT_BW_UNITS))
-
-
-def port_bw_pools(substrate: Substrate) -> list[tuple[str, tuple[str, ...]]]:
-    """(pool name, unit keys) of each external port's capacity (broker/delegation.py exports them as `bw`
-    pools)."""
-    return [(f"bw:{e.local_port}", tuple(f"bw:{e.local_port}:{k}" for k in range(e.capacity_kbps // port_bw_unit(e))))
-            for e in substrate.external_links]
-
-
-def port_bw_keys(substrate: Substrate, link: Any, taken: Set[str], keys: Iterable[str] = ()) -> list[str]:
-    """The units a stitched link holds on each of its own external ports (`link.uplinks`) for its capacity,
-    from those not `taken` by other links (nor in `keys`, this placement's); INSUFFICIENT_BANDWIDTH naming
-    the port, what was asked and what is left when they do not suffice. Placement calls it per link."""
-    if not link.capacity_kbps or not link.uplinks:
-        return []
-    ports = {e.local_port.lower(): e for e in substrate.external_links}
-    mine = set(keys)
-    out: list[str] = []
-    for port in dict.fromkeys(p for p, _wire in link.uplinks):
-        ext = ports.get(port.lower())
-        if ext is None:
-            continue
-        unit = port_bw_unit(ext)
-        need = -(-link.capacity_kbps // unit)
-        free = [k for k in (f"bw:{ext.local_port}:{i}" for i in range(ext.capacity_kbps // unit))
-                if k not in taken and k not in mine]
-        if len(free) < need:
-            raise InsufficientBandwidth(
-                f"link {link.client_id}: asked for {link.capacity_kbps} kbps over port {ext.local_port} toward "
-                f"{ext.remote_aggregate}; other links hold {ext.capacity_kbps - len(free) * unit} of its "
-                f"{ext.capacity_kbps} kbps, {len(free) * unit} kbps are left")
-        out.extend(free[:need])
-    return out
 
 
 def annotate_manifest(manifest: str, substrate: Substrate, tags: Mapping[str, int | Mapping[str, int]]) -> str:

@@ -7,16 +7,15 @@ one that touches them:
   programmings (the slice manager says how many in `programming_batch`; DESIGN §8: 11/17/24/30 s for 1-4);
   `geni_stop` returns it to idle, `geni_start`/`geni_restart` program it again, the lease's end releases it;
 - a virtual router is placed by the model's scheduler on the board the broker ticketed (a hardware plane on
-  one of its FPGAs or a software plane), its routes (from the request's <fpga:route> elements) compiled into
+  one of its FPGAs or a software plane: the plane is the model's choice alone), its routes (from the request's <fpga:route> elements) compiled into
   the FPGA's shared forwarding table and loaded as SRAM/CAM images; when a lease ends (Delete, expiry) the
   scheduler re-runs and the routers that stay migrate where it now puts them (e.g. software -> a hardware
   plane that freed up), as the model's timed steps. `view` tells the manifest where each one is now.
 
-The broker's units for virtual routers (`vplane:<fpga>:k`, `swplane:<board>:k`) count planes per board; the
-model decides which plane of the board a router uses, so a router may run in a plane of another unit of its
-board. The broker never promises more routers on a board than it has planes (hardware planes of FPGAs not
-held whole, plus software planes), so the model can always place every router; a whole FPGA ticketed on an
-FPGA the model used for routers moves them off it first.
+The broker's units for virtual routers are router slots of a board (`router:<board>:k`, resources/fpga.py),
+which name no plane: the broker never promises more routers on a board than it has planes (hardware planes
+of FPGAs not held whole, plus software planes), so the model can always place every router; a whole FPGA
+ticketed on an FPGA the model used for routers moves them off it first.
 
 Compute nodes, links and the operational time model are the inner driver's."""
 
@@ -38,7 +37,6 @@ from protocol.messages import SliverSpec
 from rspec.fpga_ext import FpgaRequest, route_of, route_text
 from slicex.clock import parse_time
 from slicex.errors import BadArgs
-from slicex.inventory import SOFTWARE_PLANES_PER_BOARD
 
 WHOLE_FPGA = "fpga-bitstream"
 VIRTUAL_ROUTER = "virtual-router"
@@ -60,8 +58,7 @@ class FpgaDriver:
         from the store, which only the process serving leases needs)."""
         with self._lock:
             return FpgaAggregate(self.boards, self.catalogue, self.backend, None, self.catalogue.store,
-                                 self.catalogue.dir.parent / "fpga-tables",
-                                 software_planes_per_board=SOFTWARE_PLANES_PER_BOARD)
+                                 self.catalogue.dir.parent / "fpga-tables")
 
     @staticmethod
     def _kind(spec: SliverSpec) -> str:

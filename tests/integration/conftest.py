@@ -112,14 +112,20 @@ def deployment(kind: str, pki_home: Home, tmp_path: Path, **config) -> Iterator[
     store = REDIS_URL if distributed else f"sqlite:///{tmp_path / 'state.db'}"
     if distributed:
         RedisStore(REDIS_URL).flush()
-    (pki_home.root / "slicex.yaml").write_text(yaml.safe_dump(
+    path = pki_home.root / "slicex.yaml"
+    saved = path.read_text() if path.exists() else None
+    path.write_text(yaml.safe_dump(
         {"authority": AUTHORITY, "sa_port": 0, "am_port": 0, "tick_seconds": 0.05, "store": store,
          "dashboard_port": None, **config}))  # written whole: what an earlier test wrote never carries over
-    r = start(pki_home, distributed=distributed)
-    yield r
-    stop(r)
-    if distributed:
-        RedisStore(REDIS_URL).flush()
+    try:  # and put back, even when the deployment refuses it (tests that read the session's file go on)
+        r = start(pki_home, distributed=distributed)
+        yield r
+        stop(r)
+    finally:
+        if saved is not None:
+            path.write_text(saved)
+        if distributed:
+            RedisStore(REDIS_URL).flush()
 
 
 @pytest.fixture(params=["embedded", "distributed"])

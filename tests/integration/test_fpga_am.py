@@ -65,12 +65,12 @@ def test_unknown_bitstream_and_virtual_routers(fpga_running):
     assert code(reply) == 1 and "catalogue" in reply["output"], reply["output"]
     fast = ok(alice.am.Allocate(urn, creds, fpga_request(
         '<fpga:sliver type="virtual-router" bandwidth_mbps="300" table_size="5000"/>'), {}))
-    assert "vplane" not in fast["geni_rspec"]
+    assert "router:" not in fast["geni_rspec"]
     keys = r.deployment.sm.usage_keys()
-    assert any(k.startswith("vplane:") for k in keys)
+    assert any(k.startswith("router:") for k in keys)
     urn2, creds2 = alice.slice_credential("fpga3")
     ok(alice.am.Allocate(urn2, creds2, fpga_request('<fpga:sliver type="virtual-router" bandwidth_mbps="2"/>'), {}))
-    assert any(k.startswith("swplane:") for k in r.deployment.sm.usage_keys())
+    assert sum(k.startswith("router:") for k in r.deployment.sm.usage_keys()) == 2
     ad = ok(alice.am.ListResources(alice.user_credential(), {"geni_rspec_version": {"type": "GENI", "version": "3"}}))
     assert 'hardware_type name="NetFPGA"' in ad and "virtual-router" in ad
 

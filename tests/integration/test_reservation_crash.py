@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from authority.actor import LEASES, Authority
 from authority.substrate.emulated import EmulatedDriver
 from broker.broker import TICKETS, Broker
-from protocol.delegation import export_substrate
+from resources import export_substrate
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slice_manager import reservation as rs

@@ -16,8 +16,8 @@ import pytest
 
 from authority.actor import LEASES, Authority
 from broker.broker import TICKETS, Broker
-from protocol.delegation import export_substrate
 from protocol.remote import RemoteAuthority, RemoteBroker
+from resources import export_substrate
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slice_manager import reservation as rs

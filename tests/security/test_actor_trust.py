@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from protocol.delegation import export_substrate
 from protocol.messages import SliverSpec, demands_of
 from protocol.remote import RemoteAuthority, RemoteBroker
+from resources import export_substrate
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slicex import pki

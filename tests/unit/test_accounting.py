@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from operations.accounting import (
     NO_PROJECT,
-    Amounts,
     UsageRecord,
     aggregate,
     ended_at,
@@ -21,6 +20,7 @@ from operations.accounting import (
     project_of,
     sliver_amounts,
 )
+from resources.kind import Amounts
 from slicex.errors import BadArgs
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)

@@ -18,8 +18,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from authority.actor import NUMBERED, Authority
 from broker.broker import DELEGATIONS, Broker
-from protocol.delegation import export_substrate
 from protocol.messages import Demands, demands_of
+from resources import export_substrate
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slicex.clock import ManualClock

@@ -16,8 +16,9 @@ from authority.substrate.emulated import EmulatedDriver
 from broker.broker import Broker
 from broker.placement import plan
 from broker.policy import BestFit, FirstFit, WorstFit, free_cores
-from protocol.delegation import export_prefixes, export_substrate
+from protocol.delegation import export_prefixes
 from protocol.messages import PlaceAnswer, SliverSpec, demands_of
+from resources import export_substrate
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slicex.errors import Busy, CredentialInvalid, Expired, InsufficientNodes, Refused

@@ -5,7 +5,8 @@ from datetime import UTC, datetime, timedelta
 
 from broker.calendar import Calendar
 from broker.delegation import claim, reclaim
-from protocol.delegation import Delegation, export_substrate
+from protocol.delegation import Delegation
+from resources import export_substrate
 from rspec.substrate import default_substrate
 from slicex.term import Term
 

@@ -20,16 +20,15 @@ from hypothesis import strategies as st
 from authority.substrate.emulated import EmulatedDriver
 from broker.broker import TICKETS, Broker
 from deployment.actors import ActorKeys, embedded_slice_manager
-from protocol.delegation import export_substrate
 from protocol.messages import PlaceAnswer, demands_of
 from protocol.remote import broker_handlers
+from resources import STANDARD, export_substrate, usage_counts
 from rspec.advertisement import Usage, build_advertisement
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slice_manager.actor import ActorSliceManager
 from slicex.clock import ManualClock, rfc3339
 from slicex.errors import BadArgs, GeniError
-from slicex.inventory import is_unit, usage_counts
 from slicex.store.sqlite_store import SqliteStore
 from slicex.term import Term
 from tests.factories import request_rspec, three_node_lan, vm
@@ -94,7 +93,7 @@ def test_the_slice_manager_sends_demands_and_the_broker_chooses_the_units(tmp_pa
     assert len(broker.placed) == 1
     assert [n["client_id"] for n in demands["nodes"]] == ["n1", "n2", "n3"]
     assert [lk["client_id"] for lk in demands["links"]] == ["lan0"]
-    named = [s for s in strings(demands) if is_unit(s)]
+    named = [s for s in strings(demands) if STANDARD.is_unit(s)]
     assert named == [], f"the slice manager named units: {named}"
     # what the broker chose is what it booked, claimed and told the slice manager
     recs = {rec.client_id: rec for rec in asm.records(SLICE)}
@@ -135,7 +134,7 @@ def test_a_dry_run_is_the_same_message_with_dry_run_and_books_nothing(tmp_path):
     plan = asm.dry_run(parse_request(three_node_lan()), "o", now, now + 10 * MIN)
     assert plan["fits"] and len(plan["nodes"]) == 3 and broker.calls == ["place"]
     assert (store.all_claims(), store.scan(TICKETS), real.broker.version()) == before
-    assert [s for s in strings(broker.placed[0]) if is_unit(s)] == []
+    assert [s for s in strings(broker.placed[0]) if STANDARD.is_unit(s)] == []
 
 
 def test_malformed_demands_arriving_at_the_broker_are_badargs():

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from broker.broker import EXPIRY_GRACE, Broker
 from broker.policy import BestFit, WorstFit
-from protocol.delegation import export_substrate
 from protocol.messages import PlaceAnswer, demands_of
+from resources import export_substrate
 from rspec.request import parse_request
 from rspec.substrate import Substrate, VmSize, default_substrate
 from slicex.errors import (

@@ -18,8 +18,9 @@ from authority.substrate.emulated import EmulatedDriver
 from broker.broker import Broker
 from broker.calendar import Calendar, CalendarError
 from deployment.actors import ActorKeys, embedded_slice_manager
-from protocol.delegation import Pool, export_substrate
+from protocol.delegation import Pool
 from protocol.messages import demands_of
+from resources import export_substrate
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slice_manager import reservation as rs

@@ -114,9 +114,10 @@ def test_two_rack_site_draws_sites_trunk_and_external_link_without_overlapping_b
 
 def test_fpga_boards_show_busy_fpgas():
     site = load_substrate(EXAMPLES / "fpga-site.yaml")
-    root = svg_of(site, keys={"fpga:bee2-1/fpga0", "vplane:bee2-1/fpga1:0", "swplane:nf-1:0"})
-    assert "FPGAs busy 2/4" in texts(root)
-    assert "FPGAs busy 0/1 · sw planes 1" in texts(root)
+    whole = {"fpga:bee2-1/fpga0", *(f"router:bee2-1:{k}" for k in range(4))}  # as the FPGA kind places it
+    root = svg_of(site, keys=whole | {"router:bee2-1:4", "router:nf-1:0"})
+    assert "FPGAs whole 1/4 · slots 5/32" in texts(root)  # 4 FPGAs x 4 planes + 16 software planes
+    assert "FPGAs whole 0/1 · slots 1/19" in texts(root)  # NetFPGA with SRAM tables: 3 planes
 
 
 def test_layout_is_deterministic():

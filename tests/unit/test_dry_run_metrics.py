@@ -78,6 +78,5 @@ def test_state_families_count_reservations_pending_age_tickets_leases_and_units_
 
 def test_unit_bins():
     assert unit_bin("core:urn:x+node+pc1:3") == ("core", "urn:x+node+pc1")
-    assert unit_bin("vplane:board1/fpga0:1") == ("vplane", "board1")
-    assert unit_bin("swplane:board1:2") == ("swplane", "board1")
+    assert unit_bin("router:board1:2") == ("router", "board1")
     assert unit_bin("node:urn:x+node+bm1") == ("node", "urn:x+node+bm1")

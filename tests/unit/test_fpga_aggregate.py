@@ -272,10 +272,13 @@ def test_fpga_worked_example_places_a_whole_fpga_and_a_virtual_router():
     ref = "sha256:" + "ab" * 32
     whole = parse_request((EXAMPLES / "fpga-whole.xml").read_text().replace("BITSTREAM_REF", ref))
     [p] = plan(sub, whole, set(), "reject", {ref: "xc2vp70ff1704"})
-    assert p.keys == ("fpga:bee2-1/fpga0",) and p.details["sliver_type"] == "fpga-bitstream"
+    # a whole FPGA takes its own key and as many of its board's router slots as it has hardware planes
+    assert p.keys == ("fpga:bee2-1/fpga0", *(f"router:bee2-1:{k}" for k in range(4)))
+    assert p.details["sliver_type"] == "fpga-bitstream"
     router = parse_request((EXAMPLES / "fpga-virtual-router.xml").read_text())
     [p] = plan(sub, router, set(), "reject", {})
-    assert p.keys == ("vplane:nf-1/fpga0:0",) and p.details["placement"] == "hardware"
+    # a router takes a slot of a board; which plane it runs in is the FPGA model's choice (resources/fpga.py)
+    assert p.keys == ("router:nf-1:0",) and p.details["board"] == "nf-1" and "placement" not in p.details
 
 
 # ---- routes in the request; the model as the AM's driver uses it ------------------------------------------------

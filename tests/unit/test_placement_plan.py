@@ -5,10 +5,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.placement import plan
+from resources import usage_counts
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slicex.errors import InsufficientNodes, VlanUnavailable
-from slicex.inventory import usage_counts
 from tests.factories import request_rspec, vm
 
 SUB = default_substrate("t.org")

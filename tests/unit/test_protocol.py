@@ -4,6 +4,7 @@ codec that refuses a malformed message with BADARGS at the edge."""
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -104,3 +105,48 @@ def test_a_malformed_sliver_spec_is_badargs_before_the_authority_acts():
     ticket = Ticket("g/r1", "broker", "sm", "r1", ("core:h:0",), T0, T0 + timedelta(hours=1)).to_doc()
     with pytest.raises(BadArgs, match="spec: not a SliverSpec: KeyError"):
         authority_handlers(_Refusing())["redeem"](ticket, {"kind": "node"}, "2030-01-01T00:00:00Z")
+
+
+@pytest.mark.parametrize("details, why", [
+    ({"cores": 2, "corez": 2}, "unknown detail\\(s\\) corez"),
+    ({"cores": "two"}, "details.cores: expected int"),
+    ({"interfaces": ["eth0"]}, "details.interfaces: expected a struct"),
+])
+def test_a_sliver_spec_with_an_undeclared_or_mistyped_detail_is_badargs_on_arrival(details, why):
+    ticket = Ticket("g/r1", "broker", "sm", "r1", ("core:h:0",), T0, T0 + timedelta(hours=1)).to_doc()
+    spec = {"id": "r1", "kind": "node", "details": details}
+    with pytest.raises(BadArgs, match=why):
+        authority_handlers(_Refusing())["redeem"](ticket, spec, "2030-01-01T00:00:00Z")
+
+
+def test_every_detail_a_placement_or_the_slice_manager_writes_is_declared():
+    """What the standard resource kinds place (compute, links with stitching uplinks, FPGAs) crosses the wire
+    as details: every key is one SliverDetails declares, with a value of its declared type."""
+    from pathlib import Path
+
+    from broker.placement import plan
+    from protocol.messages import DETAIL_TYPES
+    from rspec.fpga_ext import FpgaRequest
+    from rspec.request import Request, RequestNode
+    from rspec.substrate import load_substrate
+    from slicex.inventory import to_doc
+
+    examples = Path(__file__).resolve().parents[2] / "docs" / "examples"
+    racks = parse_request(three_node_lan())
+    racks = Request(racks.nodes, tuple(replace(lk, capacity_kbps=1000, latency_ms=5) for lk in racks.links))
+    placed = plan(load_substrate(examples / "two-rack-site.yaml"), racks, set())
+    fpgas = Request((RequestNode("f", fpga=FpgaRequest("fpga-bitstream", "sha256:" + "ab" * 32)),
+                     RequestNode("r", fpga=FpgaRequest("virtual-router", "", 50.0, routes=("10.0.0.0/8 1 192.0.2.1",)))),
+                    ())
+    placed += plan(load_substrate(examples / "fpga-site.yaml"), fpgas, set(),
+                   bitstream_parts={"sha256:" + "ab" * 32: "xc2vp70ff1704"})
+    assert {p.kind for p in placed} == {"node", "link"}
+    added = {"slice_urn": "urn:publicid:IDN+a+slice+s", "owner": "urn:publicid:IDN+a+user+u", "hostname": "n",
+             "logins": [{"username": "u", "urn": "urn:publicid:IDN+a+user+u", "hostname": "n", "port": 22,
+                         "keys": ["ssh-ed25519 AAAA"]}], "programming_batch": 1,
+             "geni_start_time": "2030-01-01T00:00:00Z", "started": "2030-01-01T00:00:00Z",
+             "install": [{"url": "http://x/a.tgz", "install_path": "/opt"}]}
+    for p in placed:
+        doc = to_doc({**p.details, **added})
+        assert set(doc) <= set(DETAIL_TYPES), set(doc) - set(DETAIL_TYPES)
+        assert SliverSpec.from_wire({"id": p.client_id, "kind": p.kind, "details": doc}).details == doc

@@ -12,9 +12,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from authority.substrate.emulated import EmulatedDriver
 from deployment.actors import ActorKeys, embedded_slice_manager
-from operations.accounting import Amounts
 from operations.ledger import OPEN, Ledger
 from operations.quotas import Limits, check_amounts, lease_end, policy_from_config, request_amounts
+from resources.kind import Amounts
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slicex.clock import ManualClock

@@ -16,8 +16,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from authority.actor import Authority, Delegator
 from broker.broker import DELEGATIONS, Broker
 from operations.snapshot import broker_state
-from protocol.delegation import Delegation, export_substrate
+from protocol.delegation import Delegation
 from protocol.messages import demands_of
+from resources import export_substrate
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slicex.errors import CredentialInvalid, Refused, Unavailable

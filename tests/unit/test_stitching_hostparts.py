@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 import pytest
 
 from authority.substrate.netns_plan import owned, shared_trunk_name, trunk_name
+from resources.stitching_port import StitchingPorts, port_bw_unit
 from rspec.substrate import ExternalLink, default_substrate
 from slicex.errors import InsufficientBandwidth
-from stitching.am_hops import port_bw_keys, port_bw_pools, port_bw_unit
 
 A = "urn:publicid:IDN+sa.test+interface+sw1:to-sb"
 B = "urn:publicid:IDN+sb.test+interface+sw1:to-sa"
@@ -44,19 +44,20 @@ class Link:
 def test_port_units_are_a_hundredth_of_its_capacity_or_its_granularity():
     sub = substrate(10_000)
     assert port_bw_unit(sub.external_links[0]) == 100
-    [(name, units)] = port_bw_pools(sub)
+    [pool] = StitchingPorts().offer(sub).pools
+    name, units = pool.name, pool.units
     assert name == f"bw:{A}" and len(units) == 100
     assert port_bw_unit(substrate(10_000, granularity=1000).external_links[0]) == 1000
-    assert len(port_bw_keys(sub, Link("l", 150), set())) == 2  # rounded up to units
+    assert len(StitchingPorts.capacity_keys(sub, Link("l", 150), set())) == 2  # rounded up to units
 
 
 def test_what_others_hold_is_not_given_again_and_a_shortage_is_25_with_what_is_left():
     sub = substrate(10_000)
-    first = port_bw_keys(sub, Link("l1", 6000), set())
+    first = StitchingPorts.capacity_keys(sub, Link("l1", 6000), set())
     assert len(first) == 60
     with pytest.raises(InsufficientBandwidth) as short:
-        port_bw_keys(sub, Link("l2", 6000), set(first))
+        StitchingPorts.capacity_keys(sub, Link("l2", 6000), set(first))
     assert short.value.code == 25 and "4000 kbps are left" in short.value.message
-    second = port_bw_keys(sub, Link("l2", 4000), set(first))
+    second = StitchingPorts.capacity_keys(sub, Link("l2", 4000), set(first))
     assert not set(first) & set(second)
-    assert port_bw_keys(sub, Link("l3", 0), set()) == [] and port_bw_keys(sub, Link("l4", 10, ()), set()) == []
+    assert StitchingPorts.capacity_keys(sub, Link("l3", 0), set()) == [] and StitchingPorts.capacity_keys(sub, Link("l4", 10, ()), set()) == []

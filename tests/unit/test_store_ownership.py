@@ -13,8 +13,8 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from broker.broker import Broker
-from protocol.delegation import export_substrate
 from protocol.messages import demands_of
+from resources import export_substrate
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slicex.clock import ManualClock
@@ -104,11 +104,12 @@ def _key_heads(tree: ast.Module) -> set[str]:
 
 
 def test_every_claim_namespace_the_code_uses_has_an_owner():
-    """Modules that claim (and slicex/inventory.py, which names the units the broker claims): every key head
-    they spell is a declared namespace."""
+    """Modules that claim (and the resource kinds, resources/*.py, which name the units the broker claims):
+    every key head they spell is a declared namespace."""
     declared = {h.name for h in OWNERSHIP if h.claims}
     sources = _sources()
-    claiming = {where.split(":")[0] for where, _, _ in _store_calls(CLAIMS)} | {"slicex/inventory.py"}
+    claiming = {where.split(":")[0] for where, _, _ in _store_calls(CLAIMS)} | {
+        str(p.relative_to(ROOT)) for p in (ROOT / "resources").glob("*.py")}
     heads = {str(path.relative_to(ROOT)): _key_heads(tree) for path, tree in sources.values()
              if str(path.relative_to(ROOT)) in claiming}
     assert {"sm-lock", "leased", "sa_slice", "ch_project", "quota-lock", "core", "vlan"} <= set().union(*heads.values())

@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from cli.main import main
-from operations.accounting import Amounts, UsageRecord
+from operations.accounting import UsageRecord
 from operations.ledger import USAGE
+from resources.kind import Amounts
 from slicex.store import open_store
 
 ALICE = "urn:publicid:IDN+t.org+user+alice"

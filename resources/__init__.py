@@ -1,0 +1,122 @@
+"""Resource kinds as plug-ins: each kind of thing an aggregate offers owns, in one module, how its units are
+named, how a demand for it is sized and placed, what a dry run says when it does not fit, what an authority
+delegates of it and what a sliver of it counts against quotas:
+
+  compute.py         VMs (cores, memory) and bare-metal nodes      core:, mem:, node:
+  vlan.py            links inside the aggregate (tags, bandwidth)  vlan:, bw:<host interface>
+  stitching_port.py  external ports of stitched links              wire:, bw:<port>
+  fpga.py            whole FPGAs and virtual routers                fpga:, router:
+
+`Kinds` is the set an aggregate offers (`STANDARD`: all four); the broker's placement (broker/placement.py),
+the authority's delegation (`export_substrate`), quotas, accounting, metrics and the dashboard ask it and
+know no unit key themselves. A new kind is a class with the NodeKind or LinkKind interface (resources/kind.py)
+added to a `Kinds`. Pure: no store, no clock."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Set
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.delegation import Delegation
+from resources.compute import MEM_CHUNK_MB, Compute
+from resources.fpga import Fpgas
+from resources.kind import Amounts, LinkKind, NodeKind
+from resources.stitching_port import StitchingPorts
+from resources.vlan import VlanLinks
+from rspec.request import Request, RequestNode
+from rspec.substrate import Substrate
+from slicex.errors import BadArgs
+from slicex.inventory import to_doc
+
+
+@dataclass(frozen=True)
+class Kinds:
+    """The resource kinds an aggregate offers: node kinds (the first that claims a node places it) and the
+    parts every link is made of."""
+
+    nodes: tuple[NodeKind, ...]
+    links: tuple[LinkKind, ...]
+
+    @property
+    def unit_kinds(self) -> tuple[str, ...]:
+        """The first segment of every unit key (the broker's claim namespaces in the store)."""
+        return tuple(dict.fromkeys(u for k in (*self.nodes, *self.links) for u in k.unit_kinds))
+
+    def node_kind(self, node: RequestNode) -> NodeKind:
+        kind = next((k for k in self.nodes if k.claims(node)), None)
+        if kind is None:
+            raise BadArgs(f"node {node.client_id}: no resource kind here places it "
+                          f"(offered: {', '.join(k.name for k in self.nodes)})")
+        return kind
+
+    def export(self, substrate: Substrate, authority: str, broker: str) -> Delegation:
+        """Everything a substrate offers, as a delegation to `broker`, with the substrate's description."""
+        offers = [k.offer(substrate) for k in (*self.nodes, *self.links)]
+        return Delegation(authority, broker, tuple(p for o in offers for p in o.pools),
+                          tuple(ls for o in offers for ls in o.label_sets), to_doc(substrate))
+
+    def asked(self, substrate: Substrate, request: Request) -> Amounts:
+        """What a request will hold once placed, counted before anything is taken: each node as its kind
+        sizes it, one VLAN per link, each link's capacity as asked."""
+        out = Amounts()
+        for node in request.nodes:
+            out = out + self.node_kind(node).asked(substrate, node)
+        for link in request.links:
+            out = out + Amounts(vlans=1, bandwidth_kbps=int(link.capacity_kbps or 0))
+        return out
+
+    def held(self, kind: str, details: Mapping[str, Any]) -> Amounts:
+        """What a placed sliver holds, from the details the slice manager reports (the manifest's source)."""
+        if kind == "node":
+            return next(k for k in self.nodes if k.placed(details)).held(details)
+        out = Amounts()
+        for part in self.links:
+            out = out + part.held(details)
+        return out
+
+    def bin_of(self, key: str) -> tuple[str, str]:
+        """(unit kind, the host, switch, port or board it lives on) of a unit key."""
+        kind = key.partition(":")[0]
+        owner = next((k for k in (*self.nodes, *self.links) if kind in k.unit_kinds), None)
+        return kind, owner.bin_of(key) if owner is not None else key.partition(":")[2]
+
+    def is_unit(self, key: str) -> bool:
+        """Whether a claim key names a unit of inventory (not a lock, a lease marker or a slice-name claim)."""
+        kind, sep, _rest = key.partition(":")
+        return bool(sep) and kind in self.unit_kinds
+
+
+STANDARD = Kinds(nodes=(Fpgas(), Compute()), links=(VlanLinks(), StitchingPorts()))
+
+
+def export_substrate(substrate: Substrate, authority: str, broker: str, kinds: Kinds = STANDARD) -> Delegation:
+    """What an authority delegates of its whole substrate to `broker` (deployment/actors.py at start)."""
+    return kinds.export(substrate, authority, broker)
+
+
+def units_under(delegation: Delegation, names: Set[str]) -> set[str]:
+    """Every unit of the delegated pools named (inventory reclaimed, e.g. for maintenance: unavailable)."""
+    return {u for p in delegation.pools if p.name in names for u in p.units}
+
+
+def usage_counts(keys: Iterable[str]) -> tuple[dict[str, int], dict[str, int], frozenset[str],
+                                               dict[str, frozenset[int]]]:
+    """(cores per host, MB per host, bare-metal nodes taken, VLAN tags per switch) from unit keys in use."""
+    cores: Counter[str] = Counter()
+    mb: Counter[str] = Counter()
+    taken: set[str] = set()
+    vlans: dict[str, set[int]] = {}
+    for key in keys:
+        kind, _, rest = key.partition(":")
+        if kind == "core":
+            cores[rest.rsplit(":", 1)[0]] += 1
+        elif kind == "mem":
+            mb[rest.rsplit(":", 1)[0]] += MEM_CHUNK_MB
+        elif kind == "node":
+            taken.add(rest)
+        elif kind == "vlan":
+            switch, _, tag = rest.rpartition(":")
+            vlans.setdefault(switch, set()).add(int(tag))
+    return dict(cores), dict(mb), frozenset(taken), {k: frozenset(v) for k, v in vlans.items()}

@@ -1,0 +1,125 @@
+"""VLAN links inside the aggregate: bandwidth on each endpoint's host interface and one tag common to every
+switch the link crosses.
+
+Units: `bw:<iface>:<i>` one BW_CHUNK_KBPS of a host interface (a pool per interface, on its host), and the
+label `vlan:<switch>:<tag>` (a label set per switch: its VLAN range)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Set
+from typing import Any
+
+from protocol.delegation import LabelSet, Pool
+from resources.kind import Amounts, Offer
+from rspec.request import RequestLink
+from rspec.substrate import Substrate, Switch, urn_name
+from slicex.errors import InsufficientBandwidth, VlanUnavailable
+
+BW_CHUNK_KBPS = 100_000
+
+
+def bw(iface: str, i: int) -> str:
+    return f"bw:{iface}:{i}"
+
+
+def vlan(switch: str, tag: int) -> str:
+    return f"vlan:{switch}:{tag}"
+
+
+def switches_of(substrate: Substrate, host_ifaces: list[str]) -> list[Switch]:
+    """The switches a set of host interfaces are cabled to, in substrate order (the first if none is cabled)."""
+    ports = {i.component_id: i.switch_port for h in substrate.hosts for i in h.interfaces}
+    used = {ports.get(hi) for hi in host_ifaces}
+    found = [sw for sw in substrate.switches if any(p.component_id in used for p in sw.ports)]
+    return found or list(substrate.switches[:1])
+
+
+def ranges_text(ranges) -> str:
+    return ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in ranges)
+
+
+def tags_of(sw: Switch) -> set[int]:
+    return {t for lo, hi in sw.vlan_range for t in range(lo, hi + 1)}
+
+
+class VlanLinks:
+    name = "vlan"
+    unit_kinds = ("bw", "vlan")
+
+    def offer(self, substrate: Substrate) -> Offer:
+        pools = [Pool(f"bw:{i.component_id}", "bw",
+                      tuple(bw(i.component_id, k) for k in range(i.bandwidth_kbps // BW_CHUNK_KBPS)), h.component_id)
+                 for h in substrate.hosts for i in h.interfaces]
+        labels = [LabelSet(f"vlan:{sw.component_id}", tuple(sw.vlan_range)) for sw in substrate.switches]
+        return Offer(tuple(pools), tuple(labels))
+
+    def place(self, substrate: Substrate, link: RequestLink, host_ifaces: list[str], taken: Set[str],
+              keys: list[str]) -> tuple[list[str], dict[str, Any], dict[str, int]]:
+        out: list[str] = []
+        if link.capacity_kbps:
+            chunks = -(-link.capacity_kbps // BW_CHUNK_KBPS)
+            for hi in host_ifaces:
+                iface = next(i for h in substrate.hosts for i in h.interfaces if i.component_id == hi)
+                free = [bw(hi, i) for i in range(iface.bandwidth_kbps // BW_CHUNK_KBPS)
+                        if bw(hi, i) not in taken and bw(hi, i) not in out and bw(hi, i) not in keys]
+                if len(free) < chunks:
+                    raise InsufficientBandwidth(
+                        f"link {link.client_id}: asked for {link.capacity_kbps} kbps on {hi}; "
+                        f"{len(free) * BW_CHUNK_KBPS} kbps free of {iface.bandwidth_kbps}")
+                out.extend(free[:chunks])
+        tag = None
+        labels: dict[str, int] = {}
+        switches = switches_of(substrate, host_ifaces)
+        if len(host_ifaces) > 1 or link.vlan_tag is not None:
+            if not switches:
+                raise VlanUnavailable(f"link {link.client_id}: its endpoints are not cabled to any switch here")
+            common = set.intersection(*(tags_of(sw) for sw in switches))
+            where = " and ".join(f"{sw.name} ({ranges_text(sw.vlan_range)})" for sw in switches)
+            if link.vlan_tag is not None:
+                if link.vlan_tag not in common:
+                    raise VlanUnavailable(f"link {link.client_id}: VLAN {link.vlan_tag} is not in the range of {where}")
+                common = {link.vlan_tag}
+            free = sorted(t for t in common if all(vlan(sw.component_id, t) not in taken for sw in switches))
+            if not free:
+                asked = f"VLAN {link.vlan_tag}" if link.vlan_tag is not None else "a VLAN"
+                reason = "no tag is in every range" if not common else "none free"
+                raise VlanUnavailable(f"link {link.client_id}: asked for {asked} across {where}; {reason}")
+            tag = free[0]
+            out.extend(vlan(sw.component_id, tag) for sw in switches)
+            labels = {f"vlan:{sw.component_id}": tag for sw in switches}
+        details = {"vlan_tag": tag, "switch": switches[0].component_id if (switches and tag) else ""}
+        return out, details, labels
+
+    def needs(self, substrate: Substrate, link: RequestLink, host_ifaces: list[str],
+              taken: Set[str]) -> list[dict[str, Any]]:
+        """Bandwidth on each endpoint interface, and VLAN tags (free ones common to every switch the link
+        crosses) on each switch."""
+        site_of_iface = {i.component_id: h.site for h in substrate.hosts for i in h.interfaces}
+        out: list[dict[str, Any]] = []
+        if link.capacity_kbps:
+            for hi in host_ifaces:
+                iface = next(i for h in substrate.hosts for i in h.interfaces if i.component_id == hi)
+                free = sum(1 for i in range(iface.bandwidth_kbps // BW_CHUNK_KBPS) if bw(hi, i) not in taken)
+                out.append({"resource": "bandwidth_kbps", "site": site_of_iface.get(hi, ""),
+                            "interface": urn_name(hi), "asked": link.capacity_kbps,
+                            "available": free * BW_CHUNK_KBPS})
+        switches = switches_of(substrate, host_ifaces)
+        if switches and (len(host_ifaces) > 1 or link.vlan_tag is not None):
+            common = set.intersection(*(tags_of(sw) for sw in switches))
+            if link.vlan_tag is not None:
+                common &= {link.vlan_tag}
+            free = [t for t in common if all(vlan(sw.component_id, t) not in taken for sw in switches)]
+            for sw in switches:
+                out.append({"resource": "vlan tags", "site": sw.site, "switch": sw.name,
+                            "asked": link.vlan_tag if link.vlan_tag is not None else 1, "available": len(free)})
+        return out
+
+    def held(self, details: Mapping[str, Any]) -> Amounts:
+        """Its VLAN tags (distinct tags among its `vlan:<switch>:<tag>` units, or its one tag) and the capacity
+        asked."""
+        tags = {k.rsplit(":", 1)[1] for k in details.get("keys", ()) if isinstance(k, str) and k.startswith("vlan:")}
+        vlans = len(tags) or (1 if details.get("vlan_tag") is not None else 0)
+        return Amounts(vlans=vlans, bandwidth_kbps=int(details.get("capacity_kbps") or 0))
+
+    def bin_of(self, key: str) -> str:
+        return key.partition(":")[2].rsplit(":", 1)[0]
