@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from protocol.api import AuthorityApi, BrokerApi
-from protocol.messages import Demands, SliverSpec
+from protocol.messages import Demands, SliverDetails, SliverSpec
 from slice_manager import reservation as rs
 from slice_manager.records import Record
 from slicex.errors import (
@@ -217,7 +217,7 @@ class Delivery:
                                     f"{ticket.id} ({', '.join(wrong)} differ); refused")
 
     def _spec(self, rec: Record, inputs: Iterable[tuple[str, int]]) -> SliverSpec:
-        details = {k: v for k, v in rec.details.items() if k != "reservation"}  # logins: a driver with sshd needs them
+        details = SliverDetails(**rec.details)  # logins: a driver with sshd needs them
         details["slice_urn"] = rec.slice_urn  # a host driver keeps one slice's nodes apart from another's
         return SliverSpec(rec.id, rec.kind, rec.client_id, rec.ticket.units if rec.ticket else (),
                           tuple(inputs) or (rec.ticket.labels if rec.ticket else ()), details)

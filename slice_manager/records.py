@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from protocol.messages import SliverDetails
 from slice_manager import reservation as rs
 from slicex import errors
 from slicex.clock import parse_time, rfc3339
@@ -79,7 +80,7 @@ class Record:
     group: str  # the broker's claim owner for its ticket
     r: rs.Reservation
     demand: dict[str, Any]  # what it needs (protocol/messages.py Demands: one node or link, and constraints)
-    details: dict[str, Any] = field(default_factory=dict)  # what the manifest shows: host, image, tag, logins...
+    details: SliverDetails = field(default_factory=lambda: SliverDetails())  # what the manifest shows, and the driver gets
     ticket: Ticket | None = None
     lease: Lease | None = None
     outbox: list[rs.Message] = field(default_factory=list)
@@ -103,7 +104,7 @@ class Record:
     @staticmethod
     def from_doc(d: dict[str, Any]) -> Record:
         return Record(d["id"], d["slice_urn"], d["owner_urn"], d["client_id"], d["kind"], d["component_id"],
-                      d["group"], reservation_from(d["r"]), dict(d["demand"]), d.get("details", {}),
+                      d["group"], reservation_from(d["r"]), dict(d["demand"]), SliverDetails(**d.get("details", {})),
                       Ticket.from_doc(d["ticket"]) if d.get("ticket") else None,
                       Lease.from_doc(d["lease"]) if d.get("lease") else None,
                       [message_from(m) for m in d.get("outbox", [])], d.get("error_type", ""),
