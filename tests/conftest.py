@@ -13,7 +13,10 @@ tests` runs the same tests in one process.
   pytest 9 no longer reads, so its groups are silently ignored.)
 - A host-network file also holds a host-wide lock (hostnet.host_lock) from before its first test to after its
   last test's tear-down, for other pytest processes on the host. The wait for that lock is outside the test's
-  pytest-timeout budget: a file queued behind another process's tests is not failed for waiting."""
+  pytest-timeout budget: a file queued behind another process's tests is not failed for waiting.
+- Whoever takes that lock first stops the private Open vSwitch instances a killed test run left behind (run
+  directories named as the tests name them): nobody else may hold one while the lock is free, and one
+  leftover switch would fail every host-network test after it ("is another ovs-vswitchd ... running?")."""
 
 from __future__ import annotations
 
@@ -84,6 +87,23 @@ def host_network_lock() -> AbstractContextManager[None]:
     return hostnet.host_lock(HOST_NETWORK_GROUP)
 
 
+TEST_SWITCH_DIRS = re.compile(r"slicex-(t[0-9a-f]{4}|s[0-9a-f]{6}|ov[0-9a-f]{4})")  # netns_support, SEP, overlay
+
+
+def stop_orphaned_test_switches(run: Path = Path("/run")) -> list[str]:
+    """Stop the Open vSwitch pairs of test run directories (call with the host-network lock held: then no
+    live test owns one); the names of those stopped."""
+    from authority.substrate.ovs import OvsSwitch
+
+    stopped = []
+    for d in sorted(run.glob("slicex-*")):
+        switch = OvsSwitch(d)
+        if TEST_SWITCH_DIRS.fullmatch(d.name) and (d / "ovs-vswitchd.pid").exists() and switch.running():
+            switch.stop(remove=True)
+            stopped.append(d.name)
+    return stopped
+
+
 _HOST_TURN = pytest.StashKey[ExitStack]()  # the host-network lock this pytest process holds, while it does
 
 
@@ -96,6 +116,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         turn = ExitStack()
         turn.enter_context(host_network_lock())
         stash[_HOST_TURN] = turn
+        for name in stop_orphaned_test_switches():
+            print(f"\nstopped the Open vSwitch a killed test run left in /run/{name}")
     try:
         yield
     finally:
