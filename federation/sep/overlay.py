@@ -29,6 +29,12 @@ class Endpoint:
 
 
 class Overlay(Protocol):
+    def admit(self, link_id: str, addresses: Mapping[str, str], capacity_kbps: int) -> None:
+        """Raise a GeniError (BADARGS for the request, UNSUPPORTED for this host) when `join` could not make
+        this link as asked: called at Allocate, so nothing is allocated for a link Provision would fail on.
+        `addresses`: interface client id -> the address the request gives it."""
+        ...
+
     def join(self, slice_urn: str, link_id: str, a: Endpoint, b: Endpoint) -> Mapping[str, Any]:
         """Make `a` and `b` reach each other; return what to record (shown in Describe's output)."""
         ...

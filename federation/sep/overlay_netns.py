@@ -31,11 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from authority.substrate.netns_plan import netns_name
+from federation.overlay import tap
 from federation.overlay.claims import RedisClaims
 from federation.overlay.core import NamespaceConfig
 from federation.sep.overlay import Endpoint
 from federation.sep.split import domain_key
-from slicex.errors import BadArgs, ServerError
+from slicex.errors import BadArgs, ServerError, Unsupported
 
 READY_SECONDS = 30.0
 
@@ -54,7 +55,37 @@ class NetnsOverlay:
         except (KeyError, TypeError, ValueError) as exc:
             raise BadArgs(f"overlay_options: {exc}; give network and netns_prefixes (see "
                           f"federation/sep/overlay_netns.py)") from None
+        self.pool = NamespaceConfig.build("sep-links", str(self.network), self.lease)  # what every link's namespace is
         self._procs: dict[int, subprocess.Popen] = {}
+
+    def admit(self, link_id: str, addresses: Mapping[str, str], capacity_kbps: int) -> None:
+        """Refuse at Allocate what the routers would fail on at Provision (which rolls the whole slice back):
+        an address the overlay reserves, one address asked for twice, a host that cannot run the data plane
+        or cannot hold the link to its capacity."""
+        reserved = ", ".join(str(a) for a in sorted(self.pool.always_reserved))
+        seen: dict[IPv4Address, str] = {}
+        for iface, text in sorted(addresses.items()):
+            try:
+                address = IPv4Address(text)
+            except ValueError:
+                continue  # not IPv4: the overlay picks the address (as it does outside its network)
+            if address not in self.network:
+                continue
+            if not self.pool.claimable(address):
+                raise BadArgs(f"overlay link {link_id}: interface {iface} asks for {address}, which the overlay "
+                              f"reserves in {self.network} (reserved: {reserved}); ask for another address of "
+                              f"{self.network}, or none and the overlay picks one")
+            if address in seen:
+                raise BadArgs(f"overlay link {link_id}: interfaces {seen[address]} and {iface} both ask for "
+                              f"{address}")
+            seen[address] = iface
+        if tap.missing():
+            raise Unsupported(f"overlay link {link_id}: this exchange point's host cannot run the overlay's data "
+                              f"plane ({'; '.join(tap.missing())}). Nothing was allocated")
+        if capacity_kbps and tap.shaping() != "ok":
+            raise Unsupported(f"overlay link {link_id} asks for {capacity_kbps} kbps, and this exchange point's "
+                              f"host cannot hold an overlay link to a capacity ({tap.shaping()}); ask for none, "
+                              f"or use a host with tc's tbf. Nothing was allocated")
 
     def _namespace(self, slice_urn: str, link_id: str) -> str:
         return f"sep-{_h(slice_urn, link_id, n=16)}"

@@ -405,6 +405,8 @@ class ExchangePoint:
             raise Unsupported(f"cross-domain link(s) {', '.join(need_overlay)}: no layer-2 path between the domains "
                               f"({'; '.join(joins[k]['why'] for k in need_overlay)}), and {MISSING}. Nothing was "
                               f"allocated")
+        for k in need_overlay:  # what the overlay could not join at Provision is refused now, before any call
+            self.overlay.admit(k, joins[k]["ips"], joins[k]["capacity_kbps"])  # type: ignore[union-attr]
         if len(need_overlay) == len(joins):
             return split, joins
         answer = compute_path(topo, {"slice_urn": slice_urn, "request_rspec": without_links(split.xml, need_overlay),

@@ -136,6 +136,41 @@ def _federation(root: Path, homes: dict[str, Home], running: ExitStack):
     yield ctx
 
 
+def overlay_request(ip_a: str = "", ip_b: str = "", capacity_kbps: int = 0) -> str:
+    """Nodes na at a, nb at b, joined by a gre-tunnel link (no VLAN carries it: the overlay must), each
+    interface at the address given ("" asks for none), with the capacity asked for (0: none)."""
+    def iface(name: str, ip: str) -> str:
+        addr = f'<ip address="{ip}" netmask="255.255.255.0" type="ipv4"/>' if ip else ""
+        return f'<interface client_id="{name}:if0">{addr}</interface>'
+    cap = "".join(f'<property source_id="{s}:if0" dest_id="{d}:if0" capacity="{capacity_kbps}"/>'
+                  for s, d in (("na", "nb"), ("nb", "na"))) if capacity_kbps else ""
+    return f"""<rspec xmlns="{RSPEC3}" type="request">
+  <node client_id="na" component_manager_id="{urn('a')}" exclusive="false">
+    <sliver_type name="default-vm"/>{iface("na", ip_a)}</node>
+  <node client_id="nb" component_manager_id="{urn('b')}" exclusive="false">
+    <sliver_type name="default-vm"/>{iface("nb", ip_b)}</node>
+  <link client_id="olink"><link_type name="gre-tunnel"/><interface_ref client_id="na:if0"/>
+    <interface_ref client_id="nb:if0"/>{cap}</link>
+</rspec>"""
+
+
+@pytest.fixture
+def overlay_sep(fed):
+    """A second exchange point, on its own record, with the netns overlay configured (10.78.0.0/24): its
+    Allocate plans the gre-tunnel link as an overlay link; no router starts before Provision."""
+    cfg = yaml.safe_load(fed["sep_yaml"].read_text())
+    own = fed["sep_yaml"].parent / "sep-overlay.yaml"
+    cfg.update(store="sep-overlay.db", overlay="federation.sep.overlay_netns:make_overlay",
+               overlay_options={"network": "10.78.0.0/24", "netns_prefixes": {"a.test": "ta", "b.test": "tb"}})
+    own.write_text(yaml.safe_dump(cfg))
+    sep = SepServer(load_config(own), port=0)
+    sep.start()
+    try:
+        yield client(sep.url, fed["cert"], fed["key"])
+    finally:
+        sep.stop()
+
+
 def creds(fed, name: str) -> tuple[str, list[dict]]:
     s = urn("a", f"slice+{name}")
     return s, [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": fed["sfa"].CreateSlice(s)},
@@ -358,3 +393,38 @@ def test_the_record_can_live_in_redis(fed):
     finally:
         sep.stop()
         RedisStore(redis_url).flush()
+
+
+@pytest.mark.parametrize("address", ["10.78.0.1", "10.78.0.0", "10.78.0.255"])
+def test_an_overlay_address_the_overlay_reserves_is_refused_at_allocate_naming_the_reserved_ones(fed, overlay_sep,
+                                                                                                  address):
+    """Once passed at Allocate, 10.78.0.1 (the overlay's lowest address, IPOP's virtual DNS) failed the router at
+    Provision, which rolled the whole slice back with 11; it is the request that is wrong, so BADARGS at once."""
+    slice_urn, cred = creds(fed, f"ovres{address.rsplit('.', 1)[1]}")
+    out = overlay_sep.Allocate(slice_urn, cred, overlay_request(address, "10.78.0.20"), {})
+    assert out["code"]["geni_code"] == 1, out  # BADARGS
+    assert address in out["output"] and "reserved: 10.78.0.0, 10.78.0.1, 10.78.0.255" in out["output"], out["output"]
+    for domain in ("a", "b"):
+        assert status_at(fed, domain, slice_urn, cred)["code"]["geni_code"] == 12
+
+
+def test_an_overlay_link_asking_a_capacity_is_refused_where_the_host_cannot_shape_a_tap(fed, overlay_sep,
+                                                                                         monkeypatch):
+    """The overlay holds a link to its capacity with a token bucket on each node's tap; on a host whose kernel
+    has none (probed at run time: federation/overlay/tap.py), the link is refused at Allocate, saying why,
+    instead of being joined unshaped. The same link asking no capacity is allocated."""
+    from federation.overlay import tap
+
+    caps = {"root": "ok", "ip": "ok", "netns": "ok", "veth": "ok", "tap": "ok",
+            "tbf": "no token bucket (sch_tbf) on a tap: Error: Specified qdisc kind is unknown."}
+    monkeypatch.setattr(tap, "capabilities", lambda: caps)
+    slice_urn, cred = creds(fed, "ovnotbf")
+    out = overlay_sep.Allocate(slice_urn, cred, overlay_request("10.78.0.10", "10.78.0.20", 10_000), {})
+    assert out["code"]["geni_code"] == 13, out
+    assert "10000 kbps" in out["output"] and "sch_tbf" in out["output"], out["output"]
+    assert "Nothing was allocated" in out["output"], out["output"]
+    for domain in ("a", "b"):
+        assert status_at(fed, domain, slice_urn, cred)["code"]["geni_code"] == 12
+    ok = overlay_sep.Allocate(slice_urn, cred, overlay_request("10.78.0.10", "10.78.0.20"), {})
+    assert ok["code"]["geni_code"] == 0, ok["output"]
+    assert overlay_sep.Delete([slice_urn], cred, {})["code"]["geni_code"] == 0

@@ -25,8 +25,8 @@ from federation.sep.config import load_config
 from federation.sep.sdk import span_slice
 from federation.sep.server import SepServer
 from slicex.tls_xmlrpc import client
-from tests.integration.netns_support import new_prefix, ping, require_host, root_qdisc
-from tests.integration.stitching_support import Up, make_homes, request, urn
+from tests.integration.netns_support import iperf3_mbps, new_prefix, ping, require_host, root_qdisc
+from tests.integration.stitching_support import CAPACITY_KBPS, Up, make_homes, request, urn
 from tests.integration.test_stitching_netns_am import remove_everything
 
 REDIS = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/8")
@@ -100,6 +100,15 @@ def test_without_a_layer2_path_the_sep_joins_the_link_through_the_overlay_and_it
     # the link's capacity on both ends: each node's tap holds what that node sends (unshaped before)
     for r in routers.values():
         assert root_qdisc(r["netns"], r["tap"])[0] == "tbf", hostnet.qdisc(r["netns"], r["tap"])
+    # measured both ways (an unshaped overlay link carried 177-491 Mbit/s here): at most 5 % over the capacity,
+    # which load cannot break (it only lowers the rate); the floor is loose for the same reason
+    ra, rb = routers["a"], routers["b"]
+    for src, dst in ((ra, rb), (rb, ra)):
+        mbps = iperf3_mbps(dst["netns"], dst["address"], src["netns"], seconds=4)
+        print(f"SEP overlay iperf3 {src['cluster']} -> {dst['cluster']}: {mbps:.2f} Mbit/s on a "
+              f"{CAPACITY_KBPS / 1000:g} Mbit/s link")
+        assert 0.5 * CAPACITY_KBPS / 1000 < mbps <= 1.05 * CAPACITY_KBPS / 1000, f"{mbps:.2f} Mbit/s"
+        assert root_qdisc(src["netns"], src["tap"])[1] > 0  # the sender's token bucket held TCP back
     sep = client(testbeds["sep"].url, testbeds["cert"], testbeds["key"])
     gone = sep.Delete([s], got["credentials"], {})
     assert gone["code"]["geni_code"] == 0, gone["output"]
