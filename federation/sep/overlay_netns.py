@@ -12,6 +12,10 @@ each testbed would run its own router; that deployment is not built. sep.yaml:
       network: 10.78.0.0/24               # each link's overlay namespace (keep it apart from the slices' own)
       lease_seconds: 60
       netns_prefixes: {a.test: PREFIX_A, b.test: PREFIX_B}   # slicex.yaml netns: prefix of each testbed
+      log_dir: run/overlay                # the routers' logs (default: run/overlay beside sep.yaml)
+
+Each router logs to `<log_dir>/<tap>.log`, removed with the link (`leave`), so logs neither outlive their
+slice nor grow across runs.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ class NetnsOverlay:
             self.network = IPv4Network(str(options["network"]), strict=True)
             self.lease = float(options.get("lease_seconds", 60))
             self.prefixes = {domain_key(k): str(v) for k, v in dict(options["netns_prefixes"]).items()}
+            self.log_dir = Path(str(options.get("log_dir") or "run/overlay"))
         except (KeyError, TypeError, ValueError) as exc:
             raise BadArgs(f"overlay_options: {exc}; give network and netns_prefixes (see "
                           f"federation/sep/overlay_netns.py)") from None
@@ -114,17 +119,18 @@ class NetnsOverlay:
             raise BadArgs(f"overlay: node {ep.node} at {ep.domain}: "
                           f"{'no sliver URN in its manifest' if prefix else 'no netns prefix configured for it'}")
         netns = netns_name(prefix, ep.sliver_urn)
-        tap = "ov" + _h(slice_urn, link_id, ep.node, n=11)
+        tap_name = "ov" + _h(slice_urn, link_id, ep.node, n=11)
         mac = "02:" + ":".join(_h(ns, ep.node, n=10)[i:i + 2] for i in range(0, 10, 2))
-        spec = f"id={ep.node},netns={netns},tap={tap},mac={mac}" + (f",rate={ep.capacity_kbps}" if ep.capacity_kbps
+        spec = f"id={ep.node},netns={netns},tap={tap_name},mac={mac}" + (f",rate={ep.capacity_kbps}" if ep.capacity_kbps
                                                                       else "")
         try:
             if ep.ip and IPv4Address(ep.ip) in self.network:
                 spec += f",address={ep.ip}"
         except ValueError:
             pass
-        log = Path(tempfile.gettempdir()) / f"slicex-sep-overlay-{tap}.log"  # the router logs here, not into a pipe
-        with open(log, "ab") as err:
+        self.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        log = self.log_dir / f"{tap_name}.log"  # the router logs here, not into a pipe; removed by leave()
+        with open(log, "wb") as err:
             proc = subprocess.Popen([sys.executable, "-m", "federation.overlay", "--redis", self.redis, "router", ns,
                                      "--cluster", cluster, "--node", spec], stdout=subprocess.PIPE, stderr=err,
                                     text=True, start_new_session=True)
@@ -135,13 +141,18 @@ class NetnsOverlay:
             proc.kill()
             raise ServerError(f"overlay router for {ep.node} did not start: {log.read_text()[-500:].strip() or 'no answer'}")
         info = json.loads(line)
-        return {"pid": proc.pid, "cluster": cluster, "netns": netns, "tap": tap, "endpoint": info["endpoint"],
-                "address": info["nodes"][ep.node]}
+        return {"pid": proc.pid, "cluster": cluster, "netns": netns, "tap": tap_name, "endpoint": info["endpoint"],
+                "address": info["nodes"][ep.node], "log": str(log.resolve())}
 
     def leave(self, slice_urn: str, link_id: str, joined: Mapping[str, Any]) -> None:
         ns = joined.get("namespace") or self._namespace(slice_urn, link_id)
         for r in dict(joined.get("routers") or {}).values():
             self._stop(int(r["pid"]), ns)
+            logs = [Path(r["log"])] if r.get("log") else []
+            # where routers of earlier versions logged, appending run after run
+            logs.append(Path(tempfile.gettempdir()) / f"slicex-sep-overlay-{r.get('tap', '')}.log")
+            for log in logs:
+                log.unlink(missing_ok=True)
         claims = RedisClaims(self.redis)
         try:
             claims.undefine(ns)

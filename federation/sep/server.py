@@ -48,7 +48,8 @@ class SepServer:
         self.sep = ExchangePoint(pki.cert_urn(sep_cert), url, cfg.domains,
                                  Relay(str(cfg.cert), str(cfg.key), str(bundle), cfg.timeout_seconds), self.store,
                                  CredentialVerifier(trust), sep_cert, clock or SystemClock(),
-                                 load_overlay(cfg.overlay, cfg.overlay_options))
+                                 load_overlay(cfg.overlay, {"log_dir": str(run_dir / "overlay"),
+                                                            **cfg.overlay_options}))
         self.server.answer(self.sep.endpoint())
         self.url = url
         self._stop = threading.Event()

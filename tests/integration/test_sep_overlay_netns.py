@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -109,9 +110,17 @@ def test_without_a_layer2_path_the_sep_joins_the_link_through_the_overlay_and_it
               f"{CAPACITY_KBPS / 1000:g} Mbit/s link")
         assert 0.5 * CAPACITY_KBPS / 1000 < mbps <= 1.05 * CAPACITY_KBPS / 1000, f"{mbps:.2f} Mbit/s"
         assert root_qdisc(src["netns"], src["tap"])[1] > 0  # the sender's token bucket held TCP back
+    # each router logs beside sep.yaml (it logged to the system temp dir, appending run after run, and kept
+    # the file after Delete)
+    sep_dir = testbeds["sep"].cfg.path.parent.resolve()
+    for r in routers.values():
+        assert Path(r["log"]).is_file() and Path(r["log"]).is_relative_to(sep_dir), r
+        assert not (Path(tempfile.gettempdir()) / f"slicex-sep-overlay-{r['tap']}.log").exists()
     sep = client(testbeds["sep"].url, testbeds["cert"], testbeds["key"])
     gone = sep.Delete([s], got["credentials"], {})
     assert gone["code"]["geni_code"] == 0, gone["output"]
+    for r in routers.values():
+        assert not Path(r["log"]).exists(), f"{r['log']} outlived the slice"
     for r in routers.values():
         assert not os.path.exists(f"/proc/{r['pid']}") or b"federation.overlay" not in Path(
             f"/proc/{r['pid']}/cmdline").read_bytes()
@@ -120,3 +129,41 @@ def test_without_a_layer2_path_the_sep_joins_the_link_through_the_overlay_and_it
         assert claims.holders(link["joined"]["namespace"]) == {}
     finally:
         claims.close()
+
+
+def test_the_overlays_router_logs_live_beside_sep_yaml_and_go_with_the_link(tmp_path):
+    """The netns overlay on its own (no testbed, no switch: two namespaces named as the netns driver names a
+    node's): each router logs under `log_dir` (the SEP gives run/overlay beside sep.yaml) while the link
+    lives, and `leave` removes the logs. They were in the system temp dir, appended to run after run, and
+    left there after Delete."""
+    from federation.overlay import tap
+    from federation.sep.overlay import Endpoint
+    from federation.sep.overlay_netns import make_overlay
+
+    if tap.missing():
+        pytest.skip("the overlay data plane needs: " + "; ".join(tap.missing()))
+    prefixes = {"la.test": new_prefix(), "lb.test": new_prefix()}
+    slivers = {d: f"urn:publicid:IDN+{d}+sliver+{uuid.uuid4().hex[:12]}" for d in prefixes}
+    log_dir = tmp_path / "run" / "overlay"
+    overlay = make_overlay({"redis": REDIS, "network": "10.79.0.0/24", "lease_seconds": 20,
+                            "netns_prefixes": prefixes, "log_dir": str(log_dir)})
+    slice_urn = f"urn:publicid:IDN+la.test+slice+logs{uuid.uuid4().hex[:6]}"
+    a, b = (Endpoint(f"urn:publicid:IDN+{d}+authority+am", node, f"{node}:if0", slivers[d], "", ip, 10_000)
+            for d, node, ip in (("la.test", "a", "10.79.0.10"), ("lb.test", "b", "10.79.0.20")))
+    joined: dict = {}
+    try:
+        for d, p in prefixes.items():
+            hostnet.add_namespace(netns_name(p, slivers[d]), d)
+        joined = dict(overlay.join(slice_urn, "l0", a, b))
+        routers = joined["routers"]
+        for r in routers.values():
+            assert Path(r["log"]).is_file() and Path(r["log"]).is_relative_to(log_dir), r
+            assert not (Path(tempfile.gettempdir()) / f"slicex-sep-overlay-{r['tap']}.log").exists()
+        assert ping(routers["a"]["netns"], routers["b"]["address"], count=2)[0]
+    finally:
+        if joined:
+            overlay.leave(slice_urn, "l0", joined)
+        for p in prefixes.values():
+            hostnet.remove_prefixed(p)
+    for r in joined["routers"].values():
+        assert not Path(r["log"]).exists(), f"{r['log']} outlived the link"
