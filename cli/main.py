@@ -159,14 +159,15 @@ def cmd_project_create(args: argparse.Namespace) -> int:
 
 
 def _answering(home: Home, timeout: float = 1.0) -> bool:
+    """Whether this home's AM answers GetVersion: asked as a local user, or with the AM's own certificate on a
+    home that has none (a testbed whose only users are its peers' serves all the same)."""
     from slicex.tls_xmlrpc import client
 
     users = home.users()
-    if not users:
-        return False
+    cert, key = (home.user_cert(users[0]), home.user_key(users[0])) if users else (home.am_cert, home.am_key)
     _sa, am_url = _urls(home)
     try:
-        reply = client(am_url, str(home.user_cert(users[0])), str(home.user_key(users[0])), timeout=timeout).GetVersion()
+        reply = client(am_url, str(cert), str(key), timeout=timeout).GetVersion()
         return reply.get("geni_api") == 3
     except Exception:  # noqa: BLE001 - not answering yet
         return False
@@ -357,7 +358,8 @@ def _up(home: Home, args: argparse.Namespace) -> int:
         record = procs.read(home.pid_file)
         if record is not None and record.pid == proc.pid and _answering(home):  # its own servers, not others'
             path = _write_omni_config(home, None)
-            print(f"slicex is up (pid {proc.pid}); omni config: {path}")
+            print(f"slicex is up (pid {proc.pid}); " + (f"omni config: {path}" if path else
+                  "no omni config: no local users (`slicex user add NAME` adds one)"))
             return 0
         time.sleep(0.2)
     print(f"slicex did not answer within 60 s; see {home.log_file}", file=sys.stderr)

@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -25,7 +26,10 @@ def _home(args: argparse.Namespace) -> Home:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    from cryptography.hazmat.primitives import hashes
+
     from slicex import pki
+    from slicex.peers import PeerConfigError, load_peers
 
     home = _home(args)
     if not home.ca_key.exists():
@@ -56,9 +60,28 @@ def cmd_init(args: argparse.Namespace) -> int:
     for f in sorted(home.trusted_roots.glob("*")):
         if f.suffix in (".pem", ".crt"):
             shutil.copyfile(f, roots / f.name)
+    namespaces: dict[str, Any] = dict(home.config().trusted_root_namespaces)
+    try:
+        peers = load_peers(home.config().peers, authority, home.root)
+    except PeerConfigError as exc:
+        print(f"slicex sep init: {exc.message}", file=sys.stderr)
+        return 2
+    # the home's peers, each root bound to the namespaces the home binds it to (as its AM does): bound only by
+    # its own URN, a root naming a wider authority would vouch here for other peers' names, or ours
+    peer_roots: dict[bytes, str] = {}
+    for peer in peers:
+        name = f"peer-{peer.name}.pem"
+        shutil.copyfile(peer.root, roots / name)
+        namespaces[name] = list(peer.namespaces)
+        for cert in pki.load_certs(peer.root.read_bytes()):
+            peer_roots[cert.fingerprint(hashes.SHA256())] = peer.name
     for f in args.trust or []:
+        certs = pki.load_certs(Path(f).read_bytes())
+        if certs and all(c.fingerprint(hashes.SHA256()) in peer_roots for c in certs):
+            print(f"--trust {f}: the root of peer {peer_roots[certs[0].fingerprint(hashes.SHA256())]}, already "
+                  f"trusted for that peer's namespaces only")
+            continue
         shutil.copyfile(f, roots / Path(f).name)
-    namespaces = dict(home.config().trusted_root_namespaces)
     cfg = {"host": args.host, "port": args.port, "cert": "sep-cert.pem", "key": "sep-key.pem",
            "trusted_roots": ["trusted_roots"], "store": args.store, "aggregates": domains,
            "timeout_seconds": 120, "retry_seconds": 5}
@@ -127,7 +150,8 @@ def add_sep_command(sub: argparse._SubParsersAction) -> None:
     init.add_argument("--aggregate", action="append", required=True, metavar="AM_URN=URL",
                       help="a domain's aggregate (repeat for each testbed)")
     init.add_argument("--trust", action="append", metavar="PEM",
-                      help="another root certificate to trust (this home's trusted_roots/ are copied)")
+                      help="another root certificate to trust, for the namespace in its own URN (this home's "
+                           "trusted_roots/ are copied, and its peers' roots bound to their namespaces)")
     init.add_argument("--host", default="127.0.0.1")
     init.add_argument("--port", type=int, default=8010)
     init.add_argument("--store", default="sep.db",

@@ -78,10 +78,26 @@ def capabilities() -> dict[str, str]:
         hostnet.run(["ip", "netns", "add", ns])
         moved = hostnet.run(["ip", "link", "set", "dev", name, "netns", ns], check=False)
         caps["tap"] = "ok" if moved.returncode == 0 else f"a tap cannot move into a namespace: {moved.stderr.strip()}"
+        if moved.returncode == 0:  # a link's capacity is a token bucket on the tap: can this host put one there?
+            try:
+                tbf = hostnet.run(["tc", "-n", ns, "qdisc", "replace", "dev", name, "root", *tbf_args(1000)],
+                                  check=False)
+                caps["tbf"] = "ok" if tbf.returncode == 0 else (
+                    f"no token bucket (sch_tbf) on a tap: {(tbf.stderr or tbf.stdout).strip() or 'tc failed'}")
+            except ServerError as exc:  # tc itself is missing
+                caps["tbf"] = exc.message
     finally:
         os.close(fd)
         hostnet.run(["ip", "netns", "del", ns], check=False)
     return caps
+
+
+def shaping() -> str:
+    """"ok" when this host can hold an overlay link to its capacity (a token bucket on each tap), else why not."""
+    caps = capabilities()
+    if caps.get("tap") != "ok":
+        return "; ".join(missing())
+    return caps.get("tbf", "not probed")
 
 
 def missing() -> list[str]:

@@ -1,7 +1,8 @@
 """What the exchange point needs of an overlay: join two endpoints of a cross-domain link where no layer-2
 path exists between their domains, and take the join down again. `federation/sep/overlay_netns.py`
 provides it over the IPOP-style overlay of `federation/overlay/`; sep.yaml names the implementation as
-`overlay: "module:factory"` (the factory is called with the `overlay_options:` mapping). Without one, a
+`overlay: "module:factory"` (the factory is called with the `overlay_options:` mapping, plus `log_dir`, a
+directory beside sep.yaml for its files, unless the mapping names one). Without one, a
 request whose cross-domain link has no layer-2 path is refused with UNSUPPORTED before anything is
 allocated, saying so: the exchange point never pretends to have joined a link it has not."""
 
@@ -29,6 +30,12 @@ class Endpoint:
 
 
 class Overlay(Protocol):
+    def admit(self, link_id: str, addresses: Mapping[str, str], capacity_kbps: int) -> None:
+        """Raise a GeniError (BADARGS for the request, UNSUPPORTED for this host) when `join` could not make
+        this link as asked: called at Allocate, so nothing is allocated for a link Provision would fail on.
+        `addresses`: interface client id -> the address the request gives it."""
+        ...
+
     def join(self, slice_urn: str, link_id: str, a: Endpoint, b: Endpoint) -> Mapping[str, Any]:
         """Make `a` and `b` reach each other; return what to record (shown in Describe's output)."""
         ...

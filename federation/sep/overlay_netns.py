@@ -12,6 +12,10 @@ each testbed would run its own router; that deployment is not built. sep.yaml:
       network: 10.78.0.0/24               # each link's overlay namespace (keep it apart from the slices' own)
       lease_seconds: 60
       netns_prefixes: {a.test: PREFIX_A, b.test: PREFIX_B}   # slicex.yaml netns: prefix of each testbed
+      log_dir: run/overlay                # the routers' logs (default: run/overlay beside sep.yaml)
+
+Each router logs to `<log_dir>/<tap>.log`, removed with the link (`leave`), so logs neither outlive their
+slice nor grow across runs.
 """
 
 from __future__ import annotations
@@ -31,11 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from authority.substrate.netns_plan import netns_name
+from federation.overlay import tap
 from federation.overlay.claims import RedisClaims
 from federation.overlay.core import NamespaceConfig
 from federation.sep.overlay import Endpoint
 from federation.sep.split import domain_key
-from slicex.errors import BadArgs, ServerError
+from slicex.errors import BadArgs, ServerError, Unsupported
 
 READY_SECONDS = 30.0
 
@@ -51,10 +56,41 @@ class NetnsOverlay:
             self.network = IPv4Network(str(options["network"]), strict=True)
             self.lease = float(options.get("lease_seconds", 60))
             self.prefixes = {domain_key(k): str(v) for k, v in dict(options["netns_prefixes"]).items()}
+            self.log_dir = Path(str(options.get("log_dir") or "run/overlay"))
         except (KeyError, TypeError, ValueError) as exc:
             raise BadArgs(f"overlay_options: {exc}; give network and netns_prefixes (see "
                           f"federation/sep/overlay_netns.py)") from None
+        self.pool = NamespaceConfig.build("sep-links", str(self.network), self.lease)  # what every link's namespace is
         self._procs: dict[int, subprocess.Popen] = {}
+
+    def admit(self, link_id: str, addresses: Mapping[str, str], capacity_kbps: int) -> None:
+        """Refuse at Allocate what the routers would fail on at Provision (which rolls the whole slice back):
+        an address the overlay reserves, one address asked for twice, a host that cannot run the data plane
+        or cannot hold the link to its capacity."""
+        reserved = ", ".join(str(a) for a in sorted(self.pool.always_reserved))
+        seen: dict[IPv4Address, str] = {}
+        for iface, text in sorted(addresses.items()):
+            try:
+                address = IPv4Address(text)
+            except ValueError:
+                continue  # not IPv4: the overlay picks the address (as it does outside its network)
+            if address not in self.network:
+                continue
+            if not self.pool.claimable(address):
+                raise BadArgs(f"overlay link {link_id}: interface {iface} asks for {address}, which the overlay "
+                              f"reserves in {self.network} (reserved: {reserved}); ask for another address of "
+                              f"{self.network}, or none and the overlay picks one")
+            if address in seen:
+                raise BadArgs(f"overlay link {link_id}: interfaces {seen[address]} and {iface} both ask for "
+                              f"{address}")
+            seen[address] = iface
+        if tap.missing():
+            raise Unsupported(f"overlay link {link_id}: this exchange point's host cannot run the overlay's data "
+                              f"plane ({'; '.join(tap.missing())}). Nothing was allocated")
+        if capacity_kbps and tap.shaping() != "ok":
+            raise Unsupported(f"overlay link {link_id} asks for {capacity_kbps} kbps, and this exchange point's "
+                              f"host cannot hold an overlay link to a capacity ({tap.shaping()}); ask for none, "
+                              f"or use a host with tc's tbf. Nothing was allocated")
 
     def _namespace(self, slice_urn: str, link_id: str) -> str:
         return f"sep-{_h(slice_urn, link_id, n=16)}"
@@ -83,17 +119,18 @@ class NetnsOverlay:
             raise BadArgs(f"overlay: node {ep.node} at {ep.domain}: "
                           f"{'no sliver URN in its manifest' if prefix else 'no netns prefix configured for it'}")
         netns = netns_name(prefix, ep.sliver_urn)
-        tap = "ov" + _h(slice_urn, link_id, ep.node, n=11)
+        tap_name = "ov" + _h(slice_urn, link_id, ep.node, n=11)
         mac = "02:" + ":".join(_h(ns, ep.node, n=10)[i:i + 2] for i in range(0, 10, 2))
-        spec = f"id={ep.node},netns={netns},tap={tap},mac={mac}" + (f",rate={ep.capacity_kbps}" if ep.capacity_kbps
+        spec = f"id={ep.node},netns={netns},tap={tap_name},mac={mac}" + (f",rate={ep.capacity_kbps}" if ep.capacity_kbps
                                                                       else "")
         try:
             if ep.ip and IPv4Address(ep.ip) in self.network:
                 spec += f",address={ep.ip}"
         except ValueError:
             pass
-        log = Path(tempfile.gettempdir()) / f"slicex-sep-overlay-{tap}.log"  # the router logs here, not into a pipe
-        with open(log, "ab") as err:
+        self.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        log = self.log_dir / f"{tap_name}.log"  # the router logs here, not into a pipe; removed by leave()
+        with open(log, "wb") as err:
             proc = subprocess.Popen([sys.executable, "-m", "federation.overlay", "--redis", self.redis, "router", ns,
                                      "--cluster", cluster, "--node", spec], stdout=subprocess.PIPE, stderr=err,
                                     text=True, start_new_session=True)
@@ -104,13 +141,18 @@ class NetnsOverlay:
             proc.kill()
             raise ServerError(f"overlay router for {ep.node} did not start: {log.read_text()[-500:].strip() or 'no answer'}")
         info = json.loads(line)
-        return {"pid": proc.pid, "cluster": cluster, "netns": netns, "tap": tap, "endpoint": info["endpoint"],
-                "address": info["nodes"][ep.node]}
+        return {"pid": proc.pid, "cluster": cluster, "netns": netns, "tap": tap_name, "endpoint": info["endpoint"],
+                "address": info["nodes"][ep.node], "log": str(log.resolve())}
 
     def leave(self, slice_urn: str, link_id: str, joined: Mapping[str, Any]) -> None:
         ns = joined.get("namespace") or self._namespace(slice_urn, link_id)
         for r in dict(joined.get("routers") or {}).values():
             self._stop(int(r["pid"]), ns)
+            logs = [Path(r["log"])] if r.get("log") else []
+            # where routers of earlier versions logged, appending run after run
+            logs.append(Path(tempfile.gettempdir()) / f"slicex-sep-overlay-{r.get('tap', '')}.log")
+            for log in logs:
+                log.unlink(missing_ok=True)
         claims = RedisClaims(self.redis)
         try:
             claims.undefine(ns)

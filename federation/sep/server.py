@@ -33,7 +33,7 @@ def roots_bundle(cfg: SepConfig, into: Path) -> Path:
 
 
 class SepServer:
-    """One exchange point: `start()` recovers what the record shows unfinished, then serves."""
+    """One exchange point: `start()` serves, and recovers what the record shows unfinished behind it."""
 
     def __init__(self, cfg: SepConfig, clock: Clock | None = None, port: int | None = None):
         self.cfg = cfg
@@ -48,16 +48,15 @@ class SepServer:
         self.sep = ExchangePoint(pki.cert_urn(sep_cert), url, cfg.domains,
                                  Relay(str(cfg.cert), str(cfg.key), str(bundle), cfg.timeout_seconds), self.store,
                                  CredentialVerifier(trust), sep_cert, clock or SystemClock(),
-                                 load_overlay(cfg.overlay, cfg.overlay_options))
+                                 load_overlay(cfg.overlay, {"log_dir": str(run_dir / "overlay"),
+                                                            **cfg.overlay_options}))
         self.server.answer(self.sep.endpoint())
         self.url = url
         self._stop = threading.Event()
 
     def start(self) -> str:
-        left = self.sep.recover()
-        if left:
-            log.warning("%d unfinished operation(s) could not be undone yet; retrying every %g s", left,
-                        self.cfg.retry_seconds)
+        """Serve at once; the retry loop's first pass rolls back what the record shows unfinished (a call on
+        such a slice meanwhile gets BUSY), so a hung domain never keeps the exchange point from serving."""
         self.server.start_background()
         threading.Thread(target=self.sep.retry_loop, args=(self._stop, self.cfg.retry_seconds),
                          name="sep-retry", daemon=True).start()

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import base64
 import logging
+import queue
 import threading
 import uuid
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 from cryptography import x509
@@ -95,6 +97,7 @@ class ExchangePoint:
         self.overlay = overlay
         self.topology = topology or stitching_topology
         self._locks: dict[str, threading.Lock] = {}
+        self._holding: dict[str, str] = {}  # slice -> what the operation holding its lock is doing
         self._locks_lock = threading.Lock()
         self._record_lock = threading.RLock()
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="sep-relay")
@@ -141,6 +144,22 @@ class ExchangePoint:
     def _slice_lock(self, slice_urn: str) -> threading.Lock:
         with self._locks_lock:
             return self._locks.setdefault(slice_urn, threading.Lock())
+
+    @contextmanager
+    def _turn(self, slice_urn: str, doing: str) -> Iterator[None]:
+        """One operation per slice at a time. A call that finds its slice taken gets BUSY at once, naming what
+        holds it, instead of waiting behind it: the holder may be an undo waiting out a hung domain's timeout,
+        and a call that waited would act for a client that has long given up."""
+        lock = self._slice_lock(slice_urn)
+        if not lock.acquire(blocking=False):
+            raise Busy(f"slice {slice_urn}: the exchange point is {self._holding.get(slice_urn, 'working on it')}; "
+                       f"try again shortly")
+        self._holding[slice_urn] = doing
+        try:
+            yield
+        finally:
+            self._holding.pop(slice_urn, None)
+            lock.release()
 
     def _record(self, slice_urn: str) -> dict[str, Any] | None:
         return self.store.get(TABLE, slice_urn)
@@ -295,7 +314,7 @@ class ExchangePoint:
         options = self._options(options)
         slice_urn, slivers = self._slice_of(urns, credentials)
         caller = self._authorise(cert, credentials, slice_urn, "deleteslice")
-        with self._slice_lock(slice_urn):
+        with self._turn(slice_urn, "deleting it"):
             self._busy(slice_urn)
             answers = self._fan_out({k: ("Delete", u, credentials, self._relay_options(options, caller))
                                      for k, u in self._targets(slice_urn, slivers).items()})
@@ -338,7 +357,7 @@ class ExchangePoint:
             raise BadArgs(f"rspec must be a string of XML, got {type(rspec).__name__}")
         split = split_request(rspec, {k: d.urn for k, d in self.domains.items()})
         opts = self._relay_options(options, caller)
-        with self._slice_lock(urn):
+        with self._turn(urn, "allocating it"):
             self._busy(urn)
             split, joins = self._join_plan(urn, split, credentials, opts)
             overlay_links = {lk.link_id for lk in split.cross if joins[lk.link_id]["mode"] == "overlay"}
@@ -405,6 +424,8 @@ class ExchangePoint:
             raise Unsupported(f"cross-domain link(s) {', '.join(need_overlay)}: no layer-2 path between the domains "
                               f"({'; '.join(joins[k]['why'] for k in need_overlay)}), and {MISSING}. Nothing was "
                               f"allocated")
+        for k in need_overlay:  # what the overlay could not join at Provision is refused now, before any call
+            self.overlay.admit(k, joins[k]["ips"], joins[k]["capacity_kbps"])  # type: ignore[union-attr]
         if len(need_overlay) == len(joins):
             return split, joins
         answer = compute_path(topo, {"slice_urn": slice_urn, "request_rspec": without_links(split.xml, need_overlay),
@@ -459,7 +480,9 @@ class ExchangePoint:
         TIMEDOUT when a domain did not answer), saying what was undone and what is still being undone."""
         record["txn"] = t.to_doc()
         self._put(record)
-        t, left = self._undo(record, t, steps)
+        # a domain that let the call time out is swept by the retry loop, not while the caller waits again
+        hung = {p.domain for p in t.parts if p.state == tx.LOST and "timed out" in p.error.lower()}
+        t, left = self._undo(record, t, steps, defer=hung)
         bad = [p for p in t.parts if p.state in (tx.REFUSED, tx.LOST) or p.code]
         refusal = next((p for p in bad if p.state == tx.REFUSED), None)
         undone = [self.domains[p.domain].urn for p in t.parts if p.state == tx.UNDONE and p.slivers]
@@ -485,7 +508,7 @@ class ExchangePoint:
         slice_urn, slivers = self._slice_of(urns, credentials)
         caller = self._authorise(cert, credentials, slice_urn, "createsliver")
         opts = self._relay_options(options, caller)
-        with self._slice_lock(slice_urn):
+        with self._turn(slice_urn, "provisioning it"):
             self._busy(slice_urn)
             record = self._record(slice_urn)
             if not record or not record.get("domains"):
@@ -555,15 +578,24 @@ class ExchangePoint:
                 self._leave_one(record["slice_urn"], lid, link)
 
     # ---- undoing ---------------------------------------------------------------------------------------------
-    def _undo(self, record: dict[str, Any], t: tx.Txn, steps: list[tx.Step]) -> tuple[tx.Txn, list[tx.Step]]:
-        """Run the rollback steps; those a domain did not take stay in the record for the retry loop."""
+    def _undo(self, record: dict[str, Any], t: tx.Txn, steps: list[tx.Step],
+              defer: frozenset[str] | set[str] = frozenset()) -> tuple[tx.Txn, list[tx.Step]]:
+        """Run the rollback steps; those a domain did not take, and those at `defer`, stay in the record for
+        the retry loop."""
         credentials, opts = record.get("credentials") or [], record.get("options") or {}
-        left: list[tx.Step] = []
-        for step in steps:
-            if self._undo_step(record["slice_urn"], step, credentials, opts, record):
-                t, _ = tx.undone(t, step.domain)
-                record["txn"] = t.to_doc()
-                self._put(record)
+        left: list[tx.Step] = [step for step in steps if step.domain in defer]
+        steps = [step for step in steps if step.domain not in defer]
+        # every domain's step at once, each recorded as it ends: a hung domain costs its own timeout only,
+        # and the others' parts are released meanwhile
+        calls = [lambda step=step: self._undo_step(record["slice_urn"], step, credentials, opts, record)
+                 for step in steps]
+        for i, done in side_by_side(calls):
+            step = steps[i]
+            if done:
+                with self._record_lock:
+                    t, _ = tx.undone(t, step.domain)
+                    record["txn"] = t.to_doc()
+                    self._put(record)
             else:
                 left.append(step)
         if t.status == tx.ROLLED_BACK:
@@ -603,32 +635,65 @@ class ExchangePoint:
         return False
 
     def recover(self) -> int:
-        """Roll back every operation the record shows unfinished (at start-up, then from the retry loop).
-        Returns how many are still unfinished."""
-        unfinished = 0
-        for record in self.store.scan(TABLE):
-            if not record.get("txn"):
-                continue
-            with self._slice_lock(record["slice_urn"]):
-                record = self._record(record["slice_urn"])
+        """Roll back every operation the record shows unfinished (from the retry loop, the first pass at
+        start-up), the slices side by side: a slice held up by a hung domain does not hold up the others.
+        A slice whose lock is held is left for the next pass: a live operation holds it, or an undo already
+        under way. Returns how many are still unfinished."""
+        urns = [r["slice_urn"] for r in self.store.scan(TABLE) if r.get("txn")]
+        return sum(left for _, left in side_by_side([lambda u=u: self._recover_one(u) for u in urns]))
+
+    def _recover_one(self, slice_urn: str) -> bool:
+        """Roll back one slice's unfinished operation; True when some of it is still to undo."""
+        try:
+            with self._turn(slice_urn, "undoing an operation that did not finish"):
+                record = self._record(slice_urn)
                 if not record or not record.get("txn"):
-                    continue
+                    return False
                 t, steps = tx.recover(tx.Txn.from_doc(record["txn"]))
                 if not t.open:
                     self._finish(record, t)
-                    continue
+                    return False
+                where = sorted({st.domain for st in steps})
+                self._holding[slice_urn] = f"undoing an unfinished {t.op} ({t.reason}) at {', '.join(where)}"
                 record["txn"] = t.to_doc()
                 self._put(record)
                 t, left = self._undo(record, t, steps)
-                unfinished += bool(left)
-        return unfinished
+                return bool(left)
+        except Busy:
+            return True
 
     def retry_loop(self, stop: threading.Event, every: float) -> None:
-        while not stop.wait(every):
+        """Recover at once (the exchange point serves meanwhile: calls on a slice still being undone get BUSY),
+        then every `every` seconds."""
+        first = True
+        while first or not stop.wait(every):
             try:
-                self.recover()
+                left = self.recover()
+                if first and left:
+                    log.warning("%d unfinished operation(s) could not be undone yet; retrying every %g s", left, every)
             except Exception:  # noqa: BLE001 - keep retrying; the log has it
                 log.exception("rollback retry failed")
+            first = False
+
+
+def side_by_side(calls: list[Callable[[], Any]]) -> Iterator[tuple[int, Any]]:
+    """Run every call at once, each in a daemon thread (one waiting out a hung domain's timeout never keeps the
+    process from exiting), and yield (index, result) as each ends; a call's exception is raised here."""
+    done: queue.Queue[tuple[int, bool, Any]] = queue.Queue()
+
+    def run(i: int, call: Callable[[], Any]) -> None:
+        try:
+            done.put((i, True, call()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            done.put((i, False, exc))
+
+    for i, call in enumerate(calls):
+        threading.Thread(target=run, args=(i, call), name="sep-undo", daemon=True).start()
+    for _ in calls:
+        i, ok, value = done.get()
+        if not ok:
+            raise value
+        yield i, value
 
 
 def _manifest_nodes(text: str) -> list[Any]:

@@ -353,3 +353,32 @@ def test_two_am_workers_from_copies_of_one_home_each_serve_their_own_actors(tmp_
         for home in (first, second):
             slicex(home, "down")
         RedisStore(REDIS).flush()
+
+
+def test_up_detach_on_a_home_without_local_users_says_it_is_up(tmp_path):
+    """A testbed whose only users are its peers' has no local user certificate: the readiness check asked the
+    AM as a local user, found none, and `up --detach` said "did not answer within 60 s" of an aggregate that
+    was serving. It asks with the AM's own certificate then, and says there is no omni config to write."""
+    import time
+
+    home = tmp_path / "nousers"
+    assert slicex(home, "ca", "init", "--authority", "nousers.test").returncode == 0
+    cfg = yaml.safe_load((home / "slicex.yaml").read_text())
+    cfg.update({**dict(zip(("sa_port", "am_port", "broker_port", "authority_port", "am_v2_port", "chapi_port"),
+                           free_ports(6), strict=True)), "dashboard_port": 0})
+    (home / "slicex.yaml").write_text(yaml.safe_dump(cfg))
+    assert Home(home).users() == []
+    try:
+        began = time.monotonic()
+        up = slicex(home, "up", "--detach")
+        took = time.monotonic() - began
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "slicex is up" in up.stdout and "no local users" in up.stdout, up.stdout
+        assert took < 30, f"up --detach took {took:.1f} s"
+        h = Home(home)
+        reply = client(f"https://127.0.0.1:{cfg['am_port']}/", str(h.am_cert), str(h.am_key)).GetVersion()
+        assert reply["value"]["geni_api"] == 3
+        status = slicex(home, "status")
+        assert "(answering)" in status.stdout, status.stdout  # `slicex status` asked the same way
+    finally:
+        slicex(home, "down")

@@ -136,6 +136,41 @@ def _federation(root: Path, homes: dict[str, Home], running: ExitStack):
     yield ctx
 
 
+def overlay_request(ip_a: str = "", ip_b: str = "", capacity_kbps: int = 0) -> str:
+    """Nodes na at a, nb at b, joined by a gre-tunnel link (no VLAN carries it: the overlay must), each
+    interface at the address given ("" asks for none), with the capacity asked for (0: none)."""
+    def iface(name: str, ip: str) -> str:
+        addr = f'<ip address="{ip}" netmask="255.255.255.0" type="ipv4"/>' if ip else ""
+        return f'<interface client_id="{name}:if0">{addr}</interface>'
+    cap = "".join(f'<property source_id="{s}:if0" dest_id="{d}:if0" capacity="{capacity_kbps}"/>'
+                  for s, d in (("na", "nb"), ("nb", "na"))) if capacity_kbps else ""
+    return f"""<rspec xmlns="{RSPEC3}" type="request">
+  <node client_id="na" component_manager_id="{urn('a')}" exclusive="false">
+    <sliver_type name="default-vm"/>{iface("na", ip_a)}</node>
+  <node client_id="nb" component_manager_id="{urn('b')}" exclusive="false">
+    <sliver_type name="default-vm"/>{iface("nb", ip_b)}</node>
+  <link client_id="olink"><link_type name="gre-tunnel"/><interface_ref client_id="na:if0"/>
+    <interface_ref client_id="nb:if0"/>{cap}</link>
+</rspec>"""
+
+
+@pytest.fixture
+def overlay_sep(fed):
+    """A second exchange point, on its own record, with the netns overlay configured (10.78.0.0/24): its
+    Allocate plans the gre-tunnel link as an overlay link; no router starts before Provision."""
+    cfg = yaml.safe_load(fed["sep_yaml"].read_text())
+    own = fed["sep_yaml"].parent / "sep-overlay.yaml"
+    cfg.update(store="sep-overlay.db", overlay="federation.sep.overlay_netns:make_overlay",
+               overlay_options={"network": "10.78.0.0/24", "netns_prefixes": {"a.test": "ta", "b.test": "tb"}})
+    own.write_text(yaml.safe_dump(cfg))
+    sep = SepServer(load_config(own), port=0)
+    sep.start()
+    try:
+        yield client(sep.url, fed["cert"], fed["key"])
+    finally:
+        sep.stop()
+
+
 def creds(fed, name: str) -> tuple[str, list[dict]]:
     s = urn("a", f"slice+{name}")
     return s, [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": fed["sfa"].CreateSlice(s)},
@@ -315,8 +350,11 @@ def test_a_sep_killed_mid_allocation_rolls_back_when_it_restarts(fed, tmp_path):
         assert status_at(fed, "a", slice_urn, cred)["code"]["geni_code"] == 0
     finally:
         os.kill(b_pid, signal.SIGCONT)
-    proc = serve()  # recovery runs before it serves
+    proc = serve()  # it serves at once; recovery runs behind it
     try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and status_at(fed, "a", slice_urn, cred)["code"]["geni_code"] != 12:
+            time.sleep(0.1)
         assert status_at(fed, "a", slice_urn, cred)["code"]["geni_code"] == 12
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and status_at(fed, "b", slice_urn, cred)["code"]["geni_code"] != 12:
@@ -358,3 +396,112 @@ def test_the_record_can_live_in_redis(fed):
     finally:
         sep.stop()
         RedisStore(redis_url).flush()
+
+
+@pytest.mark.parametrize("address", ["10.78.0.1", "10.78.0.0", "10.78.0.255"])
+def test_an_overlay_address_the_overlay_reserves_is_refused_at_allocate_naming_the_reserved_ones(fed, overlay_sep,
+                                                                                                  address):
+    """Once passed at Allocate, 10.78.0.1 (the overlay's lowest address, IPOP's virtual DNS) failed the router at
+    Provision, which rolled the whole slice back with 11; it is the request that is wrong, so BADARGS at once."""
+    slice_urn, cred = creds(fed, f"ovres{address.rsplit('.', 1)[1]}")
+    out = overlay_sep.Allocate(slice_urn, cred, overlay_request(address, "10.78.0.20"), {})
+    assert out["code"]["geni_code"] == 1, out  # BADARGS
+    assert address in out["output"] and "reserved: 10.78.0.0, 10.78.0.1, 10.78.0.255" in out["output"], out["output"]
+    for domain in ("a", "b"):
+        assert status_at(fed, domain, slice_urn, cred)["code"]["geni_code"] == 12
+
+
+def test_an_overlay_link_asking_a_capacity_is_refused_where_the_host_cannot_shape_a_tap(fed, overlay_sep,
+                                                                                         monkeypatch):
+    """The overlay holds a link to its capacity with a token bucket on each node's tap; on a host whose kernel
+    has none (probed at run time: federation/overlay/tap.py), the link is refused at Allocate, saying why,
+    instead of being joined unshaped. The same link asking no capacity is allocated."""
+    from federation.overlay import tap
+
+    caps = {"root": "ok", "ip": "ok", "netns": "ok", "veth": "ok", "tap": "ok",
+            "tbf": "no token bucket (sch_tbf) on a tap: Error: Specified qdisc kind is unknown."}
+    monkeypatch.setattr(tap, "capabilities", lambda: caps)
+    slice_urn, cred = creds(fed, "ovnotbf")
+    out = overlay_sep.Allocate(slice_urn, cred, overlay_request("10.78.0.10", "10.78.0.20", 10_000), {})
+    assert out["code"]["geni_code"] == 13, out
+    assert "10000 kbps" in out["output"] and "sch_tbf" in out["output"], out["output"]
+    assert "Nothing was allocated" in out["output"], out["output"]
+    for domain in ("a", "b"):
+        assert status_at(fed, domain, slice_urn, cred)["code"]["geni_code"] == 12
+    ok = overlay_sep.Allocate(slice_urn, cred, overlay_request("10.78.0.10", "10.78.0.20"), {})
+    assert ok["code"]["geni_code"] == 0, ok["output"]
+    assert overlay_sep.Delete([slice_urn], cred, {})["code"]["geni_code"] == 0
+
+
+def test_a_restarted_sep_serves_at_once_and_answers_busy_while_a_hung_testbed_holds_an_undo(fed):
+    """B stopped (SIGSTOP: it takes connections and never answers), an exchange point killed mid-Allocate with A
+    done and B pending. Restarted, it once ran its recovery before serving, and recovery's sweep at B waited the
+    whole timeout_seconds (122 s in issue 25); an Allocate of the slice meanwhile waited on the slice's lock for
+    the undo, then allocated for a client long gone. Now it serves at once, recovery runs behind it (A's half is
+    released without waiting for B), and the slice answers BUSY (14) at once while B's part is unfinished."""
+    slice_urn, cred = creds(fed, "hungb")
+    cfg = yaml.safe_load(fed["sep_yaml"].read_text())
+    own = fed["sep_yaml"].parent / "sep3.yaml"
+    cfg.update(store="sep3.db", port=free_ports(1)[0], timeout_seconds=20, retry_seconds=0.3)
+    own.write_text(yaml.safe_dump(cfg))
+    url = f"https://127.0.0.1:{cfg['port']}/"
+    cred = cred[:1] + [speaks_for_credential(fed["cert"], fed["key"], (own.parent / "sep-cert.pem").read_bytes())]
+
+    def serve() -> tuple[subprocess.Popen, float]:
+        """The process and how long it took to answer GetVersion (60: not within 60 s)."""
+        began = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-m", "cli", "sep", "serve", "--config", str(own)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while time.monotonic() - began < 60:
+            try:
+                client(url, fed["cert"], fed["key"], timeout=2).GetVersion()
+                return proc, time.monotonic() - began
+            except OSError:
+                time.sleep(0.1)
+        return proc, 60.0
+
+    proc, _ = serve()
+    b_pid = fed["b"].pid()
+    os.kill(b_pid, signal.SIGSTOP)
+    try:
+        threading.Thread(target=lambda: _quiet(lambda: client(url, fed["cert"], fed["key"]).Allocate(
+            slice_urn, cred, request(link=False), {})), daemon=True).start()
+        store_url = f"sqlite://{own.parent / 'sep3.db'}"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            s = open_store(store_url)
+            rec = s.get("sep_slices", slice_urn) or {}
+            s.close()
+            parts = {p["domain"]: p["state"] for p in (rec.get("txn") or {}).get("parts", [])}
+            if parts == {"a.test": "done", "b.test": "pending"}:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"the SEP never reached A done / B pending: {parts}")
+        proc.kill()
+        proc.wait(10)
+        proc, took = serve()  # B is still stopped
+        try:
+            assert took < 5, f"the restarted exchange point first answered after {took:.1f} s"
+            time.sleep(1.5)  # the undo at B is under way by now (retry_seconds 0.3), waiting out B's timeout
+            began = time.monotonic()
+            busy = client(url, fed["cert"], fed["key"], timeout=30).Allocate(slice_urn, cred, request(link=False), {})
+            waited = time.monotonic() - began
+            assert busy["code"]["geni_code"] == 14, busy
+            assert waited < 5, f"BUSY after {waited:.1f} s"
+            print(f"restarted SEP answered after {took:.2f} s; BUSY during the undo after {waited:.2f} s: "
+                  f"{busy['output']}")
+            deadline = time.monotonic() + 10  # A's half goes at once, though B's sweep hangs
+            while time.monotonic() < deadline and status_at(fed, "a", slice_urn, cred)["code"]["geni_code"] != 12:
+                time.sleep(0.1)
+            assert status_at(fed, "a", slice_urn, cred)["code"]["geni_code"] == 12
+        finally:
+            os.kill(b_pid, signal.SIGCONT)
+        deadline = time.monotonic() + 60  # B resumed: the retry sweeps what B took of the orphaned Allocate
+        while time.monotonic() < deadline and status_at(fed, "b", slice_urn, cred)["code"]["geni_code"] != 12:
+            time.sleep(0.2)
+        assert status_at(fed, "b", slice_urn, cred)["code"]["geni_code"] == 12
+    finally:
+        os.kill(b_pid, signal.SIGCONT)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)

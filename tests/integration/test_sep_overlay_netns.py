@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -25,8 +26,8 @@ from federation.sep.config import load_config
 from federation.sep.sdk import span_slice
 from federation.sep.server import SepServer
 from slicex.tls_xmlrpc import client
-from tests.integration.netns_support import new_prefix, ping, require_host, root_qdisc
-from tests.integration.stitching_support import Up, make_homes, request, urn
+from tests.integration.netns_support import iperf3_mbps, new_prefix, ping, require_host, root_qdisc
+from tests.integration.stitching_support import CAPACITY_KBPS, Up, make_homes, request, urn
 from tests.integration.test_stitching_netns_am import remove_everything
 
 REDIS = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/8")
@@ -100,9 +101,26 @@ def test_without_a_layer2_path_the_sep_joins_the_link_through_the_overlay_and_it
     # the link's capacity on both ends: each node's tap holds what that node sends (unshaped before)
     for r in routers.values():
         assert root_qdisc(r["netns"], r["tap"])[0] == "tbf", hostnet.qdisc(r["netns"], r["tap"])
+    # measured both ways (an unshaped overlay link carried 177-491 Mbit/s here): at most 5 % over the capacity,
+    # which load cannot break (it only lowers the rate); the floor is loose for the same reason
+    ra, rb = routers["a"], routers["b"]
+    for src, dst in ((ra, rb), (rb, ra)):
+        mbps = iperf3_mbps(dst["netns"], dst["address"], src["netns"], seconds=4)
+        print(f"SEP overlay iperf3 {src['cluster']} -> {dst['cluster']}: {mbps:.2f} Mbit/s on a "
+              f"{CAPACITY_KBPS / 1000:g} Mbit/s link")
+        assert 0.5 * CAPACITY_KBPS / 1000 < mbps <= 1.05 * CAPACITY_KBPS / 1000, f"{mbps:.2f} Mbit/s"
+        assert root_qdisc(src["netns"], src["tap"])[1] > 0  # the sender's token bucket held TCP back
+    # each router logs beside sep.yaml (it logged to the system temp dir, appending run after run, and kept
+    # the file after Delete)
+    sep_dir = testbeds["sep"].cfg.path.parent.resolve()
+    for r in routers.values():
+        assert Path(r["log"]).is_file() and Path(r["log"]).is_relative_to(sep_dir), r
     sep = client(testbeds["sep"].url, testbeds["cert"], testbeds["key"])
     gone = sep.Delete([s], got["credentials"], {})
     assert gone["code"]["geni_code"] == 0, gone["output"]
+    for r in routers.values():  # and so is the file an earlier version left in the temp dir for this tap
+        assert not Path(r["log"]).exists(), f"{r['log']} outlived the slice"
+        assert not (Path(tempfile.gettempdir()) / f"slicex-sep-overlay-{r['tap']}.log").exists()
     for r in routers.values():
         assert not os.path.exists(f"/proc/{r['pid']}") or b"federation.overlay" not in Path(
             f"/proc/{r['pid']}/cmdline").read_bytes()
@@ -111,3 +129,41 @@ def test_without_a_layer2_path_the_sep_joins_the_link_through_the_overlay_and_it
         assert claims.holders(link["joined"]["namespace"]) == {}
     finally:
         claims.close()
+
+
+def test_the_overlays_router_logs_live_beside_sep_yaml_and_go_with_the_link(tmp_path):
+    """The netns overlay on its own (no testbed, no switch: two namespaces named as the netns driver names a
+    node's): each router logs under `log_dir` (the SEP gives run/overlay beside sep.yaml) while the link
+    lives, and `leave` removes the logs. They were in the system temp dir, appended to run after run, and
+    left there after Delete."""
+    from federation.overlay import tap
+    from federation.sep.overlay import Endpoint
+    from federation.sep.overlay_netns import make_overlay
+
+    if tap.missing():
+        pytest.skip("the overlay data plane needs: " + "; ".join(tap.missing()))
+    prefixes = {"la.test": new_prefix(), "lb.test": new_prefix()}
+    slivers = {d: f"urn:publicid:IDN+{d}+sliver+{uuid.uuid4().hex[:12]}" for d in prefixes}
+    log_dir = tmp_path / "run" / "overlay"
+    overlay = make_overlay({"redis": REDIS, "network": "10.79.0.0/24", "lease_seconds": 20,
+                            "netns_prefixes": prefixes, "log_dir": str(log_dir)})
+    slice_urn = f"urn:publicid:IDN+la.test+slice+logs{uuid.uuid4().hex[:6]}"
+    a, b = (Endpoint(f"urn:publicid:IDN+{d}+authority+am", node, f"{node}:if0", slivers[d], "", ip, 10_000)
+            for d, node, ip in (("la.test", "a", "10.79.0.10"), ("lb.test", "b", "10.79.0.20")))
+    joined: dict = {}
+    try:
+        for d, p in prefixes.items():
+            hostnet.add_namespace(netns_name(p, slivers[d]), d)
+        joined = dict(overlay.join(slice_urn, "l0", a, b))
+        routers = joined["routers"]
+        for r in routers.values():
+            assert Path(r["log"]).is_file() and Path(r["log"]).is_relative_to(log_dir), r
+            assert not (Path(tempfile.gettempdir()) / f"slicex-sep-overlay-{r['tap']}.log").exists()  # a fresh tap
+        assert ping(routers["a"]["netns"], routers["b"]["address"], count=2)[0]
+    finally:
+        if joined:
+            overlay.leave(slice_urn, "l0", joined)
+        for p in prefixes.values():
+            hostnet.remove_prefixed(p)
+    for r in joined["routers"].values():
+        assert not Path(r["log"]).exists(), f"{r['log']} outlived the link"

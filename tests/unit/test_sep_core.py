@@ -4,6 +4,8 @@ and merging the domains' manifests into one."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -299,3 +301,15 @@ def test_link_capacities_are_the_largest_each_link_asks_for_and_links_without_on
       <link client_id="free"><property source_id="a" dest_id="b" latency="5"/></link>
       <link client_id="odd"><property source_id="a" dest_id="b" capacity="lots"/></link></rspec>"""
     assert link_capacities(rspec) == {"fast": 20000}
+
+
+def test_undo_steps_side_by_side_yield_each_as_it_ends_so_a_hung_domain_holds_up_no_other():
+    from federation.sep.service import side_by_side
+
+    gate = threading.Event()
+    steps = side_by_side([lambda: gate.wait(10) and "hung domain", lambda: "quick domain"])
+    assert next(steps) == (1, "quick domain")  # while the first still waits
+    gate.set()
+    assert next(steps) == (0, "hung domain")
+    with pytest.raises(ValueError, match="refused"):
+        list(side_by_side([lambda: (_ for _ in ()).throw(ValueError("refused"))]))
