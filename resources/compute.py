@@ -6,7 +6,7 @@ sizes) the same for the broker's placement, the quotas and the federation peer g
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Iterable, Mapping, Set
 from typing import Any
 
 from protocol.delegation import Pool
@@ -61,15 +61,28 @@ def bare_metal_for(substrate: Substrate, node: RequestNode) -> Host | None:
     return min((h for h in substrate.hosts if h.exclusive), key=lambda h: (h.cores, h.memory_mb), default=None)
 
 
+def _first_free(keys: Iterable[str], used: Set[str], need: int) -> list[str] | None:
+    """The first `need` of `keys` not in `used` (None if fewer are free); stops as soon as it has them."""
+    out: list[str] = []
+    if need <= 0:
+        return out
+    for key in keys:
+        if key not in used:
+            out.append(key)
+            if len(out) == need:
+                return out
+    return None
+
+
 def host_keys(host: Host, size: VmSize, used: Set[str]) -> tuple[str, ...] | None:
     """Free core and memory keys for one VM of `size` on `host`, or None if it does not fit."""
-    cores = [core(host.component_id, i) for i in range(host.cores) if core(host.component_id, i) not in used]
-    chunks = -(-size.memory_mb // MEM_CHUNK_MB)
-    mems = [mem(host.component_id, i) for i in range(host.memory_mb // MEM_CHUNK_MB)
-            if mem(host.component_id, i) not in used]
-    if len(cores) < size.cores or len(mems) < chunks:
+    cid = host.component_id
+    cores = _first_free((core(cid, i) for i in range(host.cores)), used, size.cores)
+    if cores is None:
         return None
-    return tuple(cores[: size.cores] + mems[:chunks])
+    chunks = -(-size.memory_mb // MEM_CHUNK_MB)
+    mems = _first_free((mem(cid, i) for i in range(host.memory_mb // MEM_CHUNK_MB)), used, chunks)
+    return None if mems is None else tuple(cores + mems)
 
 
 def free_cores(host: Host, taken: Set[str]) -> int:
