@@ -121,10 +121,14 @@ class AggregateManager:
     # ---- common helpers ------------------------------------------------------------------------------------
     @staticmethod
     def _cred_list(credentials: Any) -> list:
+        """The credentials argument as a list. An empty list is a required argument left out, so BADARGS, as
+        jFed's tester expects (testListResourcesBadCredential), not a credential that failed to verify
+        (CREDENTIAL_INVALID is for what was sent and refused)."""
         if not isinstance(credentials, list):
             raise BadArgs(f"credentials must be a list, got {type(credentials).__name__}")
         if not credentials:
-            raise CredentialInvalid("no credentials were passed; send your user or slice credential")
+            raise BadArgs("no credentials were passed (an empty list); send your user credential, or the slice "
+                          "credential for a slice")
         return credentials
 
     def authorise(self, cert: x509.Certificate, credentials: Any, target: str | None, privilege: str,
