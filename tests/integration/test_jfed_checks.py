@@ -5,10 +5,14 @@ class (/work/shared/FEDERATION.md §3.5); current jFed may check more."""
 from __future__ import annotations
 
 import base64
+import socket
+import ssl
 import zlib
 from datetime import timedelta
 from urllib.parse import urlsplit
 
+import pytest
+from cryptography import x509
 from lxml import etree
 
 from slicex.clock import parse_time, rfc3339
@@ -122,11 +126,12 @@ def test_status_after_renew_reports_exactly_the_renewed_expiry(running):
     assert expiry == {after[0]["geni_sliver_urn"]: rfc3339(again), after[1]["geni_sliver_urn"]: rfc3339(asked)}
 
 
-def test_get_version_under_a_public_hostname_names_no_loopback_url(pki_home, tmp_path):
+@pytest.mark.parametrize("kind", ["embedded", "distributed"])
+def test_get_version_under_a_public_hostname_names_no_loopback_url(kind, pki_home, tmp_path):
     """testGetVersionResultApiVersionsCorrectness: no URL in geni_api_versions may have host localhost or
     127.0.0.1. With `public_hostname` set, GetVersion advertises it while the deployment still listens on
     `host` (127.0.0.1 here, where this test calls it)."""
-    for running in deployment("embedded", pki_home, tmp_path, public_hostname="am.testbed.example.org"):
+    for running in deployment(kind, pki_home, tmp_path, public_hostname="am.testbed.example.org"):
         alice = running.user("alice")
         reply = alice.am.GetVersion()
         value = ok(reply)
@@ -141,6 +146,21 @@ def test_get_version_under_a_public_hostname_names_no_loopback_url(pki_home, tmp
         assert loopback == [], loopback
         # the aggregate the slice authority lists is the one GetVersion names
         assert dict(alice.sa.ListAggregates()) == {value["urn"]: urls["3"]}
+        # and the certificate the AM answers TLS with carries the name (`slicex up` issued it again)
+        served = x509.load_der_x509_certificate(_served_certificate(running.deployment.endpoints.am_url, alice))
+        sans = served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert sans.get_values_for_type(x509.DNSName) == ["am.testbed.example.org"]
+        assert value["urn"] in sans.get_values_for_type(x509.UniformResourceIdentifier)
+
+
+def _served_certificate(url: str, user) -> bytes:
+    parts = urlsplit(url)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # omni does not check it either
+    context.load_cert_chain(str(user.cert), str(user.key))
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as raw, \
+            context.wrap_socket(raw) as tls:
+        return tls.getpeercert(binary_form=True)
 
 
 def _strings(value, path=""):
