@@ -101,6 +101,24 @@ def test_describe_by_sliver_urn_answers_for_that_sliver(running):
     assert nodes == [slivers[0]["geni_client_id"]]
 
 
+def test_status_and_describe_answer_the_slice_urn_as_the_caller_spelled_it(running):
+    """jFed names its test slices `S<millis>` and checks that Status and Describe (by slice and by sliver URN)
+    answer geni_urn equal to that string (validSuccesStatus, checkDescribeExistingSliver). URNs compare
+    case-insensitively but keep their case (Fed4FIRE Federation AM API, general.adoc): slicex finds the slice
+    whatever its spelling and answers in the caller's."""
+    alice = running.user("alice")
+    urn, creds = alice.slice_credential("S1764186000123")
+    slivers = ok(alice.am.Allocate(urn, creds, request_rspec([vm("a")]), {}))["geni_slivers"]
+    ok(alice.am.Provision([urn], creds, {}))
+    assert ok(alice.am.Status([urn], creds, {}))["geni_urn"] == urn
+    assert ok(alice.am.Describe([urn], creds, {"geni_rspec_version": RSPEC_V3}))["geni_urn"] == urn
+    by_sliver = ok(alice.am.Describe([slivers[0]["geni_sliver_urn"]], creds, {"geni_rspec_version": RSPEC_V3}))
+    assert by_sliver["geni_urn"] == urn
+    assert ok(alice.am.Status([slivers[0]["geni_sliver_urn"]], creds, {}))["geni_urn"] == urn
+    other = urn.replace("+slice+S", "+slice+s")  # the same slice under another spelling: found, named so
+    assert ok(alice.am.Status([other], creds, {}))["geni_urn"] == other
+
+
 def test_status_after_renew_reports_exactly_the_renewed_expiry(running):
     """testRenewSliver: read the expiry from Status, Renew the slice to it plus 5 minutes (written as jFed
     writes times), and Status then reports that time for every sliver; the Renew reply says the same."""
