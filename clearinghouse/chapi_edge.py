@@ -91,9 +91,10 @@ def home_directory(home: Home, ca_pem: bytes, authority: str, now: datetime) -> 
 class ChapiServer:
     """The CH, SA and MA on their own mutual-TLS port; `bind` gives it the authorities once its URLs are known."""
 
-    def __init__(self, host: str, port: int, cert_file: str, key_file: str, ca_file: str):
+    def __init__(self, host: str, port: int, cert_file: str, key_file: str, ca_file: str,
+                 public_host: str | None = None):
         self.server = TlsXmlRpcServer((host, port), server_context(cert_file, key_file, ca_file))
-        self.url = f"https://{host}:{self.server.port}"
+        self.url = f"https://{public_host or host}:{self.server.port}"  # what its lookups name (slicex.yaml public_hostname)
 
     def bind(self, authority: ChapiAuthority) -> ChapiServer:
         self.server.answer(Routes(endpoints(authority), self._missing, self._reject))
@@ -117,9 +118,10 @@ class ChapiServer:
 
 
 def serve(home: Home, sa: SliceAuthority, host: str, port: int, ca_file: str,
-          aggregates: dict[str, str]) -> ChapiServer:
-    """The CH API of a deployment: its slice authority's records, identity and members, its aggregates."""
-    server = ChapiServer(host, port, str(home.sa_cert), str(home.sa_key), ca_file)
+          aggregates: dict[str, str], public_host: str | None = None) -> ChapiServer:
+    """The CH API of a deployment: its slice authority's records, identity and members, its aggregates; it
+    listens on `host` and names its services under `public_host` when given."""
+    server = ChapiServer(host, port, str(home.sa_cert), str(home.sa_key), ca_file, public_host)
     ca_pem = home.ca_cert.read_bytes()
     return server.bind(ChapiAuthority(sa, lambda: home_directory(home, ca_pem, sa.authority, sa.clock.now()),
                                       server.urls(), aggregates))

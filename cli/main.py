@@ -38,6 +38,14 @@ def cmd_ca_init(args: argparse.Namespace) -> int:
 
     home = _home(args)
     overrides: dict[str, Any] = {"authority": args.authority} if args.authority else {}
+    if args.public_hostname:  # the advertised name; Fed4FIRE expects the AM's URN to carry it too
+        if home.config_file.exists():
+            if home.config().public_hostname != args.public_hostname.lower().rstrip("."):
+                print(f"{home.config_file} exists: set public_hostname there (`slicex up` then issues the AM "
+                      f"certificate again with that name)", file=sys.stderr)
+                return 2
+        overrides["public_hostname"] = args.public_hostname
+        overrides.setdefault("authority", args.public_hostname.lower().rstrip("."))
     if args.port_base is not None:  # two homes on one machine: each its own six ports
         if home.config_file.exists():
             print(f"{home.config_file} exists: set the ports there", file=sys.stderr)
@@ -68,9 +76,12 @@ def cmd_user_add(args: argparse.Namespace) -> int:
     return 0
 
 
-def _urls(home: Home) -> tuple[str, str]:
+def _urls(home: Home, advertised: bool = False) -> tuple[str, str]:
+    """(slice authority URL, AM URL): where the deployment listens, or (`advertised`) what clients are given,
+    under slicex.yaml `public_hostname` when set."""
     cfg = home.config()
-    return f"https://{cfg.host}:{cfg.sa_port}/", f"https://{cfg.host}:{cfg.am_port}/"
+    host = cfg.advertised_host() if advertised else cfg.host
+    return f"https://{host}:{cfg.sa_port}/", f"https://{host}:{cfg.am_port}/"
 
 
 def _write_omni_config(home: Home, user: str | None) -> Path | None:
@@ -80,7 +91,7 @@ def _write_omni_config(home: Home, user: str | None) -> Path | None:
     if not users:
         return None
     user = user or ("alice" if "alice" in users else users[0])
-    sa_url, am_url = _urls(home)
+    sa_url, am_url = _urls(home, advertised=True)
     return omniconfig.write(home, user, home.config().authority, sa_url, am_url)
 
 
@@ -96,7 +107,7 @@ def cmd_omni_config(args: argparse.Namespace) -> int:
         return 2
     if args.show:  # prints only: omni_config stays the one later omni runs use
         user = args.user or ("alice" if "alice" in users else users[0])
-        print(omniconfig.render(home, user, home.config().authority, *_urls(home)))
+        print(omniconfig.render(home, user, home.config().authority, *_urls(home, advertised=True)))
         return 0
     print(_write_omni_config(home, args.user))
     return 0
@@ -132,8 +143,8 @@ def _chapi_omni_config(home: Home, args: argparse.Namespace) -> int:
         return 2
     user = args.user or ("alice" if "alice" in users else users[0])
     cfg = home.config()
-    _sa, am_url = _urls(home)
-    chapi_url, path = f"https://{cfg.host}:{cfg.chapi_endpoint_port()}", home.root / "omni_config_chapi"
+    _sa, am_url = _urls(home, advertised=True)
+    chapi_url, path = f"https://{cfg.advertised_host()}:{cfg.chapi_endpoint_port()}", home.root / "omni_config_chapi"
     if args.show:  # prints only: no file written, no project created
         print(omniconfig.render_chapi(home, user, cfg.authority, chapi_url, am_url, args.project, path))
         return 0
@@ -898,6 +909,10 @@ def build_parser() -> argparse.ArgumentParser:
     init = ca_sub.add_parser("init", help="create the root CA and the aggregate's and slice authority's certificates")
     init.add_argument("--authority", help="GENI authority name (default slicex.local)")
     init.add_argument("--force", action="store_true", help="replace an existing CA")
+    init.add_argument("--public-hostname", metavar="NAME",
+                      help="the DNS name clients reach this deployment by (slicex.yaml public_hostname): in "
+                           "GetVersion's URLs and the AM certificate; also the authority, unless --authority "
+                           "is given, so the AM's URN is urn:publicid:IDN+NAME+authority+am as Fed4FIRE asks")
     init.add_argument("--port-base", type=int, metavar="N",
                       help="listen on N..N+5 (slice authority, AM, broker, authority, dashboard, AM API v2) "
                            "instead of 8000-8004 and 8006")

@@ -302,9 +302,10 @@ class EmbeddedDeployment:
         v2_port = self.cfg.am_v2_endpoint_port() if am_port is None else 0
         self._am_v2_server = None if v2_port is None else TlsXmlRpcServer(
             (host, int(v2_port)), server_context(str(home.am_cert), str(home.am_key), ca_file))
-        self.endpoints = Endpoints(f"https://{host}:{self._sa_server.port}/",
-                                   f"https://{host}:{self._am_server.port}/",
-                                   f"https://{host}:{self._am_v2_server.port}/" if self._am_v2_server else "")
+        self.endpoints = self._urls(host)  # where this process listens (and its own checks call)
+        # what it tells clients (GetVersion, ListAggregates, the CH API): `public_hostname` when set, so jFed and
+        # federation peers are never handed a loopback URL; the same ports
+        self.advertised = self._urls(self.cfg.advertised_host())
         # The slice manager's name locks the reservations it works on; the same name after a restart takes its
         # own unfinished work back at once (AM workers sharing a store differ by port or by `sm_name`).
         # in-process actors log each call under their own logger, as actor servers do (slicex.logs)
@@ -328,24 +329,25 @@ class EmbeddedDeployment:
         self._checks: dict[str, str] = {}  # the store guard's last verdict (health(), the reaper's tick)
         self._checked_at = 0.0
         self.metrics.watch_health(lambda: self._checks)
-        self.am = AggregateManager(AmIdentity(self.am_urn, self.endpoints.am_url, host, self.driver.description,
-                                              v2_url=self.endpoints.am_v2_url),
+        self.am = AggregateManager(AmIdentity(self.am_urn, self.advertised.am_url, self.cfg.advertised_host(),
+                                              self.driver.description, v2_url=self.advertised.am_v2_url),
                                    self.sm, self.verifier, self.clock, self._advertise, am_policy,
                                    metrics=self.metrics, dry_run=self.sm.dry_run)
         self.am.peers = self.peer_trust.gate(self.am_urn, held_slivers(self.sm.records), wanted_nodes(self.substrate))
         self.peer_trust.watch_tls(*(s.context for s in (self._am_server, self._am_v2_server) if s is not None))
         self.am.ledger = self.ledger  # usage records and service levels; the reaper ends expired usage
         self.am.slice_members = slice_members_in(self.store)  # who geni_users may name besides the caller
-        self.am_v2 = AggregateManagerV2(self.am, self.endpoints.am_v2_url)
+        self.am_v2 = AggregateManagerV2(self.am, self.advertised.am_v2_url)
         self.sa = SliceAuthority(self.authority, home.sa_cert.read_bytes(), home.sa_key.read_bytes(),
                                  home.ca_cert.read_bytes(), home.ca_key.read_bytes(), self.store, self.clock,
-                                 {self.am_urn: self.endpoints.am_url}, self.endpoints.sa_url,
+                                 {self.am_urn: self.advertised.am_url}, self.advertised.sa_url,
                                  SaPolicy(slice_lifetime=timedelta(days=self.cfg.sa.slice_lifetime_days),
                                           max_slice_lifetime=timedelta(days=self.cfg.sa.max_slice_lifetime_days)))
         # the Common Federation API (CH, SA, MA at /CH /SA /MA) for omni's `chapi` framework and geni-lib,
         # on its own port, over the same slice records (docs/federation.md)
         self.chapi = chapi_edge.serve(home, self.sa, host, self.cfg.chapi_endpoint_port() if sa_port is None else 0,
-                                      ca_file, {self.am_urn: self.endpoints.am_url})
+                                      ca_file, {self.am_urn: self.advertised.am_url},
+                                      public_host=self.cfg.public_hostname)
         # each surface through the one endpoint helper (slicex/endpoint.py), once its handler exists
         self._am_server.answer(self.am.endpoint())
         if self._am_v2_server is not None:
@@ -357,6 +359,10 @@ class EmbeddedDeployment:
 
     def authority_name(self) -> str:
         return aggregate_name(self.authority)
+
+    def _urls(self, host: str) -> Endpoints:
+        return Endpoints(f"https://{host}:{self._sa_server.port}/", f"https://{host}:{self._am_server.port}/",
+                         f"https://{host}:{self._am_v2_server.port}/" if self._am_v2_server else "")
 
     # ---- edges -------------------------------------------------------------------------------------------------
     def _advertise(self, available_only: bool, now: datetime, window: Any = None) -> str:
@@ -405,7 +411,7 @@ class EmbeddedDeployment:
         for p in self.publishers:
             p.tick(self.clock.now())
         if self.cfg.dashboard_port is not None:
-            dashboard = Dashboard(self.substrate, Aggregate(self.am_urn, self.endpoints.am_url, self.driver.description),
+            dashboard = Dashboard(self.substrate, Aggregate(self.am_urn, self.advertised.am_url, self.driver.description),
                                   self.store, self.clock.now, self.health, self.metrics, self.cfg.peers,
                                   self.am.policy.operators, self._operator_shutdown)
             tls = tls_context(str(self.home.am_cert), str(self.home.am_key), str(self.home.ca_cert)) \

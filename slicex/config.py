@@ -11,6 +11,7 @@ The file's format is unchanged: a home written before this model loads as it did
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
@@ -105,6 +106,9 @@ class SlicexConfig(Section):
 
     authority: str = Field("slicex.local", description="this deployment's URN authority (namespace)")
     host: str = Field("127.0.0.1", description="the address every server listens on")
+    public_hostname: str | None = Field(
+        None, description="the DNS name clients reach this deployment by: the URLs GetVersion, ListAggregates "
+        "and omni configs give, and the AM certificate's DNS name (default: `host`)")
     sa_port: int = Field(8000, ge=0, description="slice authority (0: any free port)")
     am_port: int = Field(8001, ge=0, description="AM API v3 (0: any free port)")
     am_v2_port: int | Literal["auto"] | None = Field(
@@ -148,6 +152,20 @@ class SlicexConfig(Section):
     def _unset_driver_is_emulated(cls, value: Any) -> Any:
         return "emulated" if value is None else value
 
+    @field_validator("public_hostname")
+    @classmethod
+    def _a_public_name(cls, value: str | None) -> str | None:
+        """A bare host name (no scheme, port or path), and not a loopback one: it is what federation testers
+        (jFed) and peers are told to connect to."""
+        if value is None:
+            return None
+        name = value.strip().rstrip(".").lower()
+        if not re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?)*", name):
+            raise ValueError("a DNS name such as am.testbed.example.org (no scheme, port or path)")
+        if name == "localhost" or name.endswith(".localhost") or name.startswith("127."):
+            raise ValueError("a name others can reach, not a loopback one (leave the key out to advertise `host`)")
+        return name
+
     @field_validator("am", "sa", "netns", "openstack", "trusted_root_namespaces", "peers", "operators",
                      "deployment_stores", mode="before")
     @classmethod
@@ -156,6 +174,10 @@ class SlicexConfig(Section):
         if value is not None:
             return value
         return [] if info.field_name in ("operators", "deployment_stores") else {}
+
+    def advertised_host(self) -> str:
+        """The host name the URLs this deployment hands out carry: `public_hostname`, else where it listens."""
+        return self.public_hostname or self.host
 
     def am_v2_endpoint_port(self) -> int | None:
         """The AM API v2 port: as set, None when off, else the AM's + 5 (0, any free port, when the AM's is 0)."""

@@ -76,7 +76,7 @@ def ensure_actor_identities(home: Home, authority: str) -> list[Path]:
     exist. Returns the files written."""
     if not home.ca_cert.exists():
         raise ServerError(f"no CA in {home.root}: run `slicex ca init` first")
-    if all(all(p.exists() for p in actor_files(home, role)) for role in ACTOR_ROLES):
+    if all(all(p.exists() for p in actor_files(home, role)) for role in ACTOR_ROLES) and not _am_lacks_name(home):
         return []
     with _pki_lock(home):
         return _issue_missing(home, authority, replace=False)
@@ -84,7 +84,8 @@ def ensure_actor_identities(home: Home, authority: str) -> list[Path]:
 
 def _issue_missing(home: Home, authority: str, replace: bool) -> list[Path]:
     written: list[Path] = []
-    todo = [r for r in ACTOR_ROLES if replace or not all(p.exists() for p in actor_files(home, r))]
+    todo = [r for r in ACTOR_ROLES if replace or not all(p.exists() for p in actor_files(home, r))
+            or (r == "am" and _am_lacks_name(home))]
     if not todo:
         return written
     if not home.ca_key.exists():
@@ -93,12 +94,35 @@ def _issue_missing(home: Home, authority: str, replace: bool) -> list[Path]:
     ca_pem, ca_key = home.ca_cert.read_bytes(), home.ca_key.read_bytes()
     for role in todo:
         cert_path, key_path = actor_files(home, role)
+        # the AM's TLS certificate also names the DNS name clients reach it by (slicex.yaml public_hostname), as
+        # Fed4FIRE asks of an aggregate; a certificate issued before the name was set is issued again, same key
+        dns = _am_dns_names(home) if role == "am" else ()
+        keep = key_path.read_bytes() if role == "am" and not replace and key_path.exists() and cert_path.exists() \
+            else None
         cert, key = pki.issue_certificate(ca_pem, ca_key, actor_urn(authority, role), f"{authority} {role}",
-                                          is_ca=(role == "sa"), days=3650)
+                                          is_ca=(role == "sa"), days=3650, key_pem=keep, dns_names=dns)
         pki.write_key(key_path, key)
         pki.write_cert(cert_path, cert)
         written += [cert_path, key_path]
     return written
+
+
+def _am_dns_names(home: Home) -> tuple[str, ...]:
+    name = home.config().public_hostname
+    return (name,) if name else ()
+
+
+def _am_lacks_name(home: Home) -> bool:
+    """Whether the AM's certificate exists but lacks the DNS name slicex.yaml's public_hostname gives."""
+    wanted = _am_dns_names(home)
+    if not wanted or not home.am_cert.exists():
+        return False
+    cert = pki.load_cert(home.am_cert.read_bytes())
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return True
+    return not set(wanted) <= {n.lower() for n in names.get_values_for_type(x509.DNSName)}
 
 
 def actor_public_key(home: Home, role: str, authority: str) -> Any:

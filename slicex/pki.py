@@ -76,10 +76,11 @@ def create_ca(authority: str, common_name: str, days: int = 3650) -> tuple[bytes
 
 def issue_certificate(ca_cert_pem: bytes, ca_key_pem: bytes, urn: str, common_name: str, email: str | None = None,
                       is_ca: bool = False, days: int = 365, key_pem: bytes | None = None,
-                      subject_uuid: str | None = None) -> tuple[bytes, bytes]:
+                      subject_uuid: str | None = None, dns_names: tuple[str, ...] = ()) -> tuple[bytes, bytes]:
     """A certificate for `urn` signed by the CA; returns (cert PEM, key PEM). `subject_uuid` is the
     `urn:uuid:` it carries beside the URN (a new one if not given): a slice keeps its UUID across the
-    certificates issued for it over its life."""
+    certificates issued for it over its life. `dns_names` go into subjectAltName too: the names a server
+    answers TLS under (the AM's public hostname)."""
     ca = x509.load_pem_x509_certificate(ca_cert_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, None)
     key = serialization.load_pem_private_key(key_pem, None) if key_pem else _key()
@@ -89,6 +90,7 @@ def issue_certificate(ca_cert_pem: bytes, ca_key_pem: bytes, urn: str, common_na
                                      x509.UniformResourceIdentifier(f"urn:uuid:{subject_uuid or uuid.uuid4()}")]
     if email:
         names.append(x509.RFC822Name(email))
+    names += [x509.DNSName(name) for name in dns_names]
     builder = (x509.CertificateBuilder()
                .subject_name(_name(common_name)).issuer_name(ca.subject)
                .public_key(key.public_key()).serial_number(x509.random_serial_number())
