@@ -1,11 +1,13 @@
 """Tickets, leases and delegations: signed promises of resources over a term (SHARP-style), and the signed
 grant of inventory they are made from.
 
-A broker signs each ticket with its RSA key, so an authority verifies it without calling the broker back; an
+A broker signs each ticket with its key, so an authority verifies it without calling the broker back; an
 authority signs each lease the same way, so a slice manager (or a peer) can check what it holds. The
-signature (RSA-PSS, SHA-256) covers a canonical JSON of every field: sorted keys, no spaces, times in
-RFC 3339, and optional fields left out while they have their default (so a ticket issued before a field
-existed still verifies).
+signature covers a canonical JSON of every field: sorted keys, no spaces, times in RFC 3339, and optional
+fields left out while they have their default (so a ticket issued before a field existed still verifies). Its
+algorithm is the key's: ECDSA P-256 with SHA-256 for the keys `slicex ca init` makes, RSA-PSS with SHA-256
+for the RSA keys of homes made before; the verifier takes it from the signer's certificate, never from the
+document.
 
 A ticket names concrete units (`units`, claim keys such as `core:<host>:3`, `vlan:<switch>:1042`): the
 broker's policy chose them, and the authority leases exactly those. `labels` are the label values chosen for it (e.g. `("vlan", 1042)`) that reservations depending on it use.
@@ -28,7 +30,7 @@ from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import padding
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from slicex.clock import parse_time, rfc3339
 from slicex.errors import CredentialInvalid
@@ -192,15 +194,31 @@ class SignedReclaim:
                              int(d.get("sequence", 0)), d.get("signature", ""))
 
 
+_ECDSA = ec.ECDSA(hashes.SHA256())
+
+
 def _sign(obj, key):
     if isinstance(key, bytes):
         key = load_signing_key(key)
-    return replace(obj, signature=base64.b64encode(key.sign(obj.payload(), _PSS, hashes.SHA256())).decode())
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        signature = key.sign(obj.payload(), _ECDSA)
+    elif isinstance(key, rsa.RSAPrivateKey):
+        signature = key.sign(obj.payload(), _PSS, hashes.SHA256())
+    else:
+        raise TypeError(f"cannot sign with a {type(key).__name__}: an RSA or elliptic-curve key is needed")
+    return replace(obj, signature=base64.b64encode(signature).decode())
 
 
 def _verify(obj, public_key, what: str) -> None:
+    """The algorithm is the public key's (from the signer's certificate), never chosen by the document."""
     try:
-        public_key.verify(base64.b64decode(obj.signature), obj.payload(), _PSS, hashes.SHA256())
+        signature = base64.b64decode(obj.signature)
+        if isinstance(public_key, ec.EllipticCurvePublicKey):
+            public_key.verify(signature, obj.payload(), _ECDSA)
+        elif isinstance(public_key, rsa.RSAPublicKey):
+            public_key.verify(signature, obj.payload(), _PSS, hashes.SHA256())
+        else:
+            raise CredentialInvalid(f"{what}: a {type(public_key).__name__} cannot verify it")
     except (InvalidSignature, ValueError):
         raise CredentialInvalid(what) from None
 
