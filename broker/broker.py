@@ -64,6 +64,10 @@ from slicex.ticket import (
 )
 
 DELEGATIONS = "delegations"
+OUT_OF_SERVICE = "broker-out-of-service"
+"""Per broker and authority: the pools and label sets of its delegation that are reclaimed or draining, a copy of
+the delegation record's two lists small enough to read at every placement (the record itself carries the whole
+substrate description and the signed documents: 150 KB for the default substrate, and more with every host)."""
 TICKETS = "broker-tickets"
 RELINQUISHED = "broker-relinquished"
 RELINQUISHED_KEPT = timedelta(hours=1)
@@ -213,6 +217,7 @@ class Broker:
         with self._lock:
             doc = self._delegation_doc(delegation.authority)
             if not self._in_order(doc, signed, "delegation", self._delegation_changes_nothing(doc, delegation)):
+                self._repair_out_of_service(delegation.authority, doc)
                 return  # a resend of what is already in force
             if signed is not None:  # what it was given, each document once; ones every name of which a later
                 # document granted again say nothing more and go
@@ -230,7 +235,7 @@ class Broker:
             doc["prefixes"] = sorted(set(doc.get("prefixes", [])) | new_names)
             doc["reclaimed"] = [p for p in doc.get("reclaimed", []) if p not in new_names]
             doc["draining"] = [p for p in doc.get("draining", []) if p not in new_names]
-            self.store.put(DELEGATIONS, f"{self.name}|{delegation.authority}", doc)
+            self._write_delegation(delegation.authority, doc, taking_out=False)
             claim(self.calendar, delegation)
             self.calendar.open_inventory = False
             if merged.substrate:
@@ -284,6 +289,7 @@ class Broker:
         with self._lock:
             doc = self._delegation_doc(authority)
             if not self._in_order(doc, order, "reclaim order", set(prefixes) <= _out_of_service(doc)):
+                self._repair_out_of_service(authority, doc)
                 reclaimed = set(doc.get("reclaimed", []))
                 return [p for p in prefixes if p in reclaimed], [p for p in prefixes if p not in reclaimed]
             self._forget_released(u for p in prefixes for u in self.calendar.units_of(p)
@@ -298,7 +304,7 @@ class Broker:
             doc["prefixes"] = [p for p in doc["prefixes"] if p not in free]
             doc["reclaimed"] = sorted(set(doc.get("reclaimed", [])) | set(free))
             doc["draining"] = sorted(set(doc.get("draining", [])) | set(busy))
-            self.store.put(DELEGATIONS, f"{self.name}|{authority}", doc)
+            self._write_delegation(authority, doc, taking_out=True)
             self._bump()
             return free, busy
 
@@ -322,8 +328,36 @@ class Broker:
     def _taken_out(self, authority: str) -> set[str]:
         """Pools and label sets reclaimed or draining, as the store has them: another broker process on the store
         (another AM worker's, or `slicex maintenance` over an embedded deployment's store) may have taken them
-        out after this one loaded its calendar."""
-        return _out_of_service(self.store.get(DELEGATIONS, f"{self.name}|{authority}") or {})
+        out after this one loaded its calendar. Read from the small copy (`OUT_OF_SERVICE`); a store written
+        before the copy existed has only the delegation record."""
+        key = f"{self.name}|{authority}"
+        doc = self.store.get(OUT_OF_SERVICE, key)
+        return _out_of_service(doc if doc is not None else self.store.get(DELEGATIONS, key) or {})
+
+    @staticmethod
+    def _out_of_service_doc(doc: Mapping[str, Any]) -> dict[str, Any]:
+        return {"broker": doc["broker"], "authority": doc["authority"], "reclaimed": list(doc.get("reclaimed", [])),
+                "draining": list(doc.get("draining", []))}
+
+    def _write_delegation(self, authority: str, doc: dict[str, Any], taking_out: bool) -> None:
+        """Write the delegation record and its out-of-service copy in the order that errs on the safe side if
+        the process dies between the two writes: names leave service in the copy first (`taking_out`, a
+        reclaim) and come back to it last (a delegation)."""
+        key = f"{self.name}|{authority}"
+        if taking_out:
+            self.store.put(OUT_OF_SERVICE, key, self._out_of_service_doc(doc))
+        self.store.put(DELEGATIONS, key, doc)
+        if not taking_out:
+            self.store.put(OUT_OF_SERVICE, key, self._out_of_service_doc(doc))
+
+    def _repair_out_of_service(self, authority: str, doc: dict[str, Any]) -> None:
+        """A message sent again after the process died between the two writes finds the record already
+        written and changes nothing: bring the copy in line with the record (it can only have been too
+        cautious: names out of service that came back)."""
+        key = f"{self.name}|{authority}"
+        copy = self.store.get(OUT_OF_SERVICE, key)  # none: placement reads the record itself
+        if copy is not None and copy != self._out_of_service_doc(doc):
+            self.store.put(OUT_OF_SERVICE, key, self._out_of_service_doc(doc))
 
     def reclaimed(self, authority: str) -> list[str]:
         doc = self.store.get(DELEGATIONS, f"{self.name}|{authority}") or {}
