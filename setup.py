@@ -58,6 +58,8 @@ setup(
         "netns": ["os-ken>=4.2"],
         # the OpenStack substrate driver (authority/substrate/openstack.py; docs/substrate-openstack.md)
         "openstack": ["openstacksdk>=3.0"],
+        # sampling profiles of a running `slicex up` (py-spy record --pid ...), as issue 24's CPU cuts were measured
+        "profile": ["py-spy>=0.3"],
     },
     entry_points={"console_scripts": ["slicex = cli.main:main"]},
 )

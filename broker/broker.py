@@ -66,11 +66,19 @@ from slicex.ticket import (
 )
 
 DELEGATIONS = "delegations"
+OUT_OF_SERVICE = "broker-out-of-service"
+"""Per broker and authority: the pools and label sets of its delegation that are reclaimed or draining, a copy of
+the delegation record's two lists small enough to read at every placement (the record itself carries the whole
+substrate description and the signed documents: 150 KB for the default substrate, and more with every host)."""
 TICKETS = "broker-tickets"
 RELINQUISHED = "broker-relinquished"
 RELINQUISHED_KEPT = timedelta(hours=1)
 """How long the broker remembers a relinquished ticket, so a request that arrives after its holder gave up
 (its answer timed out, and the holder relinquished) is refused instead of granting units nobody will use."""
+RELINQUISHED_SWEEP = RELINQUISHED_KEPT / 12
+"""How often the broker's clock looks for relinquished tickets remembered long enough (each is forgotten at most
+this much later). Every tick read every one, under the broker's lock: an hour of tickets at the lifecycle rate
+one process serves is over 100,000 documents a second."""
 EXPIRY_GRACE = timedelta(minutes=5)
 """How long after a ticket's end the broker keeps its units for a slice manager that has not relinquished."""
 VERSIONS = "broker-version"
@@ -134,6 +142,7 @@ class Broker:
         # bookings made under the lock whose signed tickets are written to the store after it (signing and
         # writing outside the lock keep the other callers' placements moving): `_load` keeps them
         self._unpublished: dict[str, tuple[frozenset[str], Term]] = {}
+        self._swept: datetime | None = None  # when `tick` last forgot relinquished tickets
         self.fault = lambda boundary: None  # fault injection (tests): called at internal boundaries
         self._load()
 
@@ -215,6 +224,7 @@ class Broker:
         with self._lock:
             doc = self._delegation_doc(delegation.authority)
             if not self._in_order(doc, signed, "delegation", self._delegation_changes_nothing(doc, delegation)):
+                self._repair_out_of_service(delegation.authority, doc)
                 return  # a resend of what is already in force
             if signed is not None:  # what it was given, each document once; ones every name of which a later
                 # document granted again say nothing more and go
@@ -232,7 +242,7 @@ class Broker:
             doc["prefixes"] = sorted(set(doc.get("prefixes", [])) | new_names)
             doc["reclaimed"] = [p for p in doc.get("reclaimed", []) if p not in new_names]
             doc["draining"] = [p for p in doc.get("draining", []) if p not in new_names]
-            self.store.put(DELEGATIONS, f"{self.name}|{delegation.authority}", doc)
+            self._write_delegation(delegation.authority, doc, taking_out=False)
             claim(self.calendar, delegation)
             self.calendar.open_inventory = False
             if merged.substrate:
@@ -286,6 +296,7 @@ class Broker:
         with self._lock:
             doc = self._delegation_doc(authority)
             if not self._in_order(doc, order, "reclaim order", set(prefixes) <= _out_of_service(doc)):
+                self._repair_out_of_service(authority, doc)
                 reclaimed = set(doc.get("reclaimed", []))
                 return [p for p in prefixes if p in reclaimed], [p for p in prefixes if p not in reclaimed]
             self._forget_released(u for p in prefixes for u in self.calendar.units_of(p)
@@ -300,7 +311,7 @@ class Broker:
             doc["prefixes"] = [p for p in doc["prefixes"] if p not in free]
             doc["reclaimed"] = sorted(set(doc.get("reclaimed", [])) | set(free))
             doc["draining"] = sorted(set(doc.get("draining", [])) | set(busy))
-            self.store.put(DELEGATIONS, f"{self.name}|{authority}", doc)
+            self._write_delegation(authority, doc, taking_out=True)
             self._bump()
             return free, busy
 
@@ -324,8 +335,36 @@ class Broker:
     def _taken_out(self, authority: str) -> set[str]:
         """Pools and label sets reclaimed or draining, as the store has them: another broker process on the store
         (another AM worker's, or `slicex maintenance` over an embedded deployment's store) may have taken them
-        out after this one loaded its calendar."""
-        return _out_of_service(self.store.get(DELEGATIONS, f"{self.name}|{authority}") or {})
+        out after this one loaded its calendar. Read from the small copy (`OUT_OF_SERVICE`); a store written
+        before the copy existed has only the delegation record."""
+        key = f"{self.name}|{authority}"
+        doc = self.store.get(OUT_OF_SERVICE, key)
+        return _out_of_service(doc if doc is not None else self.store.get(DELEGATIONS, key) or {})
+
+    @staticmethod
+    def _out_of_service_doc(doc: Mapping[str, Any]) -> dict[str, Any]:
+        return {"broker": doc["broker"], "authority": doc["authority"], "reclaimed": list(doc.get("reclaimed", [])),
+                "draining": list(doc.get("draining", []))}
+
+    def _write_delegation(self, authority: str, doc: dict[str, Any], taking_out: bool) -> None:
+        """Write the delegation record and its out-of-service copy in the order that errs on the safe side if
+        the process dies between the two writes: names leave service in the copy first (`taking_out`, a
+        reclaim) and come back to it last (a delegation)."""
+        key = f"{self.name}|{authority}"
+        if taking_out:
+            self.store.put(OUT_OF_SERVICE, key, self._out_of_service_doc(doc))
+        self.store.put(DELEGATIONS, key, doc)
+        if not taking_out:
+            self.store.put(OUT_OF_SERVICE, key, self._out_of_service_doc(doc))
+
+    def _repair_out_of_service(self, authority: str, doc: dict[str, Any]) -> None:
+        """A message sent again after the process died between the two writes finds the record already
+        written and changes nothing: bring the copy in line with the record (it can only have been too
+        cautious: names out of service that came back)."""
+        key = f"{self.name}|{authority}"
+        copy = self.store.get(OUT_OF_SERVICE, key)  # none: placement reads the record itself
+        if copy is not None and copy != self._out_of_service_doc(doc):
+            self.store.put(OUT_OF_SERVICE, key, self._out_of_service_doc(doc))
 
     def reclaimed(self, authority: str) -> list[str]:
         doc = self.store.get(DELEGATIONS, f"{self.name}|{authority}") or {}
@@ -752,12 +791,20 @@ class Broker:
             expired = [b.holder for b in self.calendar.bookings.values() if b.term.end + EXPIRY_GRACE <= now]
             for tid in expired:
                 self._drop(tid, ())
-            for doc in self.store.scan(RELINQUISHED):
-                if doc.get("broker") == self.name and parse_time(doc["until"]) <= now:
-                    self.store.delete(RELINQUISHED, doc["id"])
             if started or failed:
                 self._bump()
-            return {"started": started, "failed": failed, "expired": expired}
+        self._forget_relinquished(now)  # the store's only: no calendar under the lock meanwhile
+        return {"started": started, "failed": failed, "expired": expired}
+
+    def _forget_relinquished(self, now: datetime) -> None:
+        """Forget the relinquished tickets remembered long enough, once per RELINQUISHED_SWEEP (and at the
+        first tick, or when the clock went back)."""
+        if self._swept is not None and self._swept <= now < self._swept + RELINQUISHED_SWEEP:
+            return
+        self._swept = now
+        for doc in self.store.scan(RELINQUISHED):
+            if doc.get("broker") == self.name and parse_time(doc["until"]) <= now:
+                self.store.delete(RELINQUISHED, doc["id"])
 
 
 @dataclass(frozen=True)

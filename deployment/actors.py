@@ -47,10 +47,11 @@ class ActorKeys:
 
     @classmethod
     def generated(cls) -> ActorKeys:
-        """Fresh keys, for a deployment that lives in one test."""
-        from cryptography.hazmat.primitives.asymmetric import rsa
+        """Fresh keys of the kind a new home gets (devpki.ACTOR_KEY_KINDS), for a deployment that lives in one
+        test."""
+        from cryptography.hazmat.primitives.asymmetric import ec
 
-        return cls(*(rsa.generate_private_key(public_exponent=65537, key_size=2048) for _ in range(2)))
+        return cls(*(ec.generate_private_key(ec.SECP256R1()) for _ in range(2)))
 
     @classmethod
     def given(cls, broker: Any = None, authority: Any = None) -> ActorKeys:

@@ -130,7 +130,10 @@ class BitstreamCatalogue:
         return b
 
     def list(self, user: str) -> list[Bitstream]:
-        return sorted((Bitstream(**d) for d in self.store.scan(TABLE) if d["user"] == user), key=lambda b: b.name)
+        """The user's own, read by key prefix (every Allocate asks, for the parts of the user's bitstreams):
+        the other users' catalogues are not read."""
+        return sorted((Bitstream(**d) for d in self.store.scan(TABLE, f"{user}/") if d["user"] == user),
+                      key=lambda b: b.name)
 
     def delete(self, user: str, ref: str) -> bool:
         """Forget a bitstream of this user; the blob goes when no other user's catalogue names it."""

@@ -90,6 +90,7 @@ class Record:
     discard: bool = False  # forget it once its releases are delivered (a deleted or abandoned sliver)
     slice_uuid: str = ""  # the UUID of the slice it was allocated for (slicex/slice_identity.py)
     indexed: bool = field(default=False, compare=False)  # its slice's index names it (not stored: true once loaded)
+    removed: bool = field(default=False, compare=False)  # deleted from the store by this copy (not stored)
 
     def to_doc(self) -> dict[str, Any]:
         return {"id": self.id, "slice_urn": self.slice_urn, "owner_urn": self.owner_urn, "client_id": self.client_id,
@@ -135,9 +136,12 @@ class Records:
             if not rec.discard and rec.r.reason:  # ended by itself, not deleted by its owner: remember why
                 self.store.put(ENDED, rec.slice_urn, {"slice_urn": rec.slice_urn, "reason": rec.r.reason,
                                                       "end": rfc3339(rec.r.end) if rec.r.end else ""})
-            self.store.delete(RESERVATIONS, rec.id)
-            self.store.delete(SLIVERS_OF, _index_key(rec.slice_urn, rec.id))
+            if not rec.removed:  # saved again once gone (Delete saves after its messages, and at its end)
+                self.store.delete(RESERVATIONS, rec.id)
+                self.store.delete(SLIVERS_OF, _index_key(rec.slice_urn, rec.id))
+                rec.removed, rec.indexed = True, False
         else:
+            rec.removed = False
             if not rec.indexed:  # written before the record: a stored record is always found by its slice
                 self._index(rec.slice_urn, rec.id)
                 rec.indexed = True

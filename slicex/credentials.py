@@ -6,7 +6,9 @@ Layout (what omni and other GENI tools exchange):
   <signatures><Signature xml:id="Sig_ref…"> one per credential in the chain </Signature></signatures>
   </signed-credential>
 Each signature references its credential by xml:id and carries the signer's certificate chain in KeyInfo.
-We sign with rsa-sha256; we verify rsa-sha1 too, since delegated credentials in the wild use it."""
+We sign with rsa-sha256 (ecdsa-sha256 when the signer's key is elliptic-curve, as slicex's own actor keys are);
+we verify rsa-sha1 too, since delegated credentials in the wild use it. Whose signature makes a credential is
+decided by the signer's certificate (`ISSUER_NAME`), never by its algorithm."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from typing import Any
 
 import xmlsec
 from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
 from lxml import etree
 
 from slicex import pki
@@ -45,8 +48,9 @@ MAX_CHAIN = 8
 
 C14N = "http://www.w3.org/TR/2001/REC-xml-c14n-20010315"
 ENVELOPED = "http://www.w3.org/2000/09/xmldsig#enveloped-signature"
-ALLOWED_SIGNATURE_METHODS = {"http://www.w3.org/2000/09/xmldsig#rsa-sha1",
-                             "http://www.w3.org/2001/04/xmldsig-more#rsa-sha256"}
+RSA_SHA256 = "http://www.w3.org/2001/04/xmldsig-more#rsa-sha256"
+ECDSA_SHA256 = "http://www.w3.org/2001/04/xmldsig-more#ecdsa-sha256"
+ALLOWED_SIGNATURE_METHODS = {"http://www.w3.org/2000/09/xmldsig#rsa-sha1", RSA_SHA256, ECDSA_SHA256}
 
 METHOD_PRIVILEGES = {"Allocate": "createsliver", "Provision": "createsliver", "PerformOperationalAction": "createsliver",
                      "Delete": "deleteslice", "Status": "getsliceresources", "Describe": "getsliceresources",
@@ -114,7 +118,8 @@ def _signature_template(parent: etree._Element, ref: str, chain: list[x509.Certi
     sig.set(XML_ID, f"Sig_{ref}")
     si = etree.SubElement(sig, f"{{{DS}}}SignedInfo")
     etree.SubElement(si, f"{{{DS}}}CanonicalizationMethod", Algorithm=C14N)
-    etree.SubElement(si, f"{{{DS}}}SignatureMethod", Algorithm="http://www.w3.org/2001/04/xmldsig-more#rsa-sha256")
+    method = ECDSA_SHA256 if isinstance(chain[0].public_key(), ec.EllipticCurvePublicKey) else RSA_SHA256
+    etree.SubElement(si, f"{{{DS}}}SignatureMethod", Algorithm=method)
     reference = etree.SubElement(si, f"{{{DS}}}Reference", URI=f"#{ref}")
     transforms = etree.SubElement(reference, f"{{{DS}}}Transforms")
     etree.SubElement(transforms, f"{{{DS}}}Transform", Algorithm=ENVELOPED)
@@ -365,7 +370,7 @@ def _signature_reference(sig: etree._Element) -> str:
         raise CredentialInvalid("credential signature canonicalization is not (exclusive) XML C14N")
     method = info[0].find(f"{{{DS}}}SignatureMethod")
     if method is None or method.get("Algorithm") not in ALLOWED_SIGNATURE_METHODS:
-        raise CredentialInvalid("credential signature method is not rsa-sha1 or rsa-sha256")
+        raise CredentialInvalid("credential signature method is not rsa-sha1, rsa-sha256 or ecdsa-sha256")
     digest = refs[0].find(f"{{{DS}}}DigestMethod")
     if digest is None or digest.get("Algorithm") not in DIGEST_METHODS:
         raise CredentialInvalid("credential signature digest is not sha1 or sha256")

@@ -5,7 +5,12 @@ Each actor has its own key and URN, so a stolen or misused key speaks for one ac
   am         `...+authority+am`         the AM API's TLS identity, and the slice manager's as an actor client
   sa         `...+authority+sa`         the slice authority (signs credentials; a CA for its namespace)
   broker     `...+authority+broker`     signs tickets; TLS identity of the broker actor server
-  authority  `...+authority+authority`  signs leases; TLS identity of the authority actor server"""
+  authority  `...+authority+authority`  signs leases; TLS identity of the authority actor server
+
+The slice authority's key (and the CA's and users') is RSA: GENI tools check the credentials it signs and the
+certificates it issues. The AM's, the broker's and the authority's are ECDSA P-256 (`ACTOR_KEY_KINDS`): only
+slicex checks what they sign, and the AM signs once per TLS handshake. A home made before keeps its RSA keys;
+signatures are checked by the key type of the certificate (slicex/ticket.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ from slicex.errors import CredentialInvalid, CredentialSignerUntrusted, ServerEr
 from slicex.home import Home
 
 ACTOR_ROLES = ("am", "sa", "broker", "authority")
+ACTOR_KEY_KINDS = {"am": "ec", "sa": "rsa", "broker": "ec", "authority": "ec"}
 
 
 def actor_urn(authority: str, role: str) -> str:
@@ -100,7 +106,8 @@ def _issue_missing(home: Home, authority: str, replace: bool) -> list[Path]:
         keep = key_path.read_bytes() if role == "am" and not replace and key_path.exists() and cert_path.exists() \
             else None
         cert, key = pki.issue_certificate(ca_pem, ca_key, actor_urn(authority, role), f"{authority} {role}",
-                                          is_ca=(role == "sa"), days=3650, key_pem=keep, dns_names=dns)
+                                          is_ca=(role == "sa"), days=3650, key_pem=keep, dns_names=dns,
+                                          key_kind=ACTOR_KEY_KINDS[role])
         pki.write_key(key_path, key)
         pki.write_cert(cert_path, cert)
         written += [cert_path, key_path]

@@ -17,7 +17,7 @@ from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from cryptography.x509.verification import (
     Criticality,
@@ -40,11 +40,22 @@ __all__ = ["create_ca", "issue_certificate", "write_key", "write_cert", "cert_ur
            "urn_authority", "serialization"]
 
 
-def _key() -> rsa.RSAPrivateKey:
+KEY_KINDS = ("rsa", "ec")
+"""`rsa`: RSA-2048, what GENI tools expect of users, slice authorities and CAs (xmlsec signs credentials
+rsa-sha256). `ec`: ECDSA P-256, for identities only slicex itself checks (the AM's TLS certificate, the broker's
+and the authority's signatures): a P-256 signature costs a tenth of an RSA-2048 one, and a TLS server signs
+once per handshake."""
+
+
+def _key(kind: str = "rsa") -> rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey:
+    if kind == "ec":
+        return ec.generate_private_key(ec.SECP256R1())
+    if kind != "rsa":
+        raise ValueError(f"unknown key kind {kind!r}: one of {', '.join(KEY_KINDS)}")
     return rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
 
-def _pem_key(key: rsa.RSAPrivateKey) -> bytes:
+def _pem_key(key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
                              serialization.NoEncryption())
 
@@ -76,14 +87,16 @@ def create_ca(authority: str, common_name: str, days: int = 3650) -> tuple[bytes
 
 def issue_certificate(ca_cert_pem: bytes, ca_key_pem: bytes, urn: str, common_name: str, email: str | None = None,
                       is_ca: bool = False, days: int = 365, key_pem: bytes | None = None,
-                      subject_uuid: str | None = None, dns_names: tuple[str, ...] = ()) -> tuple[bytes, bytes]:
+                      subject_uuid: str | None = None, dns_names: tuple[str, ...] = (),
+                      key_kind: str = "rsa") -> tuple[bytes, bytes]:
     """A certificate for `urn` signed by the CA; returns (cert PEM, key PEM). `subject_uuid` is the
     `urn:uuid:` it carries beside the URN (a new one if not given): a slice keeps its UUID across the
     certificates issued for it over its life. `dns_names` go into subjectAltName too: the names a server
-    answers TLS under (the AM's public hostname)."""
+    answers TLS under (the AM's public hostname). `key_kind` is the new key's (KEY_KINDS) when `key_pem` is
+    not given."""
     ca = x509.load_pem_x509_certificate(ca_cert_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, None)
-    key = serialization.load_pem_private_key(key_pem, None) if key_pem else _key()
+    key = serialization.load_pem_private_key(key_pem, None) if key_pem else _key(key_kind)
     now = datetime.now(UTC) - BACKDATE
     not_after = min(now + timedelta(days=days), ca.not_valid_after_utc)
     names: list[x509.GeneralName] = [x509.UniformResourceIdentifier(urn),

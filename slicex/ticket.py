@@ -1,11 +1,13 @@
 """Tickets, leases and delegations: signed promises of resources over a term (SHARP-style), and the signed
 grant of inventory they are made from.
 
-A broker signs each ticket with its RSA key, so an authority verifies it without calling the broker back; an
+A broker signs each ticket with its key, so an authority verifies it without calling the broker back; an
 authority signs each lease the same way, so a slice manager (or a peer) can check what it holds. The
-signature (RSA-PSS, SHA-256) covers a canonical JSON of every field: sorted keys, no spaces, times in
-RFC 3339, and optional fields left out while they have their default (so a ticket issued before a field
-existed still verifies).
+signature covers a canonical JSON of every field: sorted keys, no spaces, times in RFC 3339, and optional
+fields left out while they have their default (so a ticket issued before a field existed still verifies). Its
+algorithm is the key's: ECDSA P-256 with SHA-256 for the keys `slicex ca init` makes, RSA-PSS with SHA-256
+for the RSA keys of homes made before; the verifier takes it from the signer's certificate, never from the
+document.
 
 A ticket names concrete units (`units`, claim keys such as `core:<host>:3`, `vlan:<switch>:1042`): the
 broker's policy chose them, and the authority leases exactly those. `labels` are the label values chosen for it (e.g. `("vlan", 1042)`) that reservations depending on it use.
@@ -28,7 +30,7 @@ from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import padding
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from slicex.clock import parse_time, rfc3339
 from slicex.errors import CredentialInvalid
@@ -38,10 +40,16 @@ _PSS = padding.PSS(padding.MGF1(hashes.SHA256()), padding.PSS.MAX_LENGTH)
 Labels = tuple[tuple[str, int], ...]
 
 
+_FIELDS: dict[type, tuple[Any, ...]] = {}
+
+
 def _canonical(obj: Any) -> dict[str, Any]:
     """Every field as JSON-able data, optional ones only when set; the signature itself excluded."""
     out: dict[str, Any] = {}
-    for f in fields(obj):
+    declared = _FIELDS.get(type(obj))
+    if declared is None:
+        declared = _FIELDS[type(obj)] = fields(obj)
+    for f in declared:
         if f.name == "signature":
             continue
         v = getattr(obj, f.name)
@@ -90,7 +98,9 @@ class Ticket:
         return json.dumps(_canonical(self), sort_keys=True, separators=(",", ":")).encode()
 
     def to_doc(self) -> dict[str, Any]:
-        return {**json.loads(self.payload()), "signature": self.signature}
+        """What the payload holds, as data, and the signature; built directly rather than by decoding the
+        payload (a slice manager's record holds a ticket and a lease and is saved several times per call)."""
+        return {**_canonical(self), "signature": self.signature}
 
     @staticmethod
     def from_doc(d: dict[str, Any]) -> Ticket:
@@ -123,7 +133,7 @@ class Lease:
         return json.dumps(_canonical(self), sort_keys=True, separators=(",", ":")).encode()
 
     def to_doc(self) -> dict[str, Any]:
-        return {**json.loads(self.payload()), "signature": self.signature}
+        return {**_canonical(self), "signature": self.signature}  # as Ticket.to_doc
 
     @staticmethod
     def from_doc(d: dict[str, Any]) -> Lease:
@@ -192,15 +202,31 @@ class SignedReclaim:
                              int(d.get("sequence", 0)), d.get("signature", ""))
 
 
+_ECDSA = ec.ECDSA(hashes.SHA256())
+
+
 def _sign(obj, key):
     if isinstance(key, bytes):
         key = load_signing_key(key)
-    return replace(obj, signature=base64.b64encode(key.sign(obj.payload(), _PSS, hashes.SHA256())).decode())
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        signature = key.sign(obj.payload(), _ECDSA)
+    elif isinstance(key, rsa.RSAPrivateKey):
+        signature = key.sign(obj.payload(), _PSS, hashes.SHA256())
+    else:
+        raise TypeError(f"cannot sign with a {type(key).__name__}: an RSA or elliptic-curve key is needed")
+    return replace(obj, signature=base64.b64encode(signature).decode())
 
 
 def _verify(obj, public_key, what: str) -> None:
+    """The algorithm is the public key's (from the signer's certificate), never chosen by the document."""
     try:
-        public_key.verify(base64.b64decode(obj.signature), obj.payload(), _PSS, hashes.SHA256())
+        signature = base64.b64decode(obj.signature)
+        if isinstance(public_key, ec.EllipticCurvePublicKey):
+            public_key.verify(signature, obj.payload(), _ECDSA)
+        elif isinstance(public_key, rsa.RSAPublicKey):
+            public_key.verify(signature, obj.payload(), _PSS, hashes.SHA256())
+        else:
+            raise CredentialInvalid(f"{what}: a {type(public_key).__name__} cannot verify it")
     except (InvalidSignature, ValueError):
         raise CredentialInvalid(what) from None
 

@@ -61,6 +61,8 @@ OWNERSHIP: tuple[Holding, ...] = (
     # ---- broker
     Holding("delegations", Actor.BROKER, "per broker and authority: delegated pools and label sets with the "
             "substrate description, reclaimed, draining, and the signed delegation documents accepted"),
+    Holding("broker-out-of-service", Actor.BROKER, "per broker and authority: a copy of the delegation record's "
+            "reclaimed and draining lists, read at every placement"),
     Holding("broker-tickets", Actor.BROKER, "tickets with their placement (rebuilt into the calendar at start)"),
     Holding("broker-relinquished", Actor.BROKER, "tickets and groups given back in the last hour: a late "
             "request for them is refused"),

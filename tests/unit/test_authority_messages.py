@@ -17,7 +17,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from authority.actor import NUMBERED, Authority
-from broker.broker import DELEGATIONS, Broker
+from broker.broker import DELEGATIONS, OUT_OF_SERVICE, Broker
 from protocol.messages import Demands, demands_of
 from resources import export_substrate
 from rspec.request import parse_request
@@ -293,3 +293,58 @@ def test_a_host_another_broker_process_is_draining_takes_no_new_promises():
     with pytest.raises(InsufficientNodes):
         ams.place("bob", one_vm("b", host=HOST), term, T0, group="bob")
     assert list(ams.place("bob", one_vm("b"), term, T0, group="bob").tickets) == ["b"]  # elsewhere
+
+
+# ---- what a placement reads: the small out-of-service copy, not the delegation record ------------------------
+class _Counting:
+    """A store that counts reads per table (and forwards everything)."""
+
+    def __init__(self, store):
+        self._store, self.reads = store, {}
+
+    def get(self, table, key):
+        self.reads[table] = self.reads.get(table, 0) + 1
+        return self._store.get(table, key)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def test_a_placement_does_not_read_the_delegation_record_with_its_whole_substrate():
+    """The record carries the substrate description and the signed documents (150 KB for the default
+    substrate, growing with every host); a placement needs only what is reclaimed or draining."""
+    b, wire, a = delegated_over_a_wire()
+    a.reclaim(wire, a.inventory.on(HOST), T0)
+    counting = _Counting(b.store)
+    b.store = counting
+    with pytest.raises(InsufficientNodes):  # the host under maintenance is still out, as the store says
+        b.place("sm", one_vm(host=HOST), Term(T0, T0 + timedelta(hours=1)), T0)
+    assert list(b.place("sm", one_vm("n2"), Term(T0, T0 + timedelta(hours=1)), T0).tickets) == ["n2"]
+    assert DELEGATIONS not in counting.reads and counting.reads[OUT_OF_SERVICE] == 2
+
+
+def test_a_store_written_before_the_out_of_service_copy_existed_is_read_from_the_record():
+    b, wire, a = delegated_over_a_wire()
+    other = broker(b.store)  # another process on the store: its calendar still holds the host
+    a.reclaim(wire, a.inventory.on(HOST), T0)
+    b.store.delete(OUT_OF_SERVICE, f"broker|{AUTH}")  # what an older version wrote: the record alone
+    with pytest.raises(InsufficientNodes):
+        other.place("sm", one_vm(host=HOST), Term(T0, T0 + timedelta(hours=1)), T0)
+
+
+def test_a_process_dying_between_the_two_writes_leaves_names_out_of_service_never_in_until_repaired():
+    """A delegation writes the record, then the copy; a reclaim the copy, then the record. Dying between the two
+    leaves the copy more cautious than the record, and the authority's resend (which changes nothing in the
+    record) brings the copy back in line."""
+    b, wire, a = delegated_over_a_wire()
+    pools = a.inventory.on(HOST)
+    a.reclaim(wire, pools, T0)
+    stale = b.store.get(OUT_OF_SERVICE, f"broker|{AUTH}")
+    a.delegate(wire, pools)  # maintenance ends ...
+    b.store.put(OUT_OF_SERVICE, f"broker|{AUTH}", stale)  # ... but the copy was not written: the process died
+    other = broker(b.store)
+    with pytest.raises(InsufficientNodes):  # cautious meanwhile: the host stays out
+        other.place("sm", one_vm(host=HOST), Term(T0, T0 + timedelta(hours=1)), T0)
+    b.accept(wire.sent[-1])  # the authority sends its delegation again (no answer reached it)
+    assert list(broker(b.store).place("sm", one_vm(host=HOST), Term(T0, T0 + timedelta(hours=1)),
+                                      T0).tickets) == ["n1"]

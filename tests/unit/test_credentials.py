@@ -305,3 +305,19 @@ def test_a_remembered_answer_is_given_only_to_the_same_call_within_its_validity(
     with pytest.raises(CredentialSignerUntrusted):
         verifier.verify(sfa(xml), pki.load_cert(alice), SLICE, "listresources", NOW)
     assert len(checks) == 7
+
+
+def test_a_credential_an_elliptic_curve_key_signs_is_ecdsa_sha256_verified_and_refused_once_altered(home):
+    """A signer with a P-256 key (slicex's own actor keys are; so may a federation's slice authority be) signs
+    ecdsa-sha256, which is checked as fully as rsa-sha256: any change to what it covers is refused."""
+    a, (alice, _), _ = home
+    sa, sa_key = pki.issue_certificate(a.ca, a.ca_key, f"urn:publicid:IDN+{AUTH}+authority+sa", "sa", is_ca=True,
+                                       key_kind="ec")
+    target = pki.issue_certificate(a.ca, a.ca_key, SLICE, "slice")[0]
+    xml = create_credential(owner_cert=alice, target_cert=target, privileges={"info": False},
+                            expires=NOW + timedelta(days=1), signer_cert_chain=[sa, a.ca], signer_key_pem=sa_key)
+    assert "xmldsig-more#ecdsa-sha256" in xml and "rsa-sha256" not in xml
+    assert a.verifier().verify(sfa(xml), pki.load_cert(alice), SLICE, "getsliceresources", NOW)
+    with pytest.raises(CredentialInvalid, match="altered"):
+        a.verifier().verify(sfa(xml.replace("<name>info</name>", "<name>*</name>")), pki.load_cert(alice), SLICE,
+                            "createsliver", NOW)

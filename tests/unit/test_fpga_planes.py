@@ -196,6 +196,25 @@ def test_bitstream_catalogue(tmp_path):
     assert BEE2.device == "2vp70ff1704"
 
 
+def test_a_users_bitstreams_are_listed_without_reading_the_other_users_catalogues(tmp_path):
+    """Every Allocate lists its owner's bitstreams: it read every user's catalogue."""
+    store = SqliteStore(":memory:")
+    cat = BitstreamCatalogue(store, tmp_path)
+    for user in ("alice", "bob", "alice2"):
+        cat.upload(user, f"{user}.bit", build_bitfile(user, "xc2vp50ff1152", user.encode() * 100))
+    read = []
+    real_scan = cat.store.scan
+
+    def scan(table, prefix=""):
+        docs = real_scan(table, prefix)
+        read.extend(d["user"] for d in docs)
+        return docs
+
+    cat.store.scan = scan
+    assert [b.name for b in cat.list("alice")] == ["alice.bit"]
+    assert read == ["alice"]
+
+
 def test_emulated_backend_checks_parts_times_concurrent_programming_and_reads_tables_back(tmp_path):
     bee = boards_from_config([{"name": "b1", "model": "BEE2"}])[0].fpgas
     good = tmp_path / "good.bit"

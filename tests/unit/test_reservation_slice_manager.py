@@ -17,7 +17,7 @@ from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slice_manager import reservation as rs
 from slice_manager.actor import ActorSliceManager
-from slice_manager.records import RESERVATIONS, SLIVERS_OF
+from slice_manager.records import ENDED, RESERVATIONS, SLIVERS_OF
 from slicex.clock import ManualClock
 from slicex.errors import GeniError, SearchFailed, Unavailable, VlanUnavailable
 from slicex.store.sqlite_store import SqliteStore
@@ -258,3 +258,20 @@ def test_a_slice_is_read_through_its_index_and_older_stores_are_indexed_at_start
     store.delete(RESERVATIONS, mine[0].urn)  # a crash between the record's delete and its index entry's
     assert again.records(SLICE) == [] and [rec.id for rec in again.records(other)] == [theirs[0].urn]
 
+
+
+def test_allocate_and_delete_write_nothing_they_need_not(world):
+    """Each write is a transaction of its own: Delete removed a sliver's record and index entry twice (after its
+    messages, and at its end), and Allocate and Delete deleted the slice's "why it ended" note that is there only
+    when its slivers ended by themselves."""
+    store, clock, asm = world
+    writes = []
+    real_delete, real_put = store.delete, store.put
+    store.delete = lambda table, key: writes.append(("delete", table)) or real_delete(table, key)
+    store.put = lambda table, key, doc: writes.append(("put", table)) or real_put(table, key, doc)
+    now = clock.now()
+    slivers = asm.allocate(SLICE, "o", parse_request(request_rspec([vm("a")])), now + 10 * MIN, now)
+    asm.delete([s.urn for s in slivers], now)
+    assert writes.count(("delete", RESERVATIONS)) == 1 and writes.count(("delete", SLIVERS_OF)) == 1
+    assert ("delete", ENDED) not in writes
+    everything_released(store, asm)
