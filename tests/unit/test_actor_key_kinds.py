@@ -11,7 +11,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from authority.substrate.emulated import EmulatedDriver
-from deployment.actors import embedded_slice_manager, home_keys_and_names, lease_key_of
+from deployment.actors import embedded_slice_manager, home_keys_and_names
 from protocol import slice_manager as sm
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
@@ -101,7 +101,7 @@ def test_a_home_made_with_rsa_actor_keys_keeps_signing_and_verifying_tickets_lea
     clock = ManualClock(T0)
     asm = embedded_slice_manager(SqliteStore(str(tmp_path / "s.db")), sub, EmulatedDriver(sub), keys=keys,
                                  authority_name=name, clock=clock)  # the delegation is signed and verified
-    assert isinstance(lease_key_of(home, "kind.test"), rsa.RSAPublicKey)
+    assert isinstance(actor_public_key(home, "authority", "kind.test"), rsa.RSAPublicKey)
     slivers = asm.allocate("urn:publicid:IDN+kind.test+slice+s1", "o", parse_request(request_rspec([vm("a")])),
                            T0 + H, T0)  # a ticket signed by the broker's RSA key
     provisioned = asm.provision([s.urn for s in slivers], T0 + 2 * H, [], T0)  # verified, redeemed, leased
