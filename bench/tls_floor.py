@@ -126,6 +126,8 @@ http {{
 class Floor:
     """A floor server in processes of its own, shaped as bench/am_api.py's Deployment for its run_cell."""
 
+    shared_workers, store, am_workers = 0, None, 1  # as a one-process deployment on no store
+
     def __init__(self, name: str, proc: subprocess.Popen, url: str, cert: str, key: str):
         self.name, self.procs, self.am_urls, self.sa_url = name, [proc], [url], ""
         self.cert, self.key = cert, key
@@ -277,7 +279,7 @@ def main() -> int:
     report(ratios, ["round", "concurrency", "slicex_calls_per_s", "pct_of_python_noop", "pct_of_nginx"],
            title="slicex's rate as a % of each floor's (ratio of the measured rates above)", json_lines=False)
     model = ceiling_rows(rows)
-    report(model, ["deployment", "concurrency", "operation", "rate", "rate_unit"],
+    report(model, ["deployment", "round", "concurrency", "operation", "rate", "rate_unit"],
            title="Model, not measured: cores / (server + client CPU per call)", json_lines=False)
     emit(rows + ratios + [{**m, "bench": "tls_floor", "model": True} for m in model])
     return 0
