@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-openstack system-deps venv redis node-image lint bench clean
+.PHONY: demo test test-openstack system-deps bench-deps venv redis node-image lint bench clean
 
 $(STAMP): setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,10 @@ venv: $(STAMP)
 # Debian packages the tests use; installed by the project, never by hand.
 system-deps:
 	@./scripts/system-deps.sh
+
+# What the benchmarks need besides: nginx, the C floor of bench/tls_floor.py (its service is not started).
+bench-deps:
+	@./scripts/system-deps.sh --bench
 
 # Start a Redis server on 127.0.0.1:6379 unless one already answers.
 redis: system-deps

@@ -10,21 +10,33 @@ and with one kept-alive connection per client.
 Setup is outside the timed window: the CA, the user's certificate and key, the deployment, each client's
 slice and slice credential and its TLS context exist before the clock starts. Each client is a process of
 its own (multiprocessing) by default, so the load generator's GIL neither limits the clients nor shares the
-server's; the deployment is another process again (`slicex up`), or two (`--deployments redis-2workers`: two
-AM workers on one Redis store, clients split between them). The clients and the deployment share this
-machine's CPUs, so on a small machine the figures include the clients' own cost.
+server's; the deployment is another process again (`slicex up`), or more:
+  embedded        one `slicex up` (AM, slice authority, broker and authority in one process, SQLite)
+  redis-2workers  two `slicex up` from copies of one home on one Redis store, each with its own port, broker
+                  and authority in process; the clients split between them
+  redis-workers   `slicex up --distributed --workers 1` and `--workers 2` side by side (each on a Redis
+                  database of its own), measured cell by cell in turn: the broker and the authority are
+                  processes of their own, and the AM workers serve ONE port (SO_REUSEPORT) all clients call
+The clients and the deployment share this machine's CPUs, so on a small machine the figures include the
+clients' own cost.
 
 Each lifecycle/GetVersion row also reports the CPU time spent per cycle (per call) during the timed window:
 by the deployment's processes (each `slicex up` and its children, from /proc) and by the clients (each client's
-own thread CPU time). Their sum over the machine's cores gives the rate a CPU-bound run could reach at most;
-that row is computed, not measured, and is labelled "model".
+own thread CPU time), and for a lifecycle the same per call (over the calls the window finished). For
+redis-workers the deployment's share is also split by process: the AM workers, the broker actor, the
+authority actor, and the Redis server (its own counters, INFO cpu: the whole server, so whatever else uses it
+then is included). Two ceilings are computed, not measured, and labelled "model": the machine's cores over
+the CPU per cycle of server and clients together, and (redis-workers) the rate at which the busiest process
+would use a whole core if every process had one (an AM worker, the broker, the authority and Redis each run
+their Python, or Redis's event loop, on about one core at a time; the AM workers share their cycles).
 
 A cell runs at least --seconds and until it has --min-cycles samples (so p99 of a cycle is supported) or
 --max-seconds pass; a percentile the samples cannot support prints as "n/a (n=…)".
 
-Run: .venv/bin/python bench/am_api.py [--deployments embedded,redis-2workers] [--connections new,keepalive]
-     [--concurrency 1,4,16] [--seconds S] [--min-cycles N] [--clients processes|threads]
-Redis (redis-2workers): SLICEX_REDIS_URL, default redis://127.0.0.1:6379/7."""
+Run: .venv/bin/python bench/am_api.py [--deployments embedded,redis-2workers,redis-workers]
+     [--connections new,keepalive] [--operations GetVersion,lifecycle] [--concurrency 1,4,16] [--rounds R]
+     [--seconds S] [--min-cycles N] [--clients processes|threads]
+Redis: SLICEX_REDIS_URL, default redis://127.0.0.1:6379/7 (redis-workers also uses the next database)."""
 
 from __future__ import annotations
 
@@ -69,10 +81,14 @@ def _slicex(home: Path, *args: str) -> None:
 
 
 class Deployment:
-    """`slicex up` on a temporary SLICEX_HOME with free ports; `workers` AM processes share one store."""
+    """`slicex up` on a temporary SLICEX_HOME with free ports; `workers` homes (AM processes with ports of
+    their own) share one store; `shared_workers` > 0: `up --distributed --workers N`, N AM workers on one
+    port."""
 
-    def __init__(self, root: Path, name: str, store: str | None = None, workers: int = 1):
+    def __init__(self, root: Path, name: str, store: str | None = None, workers: int = 1, shared_workers: int = 0):
         self.root, self.name, self.store, self.workers = root, name, store, workers
+        self.shared_workers = shared_workers
+        self.up_args = ["--distributed", "--workers", str(shared_workers)] if shared_workers else []
         self.procs: list[subprocess.Popen] = []
         self.homes: list[Path] = []
         self.am_urls: list[str] = []
@@ -94,13 +110,19 @@ class Deployment:
             self._up(other)
         return self
 
+    @property
+    def am_workers(self) -> int:
+        """How many AM worker processes serve the clients."""
+        return self.shared_workers or len(self.am_urls)
+
     def _up(self, home: Path) -> None:
         text = yaml.safe_load((home / "slicex.yaml").read_text())
-        text.update({"sa_port": _free_port(), "am_port": _free_port()})
+        text.update({key: _free_port() for key in ("sa_port", "am_port", "am_v2_port", "chapi_port", "broker_port",
+                                                   "authority_port")})
         (home / "slicex.yaml").write_text(yaml.safe_dump(text))
         (home / "logs").mkdir(exist_ok=True)
         log = open(home / "logs" / "bench-up.log", "ab")  # noqa: SIM115 - open while the process runs
-        proc = subprocess.Popen([sys.executable, "-m", "cli", "--home", str(home), "up"],
+        proc = subprocess.Popen([sys.executable, "-m", "cli", "--home", str(home), "up", *self.up_args],
                                 stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self.procs.append(proc)
@@ -261,6 +283,7 @@ def run_cell(dep: Deployment, operation: str, concurrency: int, new_connection: 
     unit = "lifecycle" if operation == "lifecycle" else "GetVersion"
     need = args.min_cycles if operation == "lifecycle" else args.min_calls
     server_cpu0 = _tree_cpu_seconds([p.pid for p in dep.procs])
+    roles0 = _cpu_by_role([p.pid for p in dep.procs], dep.store) if dep.shared_workers else {}
     t0 = time.monotonic()
     go.set()
     samples: list[tuple[str, float, float, str]] = []
@@ -278,6 +301,7 @@ def run_cell(dep: Deployment, operation: str, concurrency: int, new_connection: 
         client_cpu += batch[1]
         collected += 1
     server_cpu = _tree_cpu_seconds([p.pid for p in dep.procs]) - server_cpu0
+    roles = _cpu_by_role([p.pid for p in dep.procs], dep.store) if dep.shared_workers else {}
     for w in workers:
         w.join(timeout=30)
     done = [s for s in samples if s[0] == unit]
@@ -286,13 +310,18 @@ def run_cell(dep: Deployment, operation: str, concurrency: int, new_connection: 
     errors = [s[3] for s in done if s[3]]
     if errors:
         print(f"{dep.name} {operation} x{concurrency}: {len(errors)} failed, e.g. {errors[0]}", file=sys.stderr)
-    common = {"bench": "am_api", "deployment": dep.name, "am_workers": len(dep.am_urls),
+    common = {"bench": "am_api", "deployment": dep.name, "am_workers": dep.am_workers,
               "connection": "new per call" if new_connection else "keep-alive", "concurrency": concurrency,
               "clients": f"{concurrency} client {args.clients}" if concurrency > 1 else
               f"1 client {dict(processes='process', threads='thread')[args.clients]}"}
+    calls = sum(1 for s in samples if s[0] in LIFECYCLE)
+    by_role = {f"{role}_cpu_ms": 1000 * (roles[role] - roles0[role]) / len(done)
+               for role in roles if role in roles0} if done else {}
     rows = [{**common, "operation": "lifecycle (1 node)" if unit == "lifecycle" else "GetVersion",
              **summarise(ok, wall, rate_unit="cycles/s" if unit == "lifecycle" else "calls/s"), "errors": len(errors),
-             "wall_s": round(wall, 2), **_cpu_columns(server_cpu, client_cpu, len(done))}]
+             "wall_s": round(wall, 2), **_cpu_columns(server_cpu, client_cpu, len(done)), **by_role,
+             **({"server_cpu_ms_per_call": 1000 * server_cpu / calls, "client_cpu_ms_per_call": 1000 * client_cpu / calls}
+                if unit == "lifecycle" and calls else {})}]
     if unit == "lifecycle":
         for method in LIFECYCLE:
             lat = [s[2] for s in samples if s[0] == method and not s[3]]
@@ -311,8 +340,14 @@ def _cpu_columns(server_cpu: float, client_cpu: float, units: int) -> dict[str, 
 
 def _tree_cpu_seconds(pids: list[int]) -> float:
     """User + system CPU seconds of these processes and all their descendants now alive (Linux /proc)."""
+    stats = _proc_stats()
+    return sum(stats[pid][1] for pid in _descendants(pids, stats) if pid in stats)
+
+
+def _proc_stats() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, user + system CPU seconds) of every process now alive."""
     tick = os.sysconf("SC_CLK_TCK")
-    stats: dict[int, tuple[int, float]] = {}  # pid -> (parent, cpu seconds)
+    stats: dict[int, tuple[int, float]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -322,7 +357,12 @@ def _tree_cpu_seconds(pids: list[int]) -> float:
             continue
         fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "
         stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
-    wanted, total = set(pids), 0.0
+    return stats
+
+
+def _descendants(pids: list[int], stats: dict[int, tuple[int, float]]) -> set[int]:
+    """`pids` and every process descending from them."""
+    wanted = set(pids)
     changed = True
     while changed:  # close over children
         changed = False
@@ -330,29 +370,58 @@ def _tree_cpu_seconds(pids: list[int]) -> float:
             if parent in wanted and pid not in wanted:
                 wanted.add(pid)
                 changed = True
-    for pid in wanted:
-        if pid in stats:
-            total += stats[pid][1]
-    return total
+    return wanted
+
+
+def _cpu_by_role(pids: list[int], store: str | None) -> dict[str, float]:
+    """CPU seconds so far of a distributed deployment's processes by role, from their command lines: "am" (`up`
+    itself and its `slicex am-worker`s), "broker", "authority" (`slicex actor ...`); and "redis", the Redis
+    server's own user + system CPU (INFO cpu), when `store` is one."""
+    stats = _proc_stats()
+    out = {"am": 0.0, "broker": 0.0, "authority": 0.0}
+    for pid in _descendants(pids, stats):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [a.decode(errors="replace") for a in argv]
+        role = next((r for r in ("broker", "authority") if "actor" in words and r in words), "am")
+        out[role] += stats.get(pid, (0, 0.0))[1]
+    if store and store.startswith("redis"):
+        import redis
+
+        info = redis.Redis.from_url(store).info("cpu")
+        out["redis"] = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    return out
 
 
 def ceiling_rows(rows: list[dict]) -> list[dict]:
     """Model: the most cycles (calls) per second this machine's cores could give at each row's measured CPU cost
-    per unit, if nothing but CPU limited it."""
+    per unit, if nothing but CPU limited it; and, where the row splits the server's CPU by process, the rate
+    at which the busiest process would need a whole core (each with a core of its own, the clients elsewhere)."""
     cores = os.cpu_count() or 1
     out = []
     for r in rows:
         if r.get("server_cpu_ms") is None or r.get("client_cpu_ms") is None or r["operation"].startswith("  "):
             continue
         per_unit = (r["server_cpu_ms"] + r["client_cpu_ms"]) / 1000
-        out.append({**{k: r[k] for k in ("deployment", "connection", "concurrency")},
-                    "operation": f"{r['operation']} CPU-bound ceiling on {cores} cores (model)",
+        keep = {k: r[k] for k in ("deployment", "connection", "concurrency", "am_workers") if k in r}
+        if "round" in r:
+            keep["round"] = r["round"]
+        out.append({**keep, "operation": f"{r['operation']} CPU-bound ceiling on {cores} cores (model)",
                     "rate": cores / per_unit if per_unit > 0 else None, "rate_unit": r.get("rate_unit")})
+        per_process = {role: r[f"{role}_cpu_ms"] / (r.get("am_workers", 1) if role == "am" else 1)
+                       for role in ("am", "broker", "authority", "redis") if r.get(f"{role}_cpu_ms")}
+        if per_process:
+            busiest = max(per_process, key=lambda role: per_process[role])
+            out.append({**keep, "operation": f"{r['operation']} one core per process: {busiest} first "
+                                             f"(model)", "rate": 1000 / per_process[busiest],
+                        "rate_unit": r.get("rate_unit")})
     return out
 
 
 # ---- main -----------------------------------------------------------------------------------------------------
-DEPLOYMENTS = ("embedded", "redis-2workers")
+DEPLOYMENTS = ("embedded", "redis-2workers", "redis-workers")
 CONNECTIONS = ("new", "keepalive")
 OPERATIONS = ("GetVersion", "lifecycle")
 
@@ -360,7 +429,8 @@ OPERATIONS = ("GetVersion", "lifecycle")
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--deployments", default="embedded",
-                   help="embedded (one `slicex up`, SQLite) and/or redis-2workers (two `slicex up` on one Redis)")
+                   help="embedded (one `slicex up`, SQLite), redis-2workers (two `slicex up` on one Redis), "
+                        "redis-workers (`up --distributed` with 1 and with 2 AM workers on one port, in turn)")
     p.add_argument("--connections", default="new,keepalive", help="new (a TLS connection per call), keepalive")
     p.add_argument("--concurrency", default="1,4,16", help="comma-separated client counts")
     p.add_argument("--operations", default="GetVersion,lifecycle")
@@ -369,6 +439,7 @@ def main() -> int:
     p.add_argument("--min-cycles", type=int, default=100, help="lifecycle samples wanted per cell (default 100)")
     p.add_argument("--min-calls", type=int, default=300, help="GetVersion samples wanted per cell (default 300)")
     p.add_argument("--clients", choices=["processes", "threads"], default="processes")
+    p.add_argument("--rounds", type=int, default=1, help="how many times each deployment's cells run (default 1)")
     args = p.parse_args()
     for flag, given, known in (("--deployments", args.deployments, DEPLOYMENTS),
                                ("--connections", args.connections, CONNECTIONS),
@@ -381,35 +452,61 @@ def main() -> int:
     print(f"machine: {machine()}; clients are {args.clients}; the deployment runs in its own process(es)\n")
     with tempfile.TemporaryDirectory(prefix="slicex-bench-") as tmp:
         for name in args.deployments.split(","):
+            # the deployments of one name run side by side, their cells in turn
             if name == "embedded":
-                dep = Deployment(Path(tmp), name)
+                group = [Deployment(Path(tmp), name)]
+            elif name == "redis-2workers":
+                group = [Deployment(Path(tmp), name, store=redis_url, workers=2)]
             else:
-                _flush(redis_url)
-                dep = Deployment(Path(tmp), name, store=redis_url, workers=2)
-            dep.start()
+                group = [Deployment(Path(tmp), f"{name}-{n}", store=_database(redis_url, n - 1), shared_workers=n)
+                         for n in (1, 2)]
             try:
+                for dep in group:
+                    if dep.store:
+                        _flush(dep.store)
+                    dep.start()
                 n = 0
-                for conn in args.connections.split(","):
-                    for op in args.operations.split(","):
-                        for c in (int(x) for x in args.concurrency.split(",")):
-                            n += 1
-                            cell_rows = run_cell(dep, op, c, conn == "new", args, f"b{n}")
-                            rows += cell_rows
-                            head = cell_rows[0]
-                            print(f"  {name} {conn} {op} x{c}: {head['samples']} in {head['wall_s']} s",
-                                  file=sys.stderr, flush=True)
+                for rnd in range(1, args.rounds + 1):
+                    for conn in args.connections.split(","):
+                        for op in args.operations.split(","):
+                            for c in (int(x) for x in args.concurrency.split(",")):
+                                for dep in group:
+                                    n += 1
+                                    cell_rows = run_cell(dep, op, c, conn == "new", args, f"b{n}")
+                                    rows += [{**r, "round": rnd} for r in cell_rows]
+                                    head = cell_rows[0]
+                                    print(f"  {dep.name} {conn} {op} x{c}: {head['samples']} in {head['wall_s']} s",
+                                          file=sys.stderr, flush=True)
             finally:
-                dep.stop()
-                if dep.store:
-                    _flush(redis_url)
-    report(rows, ["deployment", "connection", "operation", "concurrency", "rate", "rate_unit", "samples", "p50_ms",
-                  "p99_ms", "mean_ms", "server_cpu_ms", "client_cpu_ms", "errors"], title="AM API over mutual TLS "
-           "(measured; *_cpu_ms: CPU milliseconds per cycle or call)", json_lines=False)
+                for dep in group:
+                    dep.stop()
+                    if dep.store:
+                        _flush(dep.store)
+    split = any("am_cpu_ms" in r for r in rows)
+    report(rows, ["deployment", "am_workers", "connection", "operation", "concurrency", "round", "rate", "rate_unit",
+                  "samples", "p50_ms", "p99_ms", "mean_ms", "server_cpu_ms", "client_cpu_ms",
+                  "server_cpu_ms_per_call", "client_cpu_ms_per_call", "errors"], title="AM API over mutual TLS "
+           "(measured; *_cpu_ms: CPU milliseconds per cycle (lifecycle) or call (GetVersion); *_per_call: per "
+           "call of a lifecycle)", json_lines=False)
+    if split:
+        report([r for r in rows if "am_cpu_ms" in r],
+               ["deployment", "am_workers", "operation", "concurrency", "round", "server_cpu_ms", "am_cpu_ms",
+                "broker_cpu_ms", "authority_cpu_ms", "redis_cpu_ms"],
+               title="Server CPU ms per cycle (call) by process (measured; redis: the whole Redis server's)",
+               json_lines=False)
     model = ceiling_rows(rows)
-    report(model, ["deployment", "connection", "operation", "concurrency", "rate", "rate_unit"],
-           title="Model, not measured: cores / (server + client CPU per unit)", json_lines=False)
+    report(model, ["deployment", "am_workers", "connection", "operation", "concurrency", "round", "rate",
+                   "rate_unit"], title="Model, not measured: cores / (server + client CPU per unit); one core per "
+                                       "process: 1000 / the busiest process's CPU ms per unit (AM workers' "
+                                       "shared)", json_lines=False)
     emit(rows + [{**m, "model": True} for m in model])
     return 0
+
+
+def _database(url: str, offset: int) -> str:
+    """The Redis URL `offset` databases after `url`'s."""
+    server, _, db = url.rpartition("/")
+    return f"{server}/{int(db or 0) + offset}"
 
 
 def _flush(url: str) -> None:

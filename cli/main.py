@@ -189,8 +189,20 @@ DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 
 
 def _pid_path(home: Home, role: str) -> Path:
-    """run/slicex.pid for the deployment's own process (AM + slice authority), run/<role>.pid for an actor."""
+    """run/slicex.pid for the deployment's own process (AM + slice authority), run/<role>.pid for an actor or
+    an AM worker (am-worker-1, ...)."""
     return home.pid_file if role == "slicex" else home.pid_file.with_name(f"{role}.pid")
+
+
+def _worker_role(index: int) -> str:
+    """The role (pid file, log file) of AM worker `index` >= 1 of `up --distributed --workers N`."""
+    return f"am-worker-{index}"
+
+
+def _worker_roles(home: Home) -> list[str]:
+    """The AM workers this home's pid files name (left by any `up`, whatever its --workers), by index."""
+    found = [p.stem for p in home.pid_file.parent.glob("am-worker-*.pid")] if home.pid_file.parent.is_dir() else []
+    return sorted(found, key=lambda role: int(role.rsplit("-", 1)[1]) if role.rsplit("-", 1)[1].isdigit() else 0)
 
 
 def _record_config(home: Home, key: str, value: Any) -> None:
@@ -269,10 +281,11 @@ def _prepare(home: Home, distributed: bool, init_store: bool = False) -> None:
     when it cannot start."""
     url = _configure_store(home, distributed)
     _bind_deployment_store(home, url, init_store)
-    for role in ACTORS:
+    for role in (*ACTORS, *_worker_roles(home)):
         leftover = procs.running(_pid_path(home, role))
         if leftover is not None:
-            print(f"stopping the {role} actor left running (pid {leftover.pid}); this deployment starts its own",
+            what = f"the {role} actor" if role in ACTORS else role.replace("am-worker-", "AM worker ")
+            print(f"stopping {what} left running (pid {leftover.pid}); this deployment starts its own",
                   flush=True)
             procs.stop(leftover)
         _pid_path(home, role).unlink(missing_ok=True)
@@ -316,11 +329,33 @@ def _exit_cause(home: Home) -> str:
     return lines[-1] if lines else "its log is empty"
 
 
+def _workers_refused(home: Home, workers: int, distributed: bool) -> str | None:
+    """Why `up --workers N` cannot run here, or None."""
+    if workers < 1:
+        return f"--workers {workers}: at least one AM worker serves"
+    if workers == 1:
+        return None
+    if not distributed:
+        return (f"--workers {workers} needs --distributed: AM workers side by side share one broker, one "
+                f"authority and one store, which only the distributed deployment has (its actors are processes "
+                f"of their own, its state in Redis); the embedded deployment's broker and authority live inside "
+                f"its one process, and a second process would be a second broker over the same inventory")
+    cfg = home.config()
+    if not cfg.am_port or cfg.am_v2_endpoint_port() == 0:
+        return (f"--workers {workers}: the AM workers share the AM API ports, so am_port (and am_v2_port) in "
+                f"{home.config_file} must name a port, not 0 (any free port)")
+    return None
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     home = _home(args)
     home.config()  # a wrong slicex.yaml is refused (ConfigError naming the key) before anything starts
     if not home.ca_cert.exists():
         print(f"no CA in {home.root}: run `slicex ca init` and `slicex user add NAME` first", file=sys.stderr)
+        return 2
+    refused = _workers_refused(home, args.workers, args.distributed)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
         return 2
     fault = _home_fault(home)
     if fault is None:
@@ -350,7 +385,7 @@ def _up(home: Home, args: argparse.Namespace) -> int:
         return 2
     if not args.detach:
         return _run_foreground(home, print_config=args.print_config, distributed=args.distributed,
-                               init_store=args.init_store)
+                               init_store=args.init_store, workers=args.workers)
     try:
         _prepare(home, args.distributed, args.init_store)
     except GeniError as exc:
@@ -359,7 +394,8 @@ def _up(home: Home, args: argparse.Namespace) -> int:
     home.log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(home.log_file, "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "cli", "--home", str(home.root), "up"]
-                                + (["--distributed"] if args.distributed else []),
+                                + (["--distributed"] if args.distributed else [])
+                                + (["--workers", str(args.workers)] if args.workers > 1 else []),
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -391,21 +427,24 @@ def _ensure_node_image(home: Home) -> None:
 
 
 class _Supervisor:
-    """The actor processes a deployment owns: started as its children (they die with it, even by kill -9),
-    restarted when they die, stopped with it."""
+    """The actor processes and extra AM workers a deployment owns: started as its children (they die with it,
+    even by kill -9), restarted when they die, stopped with it."""
 
     def __init__(self, home: Home):
         self.home = home
         self.procs: dict[str, subprocess.Popen] = {}
+        self._commands: dict[str, list[str]] = {}  # role -> `slicex` arguments that start it
         self._retry_at: dict[str, float] = {}
 
-    def start(self, role: str, timeout: float = 30) -> subprocess.Popen:
-        """Start one actor and wait until it serves (it writes its pid file once it listens)."""
+    def start(self, role: str, command: list[str] | None = None, timeout: float = 30) -> subprocess.Popen:
+        """Start one actor (`command`: by default `actor <role>`) and wait until it serves (it writes its pid
+        file once it listens)."""
         home = self.home
+        command = self._commands.setdefault(role, command or ["actor", role])
         log_path = home.log_file.with_name(f"{role}.log")
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "cli", "--home", str(home.root), "actor", role],
+            proc = subprocess.Popen([sys.executable, "-m", "cli", "--home", str(home.root), *command],
                                     stdout=log, stderr=subprocess.STDOUT,
                                     env={**os.environ, "SLICEX_SUPERVISOR_PID": str(os.getpid())})
         self.procs[role] = proc
@@ -461,8 +500,8 @@ def _serve_until_stopped(every: Callable[[], None] | None = None) -> None:
 
 
 def _run_foreground(home: Home, print_config: bool = False, distributed: bool = False,
-                    init_store: bool = False) -> int:
-    from deployment.service import EmbeddedDeployment
+                    init_store: bool = False, workers: int = 1) -> int:
+    from deployment.service import AmWorker, EmbeddedDeployment
     from slicex import logs, runtime
 
     logs.configure(home.config())  # log_format: text | json (slicex.logs)
@@ -480,11 +519,19 @@ def _run_foreground(home: Home, print_config: bool = False, distributed: bool = 
             for role in ACTORS:
                 supervisor.start(role)
                 urls[f"{role}_url"] = f"https://{cfg.host}:{cfg.broker_port if role == 'broker' else cfg.authority_port}/"
-        deployment = EmbeddedDeployment(home, **urls)
+        deployment = EmbeddedDeployment(home, **urls, worker=AmWorker(0, workers))
         endpoints = deployment.start()
     except (GeniError, OSError) as exc:
         supervisor.stop()
         print(f"error: slicex cannot start: {getattr(exc, 'message', exc)}", file=sys.stderr, flush=True)
+        return 1
+    try:  # the other AM workers, on the ports this one bound (SO_REUSEPORT), once it serves
+        for index in range(1, workers):
+            supervisor.start(_worker_role(index), ["am-worker", str(index), "--of", str(workers)], timeout=60)
+    except GeniError as exc:
+        deployment.stop()
+        supervisor.stop()
+        print(f"error: slicex cannot start: {exc.message}", file=sys.stderr, flush=True)
         return 1
     # slicex.yaml `scs:`: the path service runs with the deployment
     from stitching import service as scs_service
@@ -497,7 +544,7 @@ def _run_foreground(home: Home, print_config: bool = False, distributed: bool = 
         supervisor.stop()
         print(f"error: slicex cannot start the path service: {exc}", file=sys.stderr, flush=True)
         return 1
-    procs.write(home.pid_file, procs.this_process({"role": "slicex", "distributed": distributed,
+    procs.write(home.pid_file, procs.this_process({"role": "slicex", "distributed": distributed, "workers": workers,
                                                    "am_url": endpoints.am_url, "sa_url": endpoints.sa_url,
                                                    "dashboard_url": deployment.dashboard_url,
                                                    **deployment.actor_urls,
@@ -512,7 +559,11 @@ def _run_foreground(home: Home, print_config: bool = False, distributed: bool = 
         print(f"path service:    {scs.describe()}", flush=True)
     print(f"store:           {redact(str(cfg.store))}", flush=True)
     for role, proc in supervisor.procs.items():
-        print(f"{role} actor:{' ' * (6 - len(role) + 3)}{urls[f'{role}_url']} (pid {proc.pid})", flush=True)
+        if role in ACTORS:
+            print(f"{role} actor:{' ' * (6 - len(role) + 3)}{urls[f'{role}_url']} (pid {proc.pid})", flush=True)
+    if workers > 1:
+        pids = ", ".join(str(p.pid) for r, p in supervisor.procs.items() if r not in ACTORS)
+        print(f"AM workers:      {workers} on {endpoints.am_url} (pids {os.getpid()}, {pids})", flush=True)
     if path:
         print(f"omni config:     {path}", flush=True)
         if print_config:
@@ -566,11 +617,65 @@ def cmd_actor(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_am_worker(args: argparse.Namespace) -> int:
+    """Run AM worker `index` of `up --distributed --workers N` (which starts and supervises it) until stopped:
+    the AM API on the deployment's AM ports beside the others (SO_REUSEPORT), calling its broker and authority,
+    on its store."""
+    from deployment.service import AmWorker, EmbeddedDeployment, bind_store
+    from slicex import logs, runtime
+    from slicex.store import open_store
+
+    home = _home(args)
+    logs.configure(home.config())
+    if not 1 <= args.index < args.of:
+        print(f"error: AM worker {args.index} of {args.of}: the index runs from 1 to {args.of - 1} (0 is "
+              f"`slicex up` itself)", file=sys.stderr)
+        return 2
+    supervisor = os.environ.get("SLICEX_SUPERVISOR_PID")
+    if not supervisor:  # its ports, actors and store are its `up`'s; alone it would serve beside nothing
+        print("error: an AM worker runs under `slicex up --distributed --workers N`, which starts it",
+              file=sys.stderr)
+        return 2
+    if not procs.die_with_parent(int(supervisor)):
+        print(f"AM worker {args.index}'s `slicex up` (pid {supervisor}) is gone; not starting", file=sys.stderr)
+        return 1
+    try:
+        runtime.tune_process(home.config())
+    except GeniError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    path = _pid_path(home, _worker_role(args.index))
+    running = procs.running(path)
+    if running is not None:
+        print(f"AM worker {args.index} is already running (pid {running.pid})", file=sys.stderr)
+        return 1
+    cfg = home.config()
+    store = open_store(str(cfg.store))
+    try:
+        bind_store(store, cfg.deployment_id or "", home, create=False)
+        deployment = EmbeddedDeployment(home, store=store, worker=AmWorker(args.index, args.of),
+                                        broker_url=f"https://{cfg.host}:{cfg.broker_port}/",
+                                        authority_url=f"https://{cfg.host}:{cfg.authority_port}/")
+        endpoints = deployment.start()
+    except (GeniError, OSError) as exc:
+        print(f"error: AM worker {args.index} will not start: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 2
+    procs.write(path, procs.this_process({"role": "am-worker", "index": args.index, "am_url": endpoints.am_url,
+                                          "sm_name": deployment.sm.name}))
+    print(f"AM worker {args.index} of {args.of} at {endpoints.am_url} (slice manager {deployment.sm.name})",
+          flush=True)
+    _serve_until_stopped()
+    deployment.stop()
+    procs.remove_if_mine(path)
+    return 0
+
+
 def cmd_down(args: argparse.Namespace) -> int:
-    """Stop the deployment and every actor it (or an earlier, killed `up`) started; clear the pid files."""
+    """Stop the deployment and every actor and AM worker it (or an earlier, killed `up`) started; clear the
+    pid files."""
     home = _home(args)
     stopped = []
-    for role in ("slicex", *ACTORS):  # the deployment first: it stops its own actors
+    for role in ("slicex", *_worker_roles(home), *ACTORS):  # the deployment first: it stops its own children
         record = procs.running(_pid_path(home, role))
         if record is not None:
             killed = procs.stop(record, grace=20 if role == "slicex" else 10)
@@ -694,6 +799,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         good = good and scs_ok
         print(f"path svc:   {record.info['scs_url']} ({'answering' if scs_ok else 'not answering'})")
     distributed = bool(last and last.info.get("distributed"))
+    workers = int(last.info.get("workers", 1)) if last else 1
+    roles = list(dict.fromkeys([*(_worker_role(i) for i in range(1, workers)), *_worker_roles(home)]))
+    for role in roles:  # the AM workers beside `up`'s own process, on the same AM port
+        worker = procs.running(_pid_path(home, role))
+        label = role.replace("am-worker-", "AM worker ")
+        if worker is None:
+            if record is not None and role in (_worker_role(i) for i in range(1, workers)):
+                good = False
+                print(f"{label}: not running")
+            continue
+        print(f"{label}: running, pid {worker.pid}, {worker.info.get('am_url')} "
+              f"(slice manager {worker.info.get('sm_name')})")
     for role in ACTORS:
         actor = procs.running(_pid_path(home, role))
         if actor is None:
@@ -960,6 +1077,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run the broker and the authority as processes of their own (actor calls over mutual "
                          "TLS), restarted if they die, with all state in the Redis that `store` in slicex.yaml "
                          "names (default redis://127.0.0.1:6379/0, recorded there)")
+    up.add_argument("--workers", type=int, default=1, metavar="N",
+                    help="with --distributed: N AM worker processes serving the same AM API port (the kernel's "
+                         "SO_REUSEPORT spreads new connections over them), each calling the one broker and "
+                         "authority on the one Redis store; `up` itself is the first and alone serves the slice "
+                         "authority, CH API and dashboard; a worker that dies is restarted (default 1; the "
+                         "embedded deployment refuses more)")
     up.add_argument("--substrate", choices=["emulated", "netns", "openstack"],
                     help="netns: real slivers on this host (each node an unprivileged LXC container in its own "
                          "network namespace, booted from `slicex image` images, the first `up` building the "
@@ -977,6 +1100,12 @@ def build_parser() -> argparse.ArgumentParser:
                                          "--distributed` starts and supervises them)")
     actor.add_argument("role", choices=["broker", "authority"])
     actor.set_defaults(func=cmd_actor)
+
+    amw = sub.add_parser("am-worker", help="one more AM worker of a running `up --distributed --workers N` "
+                                           "(which starts and supervises them)")
+    amw.add_argument("index", type=int, help="1 .. N-1 (`up` itself is worker 0)")
+    amw.add_argument("--of", type=int, required=True, metavar="N", help="how many AM workers share the port")
+    amw.set_defaults(func=cmd_am_worker)
 
     st = sub.add_parser("status", help="each process (running? answering? serving?) and the store; exit 3 if "
                                        "anything is wrong")

@@ -226,6 +226,24 @@ def bind_store(store: Store, deployment_id: str, home: Home, create: bool) -> bo
     return False
 
 
+@dataclass(frozen=True)
+class AmWorker:
+    """Which of `count` AM worker processes this one is (`slicex up --distributed --workers N`). They listen on
+    the same AM API ports (v3 and v2) with SO_REUSEPORT, the kernel spreading new connections over them, and
+    share the Redis store, the broker and the authority. Index 0 is `slicex up`'s own process: it alone also
+    serves the slice authority, the CH API and the dashboard."""
+
+    index: int = 0
+    count: int = 1
+
+    def sm_name(self, base: str) -> str:
+        """The slice manager's name in this worker: the deployment's for the first, `<base>-w<index>` for the
+        others. Each must differ (a slice manager releases the reservation locks its name holds when it
+        starts, so a shared name would let one worker drop another's) and stay the same across a restart
+        (so a restarted worker takes its own unfinished work back at once)."""
+        return base if self.index == 0 else f"{base}-w{self.index}"
+
+
 @dataclass
 class Endpoints:
     sa_url: str
@@ -239,8 +257,13 @@ class EmbeddedDeployment:
     def __init__(self, home: Home, clock: Clock | None = None, sa_port: int | None = None,
                  am_port: int | None = None, failures: FailurePlan | None = None, store: Store | None = None,
                  substrate: Substrate | None = None, broker_url: str | None = None,
-                 authority_url: str | None = None):
+                 authority_url: str | None = None, worker: AmWorker | None = None):
+        """`worker`: one of several AM workers on one port (distributed only); the first, alone, by default."""
         self.home = home
+        self.worker = worker or AmWorker()
+        first = self.worker.index == 0
+        if self.worker.count > 1 and not broker_url:
+            raise ValueError("several AM workers share a broker and an authority: the distributed deployment's")
         self.cfg = home.config()
         self.clock = clock or SystemClock()
         self.authority = self.cfg.authority
@@ -294,14 +317,18 @@ class EmbeddedDeployment:
                              max_lease=timedelta(days=self.cfg.am.max_lease_days),
                              operators=frozenset(self.cfg.operators))
         ca_file = str(self.peer_trust.extend_bundle(roots_bundle(home)))
+        # the slice authority (and the CH API below) in the first AM worker only
         self._sa_server = TlsXmlRpcServer((host, self.cfg.sa_port if sa_port is None else sa_port),
-                                          server_context(str(home.sa_cert), str(home.sa_key), ca_file))
+                                          server_context(str(home.sa_cert), str(home.sa_key), ca_file)) \
+            if first else None
+        shared = self.worker.count > 1  # every worker binds the AM API ports with SO_REUSEPORT
         self._am_server = TlsXmlRpcServer((host, self.cfg.am_port if am_port is None else am_port),
-                                          server_context(str(home.am_cert), str(home.am_key), ca_file))
+                                          server_context(str(home.am_cert), str(home.am_key), ca_file),
+                                          reuse_port=shared)
         # AM API v2 (am/api_v2.py) on a port of its own: omni's stitcher needs a "2" URL that really speaks v2
         v2_port = self.cfg.am_v2_endpoint_port() if am_port is None else 0
         self._am_v2_server = None if v2_port is None else TlsXmlRpcServer(
-            (host, int(v2_port)), server_context(str(home.am_cert), str(home.am_key), ca_file))
+            (host, int(v2_port)), server_context(str(home.am_cert), str(home.am_key), ca_file), reuse_port=shared)
         self.endpoints = self._urls(host)  # where this process listens (and its own checks call)
         # what it tells clients (GetVersion, ListAggregates, the CH API): `public_hostname` when set, so jFed and
         # federation peers are never handed a loopback URL; the same ports
@@ -312,7 +339,8 @@ class EmbeddedDeployment:
         traced = (self.broker, self.authority_actor) if broker_url else \
             (Traced("broker", self.broker), Traced("authority", self.authority_actor))
         self.sm = ActorSliceManager(self.store, self.substrate, *traced,
-                                    name=self.cfg.sm_name or f"sm-{socket.gethostname()}-{self._am_server.port}",
+                                    name=self.worker.sm_name(self.cfg.sm_name or
+                                                             f"sm-{socket.gethostname()}-{self._am_server.port}"),
                                     image_policy=self.cfg.image_policy, bitstreams=self.bitstreams,
                                     run_actor_clocks=not broker_url,
                                     tick=timedelta(seconds=self.cfg.tick_seconds),
@@ -338,21 +366,23 @@ class EmbeddedDeployment:
         self.am.ledger = self.ledger  # usage records and service levels; the reaper ends expired usage
         self.am.slice_members = slice_members_in(self.store)  # who geni_users may name besides the caller
         self.am_v2 = AggregateManagerV2(self.am, self.advertised.am_v2_url)
+        sa_policy = SaPolicy(slice_lifetime=timedelta(days=self.cfg.sa.slice_lifetime_days),
+                             max_slice_lifetime=timedelta(days=self.cfg.sa.max_slice_lifetime_days))
         self.sa = SliceAuthority(self.authority, home.sa_cert.read_bytes(), home.sa_key.read_bytes(),
                                  home.ca_cert.read_bytes(), home.ca_key.read_bytes(), self.store, self.clock,
-                                 {self.am_urn: self.advertised.am_url}, self.advertised.sa_url,
-                                 SaPolicy(slice_lifetime=timedelta(days=self.cfg.sa.slice_lifetime_days),
-                                          max_slice_lifetime=timedelta(days=self.cfg.sa.max_slice_lifetime_days)))
+                                 {self.am_urn: self.advertised.am_url}, self.advertised.sa_url, sa_policy) \
+            if first else None
         # the Common Federation API (CH, SA, MA at /CH /SA /MA) for omni's `chapi` framework and geni-lib,
         # on its own port, over the same slice records (docs/federation.md)
-        self.chapi = chapi_edge.serve(home, self.sa, host, self.cfg.chapi_endpoint_port() if sa_port is None else 0,
-                                      ca_file, {self.am_urn: self.advertised.am_url},
-                                      public_host=self.cfg.public_hostname)
+        self.chapi = None if self.sa is None else chapi_edge.serve(
+            home, self.sa, host, self.cfg.chapi_endpoint_port() if sa_port is None else 0, ca_file,
+            {self.am_urn: self.advertised.am_url}, public_host=self.cfg.public_hostname)
         # each surface through the one endpoint helper (slicex/endpoint.py), once its handler exists
         self._am_server.answer(self.am.endpoint())
         if self._am_v2_server is not None:
             self._am_v2_server.answer(self.am_v2.endpoint())
-        self._sa_server.answer(self.sa.endpoint())
+        if self._sa_server is not None and self.sa is not None:
+            self._sa_server.answer(self.sa.endpoint())
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._dashboard: DashboardServer | None = None
@@ -361,7 +391,10 @@ class EmbeddedDeployment:
         return aggregate_name(self.authority)
 
     def _urls(self, host: str) -> Endpoints:
-        return Endpoints(f"https://{host}:{self._sa_server.port}/", f"https://{host}:{self._am_server.port}/",
+        """The URLs of this process's servers under `host` (an AM worker other than the first serves no slice
+        authority: the first's port, from the configuration)."""
+        sa_port = self._sa_server.port if self._sa_server else self.cfg.sa_port
+        return Endpoints(f"https://{host}:{sa_port}/", f"https://{host}:{self._am_server.port}/",
                          f"https://{host}:{self._am_v2_server.port}/" if self._am_v2_server else "")
 
     # ---- edges -------------------------------------------------------------------------------------------------
@@ -398,19 +431,20 @@ class EmbeddedDeployment:
         if self.host_driver is not None:
             start_host_driver(self.host_driver, self.authority_actor)
         self._tick()  # the first reaper pass before anything answers: expired slivers never look taken
-        self._threads = [self._sa_server.start_background(), self._am_server.start_background()]
+        self._threads = [s.start_background() for s in (self._sa_server, self._am_server) if s is not None]
         for server in self.actor_servers:
             server.start()
         if self._am_v2_server is not None:
             self._threads.append(self._am_v2_server.start_background())
-        self._threads.append(self.chapi.start())
+        if self.chapi is not None:
+            self._threads.append(self.chapi.start())
         self.peer_trust.start()
         reaper = threading.Thread(target=self._reap_loop, name="reaper", daemon=True)
         reaper.start()
         self._threads.append(reaper)
         for p in self.publishers:
             p.tick(self.clock.now())
-        if self.cfg.dashboard_port is not None:
+        if self.cfg.dashboard_port is not None and self.worker.index == 0:
             dashboard = Dashboard(self.substrate, Aggregate(self.am_urn, self.advertised.am_url, self.driver.description),
                                   self.store, self.clock.now, self.health, self.metrics, self.cfg.peers,
                                   self.am.policy.operators, self._operator_shutdown)
@@ -461,7 +495,8 @@ class EmbeddedDeployment:
                 server.close()
         for actor in self.actor_servers:
             actor.stop()
-        self.chapi.close()
+        if self.chapi is not None:
+            self.chapi.close()
         if self._dashboard is not None:
             self._dashboard.close()
         if self.host_driver is not None:

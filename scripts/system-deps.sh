@@ -4,7 +4,11 @@
 # system service), iperf3, ethtool, ping and openssh-server; chromium for the dashboard's browser test
 # (tests/integration/test_dashboard_browser.py drives it with Playwright, no browser download); lxc, uidmap and
 # debootstrap for the netns substrate's container nodes and their images.
+# With --bench (`make bench-deps`), also nginx: the C floor bench/tls_floor.py measures slicex against (run by
+# the bench on its own configuration and ports; the package's own service is never started).
 set -euo pipefail
+bench=0
+[ "${1:-}" = "--bench" ] && bench=1
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v xmlsec1 >/dev/null || need+=(xmlsec1)
@@ -23,6 +27,9 @@ command -v lxc-start >/dev/null || lean+=(lxc)
 [ -e /usr/sbin/init.lxc.static ] || lean+=(lxc)
 command -v newuidmap >/dev/null || lean+=(uidmap)
 command -v debootstrap >/dev/null || lean+=(debootstrap)
+if [ "$bench" -eq 1 ]; then
+  [ -x /usr/sbin/nginx ] || lean+=(nginx)
+fi
 [ ${#need[@]} -eq 0 ] && [ ${#lean[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   SUDO=sudo
@@ -33,7 +40,7 @@ fi
 [ ${#lean[@]} -gt 0 ] && mapfile -t lean < <(printf '%s\n' "${lean[@]}" | sort -u)
 echo "installing Debian packages: ${need[*]} ${lean[*]}"
 $SUDO apt-get update -q >/dev/null
-# policy-rc.d 101: the packages' own services (system Open vSwitch, sshd) are not started by the install;
+# policy-rc.d 101: the packages' own services (system Open vSwitch, sshd, nginx) are not started by the install;
 # slicex starts private instances.
 if [ ! -e /usr/sbin/policy-rc.d ] && [ -w /usr/sbin ]; then
   printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d

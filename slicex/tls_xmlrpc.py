@@ -224,7 +224,10 @@ class XmlRpcServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
     request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], dispatch: Dispatch = _starting, reject: Callable[..., Any] = _starting,
-                 max_body: int = MAX_BODY_BYTES, limits: ConnectionLimits = AM_LIMITS):
+                 max_body: int = MAX_BODY_BYTES, limits: ConnectionLimits = AM_LIMITS, reuse_port: bool = False):
+        """`reuse_port`: bind with SO_REUSEPORT, so several processes (AM workers) listen on one port and the
+        kernel spreads new connections over them; every one of them must ask for it."""
+        self.allow_reuse_port = reuse_port
         self.dispatch = dispatch
         self.reject = reject
         self.max_body = max_body
@@ -338,9 +341,10 @@ class TlsXmlRpcServer(XmlRpcServer):
     """The XML-RPC server on a TLS socket that requires a client certificate."""
 
     def __init__(self, address: tuple[str, int], context: ssl.SSLContext, dispatch: Dispatch = _starting,
-                 reject: Callable[..., Any] = _starting, max_body: int = MAX_BODY_BYTES, limits: ConnectionLimits = AM_LIMITS):
+                 reject: Callable[..., Any] = _starting, max_body: int = MAX_BODY_BYTES, limits: ConnectionLimits = AM_LIMITS,
+                 reuse_port: bool = False):
         self.context = context
-        super().__init__(address, dispatch, reject, max_body, limits)
+        super().__init__(address, dispatch, reject, max_body, limits, reuse_port)
 
     def _secure(self, request: socket.socket, client_address: Any) -> socket.socket | None:
         try:
