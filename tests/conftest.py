@@ -24,8 +24,8 @@ import ast
 import functools
 import os
 import re
-from collections.abc import Generator
-from contextlib import AbstractContextManager, ExitStack
+from collections.abc import Generator, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -83,8 +83,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: not _item_uses_host_network(item))
 
 
-def host_network_lock() -> AbstractContextManager[None]:
-    return hostnet.host_lock(HOST_NETWORK_GROUP)
+@contextmanager
+def host_network_lock() -> Iterator[None]:
+    """The host's network, for this pytest process: the host-wide lock, and then (no live test owns a switch
+    while the lock is free) the switches a killed run left are stopped."""
+    with hostnet.host_lock(HOST_NETWORK_GROUP):
+        for name in stop_orphaned_test_switches():
+            print(f"\nstopped the Open vSwitch a killed test run left in /run/{name}")
+        yield
 
 
 TEST_SWITCH_DIRS = re.compile(r"slicex-(t[0-9a-f]{4}|s[0-9a-f]{6}|ov[0-9a-f]{4})")  # netns_support, SEP, overlay
@@ -116,8 +122,6 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         turn = ExitStack()
         turn.enter_context(host_network_lock())
         stash[_HOST_TURN] = turn
-        for name in stop_orphaned_test_switches():
-            print(f"\nstopped the Open vSwitch a killed test run left in /run/{name}")
     try:
         yield
     finally:

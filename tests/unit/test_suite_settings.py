@@ -61,3 +61,21 @@ def test_waiting_for_the_host_network_lock_does_not_count_against_the_timeout(py
         time.sleep(3)
     assert proc.wait(60) == 0, (tmp_path / "out").read_text() + (tmp_path / "err").read_text()
     assert "1 passed" in (tmp_path / "out").read_text()
+
+
+def test_a_suite_on_a_lock_of_its_own_stops_no_switch_of_the_host(pytester, tmp_path):
+    """Leftover switches are stopped only under the host's own lock: a throw-away suite here (its own lock)
+    must not, or it stops the switch of a host-network test running beside it (it did, in `make test`)."""
+    marker = tmp_path / "reaped"
+    _suite(pytester, tmp_path / "turn.lock")
+    conftest = pytester.path / "conftest.py"
+    conftest.write_text(conftest.read_text() + f'''
+
+def stop_orphaned_test_switches(run=None):
+    open({str(marker)!r}, "a").write("reaped\\n")
+    return []
+''')
+    pytester.makepyfile(test_y_netns="def test_y(): pass")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=1)
+    assert not marker.exists()
