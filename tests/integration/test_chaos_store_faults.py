@@ -72,6 +72,13 @@ def small_disk(where: Path, size: str = "24m") -> Iterator[Path]:
 def _fill(disk: Path) -> Path:
     """Write until the disk is full; the file that filled it (remove it to give the space back)."""
     filler = disk / "filler"
+    try:
+        open(filler, "wb").close()
+    except OSError as exc:  # full before the test filled it: say what filled it (it happened under load)
+        usage = subprocess.run(["du", "-a", str(disk)], capture_output=True, text=True).stdout
+        top = "\n".join(sorted(usage.splitlines(), key=lambda line: -int(line.split()[0]))[:10])
+        logs = "".join(p.read_text(errors="replace")[-3000:] for p in disk.rglob("*.log"))
+        raise AssertionError(f"the small disk was full already ({exc}); largest:\n{top}\nlogs:\n{logs}") from None
     with open(filler, "wb") as f:
         try:
             while True:
