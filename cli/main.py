@@ -580,9 +580,8 @@ def _run_foreground(home: Home, print_config: bool = False, distributed: bool = 
 
 def cmd_actor(args: argparse.Namespace) -> int:
     """Run one actor (broker or authority) over mutual TLS until stopped (`up --distributed` starts them)."""
-    from deployment.service import ActorProcess, bind_store
+    from deployment.service import ActorProcess
     from slicex import logs, runtime
-    from slicex.store import open_store
 
     home = _home(args)
     logs.configure(home.config())  # log_format: text | json (slicex.logs)
@@ -595,24 +594,38 @@ def cmd_actor(args: argparse.Namespace) -> int:
     if supervisor and not procs.die_with_parent(int(supervisor)):
         print(f"the {args.role} actor's `slicex up` (pid {supervisor}) is gone; not starting", file=sys.stderr)
         return 1
-    path = _pid_path(home, args.role)
+    def start(store: Any, cfg: Any) -> tuple[dict[str, Any], str, Callable[[], None]]:
+        actor = ActorProcess(home, args.role, store=store)
+        url = actor.start()
+        return {"role": args.role, "url": url}, f"{args.role} actor at {url} (store {redact(str(cfg.store))})", \
+            actor.stop
+
+    return _serve_as(home, _pid_path(home, args.role), f"the {args.role} actor", start)
+
+
+def _serve_as(home: Home, path: Path, what: str,
+              start: Callable[[Any, Any], tuple[dict[str, Any], str, Callable[[], None]]]) -> int:
+    """Run one process of a running deployment on its store until stopped: refuse a second copy of it, bind
+    the store, `start(store, cfg)` -> (its pid record, what to print, how to stop it), serve, clean up."""
+    from deployment.service import bind_store
+    from slicex.store import open_store
+
     running = procs.running(path)
     if running is not None:
-        print(f"the {args.role} actor is already running (pid {running.pid})", file=sys.stderr)
+        print(f"{what} is already running (pid {running.pid})", file=sys.stderr)
         return 1
     cfg = home.config()
     store = open_store(str(cfg.store))
     try:
         bind_store(store, cfg.deployment_id or "", home, create=False)
-        actor = ActorProcess(home, args.role, store=store)
-        url = actor.start()
+        record, banner, stop = start(store, cfg)
     except (GeniError, OSError) as exc:
-        print(f"error: the {args.role} actor will not start: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        print(f"error: {what} will not start: {getattr(exc, 'message', exc)}", file=sys.stderr)
         return 2
-    procs.write(path, procs.this_process({"role": args.role, "url": url}))
-    print(f"{args.role} actor at {url} (store {redact(str(cfg.store))})", flush=True)
+    procs.write(path, procs.this_process(record))
+    print(banner, flush=True)
     _serve_until_stopped()
-    actor.stop()
+    stop()
     procs.remove_if_mine(path)
     return 0
 
@@ -621,9 +634,8 @@ def cmd_am_worker(args: argparse.Namespace) -> int:
     """Run AM worker `index` of `up --distributed --workers N` (which starts and supervises it) until stopped:
     the AM API on the deployment's AM ports beside the others (SO_REUSEPORT), calling its broker and authority,
     on its store."""
-    from deployment.service import AmWorker, EmbeddedDeployment, bind_store
+    from deployment.service import AmWorker, EmbeddedDeployment
     from slicex import logs, runtime
-    from slicex.store import open_store
 
     home = _home(args)
     logs.configure(home.config())
@@ -644,30 +656,16 @@ def cmd_am_worker(args: argparse.Namespace) -> int:
     except GeniError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2
-    path = _pid_path(home, _worker_role(args.index))
-    running = procs.running(path)
-    if running is not None:
-        print(f"AM worker {args.index} is already running (pid {running.pid})", file=sys.stderr)
-        return 1
-    cfg = home.config()
-    store = open_store(str(cfg.store))
-    try:
-        bind_store(store, cfg.deployment_id or "", home, create=False)
+    def start(store: Any, cfg: Any) -> tuple[dict[str, Any], str, Callable[[], None]]:
         deployment = EmbeddedDeployment(home, store=store, worker=AmWorker(args.index, args.of),
                                         broker_url=f"https://{cfg.host}:{cfg.broker_port}/",
                                         authority_url=f"https://{cfg.host}:{cfg.authority_port}/")
         endpoints = deployment.start()
-    except (GeniError, OSError) as exc:
-        print(f"error: AM worker {args.index} will not start: {getattr(exc, 'message', exc)}", file=sys.stderr)
-        return 2
-    procs.write(path, procs.this_process({"role": "am-worker", "index": args.index, "am_url": endpoints.am_url,
-                                          "sm_name": deployment.sm.name}))
-    print(f"AM worker {args.index} of {args.of} at {endpoints.am_url} (slice manager {deployment.sm.name})",
-          flush=True)
-    _serve_until_stopped()
-    deployment.stop()
-    procs.remove_if_mine(path)
-    return 0
+        return ({"role": "am-worker", "index": args.index, "am_url": endpoints.am_url, "sm_name": deployment.sm.name},
+                f"AM worker {args.index} of {args.of} at {endpoints.am_url} (slice manager {deployment.sm.name})",
+                deployment.stop)
+
+    return _serve_as(home, _pid_path(home, _worker_role(args.index)), f"AM worker {args.index}", start)
 
 
 def cmd_down(args: argparse.Namespace) -> int:

@@ -18,17 +18,7 @@ from lxml import etree
 from slicex.clock import parse_time, rfc3339
 from tests.factories import RSPEC3, request_rspec, vm
 from tests.integration.conftest import deployment
-
-RSPEC_V3 = {"type": "GENI", "version": "3"}
-
-
-def ok(reply: dict) -> object:
-    assert reply["code"]["geni_code"] == 0, reply.get("output")
-    return reply["value"]
-
-
-def code(reply: dict) -> int:
-    return reply["code"]["geni_code"]
+from tests.integration.test_am_api import RSPEC_V3, ok
 
 
 def failed(reply: dict, geni_code: int) -> None:

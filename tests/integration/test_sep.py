@@ -331,20 +331,7 @@ def test_a_sep_killed_mid_allocation_rolls_back_when_it_restarts(fed, tmp_path):
     b_pid = fed["b"].pid()
     os.kill(b_pid, signal.SIGSTOP)
     try:
-        threading.Thread(target=lambda: _quiet(lambda: client(url, fed["cert"], fed["key"]).Allocate(
-            slice_urn, cred, request(link=False), {})), daemon=True).start()
-        store_url = f"sqlite://{own.parent / 'sep2.db'}"
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            s = open_store(store_url)
-            rec = s.get("sep_slices", slice_urn) or {}
-            s.close()
-            parts = {p["domain"]: p["state"] for p in (rec.get("txn") or {}).get("parts", [])}
-            if parts == {"a.test": "done", "b.test": "pending"}:
-                break
-            time.sleep(0.05)
-        else:
-            raise AssertionError(f"the SEP never reached A done / B pending: {parts}")
+        _allocate_until_a_done_b_pending(url, fed, slice_urn, cred, f"sqlite://{own.parent / 'sep2.db'}")
         proc.kill()  # the exchange point dies mid-allocation: A holds its half, nobody will answer alice
         proc.wait(10)
         assert status_at(fed, "a", slice_urn, cred)["code"]["geni_code"] == 0
@@ -464,20 +451,7 @@ def test_a_restarted_sep_serves_at_once_and_answers_busy_while_a_hung_testbed_ho
     b_pid = fed["b"].pid()
     os.kill(b_pid, signal.SIGSTOP)
     try:
-        threading.Thread(target=lambda: _quiet(lambda: client(url, fed["cert"], fed["key"]).Allocate(
-            slice_urn, cred, request(link=False), {})), daemon=True).start()
-        store_url = f"sqlite://{own.parent / 'sep3.db'}"
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            s = open_store(store_url)
-            rec = s.get("sep_slices", slice_urn) or {}
-            s.close()
-            parts = {p["domain"]: p["state"] for p in (rec.get("txn") or {}).get("parts", [])}
-            if parts == {"a.test": "done", "b.test": "pending"}:
-                break
-            time.sleep(0.05)
-        else:
-            raise AssertionError(f"the SEP never reached A done / B pending: {parts}")
+        _allocate_until_a_done_b_pending(url, fed, slice_urn, cred, f"sqlite://{own.parent / 'sep3.db'}")
         proc.kill()
         proc.wait(10)
         proc, took = serve()  # B is still stopped
@@ -505,3 +479,21 @@ def test_a_restarted_sep_serves_at_once_and_answers_busy_while_a_hung_testbed_ho
         os.kill(b_pid, signal.SIGCONT)
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
+
+
+def _allocate_until_a_done_b_pending(url: str, fed: dict, slice_urn: str, cred: list, store_url: str) -> None:
+    """Allocate through the SEP in the background (its answer is never awaited) until the SEP's record says
+    A's half is allocated and B's is still pending (B hangs)."""
+    threading.Thread(target=lambda: _quiet(lambda: client(url, fed["cert"], fed["key"]).Allocate(
+        slice_urn, cred, request(link=False), {})), daemon=True).start()
+    parts: dict = {}
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        s = open_store(store_url)
+        rec = s.get("sep_slices", slice_urn) or {}
+        s.close()
+        parts = {p["domain"]: p["state"] for p in (rec.get("txn") or {}).get("parts", [])}
+        if parts == {"a.test": "done", "b.test": "pending"}:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the SEP never reached A done / B pending: {parts}")
