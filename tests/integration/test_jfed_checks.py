@@ -1,6 +1,6 @@
 """What jFed's automated AM API v3 tester (Fed4FIRE's monitoring runs it, `TestAggregateManager3`) checks,
 over mutual TLS on 127.0.0.1, on both deployments. The checks are read off an older public copy of that
-class (/work/shared/FEDERATION.md §3.5); current jFed may check more."""
+class (FEDERATION.md §3.5 of the shared design notes); current jFed may check more."""
 
 from __future__ import annotations
 
