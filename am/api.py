@@ -37,7 +37,7 @@ from slicex.errors import (
 )
 from slicex.slice_identity import check_same_slice, slice_uuid
 from slicex.term import Term
-from slicex.urn import Urn, canonical_urn, parse_urn
+from slicex.urn import Urn, as_spelled, canonical_urn, parse_urn
 
 log = logging.getLogger("slicex.am")
 AM_TYPE = "slicex"
@@ -203,17 +203,9 @@ class AggregateManager:
     @staticmethod
     def _as_spelled(slice_urn: str, urns: list, verified: Any) -> str:
         """The slice URN as the caller spelled it: among the URNs named, else as the slice credential that
-        authorised the call names it; else the canonical spelling. URNs compare case-insensitively but keep their
-        case (Fed4FIRE Federation AM API), and jFed's tester checks that Status and Describe answer geni_urn
-        exactly as it named its slice (`S<millis>`)."""
+        authorised the call names it (slicex.urn.as_spelled)."""
         target = getattr(getattr(verified, "credential", None), "target_urn", None)
-        for text in [*urns, target]:
-            try:
-                if isinstance(text, str) and canonical_urn(text, "slice") == slice_urn:
-                    return text
-            except BadArgs:
-                continue
-        return slice_urn
+        return as_spelled(slice_urn, [*urns, target], "slice")
 
     def _may(self, cert: x509.Certificate, credentials: Any, slice_urn: str, privilege: str,
              options: dict[str, Any]) -> bool:

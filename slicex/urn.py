@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from slicex.errors import BadArgs
@@ -71,6 +72,20 @@ def parse_urn(text: object, expect_type: str | None = None) -> Urn:
 def canonical_urn(text: object, expect_type: str | None = None) -> str:
     """Parse a URN received at an edge and return its canonical spelling (see `Urn.canonical`)."""
     return parse_urn(text, expect_type).canonical
+
+
+def as_spelled(canonical: str, candidates: Iterable[object], expect_type: str | None = None) -> str:
+    """The first of `candidates` (the URNs a caller named, then its credential's) that is `canonical` up to
+    case, as the caller spelled it; else `canonical`. URNs compare case-insensitively but keep their case
+    (Fed4FIRE Federation AM API), and jFed's tester checks that Status and Describe answer geni_urn exactly
+    as it named its slice (`S<millis>`)."""
+    for text in candidates:
+        try:
+            if isinstance(text, str) and canonical_urn(text, expect_type) == canonical:
+                return text
+        except BadArgs:
+            continue
+    return canonical
 
 
 def slice_urn(authority: str, name: str) -> Urn:

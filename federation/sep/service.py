@@ -57,7 +57,7 @@ from slicex.errors import (
 from slicex.speaksfor import verify_speaks_for
 from slicex.store import Store
 from slicex.store.ownership import Actor, scoped
-from slicex.urn import canonical_urn, parse_urn
+from slicex.urn import as_spelled, canonical_urn, parse_urn
 
 log = logging.getLogger("slicex.sep")
 AM_TYPE = "slicex-sep"
@@ -264,7 +264,8 @@ class ExchangePoint:
         docs = [(k, _plain(a.get("geni_rspec", ""))) for k, a in sorted(ok.items())
                 if a.get("geni_slivers")]
         manifest = merge_rspecs(docs) if docs else merge_rspecs([])
-        return result({"geni_rspec": _compressed(manifest, options), "geni_urn": slice_urn,
+        return result({"geni_rspec": _compressed(manifest, options),
+                       "geni_urn": as_spelled(slice_urn, urns if isinstance(urns, list) else [], "slice"),
                        "geni_slivers": [s for _, a in sorted(ok.items()) for s in a.get("geni_slivers", [])]})
 
     def Status(self, cert, urns, credentials, options) -> dict[str, Any]:
@@ -277,7 +278,8 @@ class ExchangePoint:
         found = [s for _, a in sorted(answers.items()) if isinstance(a, dict) for s in a.get("geni_slivers", [])]
         if not found:
             raise SearchFailed(f"slice {slice_urn} has no slivers at any domain of this exchange point")
-        return result({"geni_urn": slice_urn, "geni_slivers": found})
+        return result({"geni_urn": as_spelled(slice_urn, urns if isinstance(urns, list) else [], "slice"),
+                       "geni_slivers": found})
 
     def Renew(self, cert, urns, credentials, expiration, options) -> dict[str, Any]:
         return self._each(cert, urns, credentials, options, "Renew", "renewsliver", (expiration,))

@@ -235,6 +235,23 @@ def test_one_slice_spans_both_testbeds_and_describe_shows_both_halves(fed):
     assert fed["sep"].store.get("sep_slices", slice_urn) is None
 
 
+def test_status_and_describe_answer_the_slice_urn_as_the_caller_spelled_it(fed):
+    """jFed names slices `S<millis>` and checks geni_urn is exactly what it sent; the exchange point answered
+    the lower-cased URN."""
+    slice_urn, cred = creds(fed, "SepCase1")
+    sep = fed["sep_client"]
+    out = sep.Allocate(slice_urn, cred, request(link=False), {})
+    assert out["code"]["geni_code"] == 0, out["output"]
+    try:
+        st = sep.Status([slice_urn], cred, {})
+        assert st["code"]["geni_code"] == 0, st["output"]
+        assert st["value"]["geni_urn"] == slice_urn
+        desc = sep.Describe([slice_urn], cred, {"geni_rspec_version": {"type": "GENI", "version": "3"}})
+        assert desc["code"]["geni_code"] == 0 and desc["value"]["geni_urn"] == slice_urn
+    finally:
+        assert sep.Delete([slice_urn], cred, {})["code"]["geni_code"] == 0
+
+
 def test_the_sdk_spans_a_slice_in_one_call(fed):
     slice_urn = urn("a", "slice+sdk")
     slice_cred = fed["sfa"].CreateSlice(slice_urn)

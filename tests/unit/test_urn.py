@@ -3,7 +3,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slicex.errors import BadArgs
-from slicex.urn import canonical_urn, is_valid_slice_name, parse_urn
+from slicex.urn import as_spelled, canonical_urn, is_valid_slice_name, parse_urn
 
 
 def test_parse_slice_urn():
@@ -71,3 +71,10 @@ def test_canonical_form_folds_sub_authorities_but_keeps_non_slice_names():
 def test_canonical_form_is_a_fixed_point():
     text = "urn:publicid:IDN+A.b:C+slice+MiXeD-1"
     assert canonical_urn(canonical_urn(text)) == canonical_urn(text)
+
+
+def test_a_urn_is_answered_as_the_caller_spelled_it():
+    canonical = "urn:publicid:IDN+a.test+slice+s17"
+    spelled = "urn:publicid:IDN+A.test+slice+S17"
+    assert as_spelled(canonical, ["not a urn", 7, spelled], "slice") == spelled
+    assert as_spelled(canonical, ["urn:publicid:IDN+a.test+slice+other"], "slice") == canonical
