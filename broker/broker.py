@@ -36,7 +36,7 @@ from broker.placement import Shortfall, plan, report
 from broker.policy import FirstFit, Policy, choose_label
 from protocol.delegation import Delegation, export_prefixes
 from protocol.messages import Demands, PlaceAnswer
-from resources import export_substrate, units_under
+from resources import STANDARD, units_under
 from resources.kind import Placement
 from rspec.substrate import Substrate
 from slicex.clock import Clock, parse_time, rfc3339
@@ -446,7 +446,7 @@ class Broker:
         out = self.calendar.unavailable(term) | claimed
         taken_out = self._taken_out(authority or self.authority)
         if taken_out:
-            out |= units_under(export_substrate(substrate, "", ""), taken_out)
+            out |= units_under(STANDARD.pools(substrate), taken_out)  # no substrate document to build
         return out
 
     def place(self, holder: str, demands: Demands, term: Term, now: datetime, group: str | None = None,

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, get_type_hints
 
+from protocol.codec import decode
 from rspec.fpga_ext import FpgaRequest
 from rspec.request import Request, RequestInterface, RequestLink, RequestNode
 from slicex.errors import BadArgs
@@ -159,8 +160,6 @@ class SliverSpec:
         unknown = sorted(set(details) - set(DETAIL_TYPES))
         if unknown:
             raise BadArgs(f"sliver spec {d.get('id')}: unknown detail(s) {', '.join(unknown)}")
-        from protocol.codec import decode
-
         checked = {k: decode(v, DETAIL_TYPES[k], f"sliver spec {d.get('id')}: details.{k}")
                    for k, v in details.items()}
         return SliverSpec.from_doc({**d, "details": checked})

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.delegation import Delegation
+from protocol.delegation import Delegation, Pool
 from resources.compute import MEM_CHUNK_MB, Compute
 from resources.fpga import Fpgas
 from resources.kind import Amounts, LinkKind, NodeKind
@@ -50,6 +50,10 @@ class Kinds:
             raise BadArgs(f"node {node.client_id}: no resource kind here places it "
                           f"(offered: {', '.join(k.name for k in self.nodes)})")
         return kind
+
+    def pools(self, substrate: Substrate) -> list[Pool]:
+        """Every pool the kinds offer of `substrate` (what a delegation of all of it lists)."""
+        return [p for k in (*self.nodes, *self.links) for p in k.offer(substrate).pools]
 
     def export(self, substrate: Substrate, authority: str, broker: str) -> Delegation:
         """Everything a substrate offers, as a delegation to `broker`, with the substrate's description."""
@@ -96,9 +100,9 @@ def export_substrate(substrate: Substrate, authority: str, broker: str, kinds: K
     return kinds.export(substrate, authority, broker)
 
 
-def units_under(delegation: Delegation, names: Set[str]) -> set[str]:
-    """Every unit of the delegated pools named (inventory reclaimed, e.g. for maintenance: unavailable)."""
-    return {u for p in delegation.pools if p.name in names for u in p.units}
+def units_under(pools: Iterable[Pool], names: Set[str]) -> set[str]:
+    """Every unit of the pools named (inventory reclaimed, e.g. for maintenance: unavailable)."""
+    return {u for p in pools if p.name in names for u in p.units}
 
 
 def usage_counts(keys: Iterable[str]) -> tuple[dict[str, int], dict[str, int], frozenset[str],
