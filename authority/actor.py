@@ -381,10 +381,10 @@ class Authority:
 
     def view(self, lease_id: str) -> dict[str, Any]:
         """What the driver adds to the manifest of a leased unit (login endpoints, service results); empty
-        for drivers that add nothing."""
-        doc = self._doc(lease_id)
+        for drivers that add nothing (without reading the lease: every Status asks)."""
         view = getattr(self.substrate, "view", None)
-        if doc is None or doc["state"] != "active" or view is None:
+        doc = self._doc(lease_id) if view is not None else None
+        if doc is None or doc["state"] != "active":
             return {}
         return view(SliverSpec.from_doc(doc["spec"]), doc["status"])
 

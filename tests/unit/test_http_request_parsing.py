@@ -104,3 +104,28 @@ def test_expect_100_continue_is_answered_before_the_body(server):
         while chunk := s.recv(65536):
             out += chunk
     assert b"<string>hi</string>" in out
+
+
+@pytest.mark.parametrize("params", [
+    ("urn:publicid:IDN+x+slice+s", [{"geni_type": "geni_sfa", "geni_value": "<a>&amp; &lt;b&gt; é \u2603</a>" * 50}],
+     "<rspec/>", {"geni_best_effort": True, "n": 3, "f": 1.5, "none": ""}),
+    (),
+    ([1, [2, [3]], {"k": b"\x00\x01"}],),
+])
+def test_a_call_is_read_as_xmlrpc_client_reads_it(params):
+    from slicex.tls_xmlrpc import parse_call
+
+    params = tuple(xmlrpc.client.Binary(p) if isinstance(p, bytes) else p for p in params)
+    body = xmlrpc.client.dumps(params, methodname="Allocate").encode()
+    assert parse_call(body) == xmlrpc.client.loads(body, use_builtin_types=False)
+
+
+@pytest.mark.parametrize("body", [b"", b"<methodCall>", b"<methodCall><params><param><value><int>x</int>"
+                                  b"</value></param></params></methodCall>", b"\xff\xfe"])
+def test_a_call_that_is_not_xmlrpc_raises_as_loads_does(body):
+    from slicex.tls_xmlrpc import parse_call
+
+    with pytest.raises(Exception):  # noqa: B017 - the edge turns any parse failure into BADARGS
+        parse_call(body)
+    with pytest.raises(Exception):  # noqa: B017
+        xmlrpc.client.loads(body)
