@@ -146,7 +146,7 @@ class ThreadReuse:
     def __init__(self, name: str, idle_seconds: float = 30.0):
         self.name = name
         self.idle_seconds = idle_seconds
-        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()  # None: leave
         self._lock = threading.Lock()
         self._idle = 0  # threads waiting for a job that no submit has counted on yet
 
@@ -159,8 +159,15 @@ class ThreadReuse:
                 return
         threading.Thread(target=self._serve, args=(job,), name=self.name, daemon=True).start()
 
-    def _serve(self, job: Callable[[], None]) -> None:
-        while True:
+    def close(self) -> None:
+        """Let the idle threads leave now (a closed server's would otherwise wait out `idle_seconds`)."""
+        with self._lock:
+            for _ in range(self._idle):
+                self._jobs.put(None)
+            self._idle = 0
+
+    def _serve(self, job: Callable[[], None] | None) -> None:
+        while job is not None:
             try:
                 job()
             except Exception:  # noqa: BLE001 - a job's failure must not end the thread unlogged
@@ -439,6 +446,7 @@ class XmlRpcServer(socketserver.TCPServer):
     def close(self) -> None:
         """Stop serving: no new connections, and kept-alive ones are cut (as a stopped process's would be)."""
         self.shutdown()
+        self._threads.close()
         with self._open_lock:
             for conn in list(self._open):
                 try:

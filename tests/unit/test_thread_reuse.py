@@ -71,3 +71,13 @@ def test_no_job_is_lost_or_run_twice_around_the_idle_timeout():
             time.sleep(0.002)  # let idle threads time out between bursts
     assert _wait_for(lambda: sum(counts) == len(counts))
     assert set(counts) == {1}
+
+
+def test_close_lets_the_idle_threads_leave_at_once():
+    threads = ThreadReuse("closing", idle_seconds=60)
+    barrier = threading.Barrier(3, timeout=5)
+    for _ in range(3):
+        threads.submit(barrier.wait)
+    assert _wait_for(lambda: threads._idle == 3)
+    threads.close()
+    assert _wait_for(lambda: not any(t.name == "closing" for t in threading.enumerate()), seconds=2)
