@@ -115,3 +115,27 @@ def test_find_slot_needs_a_valid_user_credential(running: Running):
     reply = alice.am.ListResources(bob.user_credential(), {"geni_rspec_version": RSPEC_V3, "slicex_find_slot": {
         "rspec": request_rspec([vm("v")]), "duration_seconds": 3600}})
     assert code(reply) != 0 and "slot" not in json.dumps(reply.get("value") or "")
+
+
+def test_slicex_find_slot_asks_the_running_aggregate_as_the_user(running: Running, tmp_path, capsys):
+    from cli.main import main
+
+    bob = running.user("bob")
+    now = running.clock.now()
+    fill(running, bob)
+    request = tmp_path / "two.xml"
+    request.write_text(bare_metal("x", "y"))
+    ep = running.deployment.endpoints
+    where = ["--am", ep.am_url, "--sa", ep.sa_url]
+    home = ["--home", str(running.home.root)]
+    assert main([*home, "find-slot", str(request), "--hours", "6", "--user", "alice", *where]) == 0
+    out = capsys.readouterr().out
+    assert f"earliest slot: {rfc3339(now + 5 * H)} to {rfc3339(now + 11 * H)}" in out
+    assert f"geni_start_time={rfc3339(now + 5 * H)}" in out and "node x" in out
+    assert main([*home, "find-slot", str(request), "--hours", "1", "--within", "4h", *where]) == 1
+    assert "no slot (GENI code 26)" in capsys.readouterr().err
+    assert main([*home, "find-slot", str(tmp_path / "missing.xml"), "--hours", "1", *where]) == 2
+    options = tmp_path / "find-slot.json"
+    assert main([*home, "find-slot", str(request), "--hours", "6", "--omni-options", str(options)]) == 0
+    asked = json.loads(options.read_text())["slicex_find_slot"]
+    assert asked == {"rspec": request.read_text(), "duration_seconds": 6 * 3600}
