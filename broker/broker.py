@@ -525,8 +525,9 @@ class Broker:
             taken_out = self._taken_out(authority or self.authority)
             if taken_out:
                 held |= units_under(STANDARD.pools(substrate), taken_out)
-            return find_slot(substrate, demands.request, self.calendar, query, now, held, set(claims),
-                             demands.image_policy, demands.bitstream_parts, self.policy)
+            calendar = self.calendar.copy()  # searched without the lock: placements go on meanwhile
+        return find_slot(substrate, demands.request, calendar, query, now, held, set(claims),
+                         demands.image_policy, demands.bitstream_parts, self.policy)
 
     def _publish(self, pending: Sequence[_Unpublished]) -> dict[str, Ticket]:
         """Sign the tickets granted under the lock and write them (after it), then note the change."""

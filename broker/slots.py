@@ -28,6 +28,11 @@ from slicex.clock import rfc3339
 from slicex.errors import BadArgs, OutOfRange
 from slicex.term import Term
 
+MAX_STARTS = 1000
+"""Start times weighed per question at most (each is a placement over the calendar): a busy calendar's far
+window is searched in parts, the answer saying where the search stopped, so one question cannot take the
+broker's CPU for long."""
+
 
 def whole_second(t: datetime) -> datetime:
     """`t` rounded up to a whole second (what an RFC 3339 time on the wire can name without starting early)."""
@@ -85,7 +90,7 @@ def unavailable(calendar: Calendar, term: Term, now: datetime, held: Set[str] = 
 def find_slot(substrate: Substrate, request: Request, calendar: Calendar, query: SlotQuery, now: datetime,
               held: Set[str] = frozenset(), held_now: Set[str] = frozenset(), image_policy: str = "reject",
               bitstream_parts: Mapping[str, str] | None = None, policy: Any = None,
-              kinds: Kinds = STANDARD) -> SlotAnswer:
+              kinds: Kinds = STANDARD, max_starts: int = MAX_STARTS) -> SlotAnswer:
     """The earliest start at which the whole `request` fits for `query.duration` within the query's window,
     with where it would go; or why there is none (what is short, and at which start the least was). `held`:
     units unavailable at every time (claims the calendar does not know of, inventory reclaimed); `held_now`:
@@ -103,6 +108,8 @@ def find_slot(substrate: Substrate, request: Request, calendar: Calendar, query:
         return SlotAnswer(False, summary=f"no slot: this request never fits here, even with nothing else reserved "
                           f"({said['summary']})", report=said, error=_error_of(never))
     starts = candidate_starts(calendar, window, query.duration)
+    rest = starts[max_starts:]
+    starts = starts[:max_starts]
     closest: tuple[int, datetime, list[Placement], list[Shortfall]] | None = None
     for tried, start in enumerate(starts, 1):
         term = Term(start, start + query.duration)
@@ -118,11 +125,13 @@ def find_slot(substrate: Substrate, request: Request, calendar: Calendar, query:
     _, when, placed, short = closest
     said = report(substrate, request, placed, short, kinds)
     reasons = "; ".join(s["reason"] for s in said["short"])
-    return SlotAnswer(False, summary=f"no slot of {hours(query.duration)} for this request between "
-                      f"{rfc3339(window.start)} and {rfc3339(window.end)}: none of the {len(starts)} start "
-                      f"time{'s' * (len(starts) != 1)} weighed (the window's start and each end of a reservation "
-                      f"in it) fits; the least was short from {rfc3339(when)}: {reasons}", tried=len(starts),
-                      report=said, closest=when, error=_error_of(short))
+    searched = (f"between {rfc3339(window.start)} and {rfc3339(window.end)}" if not rest else
+                f"starting between {rfc3339(window.start)} and {rfc3339(starts[-1])} (the first {len(starts)} "
+                f"start times of the window; ask again from {rfc3339(rest[0])} for the rest)")
+    return SlotAnswer(False, summary=f"no slot of {hours(query.duration)} for this request {searched}: none of the "
+                      f"{len(starts)} start time{'s' * (len(starts) != 1)} weighed (the window's start and each end "
+                      f"of a reservation in it) fits; the least was short from {rfc3339(when)}: {reasons}",
+                      tried=len(starts), report=said, closest=when, error=_error_of(short))
 
 
 def _error_of(short: list[Shortfall]) -> str:
