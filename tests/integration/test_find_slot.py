@@ -85,8 +85,10 @@ def test_a_window_without_room_is_the_error_of_what_is_short_and_from_when(runni
 @pytest.mark.parametrize("question, expected, words", [
     ({"duration_seconds": 0}, 1, "positive"),
     ({"duration_seconds": "6h"}, 1, "positive"),
-    ({"duration_seconds": 3600, "rspec": "<rspec"}, 1, ""),
+    ({"duration_seconds": 3600, "rspec": "<rspec"}, 1, "not well-formed"),
     ({"duration_seconds": 3600, "rspec": 42}, 1, "string of XML"),
+    ({"duration_seconds": 3600, "rspec": '<!DOCTYPE r [<!ENTITY e "x">]><rspec type="request">&e;</rspec>'}, 1, "DTDs"),
+    ({"duration_seconds": 3600, "rspec": request_rspec([vm("v")], kind="manifest")}, 1, "needs type=\"request\""),
     ({"duration_seconds": 3600, "latest_end": "2001-01-01T00:00:00Z"}, 1, "in the past"),
     ({"duration_seconds": 3600, "earliest_start": "tomorrow"}, 1, "RFC 3339"),
     ({"duration_seconds": 7200, "latest_end": "+1h"}, 1, "RFC 3339"),
