@@ -21,7 +21,7 @@ from protocol import slice_manager as sm
 from protocol.slice_manager import SliceManager, Sliver
 from rspec import namespaces as ns
 from rspec.manifest import SliverView, build_manifest, empty_manifest
-from rspec.request import parse_request
+from rspec.request import Request, parse_request
 from rspec.slot import slot_rspec
 from slicex import __version__, pki
 from slicex.clock import Clock, parse_time, rfc3339
@@ -287,7 +287,7 @@ class AggregateManager:
             manifest = annotate_manifest(manifest, substrate, tags)  # own hops say the tag assigned
         return manifest
 
-    def _request_here(self, rspec: Any) -> Any:
+    def _request_here(self, rspec: Any) -> Request:
         """The part of a request RSpec for this aggregate (with its own stitching hops' tags); BADARGS when it
         is not XML, not a request, or has nothing here."""
         if not isinstance(rspec, str):

@@ -14,6 +14,7 @@ the reason and from when; a malformed question is BADARGS 1, one past the aggreg
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -41,7 +42,7 @@ def slot_question(value: Any, now: datetime, max_lease: timedelta) -> tuple[str,
         raise BadArgs(f"{OPTION}.duration_seconds must be a positive number of seconds (6 hours: 21600), "
                       f"not {duration!r}")
     horizon = now + max_lease
-    return rspec, SlotQuery(int(-(-duration // 1)), _time(value, "earliest_start", now),
+    return rspec, SlotQuery(math.ceil(duration), _time(value, "earliest_start", now),
                             _time(value, "latest_end", horizon), int(max_lease.total_seconds()), horizon)
 
 
