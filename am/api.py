@@ -15,11 +15,14 @@ from typing import Any
 
 from cryptography import x509
 
+from am.find_slot import OPTION as FIND_SLOT
+from am.find_slot import slot_question
 from protocol import slice_manager as sm
 from protocol.slice_manager import SliceManager, Sliver
 from rspec import namespaces as ns
 from rspec.manifest import SliverView, build_manifest, empty_manifest
-from rspec.request import parse_request
+from rspec.request import Request, parse_request
+from rspec.slot import slot_rspec
 from slicex import __version__, pki
 from slicex.clock import Clock, parse_time, rfc3339
 from slicex.credentials import credential_slices
@@ -34,6 +37,7 @@ from slicex.errors import (
     Refused,
     SearchFailed,
     Unsupported,
+    error_named,
 )
 from slicex.slice_identity import check_same_slice, slice_uuid
 from slicex.term import Term
@@ -89,7 +93,8 @@ def result(value: Any, code: int = 0, output: str = "") -> dict[str, Any]:
 class AggregateManager:
     def __init__(self, identity: AmIdentity, slice_manager: SliceManager, verifier: Verifier, clock: Clock,
                  advertise: Callable[[bool, datetime], str], policy: AmPolicy | None = None,
-                 metrics: Any = None, dry_run: Callable[..., dict[str, Any]] | None = None):
+                 metrics: Any = None, dry_run: Callable[..., dict[str, Any]] | None = None,
+                 find_slot: Callable[..., Any] | None = None):
         self.identity = identity
         self.sm = slice_manager
         self.verifier = verifier
@@ -99,6 +104,8 @@ class AggregateManager:
         self.metrics = metrics  # operations.metrics.Metrics: every call counted and timed by method and GENI code
         # the slice manager's dry_run: Allocate with slicex_dry_run answers where the request would go, holding nothing
         self.dry_run = dry_run
+        # the slice manager's find_slot: ListResources with slicex_find_slot answers when a request fits (am/find_slot.py)
+        self.find_slot = find_slot
         # slicex.peers.PeerGate: what a federation peer's users may do here (docs/federation.md "Peers")
         self.peers: Any = None
         # operations.ledger.Ledger: usage records per sliver and the operator's service levels (docs/operator-guide.md)
@@ -280,6 +287,24 @@ class AggregateManager:
             manifest = annotate_manifest(manifest, substrate, tags)  # own hops say the tag assigned
         return manifest
 
+    def _request_here(self, rspec: Any) -> Request:
+        """The part of a request RSpec for this aggregate (with its own stitching hops' tags); BADARGS when it
+        is not XML, not a request, or has nothing here."""
+        if not isinstance(rspec, str):
+            raise BadArgs(f"rspec must be a string of XML, got {type(rspec).__name__}")
+        whole = parse_request(rspec, self.policy.max_request_bytes)
+        request = whole.for_aggregate(self._cm_id())
+        substrate = getattr(self.sm, "substrate", None)
+        if substrate is not None and substrate.external_links:
+            from stitching.am_hops import apply_hops
+
+            # own stitching hops: their tags become the links' VLANs (transit links included)
+            request = apply_hops(substrate, request, whole)
+        if not request.nodes and not request.links:
+            raise BadArgs(f"the request has no nodes or links for this aggregate ({self._cm_id()}); check "
+                          f"component_manager_id")
+        return request
+
     def _cm_id(self) -> str:
         return self.identity.urn
 
@@ -420,16 +445,32 @@ class AggregateManager:
     def ListResources(self, cert, credentials, options) -> dict[str, Any]:
         options = geni_options(options)
         now = self.clock.now()
-        self.authorise(cert, credentials, None, "listresources", options)
+        verified = self.authorise(cert, credentials, None, "listresources", options)
         if "geni_slice_urn" in options:
             raise BadArgs("geni_slice_urn is not a ListResources option in AM API v3; use Describe for a slice")
         self._rspec_version(options)
+        if FIND_SLOT in options:  # "when can I have this request for that long?" (am/find_slot.py)
+            return self._find_slot(options, verified, now)
         window = self._window(options, now)
         if window is None:
             ad = self.advertise(bool(options.get("geni_available", False)), now)
         else:  # what is free over that future term (the broker's availability for it)
             ad = self.advertise(bool(options.get("geni_available", False)), now, window)
         return result(self._maybe_compress(ad, options))
+
+    def _find_slot(self, options: dict[str, Any], verified: Any, now: datetime) -> dict[str, Any]:
+        """The earliest slot for the request the option carries, as an advertisement naming it; no slot in
+        the window is the error of what is short."""
+        if self.find_slot is None:
+            raise Unsupported(f"{FIND_SLOT} is not offered by this aggregate")
+        rspec, query = slot_question(options[FIND_SLOT], now, self.policy.max_lease)
+        answer = self.find_slot(self._request_here(rspec), verified.effective_caller_urn, query, now)
+        if not answer.found:
+            raise error_named(answer.error, answer.summary)
+        report = answer.report
+        ad = slot_rspec(answer.start, answer.end, answer.tried, answer.summary, report.get("nodes", ()),
+                        report.get("links", ()), now)
+        return result(self._maybe_compress(ad, options), output=answer.summary)
 
     def Describe(self, cert, urns, credentials, options) -> dict[str, Any]:
         options = geni_options(options)
@@ -450,19 +491,7 @@ class AggregateManager:
         identity = slice_uuid(verified.credential)  # recorded with the slivers; checked against the slice's
         self._check_not_shut_down(urn)
         start = self._start_time(options, now)
-        if not isinstance(rspec, str):
-            raise BadArgs(f"rspec must be a string of XML, got {type(rspec).__name__}")
-        whole = parse_request(rspec, self.policy.max_request_bytes)
-        request = whole.for_aggregate(self._cm_id())
-        substrate = getattr(self.sm, "substrate", None)
-        if substrate is not None and substrate.external_links:
-            from stitching.am_hops import apply_hops
-
-            # own stitching hops: their tags become the links' VLANs (transit links included)
-            request = apply_hops(substrate, request, whole)
-        if not request.nodes and not request.links:
-            raise BadArgs(f"the request has no nodes or links for this aggregate ({self._cm_id()}); check "
-                          f"component_manager_id")
+        request = self._request_here(rspec)
         if start is None:
             end = self._end_time(options, self.policy.allocation_lifetime, self._cred_expiry(verified), now,
                                  "Allocate")

@@ -34,8 +34,9 @@ from broker.calendar import Calendar, CalendarError, common_free_labels
 from broker.delegation import claim, reclaim
 from broker.placement import Shortfall, plan, report
 from broker.policy import FirstFit, Policy, choose_label
+from broker.slots import find_slot
 from protocol.delegation import Delegation, export_prefixes
-from protocol.messages import Demands, PlaceAnswer
+from protocol.messages import Demands, PlaceAnswer, SlotAnswer, SlotQuery
 from resources import STANDARD, units_under
 from resources.kind import Placement
 from rspec.substrate import Substrate
@@ -508,6 +509,25 @@ class Broker:
             if key not in booked:
                 self.store.release(key, group)
         return PlaceAnswer(tickets, {rid: dict(where.get(rid) or {}) for rid in rids.values()})
+
+    def find_slot(self, holder: str, demands: Demands, query: SlotQuery, now: datetime | None = None,
+                  authority: str = "") -> SlotAnswer:
+        """The earliest start at which every demanded node and link fits for the query's duration, as `place`
+        would place them then (broker/slots.py), or why none does in the query's window. Nothing is booked."""
+        substrate = self.substrate_of(authority)
+        now = self._now(now)
+        with self._lock:
+            self._load()  # advance bookings other broker processes on this store made are in the store only
+            claims = self._unit_claims()
+            # a claim the calendar explains ends with its booking; any other holds its unit whatever the time
+            held = {k for k, owner in claims.items()
+                    if not any(h.rsplit("/", 1)[0] == owner for h in self.calendar.holders_ever(k))}
+            taken_out = self._taken_out(authority or self.authority)
+            if taken_out:
+                held |= units_under(STANDARD.pools(substrate), taken_out)
+            calendar = self.calendar.copy()  # searched without the lock: placements go on meanwhile
+        return find_slot(substrate, demands.request, calendar, query, now, held, set(claims),
+                         demands.image_policy, demands.bitstream_parts, self.policy)
 
     def _publish(self, pending: Sequence[_Unpublished]) -> dict[str, Ticket]:
         """Sign the tickets granted under the lock and write them (after it), then note the change."""

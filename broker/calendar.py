@@ -46,6 +46,14 @@ class Calendar:
     _index: dict[str, tuple[str, int]] = field(default_factory=dict, repr=False)  # unit -> (pool, index)
     _bins: tuple | None = field(default=None, repr=False)
 
+    def copy(self) -> Calendar:
+        """An independent copy to read while the broker goes on booking (pools, label sets and bookings are
+        immutable values and are shared; the indices are copied)."""
+        return Calendar(dict(self.pools), dict(self.label_sets), dict(self.bookings), set(self.draining),
+                        self.open_inventory, {u: list(spans) for u, spans in self._by_unit.items()},
+                        {p: list(idle) for p, idle in self._idle.items()},
+                        {p: set(busy) for p, busy in self._busy.items()}, dict(self._index))
+
     # ---- inventory ---------------------------------------------------------------------------------------
     def add_pool(self, pool: Pool) -> None:
         old = self.pools.get(pool.name)

@@ -1160,6 +1160,7 @@ def build_parser() -> argparse.ArgumentParser:
     from cli.usage import add_command as add_usage_command
 
     add_usage_command(sub)
+    __import__("cli.find_slot").find_slot.add_command(sub)  # slicex find-slot (cli/find_slot.py)
     add_peer_commands(sub)
     __import__("cli.sep").sep.add_sep_command(sub)  # slicex sep: the Slice Exchange Point (cli/sep.py)
     return p

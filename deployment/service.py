@@ -360,7 +360,8 @@ class EmbeddedDeployment:
         self.am = AggregateManager(AmIdentity(self.am_urn, self.advertised.am_url, self.cfg.advertised_host(),
                                               self.driver.description, v2_url=self.advertised.am_v2_url),
                                    self.sm, self.verifier, self.clock, self._advertise, am_policy,
-                                   metrics=self.metrics, dry_run=self.sm.dry_run)
+                                   metrics=self.metrics, dry_run=self.sm.dry_run,
+                                   find_slot=self.sm.find_slot)
         self.am.peers = self.peer_trust.gate(self.am_urn, held_slivers(self.sm.records), wanted_nodes(self.substrate))
         self.peer_trust.watch_tls(*(s.context for s in (self._am_server, self._am_v2_server) if s is not None))
         self.am.ledger = self.ledger  # usage records and service levels; the reaper ends expired usage

@@ -5,8 +5,9 @@ thousand, and it renders while the slice manager is stopped (showing how old its
 
 Pages: `/` the substrate topology and use, reservation counts and utilisation charts; `/slices` every slice
 drawn as its own topology (nodes, links and VLAN tags, stitching hops) with its slivers; `/reservations` the
-tickets and leases with their terms and states; `/actors` each actor's health (last heartbeat, pending
-reservations by state and age); `/federation` the configured peers. `/topology.svg`, `/api/state` (JSON),
+tickets and leases with their terms and states; `/calendar` the broker's promises over the coming days per host
+and switch (advance reservations included) and the free capacity per day (operations/calendar_view.py); `/actors` each actor's health (last heartbeat, pending
+reservations by state and age); `/federation` the configured peers. `/topology.svg`, `/api/state` and `/api/calendar` (JSON),
 `/health` (this process) and `/metrics` (Prometheus) serve scripts and monitors.
 
 Access: plain HTTP by default, read-only, bound to the deployment's `host`; bound to loopback it answers only
@@ -26,7 +27,7 @@ import ssl
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,8 @@ from flask import Flask, Response, abort, g, jsonify, render_template, request
 from markupsafe import Markup
 from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
 
+from operations.calendar_view import calendar_doc, calendar_svg, free_table, ticket_labels
+from operations.calendar_view import lanes as calendar_lanes
 from operations.dashboard_svg import (
     Series,
     board_fpga_count,
@@ -53,6 +56,7 @@ from slicex.store import Store
 log = logging.getLogger("slicex.dashboard")
 
 REFRESH_SECONDS = 5
+CALENDAR_DAYS = 3  # how far ahead /calendar looks by default (?days=N, at most 14)
 HERE = Path(__file__).resolve().parent
 CSP = ("default-src 'none'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; script-src 'self'; "
        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
@@ -330,6 +334,26 @@ def create_app(dash: Dashboard) -> Flask:
     @app.get("/reservations")
     def reservations() -> str:
         return page("reservations.html", dash.view())
+
+    def calendar_of(view: View) -> tuple[list[Any], datetime, int]:
+        days = min(14, max(1, request.args.get("days", CALENDAR_DAYS, type=int) or CALENDAR_DAYS))
+        until = view.now + timedelta(days=days)
+        labels = ticket_labels(view.slices)
+        return calendar_lanes(dash.substrate, view.tickets, labels, view.now, until), until, days
+
+    @app.get("/calendar")
+    def calendar() -> str:
+        """The broker's promises over the coming days, per host and switch, and the free capacity per day."""
+        view = dash.view()
+        lanes, until, days = calendar_of(view)
+        return page("calendar.html", view, picture=Markup(calendar_svg(lanes, view.now, until)),
+                    free=free_table(lanes, view.now, days), days=days)
+
+    @app.get("/api/calendar")
+    def api_calendar() -> Response:
+        view = dash.view()
+        lanes, until, _days = calendar_of(view)
+        return jsonify(calendar_doc(lanes, view.now, until))
 
     @app.get("/actors")
     def actors() -> str:

@@ -202,6 +202,15 @@ def slice_manager_state(sm: PublishedSliceManager, now: datetime) -> dict[str, A
             "use": use_of(keys).to_doc(), "point": usage_point(keys, now)}
 
 
+def units_on(units: Iterable[str]) -> dict[str, dict[str, int]]:
+    """How many units of each kind a ticket holds on each host, switch, port or board (unit_bin)."""
+    out: dict[str, Counter[str]] = {}
+    for key in units:
+        kind, where = unit_bin(key)
+        out.setdefault(where, Counter())[kind] += 1
+    return {where: dict(kinds) for where, kinds in out.items()}
+
+
 def broker_state(broker: PublishedBroker, now: datetime) -> dict[str, Any]:
     """The broker's tickets (its `tickets` answer) and what was delegated to it (the signed delegations it
     accepted: who, when, how much)."""
@@ -214,7 +223,8 @@ def broker_state(broker: PublishedBroker, now: datetime) -> dict[str, Any]:
         tickets.append({"id": t["id"], "holder": t.get("holder", ""), "reservation": t.get("reservation", ""),
                         "start": t.get("start", ""), "end": t.get("end", ""), "sequence": t.get("sequence", 0),
                         "units": len(t.get("units", ())) or int(t.get("count", 0)),
-                        "labels": t.get("labels", []), "state": d.get("state", ""), "reason": d.get("reason", "")})
+                        "labels": t.get("labels", []), "state": d.get("state", ""), "reason": d.get("reason", ""),
+                        "on": units_on(t.get("units", ()))})  # the dashboard's calendar: what it holds where
     tickets.sort(key=lambda t: t["end"], reverse=True)
     given = [{"authority": d["authority"], "issued": d["issued"], "pools": len(d["body"].get("pools", ())),
               "label_sets": len(d["body"].get("label_sets", ()))} for d in broker.delegations()]

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from protocol.delegation import Delegation
-from protocol.messages import Demands, Maintenance, PlaceAnswer, SliverSpec
+from protocol.messages import Demands, Maintenance, PlaceAnswer, SliverSpec, SlotAnswer, SlotQuery
 from slicex.term import Term
 from slicex.ticket import Lease, SignedDelegation, SignedReclaim, Ticket
 
@@ -43,6 +43,13 @@ class BrokerApi(Protocol):
               dry_run: bool = False, authority: str = "") -> PlaceAnswer:
         """Choose where every demanded node and link goes and book it all or nothing; asking again with
         the same `group` answers the tickets already granted."""
+        ...
+
+    @calls_from(SLICE_MANAGER)
+    def find_slot(self, holder: str, demands: Demands, query: SlotQuery, now: datetime | None = None,
+                  authority: str = "") -> SlotAnswer:
+        """The earliest start at which the demands fit for the query's duration (a calendar search; nothing
+        is booked), or why none does in its window."""
         ...
 
     @calls_from(SLICE_MANAGER)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, TypedDict, get_type_hints
 
 from protocol.codec import decode
@@ -86,6 +87,45 @@ class PlaceAnswer:
     tickets: Mapping[str, Ticket] = field(default_factory=dict)
     placements: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     report: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SlotQuery:
+    """A `find_slot` question: the whole request for `duration_seconds`, starting at or after `earliest`,
+    ending by `latest`. `max_duration_seconds` and `horizon` are the aggregate's limits (am.max_lease: how long
+    a reservation may be, and how far ahead it may end); None: no limit."""
+
+    duration_seconds: int
+    earliest: datetime
+    latest: datetime
+    max_duration_seconds: int | None = None
+    horizon: datetime | None = None
+
+    @property
+    def duration(self) -> timedelta:
+        return timedelta(seconds=self.duration_seconds)
+
+    @property
+    def max_duration(self) -> timedelta | None:
+        return None if self.max_duration_seconds is None else timedelta(seconds=self.max_duration_seconds)
+
+
+@dataclass(frozen=True)
+class SlotAnswer:
+    """A broker's answer to `find_slot` ("when can I have this request for that long?"): the earliest `start`
+    (and `end` = start + duration) at which the whole request fits, with where it would go (`report`, the
+    dry run's shape, broker/placement.py `report`); or `found` False with why (`summary`; `error`, the GENI
+    error type of what is short; `report` at `closest`, the start time at which the least was short).
+    `tried`: how many start times were weighed (the window's start and each end of a reservation in it)."""
+
+    found: bool
+    start: datetime | None = None
+    end: datetime | None = None
+    summary: str = ""
+    tried: int = 0
+    report: Mapping[str, Any] = field(default_factory=dict)
+    closest: datetime | None = None
+    error: str = ""
 
 
 class SliverDetails(TypedDict, total=False):

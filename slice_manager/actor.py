@@ -39,7 +39,7 @@ from typing import Any
 
 from protocol import slice_manager as sm
 from protocol.api import AuthorityApi, BrokerApi
-from protocol.messages import demands_of
+from protocol.messages import SlotAnswer, SlotQuery, demands_of
 from protocol.slice_manager import ALLOWED_ACTIONS, Sliver
 from rspec.request import Request
 from slice_manager import reservation as rs
@@ -226,6 +226,14 @@ class ActorSliceManager(Records, Recovery, Delivery):
         answer = self.broker.place(self.name, demands, Term(now, end), now, dry_run=True,
                                    authority=getattr(self.authority, "name", "") or "")
         return dict(answer.report or {})
+
+    def find_slot(self, request: Request, owner_urn: str, query: SlotQuery, now: datetime) -> SlotAnswer:
+        """When the broker could place `request` for the query's duration (ListResources with
+        slicex_find_slot, `slicex find-slot`): the same demands as Allocate, in a `find_slot` message."""
+        names = {e.client_id: e.client_id for e in (*request.nodes, *request.links)}
+        demands = demands_of(request, names, self.image_policy, self._bitstream_parts(owner_urn))
+        return self.broker.find_slot(self.name, demands, query, now,
+                                     authority=getattr(self.authority, "name", "") or "")
 
     def in_use(self, now: datetime, window: Term | None = None) -> frozenset[str]:
         """The unit keys in use now, as the broker answers its availability query; the answer is kept until

@@ -118,8 +118,7 @@ class Record:
 
 
 def _error(type_name: str, message: str) -> GeniError:
-    cls = getattr(errors, type_name, None)
-    return cls(message) if isinstance(cls, type) and issubclass(cls, GeniError) else GeniError(message)
+    return errors.error_named(type_name, message)
 
 
 class Records:

@@ -126,3 +126,10 @@ GENI_CODES: dict[str, int] = {
 """Error type name → GENI code (DESIGN §3)."""
 
 SUCCESS = 0
+
+
+def error_named(type_name: str, message: str) -> GeniError:
+    """The GENI error of the type named (an actor's answer names it, e.g. "InsufficientNodes"); a plain
+    GeniError for a name that is none."""
+    cls = globals().get(type_name)
+    return cls(message) if isinstance(cls, type) and issubclass(cls, GeniError) else GeniError(message)

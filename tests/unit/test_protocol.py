@@ -52,8 +52,8 @@ def test_the_local_actor_implements_its_protocol(api, actor):
 
 def test_callers_and_handlers_come_from_the_declaration():
     callers = broker_callers("sm", "auth")
-    assert callers["sm"] == {"place", "extend_ticket", "relinquish", "query", "availability", "reclaimed",
-                             "delegations", "tickets"}
+    assert callers["sm"] == {"place", "find_slot", "extend_ticket", "relinquish", "query", "availability",
+                             "reclaimed", "delegations", "tickets"}
     assert callers["auth"] == {"accept", "reclaim", "reclaimed", "delegations", "tickets"}
     assert authority_callers("sm", "operator") == {"sm": set(methods(AuthorityApi)) - {"maintenance"},
                                                    "operator": {"maintenance"}}
