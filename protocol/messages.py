@@ -19,7 +19,7 @@ from slicex.inventory import from_doc, to_doc
 from slicex.ticket import Ticket
 
 NODE_FIELDS = ("client_id", "component_id", "component_manager_id", "exclusive", "sliver_type", "disk_image",
-               "hardware_type", "interfaces", "fpga")
+               "hardware_type", "interfaces", "fpga", "public_ports")
 LINK_FIELDS = ("client_id", "interface_refs", "component_managers", "capacity_kbps", "latency_ms", "packet_loss",
                "link_type", "shared_vlan", "vlan_tag", "uplinks")
 
@@ -106,6 +106,7 @@ class SliverDetails(TypedDict, total=False):
     execute: list[dict[str, str]]  # post-boot commands: shell, command
     install: list[dict[str, str]]  # tar archives to unpack: url, install_path
     boot_seconds: float
+    public_ports: list[dict[str, int]]  # resources/public_port.py: port (the node's), public_port (the gateway's)
     # FPGAs (resources/fpga.py)
     fpga: str  # board/fpgaN of a whole FPGA
     board: str

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from lxml import etree
 
 from rspec.fpga_ext import FpgaRequest, parse_fpga_request
-from rspec.namespaces import PGV2, RSPEC3, SHARED_VLAN, SHARED_VLAN_GENI, q
+from rspec.namespaces import PGV2, PUBLIC, RSPEC3, SHARED_VLAN, SHARED_VLAN_GENI, q
 from slicex.errors import BadArgs, BadVersion
 from slicex.xmlsafe import parse_xml
 
@@ -48,6 +48,8 @@ class RequestNode:
     fpga: FpgaRequest | None = None
     execute: tuple[tuple[str, str], ...] = ()  # post-boot services/execute: (shell, command)
     install: tuple[tuple[str, str], ...] = ()  # services/install: (url of a tar archive, install_path)
+    # public:port (schemas/public-1.xsd): (the node's TCP port, the public port asked for, 0: any free one)
+    public_ports: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,22 @@ def _node(el: etree._Element, seen: set[str]) -> RequestNode:
     return RequestNode(cid, el.get("component_id"), el.get("component_manager_id"), _bool(el.get("exclusive")),
                        st.get("name") if st is not None else None, image.get("name") if image is not None else None,
                        hw.get("name") if hw is not None else None, tuple(ifaces), ext, parse_fpga_request(el, cid),
-                       execute, install)
+                       execute, install, _public_ports(el, cid))
+
+
+def _public_ports(el: etree._Element, cid: str) -> tuple[tuple[int, int], ...]:
+    """(node port, asked public port or 0) of each public:port of a node; a node port named twice is refused
+    (one public port reaches one node port)."""
+    out: list[tuple[int, int]] = []
+    for p in el.findall(q(PUBLIC, "port")):
+        port = _int(p.get("port"), f"node {cid} public port", 1, 65535, integer=True)
+        if port is None:
+            raise BadArgs(f"node {cid}: a public:port has no port attribute (the node's TCP port to reach)")
+        asked = _int(p.get("public_port"), f"node {cid} public_port", 1, 65535, integer=True) or 0
+        if any(port == have for have, _ in out):
+            raise BadArgs(f"node {cid}: public:port {port} is asked twice")
+        out.append((port, asked))
+    return tuple(out)
 
 
 def _link(el: etree._Element, seen: set[str]) -> RequestLink:

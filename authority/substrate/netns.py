@@ -15,7 +15,9 @@
   holds, and the sliver type's cores and memory enforced with cgroups. geni_start boots it, geni_stop stops it.
 - Login (authority/substrate/login.py): the node's sshd runs inside its container with the slice users' keys
   (geni_users at Provision, geni_update_users after), reached through a port on the host (127.0.0.1 by
-  default); the manifest's login service names that host and port. Post-boot `execute` services
+  default); the manifest's login service names that host and port. A node's public ports (the broker's
+  `pport:` units, resources/public_port.py) are relays of the same kind from the gateway's address
+  (`public_address`) to the node ports they name; the manifest names them at `public_host`. Post-boot `execute` services
   (authority/substrate/execute.py) run inside the node at every start, as its user; the node is configuring while
   they run and failed, naming the command, if one exits non-zero.
 
@@ -52,7 +54,7 @@ from authority.substrate.execute import NodeServices, services_of, verdict
 from authority.substrate.flows import AccessPort, Segment, Uplink, segment_flows
 from authority.substrate.images import DEFAULT_IMAGE, ImageCatalogue, NodeImage, image_name, shift_copy
 from authority.substrate.install import DEFAULT_MAX_BYTES, install_all, installs_of
-from authority.substrate.login import Account, LoginRelay, accounts, kill_netns_processes
+from authority.substrate.login import Account, LoginRelay, accounts, kill_netns_processes, public_relay
 from authority.substrate.netns_plan import (
     LinkPlan,
     NodePlan,
@@ -91,7 +93,8 @@ class NetnsDriver:
                  cables: Mapping[str, str] | None = None, state_dir: Path | None = None,
                  images: ImageCatalogue | None = None, default_image: str = DEFAULT_IMAGE,
                  uid_ranges_dir: Path | None = None, pids_max: int = 1024, install_sources: Iterable[str] = (),
-                 install_max_bytes: int = DEFAULT_MAX_BYTES):
+                 install_max_bytes: int = DEFAULT_MAX_BYTES, public_address: str = "127.0.0.1",
+                 public_host: str | None = None):
         """`switch_dir`: the run directory of an Open vSwitch shared with other deployments on this host (one
         bridge each; slicex.yaml `netns: {switch_dir: ...}`). Two ovs-vswitchd with the userspace datapath
         cannot run on one host: the second cannot create its `ovs-netdev` tap ("Device or resource busy") and
@@ -100,7 +103,9 @@ class NetnsDriver:
         named from both ports (`shared_trunk_name`), the first time a stitched link uses the cable.
         `state_dir` holds the node containers (default /var/lib/slicex-<prefix>); `images` the operator's
         image catalogue; `default_image` what a node that names none boots; `install_sources` the URL prefixes
-        of the file servers install services may fetch from (none: install services are refused)."""
+        of the file servers install services may fetch from (none: install services are refused);
+        `public_address` where nodes' public ports listen (the gateway) and `public_host` the name the
+        manifest gives it (slicex.yaml public_hostname)."""
         self.prefix = check_prefix(prefix)
         self.bridge = f"{prefix}-br"
         self.dpid = int(hashlib.sha256(prefix.encode()).hexdigest()[:12], 16)
@@ -128,6 +133,8 @@ class NetnsDriver:
         self.trunks: dict[str, int] = {}  # external port URN (lower case) -> ofport of its trunk device
         self.login_address = login_address  # where the login ports listen
         self.login_host = login_host or login_address  # what the manifest tells users to connect to
+        self.public_address = public_address  # where nodes' public ports listen
+        self.public_host = public_host or public_address  # what the manifest names for them
         self._lock = threading.RLock()
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
@@ -213,6 +220,7 @@ class NetnsDriver:
                 self._define(plan, image, index, limits)
                 self._set_users(plan, accts, running=False)
                 port = self._relay(plan).ensure_forward(None)
+                self._public_forwards(spec, plan)
             except (GeniError, OSError) as exc:
                 self._teardown(plan)
                 if isinstance(exc, GeniError):
@@ -297,6 +305,10 @@ class NetnsDriver:
             if status.get("login_port") and not self._relay(plan).forward_running():
                 return FAILED, (f"the login port {self.login_address}:{status['login_port']} of node "
                                 f"{spec.client_id} has no relay to its sshd")
+            for pp in spec.details.get("public_ports") or ():
+                if not self._relay(plan).forward_running(public_relay(pp["port"])):
+                    return FAILED, (f"the public port {self.public_address}:{pp['public_port']} of node "
+                                    f"{spec.client_id} has no relay to its port {pp['port']}")
             services = services_of(spec.details, spec.client_id)
             if services:
                 how, why = verdict(self._services(plan).results(services))
@@ -317,6 +329,10 @@ class NetnsDriver:
         if port:
             out["logins"] = [{"username": a.name, "hostname": self.login_host, "port": port}
                              for a in accounts(spec.details.get("logins") or ())]
+        public = spec.details.get("public_ports") or ()
+        if public:
+            out["public_ports"] = [{"port": pp["port"], "public_port": pp["public_port"], "host": self.public_host}
+                                   for pp in public]
         plan = self._node_plan(spec)
         if status.get("limits"):
             out["container"] = {**status["limits"], "image": status.get("image", ""),
@@ -396,6 +412,7 @@ class NetnsDriver:
                 self._define(plan, image, index, self._limits(spec, plan))
                 self._set_users(plan, accounts(spec.details.get("logins") or ()), running=False)
                 self._relay(plan).ensure_forward(status.get("login_port"))
+                self._public_forwards(spec, plan)
                 self._node_services(spec, plan, status, up, restart=False, boot=False)
                 adopted.append(plan.netns)
             self._push()
@@ -561,6 +578,13 @@ class NetnsDriver:
 
     def _relay(self, plan: NodePlan) -> LoginRelay:
         return LoginRelay(self.nodes_dir, plan.netns, plan.hostname, self.login_address)
+
+    def _public_forwards(self, spec: SliverSpec, plan: NodePlan) -> None:
+        """The relays of the node's public ports (the broker chose them: no other sliver holds one)."""
+        relay = self._relay(plan)
+        for pp in spec.details.get("public_ports") or ():
+            relay.ensure_forward(int(pp["public_port"]), int(pp["port"]), self.public_address,
+                                 public_relay(int(pp["port"])))
 
     def _relay_of(self, ns: str) -> LoginRelay:
         return LoginRelay(self.nodes_dir, ns, ns, self.login_address)
