@@ -15,6 +15,7 @@ from typing import Any
 
 from cryptography import x509
 
+from am.measurement import slice_measurement
 from protocol import slice_manager as sm
 from protocol.slice_manager import SliceManager, Sliver
 from rspec import namespaces as ns
@@ -438,9 +439,12 @@ class AggregateManager:
                                                                 now)
         self._rspec_version(options)
         manifest = self._manifest(slice_urn, slivers, now)
-        return result({"geni_rspec": self._maybe_compress(manifest, options),
-                       "geni_urn": self._as_spelled(slice_urn, urns, verified),
-                       "geni_slivers": [self._struct(s) for s in slivers]})
+        value = {"geni_rspec": self._maybe_compress(manifest, options),
+                 "geni_urn": self._as_spelled(slice_urn, urns, verified),
+                 "geni_slivers": [self._struct(s) for s in slivers]}
+        if options.get("slicex_measurement"):  # its counters, to whom may describe it (docs/substrate-netns.md)
+            value["slicex_measurement"] = slice_measurement(slivers)
+        return result(value)
 
     def Allocate(self, cert, slice_urn, credentials, rspec, options) -> dict[str, Any]:
         options = geni_options(options)

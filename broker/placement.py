@@ -110,7 +110,8 @@ def _place_link(substrate: Substrate, link: RequestLink, index: int, iface_on: M
                       "interface_refs": list(link.interface_refs), **details,
                       # asked-for link properties a real driver must enforce or refuse (netns: netem)
                       **({"latency_ms": link.latency_ms} if link.latency_ms else {}),
-                      **({"packet_loss": link.packet_loss} if link.packet_loss else {})},
+                      **({"packet_loss": link.packet_loss} if link.packet_loss else {}),
+                      **({"mirror_to": link.mirror_to} if link.mirror_to else {})},
                      labels)
 
 

@@ -21,7 +21,7 @@ from slicex.ticket import Ticket
 NODE_FIELDS = ("client_id", "component_id", "component_manager_id", "exclusive", "sliver_type", "disk_image",
                "hardware_type", "interfaces", "fpga", "public_ports")
 LINK_FIELDS = ("client_id", "interface_refs", "component_managers", "capacity_kbps", "latency_ms", "packet_loss",
-               "link_type", "shared_vlan", "vlan_tag", "uplinks")
+               "link_type", "shared_vlan", "vlan_tag", "uplinks", "mirror_to")
 
 
 @dataclass(frozen=True)
@@ -125,6 +125,7 @@ class SliverDetails(TypedDict, total=False):
     uplinks: list[dict[str, Any]]  # stitching: port, tags [[TPID, VID], ...] outermost first
     latency_ms: int
     packet_loss: float
+    mirror_to: str  # measure:mirror: the capture interface (client_id) the link's packets are copied to
     # added by the slice manager
     slice_urn: str
     owner: str  # the owner's user URN

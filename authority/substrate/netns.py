@@ -17,7 +17,11 @@
   (geni_users at Provision, geni_update_users after), reached through a port on the host (127.0.0.1 by
   default); the manifest's login service names that host and port. A node's public ports (the broker's
   `pport:` units, resources/public_port.py) are relays of the same kind from the gateway's address
-  (`public_address`) to the node ports they name; the manifest names them at `public_host`. Post-boot `execute` services
+  (`public_address`) to the node ports they name; the manifest names them at `public_host`.
+- Measurement: a node's view carries the switch's counters of its interfaces' ports (with its container's
+  CPU time and memory from cgroups); a link that asks for a mirror (measure:mirror) has every packet of
+  its ports copied by an Open vSwitch mirror to the port of its slice's capture interface (an interface of a
+  slice's node on no link, so in no segment: it receives the copies and nothing else). Post-boot `execute` services
   (authority/substrate/execute.py) run inside the node at every start, as its user; the node is configuring while
   they run and failed, naming the command, if one exits non-zero.
 
@@ -131,6 +135,8 @@ class NetnsDriver:
         self.install_max_bytes = install_max_bytes
         self.node_slices: dict[str, str] = {}  # namespace of a live node -> its slice's uid range owner
         self.trunks: dict[str, int] = {}  # external port URN (lower case) -> ofport of its trunk device
+        self.capture_ports: dict[tuple[str, str], str] = {}  # (slice URN, interface client_id) -> bridge port
+        self.mirrored: dict[str, tuple[tuple[str, ...], str]] = {}  # mirror name -> (ports copied, output port)
         self.login_address = login_address  # where the login ports listen
         self.login_host = login_host or login_address  # what the manifest tells users to connect to
         self.public_address = public_address  # where nodes' public ports listen
@@ -216,6 +222,7 @@ class NetnsDriver:
             try:
                 index = self.uid_ranges.claim(owner)
                 self.node_slices[plan.netns] = owner
+                self._capture_ports(spec, plan)  # before its ports exist: _build's push mirrors to them
                 self._build(plan, up=False)
                 self._define(plan, image, index, limits)
                 self._set_users(plan, accts, running=False)
@@ -340,6 +347,9 @@ class NetnsDriver:
         services = services_of(spec.details, spec.client_id)
         if services:
             out["execute"] = self._services(plan).results(services)
+        counters = self._counters(plan)
+        if counters:
+            out["counters"] = counters
         return out
 
     # ---- reconcile -------------------------------------------------------------------------------------------
@@ -353,6 +363,12 @@ class NetnsDriver:
             self.ports.clear()
             self.trunks.clear()
             self.node_slices.clear()
+            self.capture_ports.clear()
+            self.mirrored.clear()
+            if self.ovs.running() and self.bridge in self.ovs.bridges():
+                for name in self.ovs.mirrors(self.bridge):  # made again below for the live links that ask
+                    if name.startswith(self.prefix + "-m"):
+                        self.ovs.del_mirror(self.bridge, name)
             for spec, status in live:
                 if spec.kind == "link":
                     plan = self._link_plan(spec, check=False)
@@ -413,6 +429,7 @@ class NetnsDriver:
                 self._set_users(plan, accounts(spec.details.get("logins") or ()), running=False)
                 self._relay(plan).ensure_forward(status.get("login_port"))
                 self._public_forwards(spec, plan)
+                self._capture_ports(spec, plan)
                 self._node_services(spec, plan, status, up, restart=False, boot=False)
                 adopted.append(plan.netns)
             self._push()
@@ -545,8 +562,8 @@ class NetnsDriver:
             tbf = tbf_args(i.rate_kbps) if i.rate_kbps else None
             hostnet.shape(plan.netns, i.ns_if, tbf)
             hostnet.set_up(plan.netns, i.ns_if, up)
-            if i.vlan is not None:
-                self.ports[i.host_if] = (self.ovs.add_port(self.bridge, i.host_if, i.vlan), i.vlan, i.mac)
+            # an interface on no link is a port of no segment: no rule moves its frames (a mirror may copy to it)
+            self.ports[i.host_if] = (self.ovs.add_port(self.bridge, i.host_if, i.vlan), i.vlan, i.mac)
             hostnet.shape(None, i.host_if, tbf)
         self._push()
 
@@ -578,6 +595,42 @@ class NetnsDriver:
 
     def _relay(self, plan: NodePlan) -> LoginRelay:
         return LoginRelay(self.nodes_dir, plan.netns, plan.hostname, self.login_address)
+
+    def _counters(self, plan: NodePlan) -> dict[str, dict[str, int]]:
+        """interface client_id -> the switch's counters of its port (those the switch has)."""
+        out = {}
+        with self._lock:
+            for i in plan.interfaces:
+                if i.host_if in self.ports:
+                    try:
+                        out[i.client_id] = self.ovs.port_counters(i.host_if)
+                    except ServerError:
+                        continue
+        return out
+
+    def _capture_ports(self, spec: SliverSpec, plan: NodePlan) -> None:
+        """Note the node's interfaces on no link: ports a mirror of its slice's links may copy to."""
+        for i in plan.interfaces:
+            if i.vlan is None:
+                self.capture_ports[(str(spec.details.get("slice_urn") or ""), i.client_id)] = i.host_if
+
+    def _mirror(self) -> None:
+        """Make the switch's mirrors those of the started links that ask for one and whose capture port exists
+        (changing only what differs)."""
+        want: dict[str, tuple[tuple[str, ...], str]] = {}
+        for vlan in sorted(self.enabled):
+            lk = self.links[vlan]
+            out = self.capture_ports.get((lk.slice_urn, lk.mirror_to)) if lk.mirror_to else None
+            copied = tuple(sorted(p for p, (_of, v, _mac) in self.ports.items() if v == vlan))
+            if out is not None and out in self.ports and copied:
+                want[f"{self.prefix}-m{vlan}"] = (copied, out)
+        for name in [n for n in self.mirrored if n not in want]:
+            self.ovs.del_mirror(self.bridge, name)
+            del self.mirrored[name]
+        for name, (copied, out) in want.items():
+            if self.mirrored.get(name) != (copied, out):
+                self.ovs.set_mirror(self.bridge, name, copied, out)
+                self.mirrored[name] = (copied, out)
 
     def _public_forwards(self, spec: SliverSpec, plan: NodePlan) -> None:
         """The relays of the node's public ports (the broker chose them: no other sliver holds one)."""
@@ -631,6 +684,8 @@ class NetnsDriver:
         for i in plan.interfaces:
             self.ovs.del_port(self.bridge, i.host_if)
             self.ports.pop(i.host_if, None)
+        self.capture_ports = {k: v for k, v in self.capture_ports.items()
+                              if v not in {i.host_if for i in plan.interfaces}}
         hostnet.del_namespace(plan.netns)
         for i in plan.interfaces:  # the namespace took its ends and their peers; a half-made pair may remain
             hostnet.del_link(i.host_if)
@@ -648,4 +703,5 @@ class NetnsDriver:
                             if p.lower() in self.trunks)
             segments.append(Segment(vlan, ports, uplinks))
         self.flows.apply(self.bridge, self.dpid, segment_flows(segments))
+        self._mirror()
 

@@ -82,6 +82,8 @@ class LinkPlan:
     interface_refs: tuple[str, ...]
     # stitching: (external port URN, ((TPID, VID), ...) outermost first) per own hop: the trunk rules
     uplinks: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = ()
+    mirror_to: str = ""  # the capture interface (client_id, of a node of `slice_urn`) its packets are copied to
+    slice_urn: str = ""
 
     def to_doc(self) -> dict:
         return {"sliver_id": self.sliver_id, "client_id": self.client_id, "vlan": self.vlan,
@@ -133,7 +135,8 @@ def link_plan(sliver_id: str, client_id: str, labels: Iterable[tuple[str, int]],
     uplinks = tuple((str(u["port"]), tuple((int(t), int(v)) for t, v in u["tags"]))
                     for u in details.get("uplinks") or ())
     return LinkPlan(sliver_id, client_id, vlan, int(details.get("capacity_kbps") or 0),
-                    str(details.get("subnet") or ""), tuple(details.get("interface_refs") or ()), uplinks)
+                    str(details.get("subnet") or ""), tuple(details.get("interface_refs") or ()), uplinks,
+                    str(details.get("mirror_to") or ""), str(details.get("slice_urn") or ""))
 
 
 def _address(iface: str, info: Mapping, link: LinkPlan | None) -> str:

@@ -94,3 +94,18 @@ def test_the_substrate_file_gives_the_range_and_refuses_a_bad_one():
     assert substrate_from_dict(base).public_ports == ()
     with pytest.raises(SubstrateError, match="outside 1-65535"):
         substrate_from_dict({**base, "public_ports": ["0-10"]})
+
+
+def test_the_manifest_names_the_public_host_and_port_of_each_node_port():
+    from lxml import etree
+
+    from rspec.manifest import SliverView, build_manifest
+    from rspec.validate import validate_rspec
+
+    given = [{"port": 80, "public_port": 25200, "host": "am.example.edu"}, {"port": 22, "public_port": 25100}]
+    view = SliverView("n1", "urn:publicid:IDN+x+sliver+1", "node", details={"public_ports": given})
+    manifest = build_manifest([ask(("80", None), ("22", "25100"))], [view], "urn:publicid:IDN+x+authority+am")
+    assert validate_rspec(manifest, "manifest") == []
+    ports = [(p.get("port"), p.get("public_port"), p.get("host"))
+             for p in etree.fromstring(manifest.encode()).iter(f"{{{PUBLIC}}}port")]
+    assert ports == [("80", "25200", "am.example.edu"), ("22", "25100", None)]
