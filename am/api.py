@@ -47,7 +47,7 @@ AM_TYPE = "slicex"
 # wire and reported, translated where a port translates) and the Q-in-Q extension (the broker holds the
 # S-tag on the port; the netns data plane pushes/pops it: docs/stitching.md).
 REQUEST_EXTENSIONS = [ns.STITCH2, ns.QINQ, ns.SHARED_VLAN, ns.SHARED_VLAN_GENI, ns.OPSTATE,
-                      "http://slicex.dev/rspec/ext/fpga/1"]
+                      "http://slicex.dev/rspec/ext/fpga/1", ns.PUBLIC, ns.MEASURE]
 
 
 @dataclass
