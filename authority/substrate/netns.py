@@ -69,6 +69,7 @@ from authority.substrate.netns_plan import (
     shared_trunk_name,
     tbf_args,
     trunk_name,
+    wanted_mirrors,
 )
 from authority.substrate.openflow import DEFAULT_CONTROLLER, FlowProgrammer, flow_programmer
 from authority.substrate.ovs import OvsSwitch, default_run_dir
@@ -617,13 +618,7 @@ class NetnsDriver:
     def _mirror(self) -> None:
         """Make the switch's mirrors those of the started links that ask for one and whose capture port exists
         (changing only what differs)."""
-        want: dict[str, tuple[tuple[str, ...], str]] = {}
-        for vlan in sorted(self.enabled):
-            lk = self.links[vlan]
-            out = self.capture_ports.get((lk.slice_urn, lk.mirror_to)) if lk.mirror_to else None
-            copied = tuple(sorted(p for p, (_of, v, _mac) in self.ports.items() if v == vlan))
-            if out is not None and out in self.ports and copied:
-                want[f"{self.prefix}-m{vlan}"] = (copied, out)
+        want = wanted_mirrors(self.prefix, self.enabled, self.links, self.ports, self.capture_ports)
         for name in [n for n in self.mirrored if n not in want]:
             self.ovs.del_mirror(self.bridge, name)
             del self.mirrored[name]

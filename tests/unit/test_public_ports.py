@@ -109,3 +109,14 @@ def test_the_manifest_names_the_public_host_and_port_of_each_node_port():
     ports = [(p.get("port"), p.get("public_port"), p.get("host"))
              for p in etree.fromstring(manifest.encode()).iter(f"{{{PUBLIC}}}port")]
     assert ports == [("80", "25200", "am.example.edu"), ("22", "25100", None)]
+
+
+def test_a_substrate_with_public_ports_is_refused_where_no_driver_forwards_them(tmp_path):
+    from deployment.service import deployment_substrate
+    from slicex.config import SlicexConfig
+
+    site = tmp_path / "site.yaml"
+    site.write_text("authority: x\npublic_ports: ['25100']\nhosts:\n  - name: a\n")
+    with pytest.raises(SubstrateError, match="the openstack driver has no gateway"):
+        deployment_substrate(SlicexConfig(substrate_driver="openstack", substrate=str(site)))
+    assert deployment_substrate(SlicexConfig(substrate=str(site))).public_ports == ((25100, 25100),)

@@ -78,3 +78,20 @@ def test_a_links_counters_are_its_endpoints_ports_and_a_nodes_its_machines():
     assert out["links"]["l0"]["rx_packets"] == 9 and out["links"]["l0"]["tx_bytes"] == 392
     assert set(out["links"]["l0"]["interfaces"]) == {"a:if0", "b:if0"}
     assert out["links"]["l1"] == {"interfaces": {}, "rx_packets": 0, "tx_packets": 0, "rx_bytes": 0, "tx_bytes": 0}
+
+
+def test_a_mirror_copies_a_started_links_segment_to_its_own_slices_capture_port_only():
+    from authority.substrate.netns_plan import LinkPlan, wanted_mirrors
+
+    mine, theirs = "urn:publicid:IDN+x+slice+mine", "urn:publicid:IDN+x+slice+theirs"
+    links = {1001: LinkPlan("s1", "lan0", 1001, 0, "10.10.0", ("a:if0", "b:if0"), (), "cap:if0", mine),
+             1002: LinkPlan("s2", "lan0", 1002, 0, "10.10.0", ("a:if0", "b:if0"), (), "cap:if0", theirs),
+             1003: LinkPlan("s3", "lan1", 1003, 0, "10.10.1", ("c:if0", "d:if0"), (), "", mine)}
+    ports = {"pa": (1, 1001, "m"), "pb": (2, 1001, "m"), "qa": (3, 1002, "m"), "qb": (4, 1002, "m"),
+             "pc": (5, 1003, "m"), "pd": (6, 1003, "m"), "cap": (7, None, "m"), "qcap": (8, 1002, "m")}
+    # their slice names a capture interface of the same name, but theirs is on a segment (not a capture port)
+    captures = {(mine, "cap:if0"): "cap", (theirs, "cap:if0"): "qcap"}
+    assert wanted_mirrors("px", {1001, 1002, 1003}, links, ports, captures) == {"px-m1001": (("pa", "pb"), "cap")}
+    assert wanted_mirrors("px", {1002, 1003}, links, ports, captures) == {}  # a link not started is not mirrored
+    assert wanted_mirrors("px", {1001}, links, ports, {(theirs, "cap:if0"): "cap"}) == {}  # not my slice's port
+    assert wanted_mirrors("px", {1001}, links, {k: v for k, v in ports.items() if k != "cap"}, captures) == {}
