@@ -1,8 +1,9 @@
 """Public access through the AM API on the netns substrate: a node's port forwarded from the gateway's public
 ports (the substrate's `public_ports`, handed out by the broker as `pport:` units), shown in the manifest as
 host:public_port, reached from the host by a TCP client while a server in the node's container answers;
-a port outside the operator's range is BADARGS, one another slice holds is UNAVAILABLE; after Delete the
-port is closed and free for another slice."""
+a port outside the operator's range is BADARGS, one another slice holds is UNAVAILABLE; the forward outlives
+a SIGKILL of the aggregate and is adopted by the next start; after Delete the port is closed and free for
+another slice."""
 
 from __future__ import annotations
 
@@ -130,6 +131,16 @@ def test_a_public_port_reaches_a_server_in_the_node_is_exclusive_and_gone_after_
     assert answer("127.0.0.1", taken).strip() == "hello from web"
     status = ok(am_a.Status([urn_a], cred_a, {}))
     assert {s["geni_operational_status"] for s in status["geni_slivers"]} == {"geni_ready"}, status
+
+    # the aggregate killed and started again: the relay is a process of its own, adopted by reconcile
+    up.kill9()
+    assert answer("127.0.0.1", taken).strip() == "hello from web"
+    am_url = up.start()
+    am_a = client(am_url, str(home.user_cert("alice")), str(home.user_key("alice")))
+    am_b = client(am_url, str(home.user_cert("bob")), str(home.user_key("bob")))
+    status = ok(am_a.Status([urn_a], cred_a, {}))
+    assert {s["geni_operational_status"] for s in status["geni_slivers"]} == {"geni_ready"}, status
+    assert answer("127.0.0.1", taken).strip() == "hello from web"
 
     # any free port: bob's node gets the lowest the broker has not promised
     got = forwards(ok(am_b.Allocate(urn_b, cred_b, ask("web", (8080, None)), {}))["geni_rspec"])["web"]
