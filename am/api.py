@@ -15,7 +15,6 @@ from typing import Any
 
 from cryptography import x509
 
-from am.measurement import slice_measurement
 from protocol import slice_manager as sm
 from protocol.slice_manager import SliceManager, Sliver
 from rspec import namespaces as ns
@@ -443,6 +442,8 @@ class AggregateManager:
                  "geni_urn": self._as_spelled(slice_urn, urns, verified),
                  "geni_slivers": [self._struct(s) for s in slivers]}
         if options.get("slicex_measurement"):  # its counters, to whom may describe it (docs/substrate-netns.md)
+            from am.measurement import slice_measurement
+
             value["slicex_measurement"] = slice_measurement(slivers)
         return result(value)
 
