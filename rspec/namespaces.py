@@ -8,10 +8,10 @@ SHARED_VLAN = "http://www.protogeni.net/resources/rspec/ext/shared-vlan/1"
 SHARED_VLAN_GENI = "http://www.geni.net/resources/rspec/ext/shared-vlan/1"
 OPSTATE = "http://www.geni.net/resources/rspec/ext/opstate/1"
 EMULAB = "http://www.protogeni.net/resources/rspec/ext/emulab/1"
-QINQ = "http://slicex.dev/rspec/ext/qinq/1"
-CAPACITY = "http://slicex.dev/rspec/ext/capacity/1"
 PUBLIC = "http://slicex.dev/rspec/ext/public/1"  # public ports forwarded to nodes (schemas/public-1.xsd)
 MEASURE = "http://slicex.dev/rspec/ext/measure/1"  # a link's port mirror to a capture node (schemas/measure-1.xsd)
+QINQ = "http://slicex.dev/rspec/ext/qinq/1"
+CAPACITY = "http://slicex.dev/rspec/ext/capacity/1"
 
 REQUEST_XSD = "http://www.geni.net/resources/rspec/3/request.xsd"
 AD_XSD = "http://www.geni.net/resources/rspec/3/ad.xsd"
