@@ -50,7 +50,7 @@ AM_TYPE = "slicex"
 # wire and reported, translated where a port translates) and the Q-in-Q extension (the broker holds the
 # S-tag on the port; the netns data plane pushes/pops it: docs/stitching.md).
 REQUEST_EXTENSIONS = [ns.STITCH2, ns.QINQ, ns.SHARED_VLAN, ns.SHARED_VLAN_GENI, ns.OPSTATE,
-                      "http://slicex.dev/rspec/ext/fpga/1"]
+                      "http://slicex.dev/rspec/ext/fpga/1", ns.PUBLIC, ns.MEASURE]
 
 
 @dataclass
@@ -479,9 +479,14 @@ class AggregateManager:
                                                                 now)
         self._rspec_version(options)
         manifest = self._manifest(slice_urn, slivers, now)
-        return result({"geni_rspec": self._maybe_compress(manifest, options),
-                       "geni_urn": self._as_spelled(slice_urn, urns, verified),
-                       "geni_slivers": [self._struct(s) for s in slivers]})
+        value = {"geni_rspec": self._maybe_compress(manifest, options),
+                 "geni_urn": self._as_spelled(slice_urn, urns, verified),
+                 "geni_slivers": [self._struct(s) for s in slivers]}
+        if options.get("slicex_measurement"):  # its counters, to whom may describe it (docs/substrate-netns.md)
+            from am.measurement import slice_measurement
+
+            value["slicex_measurement"] = slice_measurement(slivers)
+        return result(value)
 
     def Allocate(self, cert, slice_urn, credentials, rspec, options) -> dict[str, Any]:
         options = geni_options(options)

@@ -32,7 +32,7 @@ from cryptography import x509
 
 from broker.calendar import Calendar, CalendarError, common_free_labels
 from broker.delegation import claim, reclaim
-from broker.placement import Shortfall, plan, report
+from broker.placement import SHORT, Shortfall, plan, report
 from broker.policy import FirstFit, Policy, choose_label
 from broker.slots import find_slot
 from protocol.delegation import Delegation, export_prefixes
@@ -45,7 +45,6 @@ from slicex.errors import (
     BadArgs,
     Busy,
     CredentialInvalid,
-    InsufficientBandwidth,
     InsufficientNodes,
     OutOfRange,
     Refused,
@@ -486,7 +485,7 @@ class Broker:
                 try:
                     placed = plan(substrate, request, self._used(term, authority, substrate, group, future),
                                   image_policy, parts, self.policy)
-                except (InsufficientNodes, InsufficientBandwidth, VlanUnavailable) as exc:
+                except SHORT as exc:
                     if not future:
                         raise
                     raise type(exc)(f"{exc.message} (over the advance term {_span(term)}, which other "

@@ -22,9 +22,15 @@ from resources import STANDARD, Kinds
 from resources.kind import Constraints, Placement
 from rspec.request import Request, RequestLink
 from rspec.substrate import Substrate, urn_name
-from slicex.errors import GeniError, InsufficientBandwidth, InsufficientNodes, VlanUnavailable
+from slicex.errors import (
+    GeniError,
+    InsufficientBandwidth,
+    InsufficientNodes,
+    PortUnavailable,
+    VlanUnavailable,
+)
 
-SHORT = (InsufficientNodes, InsufficientBandwidth, VlanUnavailable)  # capacity errors a dry run collects
+SHORT = (InsufficientNodes, InsufficientBandwidth, VlanUnavailable, PortUnavailable)  # what a dry run collects
 
 
 @dataclass(frozen=True)
@@ -55,7 +61,7 @@ def plan(substrate: Substrate, request: Request, used: Set[str], image_policy: s
     short_iface: dict[str, str] = {}  # request iface client_id -> its node, which did not fit
     for node in request.nodes:
         try:
-            p = kinds.node_kind(node).place(substrate, node, taken, given)
+            p = kinds.place_node(substrate, node, taken, given)
         except SHORT as err:
             if shortfalls is None:
                 raise
@@ -104,7 +110,8 @@ def _place_link(substrate: Substrate, link: RequestLink, index: int, iface_on: M
                       "interface_refs": list(link.interface_refs), **details,
                       # asked-for link properties a real driver must enforce or refuse (netns: netem)
                       **({"latency_ms": link.latency_ms} if link.latency_ms else {}),
-                      **({"packet_loss": link.packet_loss} if link.packet_loss else {})},
+                      **({"packet_loss": link.packet_loss} if link.packet_loss else {}),
+                      **({"mirror_to": link.mirror_to} if link.mirror_to else {})},
                      labels)
 
 
@@ -151,7 +158,7 @@ def report(substrate: Substrate, request: Request, placements: Iterable[Placemen
         if s.kind == "node":
             node = request.node(s.client_id)
             assert node is not None
-            needs = kinds.node_kind(node).needs(substrate, node, s.taken)
+            needs = kinds.node_needs(substrate, node, s.taken)
         else:
             link = next(lk for lk in request.links if lk.client_id == s.client_id)
             host_ifaces = [ifaces[r] for r in link.interface_refs if r in ifaces]

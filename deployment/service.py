@@ -42,7 +42,7 @@ from operations.snapshot import publishers_for
 from protocol.api import AuthorityApi, BrokerApi
 from resources import usage_counts
 from rspec.advertisement import AdvertisementCache, Usage
-from rspec.substrate import Substrate, default_substrate, load_substrate
+from rspec.substrate import Substrate, SubstrateError, default_substrate, load_substrate
 from slice_manager.actor import ActorSliceManager
 from slice_manager.peer_gate import held_slivers, wanted_nodes
 from slicex import pki
@@ -96,6 +96,9 @@ def deployment_substrate(cfg: SlicexConfig) -> Substrate:
     from dataclasses import replace
 
     substrate = load_substrate(cfg.substrate) if cfg.substrate else default_substrate(cfg.authority)
+    if cfg.substrate_driver == "openstack" and substrate.public_ports:
+        raise SubstrateError(f"{cfg.substrate}: public_ports are forwarded by the netns driver (and shown by the "
+                             f"emulated one); the openstack driver has no gateway: remove public_ports")
     if cfg.substrate_driver != "netns":
         return substrate
     from authority.substrate.images import offered_images
@@ -147,7 +150,8 @@ def host_driver(cfg: SlicexConfig, home: Home) -> Any:
     return NetnsDriver(netns_prefix(cfg, home), path(opts.run_dir), opts.controller,
                        switch_dir=path(opts.switch_dir), cables=cables, state_dir=path(opts.state_dir),
                        images=images, default_image=default_image, pids_max=opts.pids_max,
-                       install_sources=list(opts.install_sources), install_max_bytes=opts.install_max_mb * 2**20)
+                       install_sources=list(opts.install_sources), install_max_bytes=opts.install_max_mb * 2**20,
+                       public_address=opts.public_address or cfg.host, public_host=cfg.advertised_host())
 
 
 def openstack_driver(cfg: SlicexConfig, home: Home) -> Any:

@@ -26,7 +26,7 @@ from slicex.urn import parse_urn
 
 LIMITS = (*RESOURCES, "lease_hours")
 NOUNS = {"cores": "cores", "memory_mb": "MB of memory", "nodes": "nodes", "vlans": "VLANs",
-         "bandwidth_kbps": "kbps of bandwidth", "fpgas": "FPGA slivers"}
+         "bandwidth_kbps": "kbps of bandwidth", "fpgas": "FPGA slivers", "public_ports": "public ports"}
 DEFAULT = "default"
 
 
@@ -40,6 +40,7 @@ class Limits:
     vlans: int | None = None
     bandwidth_kbps: int | None = None
     fpgas: int | None = None
+    public_ports: int | None = None
     lease: timedelta | None = None
 
     @property

@@ -20,9 +20,9 @@ from slicex.inventory import from_doc, to_doc
 from slicex.ticket import Ticket
 
 NODE_FIELDS = ("client_id", "component_id", "component_manager_id", "exclusive", "sliver_type", "disk_image",
-               "hardware_type", "interfaces", "fpga")
+               "hardware_type", "interfaces", "fpga", "public_ports")
 LINK_FIELDS = ("client_id", "interface_refs", "component_managers", "capacity_kbps", "latency_ms", "packet_loss",
-               "link_type", "shared_vlan", "vlan_tag", "uplinks")
+               "link_type", "shared_vlan", "vlan_tag", "uplinks", "mirror_to")
 
 
 @dataclass(frozen=True)
@@ -146,6 +146,7 @@ class SliverDetails(TypedDict, total=False):
     execute: list[dict[str, str]]  # post-boot commands: shell, command
     install: list[dict[str, str]]  # tar archives to unpack: url, install_path
     boot_seconds: float
+    public_ports: list[dict[str, int]]  # resources/public_port.py: port (the node's), public_port (the gateway's)
     # FPGAs (resources/fpga.py)
     fpga: str  # board/fpgaN of a whole FPGA
     board: str
@@ -164,6 +165,7 @@ class SliverDetails(TypedDict, total=False):
     uplinks: list[dict[str, Any]]  # stitching: port, tags [[TPID, VID], ...] outermost first
     latency_ms: int
     packet_loss: float
+    mirror_to: str  # measure:mirror: the capture interface (client_id) the link's packets are copied to
     # added by the slice manager
     slice_urn: str
     owner: str  # the owner's user URN

@@ -6,23 +6,25 @@ delegates of it and what a sliver of it counts against quotas:
   vlan.py            links inside the aggregate (tags, bandwidth)  vlan:, bw:<host interface>
   stitching_port.py  external ports of stitched links              wire:, bw:<port>
   fpga.py            whole FPGAs and virtual routers                fpga:, router:
+  public_port.py     the gateway's public TCP ports (a node part)   pport:
 
-`Kinds` is the set an aggregate offers (`STANDARD`: all four); the broker's placement (broker/placement.py),
+`Kinds` is the set an aggregate offers (`STANDARD`: all five); the broker's placement (broker/placement.py),
 the authority's delegation (`export_substrate`), quotas, accounting, metrics and the dashboard ask it and
-know no unit key themselves. A new kind is a class with the NodeKind or LinkKind interface (resources/kind.py)
-added to a `Kinds`. Pure: no store, no clock."""
+know no unit key themselves. A new kind is a class with the NodeKind, NodePart or LinkKind interface
+(resources/kind.py) added to a `Kinds`. Pure: no store, no clock."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from protocol.delegation import Delegation, Pool
 from resources.compute import MEM_CHUNK_MB, Compute
 from resources.fpga import Fpgas
-from resources.kind import Amounts, LinkKind, NodeKind
+from resources.kind import Amounts, Constraints, LinkKind, NodeKind, NodePart, Placement
+from resources.public_port import PublicPorts
 from resources.stitching_port import StitchingPorts
 from resources.vlan import VlanLinks
 from rspec.request import Request, RequestNode
@@ -33,16 +35,21 @@ from slicex.inventory import to_doc
 
 @dataclass(frozen=True)
 class Kinds:
-    """The resource kinds an aggregate offers: node kinds (the first that claims a node places it) and the
-    parts every link is made of."""
+    """The resource kinds an aggregate offers: node kinds (the first that claims a node places it), the parts a
+    node may take besides (public ports) and the parts every link is made of."""
 
     nodes: tuple[NodeKind, ...]
     links: tuple[LinkKind, ...]
+    node_parts: tuple[NodePart, ...] = ()
+
+    @property
+    def _all(self) -> tuple[NodeKind | NodePart | LinkKind, ...]:
+        return (*self.nodes, *self.node_parts, *self.links)
 
     @property
     def unit_kinds(self) -> tuple[str, ...]:
         """The first segment of every unit key (the broker's claim namespaces in the store)."""
-        return tuple(dict.fromkeys(u for k in (*self.nodes, *self.links) for u in k.unit_kinds))
+        return tuple(dict.fromkeys(u for k in self._all for u in k.unit_kinds))
 
     def node_kind(self, node: RequestNode) -> NodeKind:
         kind = next((k for k in self.nodes if k.claims(node)), None)
@@ -51,22 +58,38 @@ class Kinds:
                           f"(offered: {', '.join(k.name for k in self.nodes)})")
         return kind
 
+    def place_node(self, substrate: Substrate, node: RequestNode, taken: Set[str], given: Constraints) -> Placement:
+        """Where `node` goes: its kind's placement with what each node part adds (units and details)."""
+        p = self.node_kind(node).place(substrate, node, taken, given)
+        for part in self.node_parts:
+            keys, details = part.place(substrate, node, p, taken)
+            if keys or details:
+                p = replace(p, keys=(*p.keys, *keys), details={**p.details, **details})
+        return p
+
+    def node_needs(self, substrate: Substrate, node: RequestNode, taken: Set[str]) -> list[dict[str, Any]]:
+        """Asked vs available for a node that did not fit: its kind's and its parts'."""
+        return [*self.node_kind(node).needs(substrate, node, taken),
+                *(n for part in self.node_parts for n in part.needs(substrate, node, taken))]
+
     def pools(self, substrate: Substrate) -> list[Pool]:
         """Every pool the kinds offer of `substrate` (what a delegation of all of it lists)."""
-        return [p for k in (*self.nodes, *self.links) for p in k.offer(substrate).pools]
+        return [p for k in self._all for p in k.offer(substrate).pools]
 
     def export(self, substrate: Substrate, authority: str, broker: str) -> Delegation:
         """Everything a substrate offers, as a delegation to `broker`, with the substrate's description."""
-        offers = [k.offer(substrate) for k in (*self.nodes, *self.links)]
+        offers = [k.offer(substrate) for k in self._all]
         return Delegation(authority, broker, tuple(p for o in offers for p in o.pools),
                           tuple(ls for o in offers for ls in o.label_sets), to_doc(substrate))
 
     def asked(self, substrate: Substrate, request: Request) -> Amounts:
         """What a request will hold once placed, counted before anything is taken: each node as its kind
-        sizes it, one VLAN per link, each link's capacity as asked."""
+        sizes it and its parts count, one VLAN per link, each link's capacity as asked."""
         out = Amounts()
         for node in request.nodes:
             out = out + self.node_kind(node).asked(substrate, node)
+            for part in self.node_parts:
+                out = out + part.asked(node)
         for link in request.links:
             out = out + Amounts(vlans=1, bandwidth_kbps=int(link.capacity_kbps or 0))
         return out
@@ -74,7 +97,10 @@ class Kinds:
     def held(self, kind: str, details: Mapping[str, Any]) -> Amounts:
         """What a placed sliver holds, from the details the slice manager reports (the manifest's source)."""
         if kind == "node":
-            return next(k for k in self.nodes if k.placed(details)).held(details)
+            out = next(k for k in self.nodes if k.placed(details)).held(details)
+            for node_part in self.node_parts:
+                out = out + node_part.held(details)
+            return out
         out = Amounts()
         for part in self.links:
             out = out + part.held(details)
@@ -83,7 +109,7 @@ class Kinds:
     def bin_of(self, key: str) -> tuple[str, str]:
         """(unit kind, the host, switch, port or board it lives on) of a unit key."""
         kind = key.partition(":")[0]
-        owner = next((k for k in (*self.nodes, *self.links) if kind in k.unit_kinds), None)
+        owner = next((k for k in self._all if kind in k.unit_kinds), None)
         return kind, owner.bin_of(key) if owner is not None else key.partition(":")[2]
 
     def is_unit(self, key: str) -> bool:
@@ -92,7 +118,7 @@ class Kinds:
         return bool(sep) and kind in self.unit_kinds
 
 
-STANDARD = Kinds(nodes=(Fpgas(), Compute()), links=(VlanLinks(), StitchingPorts()))
+STANDARD = Kinds(nodes=(Fpgas(), Compute()), links=(VlanLinks(), StitchingPorts()), node_parts=(PublicPorts(),))
 
 
 def export_substrate(substrate: Substrate, authority: str, broker: str, kinds: Kinds = STANDARD) -> Delegation:

@@ -15,8 +15,8 @@ from rspec.substrate import Substrate
 @dataclass(frozen=True)
 class Amounts:
     """What one sliver (or a sum of them) holds, as quotas and accounting count it: cores, memory (MB), nodes
-    (VMs, bare metal and FPGA nodes), VLAN tags, reserved bandwidth (kbps) and FPGA slivers (a whole FPGA or
-    a virtual router)."""
+    (VMs, bare metal and FPGA nodes), VLAN tags, reserved bandwidth (kbps), FPGA slivers (a whole FPGA or
+    a virtual router) and public ports of the gateway."""
 
     cores: int = 0
     memory_mb: int = 0
@@ -24,6 +24,7 @@ class Amounts:
     vlans: int = 0
     bandwidth_kbps: int = 0
     fpgas: int = 0
+    public_ports: int = 0
 
     def __add__(self, other: Amounts) -> Amounts:
         return Amounts(*(getattr(self, f) + getattr(other, f) for f in RESOURCES))
@@ -99,6 +100,29 @@ class NodeKind(Protocol):
 
     def bin_of(self, key: str) -> str:
         """The host, switch, port or board one of its unit keys lives on (metrics, dashboard)."""
+
+
+class NodePart(Protocol):
+    """Something a node may take besides what its kind places (public ports of the gateway): each part adds
+    its units and details to the node's placement."""
+
+    name: str
+    unit_kinds: tuple[str, ...]
+
+    def offer(self, substrate: Substrate) -> Offer: ...
+
+    def place(self, substrate: Substrate, node: RequestNode, placed: Placement,
+              taken: Set[str]) -> tuple[list[str], dict[str, Any]]:
+        """(unit keys, details) this part takes for `node`, which its kind placed as `placed`, from units
+        neither in `taken` nor in `placed.keys`."""
+
+    def needs(self, substrate: Substrate, node: RequestNode, taken: Set[str]) -> list[dict[str, Any]]: ...
+
+    def asked(self, node: RequestNode) -> Amounts: ...
+
+    def held(self, details: Mapping[str, Any]) -> Amounts: ...
+
+    def bin_of(self, key: str) -> str: ...
 
 
 class LinkKind(Protocol):

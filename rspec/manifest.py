@@ -13,7 +13,7 @@ from typing import Any
 
 from lxml import etree
 
-from rspec.namespaces import MANIFEST_XSD, RSPEC3, XSI, q
+from rspec.namespaces import MANIFEST_XSD, PUBLIC, RSPEC3, XSI, q
 from slicex.clock import rfc3339
 from slicex.xmlsafe import parse_xml
 
@@ -127,6 +127,7 @@ def _annotate_node(el: etree._Element, v: SliverView, cm: str) -> None:
             login.set("hostname", lg["hostname"])
             login.set("port", str(lg.get("port", 22)))
             login.set("username", lg["username"])
+    _annotate_public_ports(el, d.get("public_ports") or ())
     machine = d.get("container")
     if machine:  # what the node got: its image and the limits the kernel enforces, and what it uses now
         for old in el.findall(q(SERVICES_EXT, "container")):
@@ -159,6 +160,19 @@ def _annotate_node(el: etree._Element, v: SliverView, cm: str) -> None:
         if host is None:
             host = etree.SubElement(el, q(RSPEC3, "host"))
         host.set("name", d["hostname"])
+
+
+def _annotate_public_ports(el: etree._Element, given: Iterable[Mapping[str, Any]]) -> None:
+    """Each public:port the node asked for, with the public port the broker gave it and (once provisioned)
+    the gateway's host name: host:public_port reaches the node's port."""
+    by_port = {int(g["port"]): g for g in given}
+    for p in el.findall(q(PUBLIC, "port")):
+        g = by_port.get(int(p.get("port") or 0))
+        if g is None:
+            continue
+        p.set("public_port", str(g["public_port"]))
+        if g.get("host"):
+            p.set("host", str(g["host"]))
 
 
 def _xml_text(text: str) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from lxml import etree
 
 from rspec.fpga_ext import FpgaRequest, parse_fpga_request
-from rspec.namespaces import PGV2, RSPEC3, SHARED_VLAN, SHARED_VLAN_GENI, q
+from rspec.namespaces import MEASURE, PGV2, PUBLIC, RSPEC3, SHARED_VLAN, SHARED_VLAN_GENI, q
 from slicex.errors import BadArgs, BadVersion
 from slicex.xmlsafe import parse_xml
 
@@ -48,6 +48,8 @@ class RequestNode:
     fpga: FpgaRequest | None = None
     execute: tuple[tuple[str, str], ...] = ()  # post-boot services/execute: (shell, command)
     install: tuple[tuple[str, str], ...] = ()  # services/install: (url of a tar archive, install_path)
+    # public:port (schemas/public-1.xsd): (the node's TCP port, the public port asked for, 0: any free one)
+    public_ports: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class RequestLink:
     # stitching: (external port URN, tags on its wire outermost first as (TPID, VID)), set by the aggregate
     # from its own hops (stitching/am_hops.py), never read from the RSpec
     uplinks: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = ()
+    mirror_to: str | None = None  # measure:mirror: the capture interface (client_id) the link's packets are copied to
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,7 @@ def parse_request(text: str | bytes, max_bytes: int = MAX_REQUEST_BYTES) -> Requ
         for ref in lk.interface_refs:
             if ref not in iface_ids:
                 raise BadArgs(f"link {lk.client_id!r} refers to interface {ref!r}, which no node declares")
+    _check_mirrors(links, iface_ids)
     text_out = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
     return Request(tuple(nodes), tuple(links), text_out)
 
@@ -196,7 +200,22 @@ def _node(el: etree._Element, seen: set[str]) -> RequestNode:
     return RequestNode(cid, el.get("component_id"), el.get("component_manager_id"), _bool(el.get("exclusive")),
                        st.get("name") if st is not None else None, image.get("name") if image is not None else None,
                        hw.get("name") if hw is not None else None, tuple(ifaces), ext, parse_fpga_request(el, cid),
-                       execute, install)
+                       execute, install, _public_ports(el, cid))
+
+
+def _public_ports(el: etree._Element, cid: str) -> tuple[tuple[int, int], ...]:
+    """(node port, asked public port or 0) of each public:port of a node; a node port named twice is refused
+    (one public port reaches one node port)."""
+    out: list[tuple[int, int]] = []
+    for p in el.findall(q(PUBLIC, "port")):
+        port = _int(p.get("port"), f"node {cid} public port", 1, 65535, integer=True)
+        if port is None:
+            raise BadArgs(f"node {cid}: a public:port has no port attribute (the node's TCP port to reach)")
+        asked = _int(p.get("public_port"), f"node {cid} public_port", 1, 65535, integer=True) or 0
+        if any(port == have for have, _ in out):
+            raise BadArgs(f"node {cid}: public:port {port} is asked twice")
+        out.append((port, asked))
+    return tuple(out)
 
 
 def _link(el: etree._Element, seen: set[str]) -> RequestLink:
@@ -217,4 +236,27 @@ def _link(el: etree._Element, seen: set[str]) -> RequestLink:
         if sv is not None:
             shared = sv.get("name")
     tag = _int(el.get("vlantag"), f"link {cid} vlantag", 1, 4094, integer=True)
-    return RequestLink(cid, refs, cms, cap, lat, loss, lt.get("name") if lt is not None else None, shared, tag)
+    mirrors = el.findall(q(MEASURE, "mirror"))
+    if len(mirrors) > 1:
+        raise BadArgs(f"link {cid}: one measure:mirror per link (a capture interface sees all of its packets)")
+    return RequestLink(cid, refs, cms, cap, lat, loss, lt.get("name") if lt is not None else None, shared, tag,
+                       mirror_to=mirrors[0].get("to") if mirrors else None)
+
+
+def _check_mirrors(links: list[RequestLink], iface_ids: set[str]) -> None:
+    """A mirror's capture interface is one of the request's own, on no link and no other mirror's: it then
+    sees the mirrored link's packets and nothing else."""
+    on_links = {r for lk in links for r in lk.interface_refs}
+    taken: dict[str, str] = {}
+    for lk in links:
+        to = lk.mirror_to
+        if to is None:
+            continue
+        if to not in iface_ids:
+            raise BadArgs(f"link {lk.client_id}: measure:mirror to {to!r}, which no node of the request declares")
+        if to in on_links:
+            raise BadArgs(f"link {lk.client_id}: measure:mirror to {to!r}, which is on a link; a capture interface "
+                          f"must be on none")
+        if to in taken:
+            raise BadArgs(f"links {taken[to]} and {lk.client_id} both mirror to {to!r}; give each its own")
+        taken[to] = lk.client_id

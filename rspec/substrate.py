@@ -169,6 +169,9 @@ class Substrate:
     trunks: tuple[Trunk, ...] = ()
     static_vlans: tuple[StaticVlan, ...] = ()
     am_url: str = ""
+    # the gateway's TCP ports the broker hands out as nodes' public ports (resources/public_port.py); none: no
+    # public access is offered
+    public_ports: tuple[tuple[int, int], ...] = ()
 
     @property
     def component_manager_id(self) -> str:
@@ -262,7 +265,7 @@ class _LineLoader(yaml.SafeLoader):
 
 
 TOP_KEYS = {"authority", "description", "provisioning_seconds", "am_url", "sites", "hosts", "switches", "trunks",
-            "vm_sizes", "images", "external_links", "static_vlans", "fpga_boards"}
+            "vm_sizes", "images", "external_links", "static_vlans", "fpga_boards", "public_ports"}
 SITE_KEYS = {"name", "description", "country", "latitude", "longitude"}
 HOST_KEYS = {"name", "cores", "memory_mb", "hardware_type", "exclusive", "interfaces", "site", "count"}
 IFACE_KEYS = {"name", "bandwidth_kbps", "switch_port", "role"}
@@ -388,25 +391,30 @@ class _Reader:
         return value
 
     def vlan_ranges(self, item: dict[str, Any], what: str, default: list[str]) -> tuple[tuple[int, int], ...]:
-        raw = item.get("vlan_range", default)
+        return self.ranges(item, "vlan_range", what, default, "VLAN", 4094, "1000-1099", "tag")
+
+    def ranges(self, item: dict[str, Any], key: str, what: str, default: list[str], unit: str, top: int,
+               example: str, noun: str) -> tuple[tuple[int, int], ...]:
+        """Sorted, disjoint LOW-HIGH ranges of numbers 1..`top` (VLAN tags, TCP ports) under `key`."""
+        raw = item.get(key, default)
         raw = raw if isinstance(raw, list) else [raw]
         out: list[tuple[int, int]] = []
         for r in raw:
             try:
                 lo, hi = parse_range(r)
             except ValueError:
-                raise self.fail(item, f"{what}: VLAN range {r!r} is not a number or LOW-HIGH",
-                                "write e.g. 1000-1099") from None
-            if not (1 <= lo <= hi <= 4094):
-                raise self.fail(item, f"{what}: VLAN range {r!r} is outside 1-4094 or reversed",
-                                "VLAN tags are 1-4094, low first")
+                raise self.fail(item, f"{what}: {unit} range {r!r} is not a number or LOW-HIGH",
+                                f"write e.g. {example}") from None
+            if not (1 <= lo <= hi <= top):
+                raise self.fail(item, f"{what}: {unit} range {r!r} is outside 1-{top} or reversed",
+                                f"{unit} {noun}s are 1-{top}, low first")
             for a, b in out:
                 if lo <= b and a <= hi:
-                    raise self.fail(item, f"{what}: VLAN ranges {a}-{b} and {lo}-{hi} overlap",
-                                    "list each tag once")
+                    raise self.fail(item, f"{what}: {unit} ranges {a}-{b} and {lo}-{hi} overlap",
+                                    f"list each {noun} once")
             out.append((lo, hi))
-        if not out:
-            raise self.fail(item, f"{what}: the VLAN range list is empty", "give at least one range, e.g. 1000-1099")
+        if not out and default:
+            raise self.fail(item, f"{what}: the {unit} range list is empty", f"give at least one range, e.g. {example}")
         return tuple(sorted(out))
 
 
@@ -462,7 +470,8 @@ def substrate_from_dict(data: Any, source: str = "<substrate>") -> Substrate:
     sub = Substrate(auth, tuple(hosts), tuple(switches), tuple(sizes) or defaults.vm_sizes,
                     tuple(images) or defaults.images, tuple(externals), boards,
                     _seconds(r, data), r.text(data, "description"), {}, tuple(sites), tuple(trunks),
-                    tuple(statics), r.text(data, "am_url"))
+                    tuple(statics), r.text(data, "am_url"),
+                    r.ranges(data, "public_ports", "public_ports", [], "TCP", 65535, "25100-25199", "port"))
     return replace(sub, sites=sub.all_sites)
 
 

@@ -56,6 +56,9 @@ class NetnsOptions(Section):
     pids_max: int = Field(1024, gt=0, description="processes a node container may run")
     install_sources: list[str] = Field([], description="URLs a node's install services may fetch from")
     install_max_mb: int = Field(256, gt=0, description="the largest install download, in MB")
+    public_address: str | None = Field(
+        None, description="where nodes' public ports listen (the gateway; default: `host`); the substrate's "
+                          "public_ports are the ports, the manifest names `public_hostname`")
 
 
 class OpenStackOptions(Section):
@@ -87,6 +90,7 @@ class QuotaLimits(Section):
     vlans: int | None = Field(None, ge=0, description="VLANs")
     bandwidth_kbps: int | None = Field(None, ge=0, description="kbps of link bandwidth")
     fpgas: int | None = Field(None, ge=0, description="FPGA slivers")
+    public_ports: int | None = Field(None, ge=0, description="public ports of the gateway")
     lease_hours: float | None = Field(None, ge=0, description="the longest lease, in hours")
 
 

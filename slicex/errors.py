@@ -114,6 +114,11 @@ class InsufficientNodes(GeniError):
     code = 26
 
 
+class PortUnavailable(Unavailable):
+    """A public port asked for is held by another sliver, or none of the operator's range is free (UNAVAILABLE:
+    GENI has no code of its own for it)."""
+
+
 GENI_CODES: dict[str, int] = {
     cls.__name__: cls.code
     for cls in (

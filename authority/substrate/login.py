@@ -1,4 +1,4 @@
-"""Login to netns nodes: the slice users' accounts and the relay from a host port to the node's sshd.
+"""Login to netns nodes: the slice users' accounts and the relays from host ports to the node's ports.
 
 The node's sshd runs inside its container (container.py) with the users and keys the driver writes to the
 node's read-only host directory. This module makes the accounts from the slice manager's login records and
@@ -6,7 +6,9 @@ runs the relay: a port bound by the driver on the login address (127.0.0.1 by de
 `login_forward.py`, which runs inside the node's network namespace and connects to port 22 there. No veth,
 route or bridge joins the host and a node, so a node reaches nothing on the host through its login path.
 The relay's files (pid, log) are in `<base>/<netns>/`, root's alone. The port is chosen when the node is
-created, kept in the driver's record, and bound again after a restart; the relay lives as long as the sliver."""
+created, kept in the driver's record, and bound again after a restart; the relay lives as long as the sliver.
+A node's public ports (resources/public_port.py) are relays of the same kind, one per port, bound on the
+gateway's address to the node port each names: one way to forward into a node."""
 
 from __future__ import annotations
 
@@ -103,8 +105,17 @@ def _reap(pid: int) -> None:
         pass
 
 
+LOGIN = "forward"  # the login relay's name (its pid and log files)
+
+
+def public_relay(port: int) -> str:
+    """The name of the relay of a node's public port to its `port`."""
+    return f"public-{port}"
+
+
 class LoginRelay:
-    """The login port of one node: a relay from `bind:port` on the host into the node's port 22."""
+    """The relays into one node: its login port (from `bind:port` on the host to the node's port 22) and its
+    public ports (from the gateway's address to the node's ports), each a `login_forward.py` process."""
 
     def __init__(self, base: Path, netns: str, hostname: str, bind: str = "127.0.0.1"):
         self.dir = base / netns
@@ -112,43 +123,47 @@ class LoginRelay:
         self.hostname = hostname
         self.bind = bind
 
-    def ensure_forward(self, port: int | None) -> int:
-        """The relay from `bind:port` on the host (a free port when None) to the node's sshd; returns the
-        port. A relay already running is kept."""
+    def ensure_forward(self, port: int | None, to_port: int = 22, bind: str | None = None,
+                       name: str = LOGIN) -> int:
+        """The relay `name` from `bind:port` on the host (a free port when None; `bind` defaults to the login
+        address) to the node's `to_port`; returns the port. A relay already running is kept."""
+        bind = bind or self.bind
+        what = "login port" if name == LOGIN else f"public port for its port {to_port}"
         self.dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.dir.mkdir(mode=0o700, exist_ok=True)
-        pid_file = self.dir / "forward.pid"
+        pid_file = self.dir / f"{name}.pid"
         if _alive(pid_file, self.netns) and port:
             return port
-        sock = socket.socket(socket.AF_INET6 if ":" in self.bind else socket.AF_INET, socket.SOCK_STREAM)
+        sock = socket.socket(socket.AF_INET6 if ":" in bind else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((self.bind, port or 0))
+            sock.bind((bind, port or 0))
         except OSError as exc:
             sock.close()
             if not port:
-                raise ServerError(f"node {self.hostname}: no login port on {self.bind}: {exc}") from None
-            raise ServerError(f"node {self.hostname}: its login port {self.bind}:{port} is taken by another "
+                raise ServerError(f"node {self.hostname}: no {what} on {bind}: {exc}") from None
+            raise ServerError(f"node {self.hostname}: its {what} {bind}:{port} is taken by another "
                               f"program ({exc})") from None
         try:
             sock.listen(64)
             port = sock.getsockname()[1]
             fd = sock.fileno()
             proc = subprocess.Popen(["ip", "netns", "exec", self.netns, sys.executable, str(FORWARD), "--fd", str(fd),
-                                     "--to", "127.0.0.1:22", "--netns", self.netns], pass_fds=(fd,),
+                                     "--to", f"127.0.0.1:{to_port}", "--netns", self.netns], pass_fds=(fd,),
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=open(self.dir / "forward.log", "ab"), start_new_session=True)
+                                    stderr=open(self.dir / f"{name}.log", "ab"), start_new_session=True)
         finally:
             sock.close()
         pid_file.write_text(f"{proc.pid}\n")
         return port
 
-    def forward_running(self) -> bool:
-        return _alive(self.dir / "forward.pid", self.netns) is not None
+    def forward_running(self, name: str = LOGIN) -> bool:
+        return _alive(self.dir / f"{name}.pid", self.netns) is not None
 
     def remove(self) -> None:
-        """Stop the relay and delete its directory."""
-        _kill(self.dir / "forward.pid", self.netns)
+        """Stop every relay of the node and delete its directory."""
+        for pid_file in self.dir.glob("*.pid") if self.dir.is_dir() else ():
+            _kill(pid_file, self.netns)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -15,7 +15,13 @@
   holds, and the sliver type's cores and memory enforced with cgroups. geni_start boots it, geni_stop stops it.
 - Login (authority/substrate/login.py): the node's sshd runs inside its container with the slice users' keys
   (geni_users at Provision, geni_update_users after), reached through a port on the host (127.0.0.1 by
-  default); the manifest's login service names that host and port. Post-boot `execute` services
+  default); the manifest's login service names that host and port. A node's public ports (the broker's
+  `pport:` units, resources/public_port.py) are relays of the same kind from the gateway's address
+  (`public_address`) to the node ports they name; the manifest names them at `public_host`.
+- Measurement: a node's view carries the switch's counters of its interfaces' ports (with its container's
+  CPU time and memory from cgroups); a link that asks for a mirror (measure:mirror) has every packet of
+  its ports copied by an Open vSwitch mirror to the port of its slice's capture interface (an interface of a
+  slice's node on no link, so in no segment: it receives the copies and nothing else). Post-boot `execute` services
   (authority/substrate/execute.py) run inside the node at every start, as its user; the node is configuring while
   they run and failed, naming the command, if one exits non-zero.
 
@@ -52,7 +58,7 @@ from authority.substrate.execute import NodeServices, services_of, verdict
 from authority.substrate.flows import AccessPort, Segment, Uplink, segment_flows
 from authority.substrate.images import DEFAULT_IMAGE, ImageCatalogue, NodeImage, image_name, shift_copy
 from authority.substrate.install import DEFAULT_MAX_BYTES, install_all, installs_of
-from authority.substrate.login import Account, LoginRelay, accounts, kill_netns_processes
+from authority.substrate.login import Account, LoginRelay, accounts, kill_netns_processes, public_relay
 from authority.substrate.netns_plan import (
     LinkPlan,
     NodePlan,
@@ -63,6 +69,7 @@ from authority.substrate.netns_plan import (
     shared_trunk_name,
     tbf_args,
     trunk_name,
+    wanted_mirrors,
 )
 from authority.substrate.openflow import DEFAULT_CONTROLLER, FlowProgrammer, flow_programmer
 from authority.substrate.ovs import OvsSwitch, default_run_dir
@@ -91,7 +98,8 @@ class NetnsDriver:
                  cables: Mapping[str, str] | None = None, state_dir: Path | None = None,
                  images: ImageCatalogue | None = None, default_image: str = DEFAULT_IMAGE,
                  uid_ranges_dir: Path | None = None, pids_max: int = 1024, install_sources: Iterable[str] = (),
-                 install_max_bytes: int = DEFAULT_MAX_BYTES):
+                 install_max_bytes: int = DEFAULT_MAX_BYTES, public_address: str = "127.0.0.1",
+                 public_host: str | None = None):
         """`switch_dir`: the run directory of an Open vSwitch shared with other deployments on this host (one
         bridge each; slicex.yaml `netns: {switch_dir: ...}`). Two ovs-vswitchd with the userspace datapath
         cannot run on one host: the second cannot create its `ovs-netdev` tap ("Device or resource busy") and
@@ -100,7 +108,9 @@ class NetnsDriver:
         named from both ports (`shared_trunk_name`), the first time a stitched link uses the cable.
         `state_dir` holds the node containers (default /var/lib/slicex-<prefix>); `images` the operator's
         image catalogue; `default_image` what a node that names none boots; `install_sources` the URL prefixes
-        of the file servers install services may fetch from (none: install services are refused)."""
+        of the file servers install services may fetch from (none: install services are refused);
+        `public_address` where nodes' public ports listen (the gateway) and `public_host` the name the
+        manifest gives it (slicex.yaml public_hostname)."""
         self.prefix = check_prefix(prefix)
         self.bridge = f"{prefix}-br"
         self.dpid = int(hashlib.sha256(prefix.encode()).hexdigest()[:12], 16)
@@ -126,8 +136,12 @@ class NetnsDriver:
         self.install_max_bytes = install_max_bytes
         self.node_slices: dict[str, str] = {}  # namespace of a live node -> its slice's uid range owner
         self.trunks: dict[str, int] = {}  # external port URN (lower case) -> ofport of its trunk device
+        self.capture_ports: dict[tuple[str, str], str] = {}  # (slice URN, interface client_id) -> bridge port
+        self.mirrored: dict[str, tuple[tuple[str, ...], str]] = {}  # mirror name -> (ports copied, output port)
         self.login_address = login_address  # where the login ports listen
         self.login_host = login_host or login_address  # what the manifest tells users to connect to
+        self.public_address = public_address  # where nodes' public ports listen
+        self.public_host = public_host or public_address  # what the manifest names for them
         self._lock = threading.RLock()
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
@@ -209,10 +223,12 @@ class NetnsDriver:
             try:
                 index = self.uid_ranges.claim(owner)
                 self.node_slices[plan.netns] = owner
+                self._capture_ports(spec, plan)  # before its ports exist: _build's push mirrors to them
                 self._build(plan, up=False)
                 self._define(plan, image, index, limits)
                 self._set_users(plan, accts, running=False)
                 port = self._relay(plan).ensure_forward(None)
+                self._public_forwards(spec, plan)
             except (GeniError, OSError) as exc:
                 self._teardown(plan)
                 if isinstance(exc, GeniError):
@@ -297,6 +313,10 @@ class NetnsDriver:
             if status.get("login_port") and not self._relay(plan).forward_running():
                 return FAILED, (f"the login port {self.login_address}:{status['login_port']} of node "
                                 f"{spec.client_id} has no relay to its sshd")
+            for pp in spec.details.get("public_ports") or ():
+                if not self._relay(plan).forward_running(public_relay(pp["port"])):
+                    return FAILED, (f"the public port {self.public_address}:{pp['public_port']} of node "
+                                    f"{spec.client_id} has no relay to its port {pp['port']}")
             services = services_of(spec.details, spec.client_id)
             if services:
                 how, why = verdict(self._services(plan).results(services))
@@ -317,6 +337,10 @@ class NetnsDriver:
         if port:
             out["logins"] = [{"username": a.name, "hostname": self.login_host, "port": port}
                              for a in accounts(spec.details.get("logins") or ())]
+        public = spec.details.get("public_ports") or ()
+        if public:
+            out["public_ports"] = [{"port": pp["port"], "public_port": pp["public_port"], "host": self.public_host}
+                                   for pp in public]
         plan = self._node_plan(spec)
         if status.get("limits"):
             out["container"] = {**status["limits"], "image": status.get("image", ""),
@@ -324,6 +348,9 @@ class NetnsDriver:
         services = services_of(spec.details, spec.client_id)
         if services:
             out["execute"] = self._services(plan).results(services)
+        counters = self._counters(plan)
+        if counters:
+            out["counters"] = counters
         return out
 
     # ---- reconcile -------------------------------------------------------------------------------------------
@@ -337,6 +364,12 @@ class NetnsDriver:
             self.ports.clear()
             self.trunks.clear()
             self.node_slices.clear()
+            self.capture_ports.clear()
+            self.mirrored.clear()
+            if self.ovs.running() and self.bridge in self.ovs.bridges():
+                for name in self.ovs.mirrors(self.bridge):  # made again below for the live links that ask
+                    if name.startswith(self.prefix + "-m"):
+                        self.ovs.del_mirror(self.bridge, name)
             for spec, status in live:
                 if spec.kind == "link":
                     plan = self._link_plan(spec, check=False)
@@ -396,6 +429,8 @@ class NetnsDriver:
                 self._define(plan, image, index, self._limits(spec, plan))
                 self._set_users(plan, accounts(spec.details.get("logins") or ()), running=False)
                 self._relay(plan).ensure_forward(status.get("login_port"))
+                self._public_forwards(spec, plan)
+                self._capture_ports(spec, plan)
                 self._node_services(spec, plan, status, up, restart=False, boot=False)
                 adopted.append(plan.netns)
             self._push()
@@ -528,8 +563,8 @@ class NetnsDriver:
             tbf = tbf_args(i.rate_kbps) if i.rate_kbps else None
             hostnet.shape(plan.netns, i.ns_if, tbf)
             hostnet.set_up(plan.netns, i.ns_if, up)
-            if i.vlan is not None:
-                self.ports[i.host_if] = (self.ovs.add_port(self.bridge, i.host_if, i.vlan), i.vlan, i.mac)
+            # an interface on no link is a port of no segment: no rule moves its frames (a mirror may copy to it)
+            self.ports[i.host_if] = (self.ovs.add_port(self.bridge, i.host_if, i.vlan), i.vlan, i.mac)
             hostnet.shape(None, i.host_if, tbf)
         self._push()
 
@@ -561,6 +596,43 @@ class NetnsDriver:
 
     def _relay(self, plan: NodePlan) -> LoginRelay:
         return LoginRelay(self.nodes_dir, plan.netns, plan.hostname, self.login_address)
+
+    def _counters(self, plan: NodePlan) -> dict[str, dict[str, int]]:
+        """interface client_id -> the switch's counters of its port (those the switch has)."""
+        out = {}
+        with self._lock:
+            for i in plan.interfaces:
+                if i.host_if in self.ports:
+                    try:
+                        out[i.client_id] = self.ovs.port_counters(i.host_if)
+                    except ServerError:
+                        continue
+        return out
+
+    def _capture_ports(self, spec: SliverSpec, plan: NodePlan) -> None:
+        """Note the node's interfaces on no link: ports a mirror of its slice's links may copy to."""
+        for i in plan.interfaces:
+            if i.vlan is None:
+                self.capture_ports[(str(spec.details.get("slice_urn") or ""), i.client_id)] = i.host_if
+
+    def _mirror(self) -> None:
+        """Make the switch's mirrors those of the started links that ask for one and whose capture port exists
+        (changing only what differs)."""
+        want = wanted_mirrors(self.prefix, self.enabled, self.links, self.ports, self.capture_ports)
+        for name in [n for n in self.mirrored if n not in want]:
+            self.ovs.del_mirror(self.bridge, name)
+            del self.mirrored[name]
+        for name, (copied, out) in want.items():
+            if self.mirrored.get(name) != (copied, out):
+                self.ovs.set_mirror(self.bridge, name, copied, out)
+                self.mirrored[name] = (copied, out)
+
+    def _public_forwards(self, spec: SliverSpec, plan: NodePlan) -> None:
+        """The relays of the node's public ports (the broker chose them: no other sliver holds one)."""
+        relay = self._relay(plan)
+        for pp in spec.details.get("public_ports") or ():
+            relay.ensure_forward(int(pp["public_port"]), int(pp["port"]), self.public_address,
+                                 public_relay(int(pp["port"])))
 
     def _relay_of(self, ns: str) -> LoginRelay:
         return LoginRelay(self.nodes_dir, ns, ns, self.login_address)
@@ -607,6 +679,8 @@ class NetnsDriver:
         for i in plan.interfaces:
             self.ovs.del_port(self.bridge, i.host_if)
             self.ports.pop(i.host_if, None)
+        self.capture_ports = {k: v for k, v in self.capture_ports.items()
+                              if v not in {i.host_if for i in plan.interfaces}}
         hostnet.del_namespace(plan.netns)
         for i in plan.interfaces:  # the namespace took its ends and their peers; a half-made pair may remain
             hostnet.del_link(i.host_if)
@@ -624,4 +698,5 @@ class NetnsDriver:
                             if p.lower() in self.trunks)
             segments.append(Segment(vlan, ports, uplinks))
         self.flows.apply(self.bridge, self.dpid, segment_flows(segments))
+        self._mirror()
 

@@ -82,6 +82,8 @@ class LinkPlan:
     interface_refs: tuple[str, ...]
     # stitching: (external port URN, ((TPID, VID), ...) outermost first) per own hop: the trunk rules
     uplinks: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = ()
+    mirror_to: str = ""  # the capture interface (client_id, of a node of `slice_urn`) its packets are copied to
+    slice_urn: str = ""
 
     def to_doc(self) -> dict:
         return {"sliver_id": self.sliver_id, "client_id": self.client_id, "vlan": self.vlan,
@@ -133,7 +135,8 @@ def link_plan(sliver_id: str, client_id: str, labels: Iterable[tuple[str, int]],
     uplinks = tuple((str(u["port"]), tuple((int(t), int(v)) for t, v in u["tags"]))
                     for u in details.get("uplinks") or ())
     return LinkPlan(sliver_id, client_id, vlan, int(details.get("capacity_kbps") or 0),
-                    str(details.get("subnet") or ""), tuple(details.get("interface_refs") or ()), uplinks)
+                    str(details.get("subnet") or ""), tuple(details.get("interface_refs") or ()), uplinks,
+                    str(details.get("mirror_to") or ""), str(details.get("slice_urn") or ""))
 
 
 def _address(iface: str, info: Mapping, link: LinkPlan | None) -> str:
@@ -189,3 +192,20 @@ def tbf_args(rate_kbps: int) -> list[str]:
     burst = max(2 * ETH_FRAME, rate_bytes // 80)
     limit = max(burst + 3 * ETH_FRAME, rate_bytes // 20)
     return ["tbf", "rate", f"{frame_kbps}kbit", "burst", str(burst), "limit", str(limit)]
+
+
+def wanted_mirrors(prefix: str, enabled: Iterable[int], links: Mapping[int, LinkPlan],
+                   ports: Mapping[str, tuple[int, int | None, str]],
+                   capture_ports: Mapping[tuple[str, str], str]) -> dict[str, tuple[tuple[str, ...], str]]:
+    """The mirrors the switch should have: per started link that asks for one, its name, the ports whose
+    packets it copies (the link's segment) and the port it copies them to, the capture interface of the
+    link's own slice (`capture_ports` is keyed by slice URN and interface client_id, so a same-named
+    interface of another slice never receives them), once that port is on the bridge."""
+    out: dict[str, tuple[tuple[str, ...], str]] = {}
+    for vlan in sorted(enabled):
+        lk = links[vlan]
+        target = capture_ports.get((lk.slice_urn, lk.mirror_to)) if lk.mirror_to else None
+        copied = tuple(sorted(p for p, (_of, v, _mac) in ports.items() if v == vlan))
+        if target is not None and target in ports and ports[target][1] is None and copied:
+            out[f"{prefix}-m{vlan}"] = (copied, target)
+    return out

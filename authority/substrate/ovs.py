@@ -13,7 +13,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from slicex.errors import ServerError, Unsupported
@@ -46,6 +46,16 @@ def _pid_alive(path: Path) -> int | None:
     except OSError:
         return None
     return pid if Path(exe).name.startswith(path.stem) else None
+
+
+def parse_statistics(text: str) -> dict[str, int]:
+    """`ovs-vsctl get Interface X statistics` ({collisions=0, rx_bytes=1180, ...}) as numbers by name."""
+    out = {}
+    for item in text.strip().strip("{}").split(","):
+        key, _, value = item.strip().partition("=")
+        if key and value.strip().lstrip("-").isdigit():
+            out[key] = int(value)
+    return out
 
 
 class OvsSwitch:
@@ -182,6 +192,37 @@ class OvsSwitch:
 
     def ports(self, bridge: str) -> list[str]:
         return self.vsctl("list-ports", bridge).split()
+
+    def port_counters(self, port: str) -> dict[str, int]:
+        """The switch's counters of one port (rx/tx packets and bytes, drops, errors; rx is what the switch
+        received from the port's device)."""
+        return parse_statistics(self.vsctl("get", "Interface", port, "statistics"))
+
+    def set_mirror(self, bridge: str, name: str, selected: Sequence[str], output: str) -> None:
+        """Mirror every packet received on or sent to the `selected` ports to `output` (one mirror per name:
+        an older one of that name is replaced)."""
+        self.del_mirror(bridge, name)
+        ids = [f"@s{k}" for k in range(len(selected))]
+        argv: list[str] = []
+        for ref, port in zip(ids, selected, strict=True):
+            argv += ["--", f"--id={ref}", "get", "Port", port]
+        argv += ["--", "--id=@out", "get", "Port", output,
+                 "--", "--id=@m", "create", "Mirror", f"name={name}", f"select-src-port={','.join(ids)}",
+                 f"select-dst-port={','.join(ids)}", "output-port=@out",
+                 "--", "add", "Bridge", bridge, "mirrors", "@m"]
+        self.vsctl(*argv)
+
+    def mirrors(self, bridge: str) -> dict[str, str]:
+        """name -> uuid of the bridge's mirrors."""
+        out = {}
+        for uuid in self.vsctl("get", "Bridge", bridge, "mirrors").strip("[] \n").replace(",", " ").split():
+            out[self.vsctl("get", "Mirror", uuid, "name").strip().strip('"')] = uuid
+        return out
+
+    def del_mirror(self, bridge: str, name: str) -> None:
+        uuid = self.mirrors(bridge).get(name)
+        if uuid is not None:
+            self.vsctl("remove", "Bridge", bridge, "mirrors", uuid)
 
     def connected(self, bridge: str) -> bool:
         return "true" in self.vsctl("--columns=is_connected", "list", "Controller")
