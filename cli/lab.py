@@ -38,7 +38,7 @@ def cmd_lab_up(args: argparse.Namespace) -> int:
         print(f"slicex lab up: {e}", file=sys.stderr)
         return 1
     for h in p.hosts:
-        print(f"{h.name:8} {h.address:15} ip netns exec {h.namespace} …")
+        print(f"{h.name:8} {h.address:15} {' '.join(edge.inside(h.namespace))} …")
     if redis_url:
         print(f"Redis for the hosts: {edge.hosts_redis_url(p, redis_url)}")
     return 0

@@ -10,6 +10,7 @@ The Python API, for tests and benches:
         home = h1.make_home("h1.lab")         # a slicex home listening on h1's address
         h1.slicex(home, "up", "--detach")     # `python -m cli --home … up --detach` inside h1
         h1.am_url(home)                       # https://<h1's address>:<am_port>/
+    lab.cable("h1", "trunk0", "h2", "trunk0")  # a layer-2 circuit (stitching trunk) between two hosts
 
 Leaving the block runs `slicex down` on every home made with make_home, ends whatever still runs in the
 lab's namespaces, and removes the namespaces, links and relay."""
@@ -64,8 +65,8 @@ class LabHost:
 
     def run(self, argv: list[str], timeout: float = 60, check: bool = False, home: Path | None = None,
             input: str | None = None) -> subprocess.CompletedProcess:
-        """`argv` inside this host's namespace."""
-        out = subprocess.run(["ip", "netns", "exec", self.namespace, *argv], capture_output=True, text=True,
+        """`argv` inside this host (its network namespace; edge.inside says why not `ip netns exec`)."""
+        out = subprocess.run([*edge.inside(self.namespace), *argv], capture_output=True, text=True,
                              timeout=timeout, env=self.env(home), input=input)
         if check and out.returncode != 0:
             raise RuntimeError(f"{self.name}: `{' '.join(argv)}` exited {out.returncode}: "
@@ -73,7 +74,7 @@ class LabHost:
         return out
 
     def popen(self, argv: list[str], **kwargs) -> subprocess.Popen:
-        return subprocess.Popen(["ip", "netns", "exec", self.namespace, *argv], env=self.env(kwargs.pop("home", None)),
+        return subprocess.Popen([*edge.inside(self.namespace), *argv], env=self.env(kwargs.pop("home", None)),
                                 **kwargs)
 
     def slicex(self, home: Path, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
@@ -108,6 +109,11 @@ class Lab:
     @property
     def operator_address(self) -> str:
         return self.plan.operator_address
+
+    def cable(self, a: str, a_if: str, b: str, b_if: str, rate_mbit: float | None = None) -> None:
+        """A layer-2 circuit from host a's interface `a_if` to host b's `b_if` (edge.add_cable): a stitching
+        trunk between two hosts' switches; it goes with the lab."""
+        edge.add_cable(self.plan, a, a_if, b, b_if, rate_mbit)
 
 
 @contextmanager

@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from authority.substrate import hostnet
+from authority.substrate.netns_plan import tbf_args
 from lab.plan import MGMT_IF, LabPlan, LabSpec, plan
 from slicex.errors import ServerError, Unsupported
 
@@ -132,6 +133,24 @@ def _nat(ns: str, inside: tuple[str, ...], outside: tuple[str, ...]) -> None:
         raise ServerError(f"nft in {ns} failed: {out.stderr.strip()}")
 
 
+def add_cable(p: LabPlan, a: str, a_if: str, b: str, b_if: str, rate_mbit: float | None = None,
+              mtu: int = 9000) -> None:
+    """A layer-2 circuit between two hosts (a stitching trunk, as a wide-area VLAN circuit is beside a site's IP
+    uplink): a veth pair named as each side's switch expects, no address, an MTU that fits an S-tag and a
+    C-tag over a full frame, checksum offload off (a userspace switch forwards it), optionally shaped."""
+    ha, hb = p.host(a), p.host(b)
+    hostnet.run(["ip", "link", "add", a_if, "netns", ha.namespace, "mtu", str(mtu), "type", "veth", "peer", "name",
+                 b_if, "netns", hb.namespace, "mtu", str(mtu)])
+    for h, ifname in ((ha, a_if), (hb, b_if)):
+        hostnet.exec_in(h.namespace, ["ethtool", "-K", ifname, "tx", "off"])
+        hostnet.set_up(h.namespace, ifname, True)
+        if rate_mbit is not None:
+            hostnet.shape(h.namespace, ifname, tbf_args(round(rate_mbit * 1000)))
+    for h, ifname in ((ha, a_if), (hb, b_if)):
+        if not hostnet.wait_carrier(h.namespace, ifname):
+            raise ServerError(f"lab cable {a}:{a_if} - {b}:{b_if} did not come up")
+
+
 # ---- the operator's Redis, relayed ------------------------------------------------------------------------------
 def _relay_pid_file(lab: str) -> Path:
     return state_dir(lab) / "redis-relay.pid"
@@ -201,6 +220,13 @@ def down(lab: str) -> list[str]:
     return removed
 
 
+def inside(ns: str) -> list[str]:
+    """The argv prefix that runs a command in a lab host: its network namespace only. Not `ip netns exec`,
+    whose private mount namespace would hide the namespaces the command makes (a `slicex up --substrate netns`
+    makes its nodes'; they must be reachable by name from every process, as on a real host)."""
+    return ["nsenter", f"--net=/run/netns/{ns}"]
+
+
 def tree_env() -> dict[str, str]:
     """The caller's environment with this source tree first on PYTHONPATH (`python -m cli` in a host runs it)."""
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
@@ -216,8 +242,8 @@ def _down_homes(lab: str) -> None:
     for home in sorted(state_dir(lab).glob("homes/*/*/slicex.yaml")):
         ns = f"sxlab-{lab}-{home.parent.parent.name}"
         if ns in hostnet.namespaces():
-            subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-m", "cli", "--home", str(home.parent),
-                            "down"], capture_output=True, timeout=60, env=tree_env())
+            subprocess.run([*inside(ns), sys.executable, "-m", "cli", "--home", str(home.parent), "down"],
+                           capture_output=True, timeout=60, env=tree_env())
 
 
 def _end_processes(ns: str, grace: float = 5.0) -> None:
