@@ -16,6 +16,7 @@ import time
 import pytest
 
 from lab import edge, line, running
+from slicex.errors import ServerError
 from slicex.home import Home
 from slicex.tls_xmlrpc import client
 
@@ -99,6 +100,13 @@ def test_a_host_behind_the_nat_reaches_out_and_nothing_reaches_in(lab):
     assert back.returncode != 0  # no route from outside to inside
     assert lab.hosts["h2"].run(["ping", "-c1", "-W1", lab.hosts["h1"].address]).returncode != 0
     assert lab.hosts["h2"].run(["ping", "-c1", "-W1", lab.hosts["nat"].address]).returncode == 0
+
+
+def test_a_second_lab_on_the_same_addresses_is_refused_naming_the_one_routed(lab):
+    lab, _ = lab
+    with pytest.raises(ServerError, match=f"already routes {lab.operator_address}"):
+        edge.up(line("tx", hosts=2, network=lab.plan.spec.network))
+    assert not [ns for ns in edge.hostnet.namespaces() if ns.startswith("sxlab-tx-")]
 
 
 def test_hosts_reach_the_operators_redis_through_the_relay(lab):
