@@ -142,3 +142,30 @@ def test_status_reports_and_down_removes_everything():
     assert sorted(edge.down("tm")) == ["sxlab-tm-h1", "sxlab-tm-h2"]
     assert edge.status("tm") == (None, [])
     assert not [n for n in edge.hostnet.links() if n.startswith("sxltm-")]
+
+
+def test_the_command_makes_reports_and_removes_a_lab():
+    require_lab()
+
+    def lab_cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "cli", "lab", *args], capture_output=True, text=True,
+                              timeout=120, env=edge.tree_env())
+
+    try:
+        up = lab_cli("up", "--name", "tc", "--hosts", "2", "--rate", "50", "--no-redis")
+        assert up.returncode == 0, up.stderr
+        assert "nsenter --net=/run/netns/sxlab-tc-h1" in up.stdout
+        st = lab_cli("status", "tc", "--json")
+        assert st.returncode == 0, st.stdout
+        hosts = json.loads(st.stdout)["hosts"]
+        assert [(h["name"], h["links"]) for h in hosts] == [("h1", {"mgmt": "UP", "f-h2": "UP tbf"}),
+                                                            ("h2", {"mgmt": "UP", "f-h1": "UP tbf"})]
+        edge.hostnet.shape("sxlab-tc-h1", "f-h2", None)  # a fibre that lost its shaping is reported
+        st = lab_cli("status", "tc")
+        assert st.returncode == 3 and "f-h2 UP UNSHAPED" in st.stdout
+        bad = lab_cli("up", "--name", "toolong")
+        assert bad.returncode == 2 and "lab name 'toolong'" in bad.stderr
+    finally:
+        down = lab_cli("down", "tc")
+    assert down.returncode == 0 and "sxlab-tc-h1" in down.stdout
+    assert lab_cli("status", "tc").returncode == 3
