@@ -44,8 +44,7 @@ def fed():
         h = {"a": lab.hosts["h1"], "b": lab.hosts["h2"], "sep": lab.hosts["h3"]}
         homes = {}
         for n, user, peer in (("a", "alice", "b"), ("b", "bob", "a")):
-            path = edge.home_dir(h[n].lab_dir, h[n].name, "substrate.yaml")
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path = h[n].lab_dir / f"{n}-substrate.yaml"  # goes with the lab
             path.write_text(yaml.safe_dump(substrate(n, peer)))
             homes[n] = Home(h[n].make_home(f"{n}.test", users=(user,), dashboard_port=None, am_v2_port=None,
                                            tick_seconds=0.05, substrate=str(path)))
