@@ -69,7 +69,8 @@ def _realise(p: LabPlan) -> None:
         hostnet.add_namespace(h.namespace, h.name)
         hostnet.exec_in(h.namespace, ["sysctl", "-qw", "net.ipv4.ip_forward=1"], check=True)
         # a host's one address sits on every link it has: loose reverse-path checks, as on a router
-        hostnet.exec_in(h.namespace, ["sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0"], check=True)
+        for scope in ("all", "default"):  # the kernel applies the stricter of `all` and the interface's own
+            hostnet.exec_in(h.namespace, ["sysctl", "-qw", f"net.ipv4.conf.{scope}.rp_filter=0"], check=True)
     for root_if, name in p.mgmt_links:
         h = p.host(name)
         hostnet.run(["ip", "link", "add", root_if, "type", "veth", "peer", "name", MGMT_IF, "netns", h.namespace])
