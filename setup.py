@@ -5,6 +5,7 @@ from setuptools import setup
 PACKAGES = [
     "slicex",
     "cli",
+    "lab",
     "slicex.store",
     "am",
     "slice_manager",

@@ -14,12 +14,22 @@ Data plane (root, network namespaces and tap devices; skipped with the reason ot
     overlay-segment two nodes of one cluster, switched by the cluster's virtual router (userspace)
     overlay-routed  nodes in two clusters: proxy ARP, router A, UDP tunnel, router B (two userspace hops)
 
+Across lab hosts (docs/lab.md; also needs nft and socat): a lab of hosts a—b joined by a fibre, and c behind
+a NAT host n joined to b, every fibre shaped to --lab-rate Mbit/s (default 1000), the overlay's routers on
+the hosts' addresses claiming on this Redis through the lab's relay:
+    lab-direct       host a to host b over their fibre (the kernel path)
+    lab-overlay      a node on a to a node on b: router on a, UDP over the fibre, router on b
+    lab-direct-nat   host c to host b through the NAT host (masquerade)
+    lab-overlay-nat  a node on c to a node on b, the routers' datagrams through the NAT (c's router
+                     advertising n's address)
+  and the share of the direct path's throughput each overlay path carries.
+
 Setup is outside every timed window: the namespace definition, connections, client processes (started and
 connected before a shared start signal), namespaces, taps, routers, address claims and ARP (three
 untimed pings first). Percentiles the sample count cannot support print as n/a.
 
 Run: .venv/bin/python bench/overlay.py [--claims N] [--seconds S] [--pings N] [--iperf-runs N]
-     [--iperf-seconds S] [--json PATH] [--no-dataplane]
+     [--iperf-seconds S] [--dataplane host,lab] [--lab-rate MBIT] [--json PATH]
 Redis: SLICEX_REDIS_URL (default redis://127.0.0.1:6379/0); keys go under a fresh prefix, removed at the
 end. Prints tables, then one JSON object per measurement per line (and all of them to --json PATH)."""
 
@@ -239,6 +249,53 @@ def dataplane(url: str, prefix: str, pings: int, runs: int, seconds: float) -> t
     return rtt_rows, tput_rows
 
 
+def lab_dataplane(url: str, prefix: str, rate_mbit: float | None, pings: int, runs: int,
+                  seconds: float) -> tuple[list[dict], list[dict]]:
+    """RTT and TCP throughput between lab hosts, direct and over the overlay, with and without a NAT."""
+    from lab import Fibre, LabSpec, Nat, running
+    from lab.overlay import add_node, node_namespace, start_router
+
+    spec = LabSpec("ob", ("a", "b", "c", "n"),
+                   (Fibre("a", "b", rate_mbit), Fibre("c", "n", rate_mbit), Fibre("n", "b", rate_mbit)),
+                   (Nat("n", ("c",)),))
+    rtt_rows, tput_rows = [], []
+    c = RedisClaims(url, prefix)
+    routers = []
+    try:
+        with running(spec, url) as lab:
+            a, b, cc, n = (lab.hosts[x] for x in ("a", "b", "c", "n"))
+            c.define(NamespaceConfig.build("lab", "10.97.0.0/24", 30))
+            for host, node in ((a, "x1"), (b, "y1"), (b, "y2"), (cc, "z1")):
+                add_node(host, node)
+            routers.append(start_router(b, prefix, "lab", "B", {"y1": "10.97.0.21", "y2": "10.97.0.22"}))
+            routers.append(start_router(a, prefix, "lab", "A", {"x1": "10.97.0.11"}))
+            routers.append(start_router(cc, prefix, "lab", "C", {"z1": "10.97.0.31"}, advertise=n.address))
+            # (path, client namespace, server namespace, server address); the NAT paths start inside
+            paths = [("lab-direct", a.namespace, b.namespace, b.address),
+                     ("lab-overlay", node_namespace(a, "x1"), node_namespace(b, "y1"), "10.97.0.21"),
+                     ("lab-direct-nat", cc.namespace, b.namespace, b.address),
+                     ("lab-overlay-nat", node_namespace(cc, "z1"), node_namespace(b, "y2"), "10.97.0.22")]
+            for path, src, _dst, address in paths:
+                rtts = ping_rtts(src, address, pings)
+                rtt_rows.append({"bench": "overlay_rtt", "path": path, "fibre_mbit_s": rate_mbit,
+                                 **summarise(rtts, None, (50, 90, 99))})
+            for path, src, dst, address in paths:
+                mbps = [iperf3(dst, address, src, seconds) for _ in range(runs)]
+                tput_rows.append({"bench": "overlay_throughput", "path": path, "fibre_mbit_s": rate_mbit,
+                                  "samples": len(mbps), "seconds_each": seconds, "mbit_s_mean": statistics.fmean(mbps),
+                                  "mbit_s_min": min(mbps), "mbit_s_max": max(mbps)})
+            for r in routers:
+                r.stop()
+    finally:
+        c.undefine("lab")
+        c.close()
+    mean = {r["path"]: r["mbit_s_mean"] for r in tput_rows}
+    for r in tput_rows:
+        if "overlay" in r["path"]:
+            r["share_of_direct"] = r["mbit_s_mean"] / mean[r["path"].replace("overlay", "direct")]
+    return rtt_rows, tput_rows
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--claims", type=int, default=2000, help="sequential calls per claim operation (default 2000)")
@@ -247,7 +304,10 @@ def main() -> int:
     p.add_argument("--pings", type=int, default=200, help="timed pings per path (default 200, for p99)")
     p.add_argument("--iperf-runs", type=int, default=3, help="iperf3 runs per path (default 3)")
     p.add_argument("--iperf-seconds", type=float, default=5.0, help="seconds per iperf3 run (default 5)")
-    p.add_argument("--no-dataplane", action="store_true", help="claims only")
+    p.add_argument("--dataplane", default="host,lab", help="data-plane sections: host (namespaces on this host), "
+                                                         "lab (across lab hosts), both (default) or none")
+    p.add_argument("--lab-rate", type=float, default=1000.0, help="the lab's fibres in Mbit/s (default 1000; 0: "
+                                                                  "unshaped)")
     p.add_argument("--json", type=Path, help="also write every row (and the machine) to this file")
     args = p.parse_args()
     url = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -266,24 +326,37 @@ def main() -> int:
     report(claims, ["operation", "clients", "samples", "rate", "rate_unit", "mean_ms", "p50_ms", "p99_ms"],
            title="Overlay address claims against Redis (Lua put-if-absent, one round trip)", json_lines=False)
     rows = list(claims)
-    skipped = None
-    if args.no_dataplane:
-        skipped = "--no-dataplane"
-    elif tap.missing():
-        skipped = "this host lacks: " + "; ".join(tap.missing())
-    if skipped:
-        print(f"data plane not measured: {skipped}\n")
-    else:
-        rtt, tput = dataplane(url, prefix, args.pings, args.iperf_runs, args.iperf_seconds)
+    sections = {x for x in args.dataplane.split(",") if x and x != "none"}
+    if sections - {"host", "lab"}:
+        p.error(f"--dataplane: unknown {', '.join(sorted(sections - {'host', 'lab'}))} (host, lab, none)")
+    skipped = {}
+    if sections and tap.missing():
+        skipped = {x: "this host lacks: " + "; ".join(tap.missing()) for x in sections}
+    if "lab" in sections and "lab" not in skipped:
+        from lab.edge import missing_capabilities
+
+        if missing_capabilities():
+            skipped["lab"] = "the lab needs: " + "; ".join(missing_capabilities())
+    for section, why in skipped.items():
+        print(f"data plane ({section}) not measured: {why}\n")
+    rtt, tput = [], []
+    if "host" in sections and "host" not in skipped:
+        got = dataplane(url, prefix, args.pings, args.iperf_runs, args.iperf_seconds)
+        rtt, tput = rtt + got[0], tput + got[1]
+    if "lab" in sections and "lab" not in skipped:
+        got = lab_dataplane(url, prefix, args.lab_rate or None, args.pings, args.iperf_runs, args.iperf_seconds)
+        rtt, tput = rtt + got[0], tput + got[1]
+    if rtt:
         report(rtt, ["path", "samples", "mean_ms", "p50_ms", "p90_ms", "p99_ms"],
                title="RTT, ping every 10 ms (ms)", json_lines=False)
-        report(tput, ["path", "samples", "seconds_each", "mbit_s_mean", "mbit_s_min", "mbit_s_max"],
+        report(tput, ["path", "fibre_mbit_s", "samples", "seconds_each", "mbit_s_mean", "mbit_s_min", "mbit_s_max",
+                      "share_of_direct"],
                title="TCP throughput, iperf3 receiver (Mbit/s; one sample = one run)", json_lines=False)
         rows += rtt + tput
     emit(rows)
     if args.json:
         args.json.write_text(json.dumps({"machine": where, "redis": redact(url), "rows": rows,
-                                         "dataplane_skipped": skipped}, indent=1, sort_keys=True))
+                                         "dataplane_skipped": skipped or None}, indent=1, sort_keys=True))
     return 0
 
 

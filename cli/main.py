@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from cli import image as image_cli
+from cli import lab as lab_cli
 from slicex import procs
 from slicex.config import ConfigError, SlicexConfig, reference
 from slicex.errors import BadArgs, GeniError, Refused, Unavailable
@@ -1110,6 +1111,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.set_defaults(func=cmd_status)
 
     image_cli.add_parser(sub)
+    lab_cli.add_parser(sub)
 
     fpga = sub.add_parser("fpga", help="bitstream catalogue of the FPGA aggregate")
     fpga_sub = fpga.add_subparsers(dest="fpga_command", required=True)

@@ -3,7 +3,7 @@
 # netns substrate (real slivers on one host) Open vSwitch (userspace datapath, started privately, never the
 # system service), iperf3, ethtool, ping and openssh-server; chromium for the dashboard's browser test
 # (tests/integration/test_dashboard_browser.py drives it with Playwright, no browser download); lxc, uidmap and
-# debootstrap for the netns substrate's container nodes and their images.
+# debootstrap for the netns substrate's container nodes and their images; nftables and socat for the lab.
 # With --bench (`make bench-deps`), also nginx: the C floor bench/tls_floor.py measures slicex against (run by
 # the bench on its own configuration and ports; the package's own service is never started).
 set -euo pipefail
@@ -18,6 +18,9 @@ command -v ovs-vswitchd >/dev/null || need+=(openvswitch-switch)
 command -v iperf3 >/dev/null || need+=(iperf3)
 command -v ethtool >/dev/null || need+=(ethtool)
 command -v ping >/dev/null || need+=(iputils-ping)
+# the multi-host lab (docs/lab.md): NAT hosts and the Redis relay
+command -v nft >/dev/null || need+=(nftables)
+command -v socat >/dev/null || need+=(socat)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v chromium >/dev/null || need+=(chromium)
 # container nodes of the netns substrate: unprivileged LXC, newuidmap, and debootstrap for node images

@@ -58,13 +58,13 @@ def _listen(text: str) -> tuple[str, int]:
 
 
 def run_router(claims: RedisClaims, namespace: str, cluster: str, listen: tuple[str, int],
-               nodes: list[dict[str, str]], stop: threading.Event) -> int:
+               nodes: list[dict[str, str]], stop: threading.Event, advertise: str | None = None) -> int:
     config = claims.namespace(namespace)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
     sock.bind(listen)
-    router = VirtualRouter(claims, config, cluster, sock)
+    router = VirtualRouter(claims, config, cluster, sock, advertise=advertise)
     keepers: list[LeaseKeeper] = []
     fds: list[int] = []
     plen = config.network.prefixlen
@@ -148,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("namespace", help="a defined overlay namespace")
     r.add_argument("--cluster", required=True, help="the segment this router serves (recorded in its claims)")
     r.add_argument("--listen", type=_listen, default=("127.0.0.1", 0), help="UDP HOST:PORT (default 127.0.0.1:0)")
+    r.add_argument("--advertise", help="HOST[:PORT] other routers reach this one at, when not where it listens "
+                                       "(behind a NAT: the NAT's outside address; the port defaults to the bound one, "
+                                       "which a masquerade keeps); docs/federation.md")
     r.add_argument("--node", type=_node_spec, action="append", required=True,
                    help="id=ID,netns=NS,tap=IF,mac=MAC[,address=IP]: a node in existing namespace NS; the router "
                         "makes tap IF there and claims IP (else a free address); repeat per node")
@@ -174,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             stop = threading.Event()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: stop.set())
-            return run_router(claims, args.namespace, args.cluster, args.listen, args.node, stop)
+            return run_router(claims, args.namespace, args.cluster, args.listen, args.node, stop, args.advertise)
         return 0
     except GeniError as exc:
         print(f"error: {exc.message}", file=sys.stderr)

@@ -45,12 +45,19 @@ class Port:
 
 class VirtualRouter:
     def __init__(self, claims: RedisClaims, config: NamespaceConfig, cluster: str, sock: socket.socket,
-                 clock: Callable[[], float] = time.monotonic, negative_cache: float = 0.2):
+                 clock: Callable[[], float] = time.monotonic, negative_cache: float = 0.2,
+                 advertise: str | None = None):
+        """`advertise`: the address (HOST, or HOST:PORT) other routers see this one's datagrams come from and
+        must send to, when that is not where it listens: behind a NAT, the NAT's outside address (a masquerade
+        keeps the source port, so the port defaults to the bound one)."""
         self.claims = claims
         self.config = config
         self.cluster = cluster
         self.sock = sock
         host, port = sock.getsockname()[:2]
+        if advertise:
+            host, _, given = advertise.partition(":")
+            port = int(given) if given else port
         self.endpoint = f"{host}:{port}"
         self.clock = clock
         self.cache = LookupCache(positive=config.renew_after, negative=min(negative_cache, config.renew_after))

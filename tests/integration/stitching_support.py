@@ -92,16 +92,18 @@ def make_homes(root: Path, racks: dict[str, dict[str, dict]], **config: Any) -> 
 
 
 class Up:
-    """`slicex up` as a child process in the foreground, as an operator runs it; `stop` is SIGTERM."""
+    """`slicex up` as a child process in the foreground, as an operator runs it; `stop` is SIGTERM. `inside`: an
+    argv prefix that runs it elsewhere (a lab host: lab.edge.inside)."""
 
-    def __init__(self, home: Home):
+    def __init__(self, home: Home, inside: tuple[str, ...] = ()):
         self.home = home
+        self.inside = inside
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60) -> dict[str, Any]:
         """Start it and return what it records in its pid file (am_url, sa_url, ...)."""
         log = open(self.home.root / "up.log", "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "cli", "--home", str(self.home.root), "up"],
+        self.proc = subprocess.Popen([*self.inside, sys.executable, "-m", "cli", "--home", str(self.home.root), "up"],
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         deadline = time.monotonic() + timeout

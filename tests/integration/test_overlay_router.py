@@ -128,3 +128,14 @@ def test_unicast_on_the_segment_goes_to_the_one_port_with_that_mac(rig):
     rig.router.from_tap(rig.ports["a1"], ipv4("a1", "a2", MAC["a2"]))
     assert rig.received("a2") == [ipv4("a1", "a2", MAC["a2"])] and rig.received("a1") == []
     assert rig.router.stats.get("routed_out", 0) == 0
+
+
+def test_a_router_behind_a_nat_claims_the_endpoint_it_advertises(rig):
+    """Behind a NAT the others see the NAT's address: --advertise names it, with the bound port unless given."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        bound = sock.getsockname()[1]
+        cfg = rig.claims.namespace("s1")
+        assert VirtualRouter(rig.claims, cfg, "C", sock, advertise="192.0.2.7").endpoint == f"192.0.2.7:{bound}"
+        assert VirtualRouter(rig.claims, cfg, "C", sock, advertise="192.0.2.7:4789").endpoint == "192.0.2.7:4789"
+        assert VirtualRouter(rig.claims, cfg, "C", sock).endpoint == f"127.0.0.1:{bound}"
