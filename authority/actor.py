@@ -32,6 +32,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from authority.substrate.images import image_urn
 from protocol.api import BrokerApi
 from protocol.messages import Maintenance, SliverSpec
 from slicex.clock import Clock
@@ -44,10 +45,12 @@ from slicex.errors import (
     SearchFailed,
     ServerError,
     Unavailable,
+    Unsupported,
 )
 from slicex.keyed_locks import KeyedLocks
 from slicex.store import Store
 from slicex.store.ownership import Actor, scoped
+from slicex.urn import parse_urn
 from slicex.ticket import (
     Lease,
     SignedDelegation,
@@ -394,6 +397,20 @@ class Authority:
         if doc is None or doc["state"] != "active":
             raise SearchFailed(f"authority {self.name}: no active lease {lease_id}")
         return self.substrate.status(SliverSpec.from_doc(doc["spec"]), doc["status"], now)
+
+    def snapshot(self, lease_id: str, name: str, owner: str, public: bool, now: datetime) -> dict[str, Any]:
+        """CreateImage of a leased node: its driver makes the image (one with no disks to copy answers
+        UNSUPPORTED saying so); the answer is the image's catalogue record with its URN."""
+        with self._lease_lock(lease_id):
+            doc = self._doc(lease_id)
+            if doc is None or doc["state"] != "active":
+                raise SearchFailed(f"authority {self.name}: no active lease {lease_id}; provision the node first")
+            snapshot = getattr(self.substrate, "snapshot", None)
+            if snapshot is None:
+                raise Unsupported(f"this aggregate's substrate cannot make images of its nodes: "
+                                  f"{self.substrate.description}")
+            image = snapshot(SliverSpec.from_doc(doc["spec"]), doc["status"], name, owner, public, self._now(now))
+        return {**image.to_record(), "urn": image_urn(parse_urn(self.name).authority, image.name)}
 
     def lease_doc(self, lease_id: str) -> dict[str, Any] | None:
         return self._doc(lease_id)

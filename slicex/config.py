@@ -56,6 +56,7 @@ class NetnsOptions(Section):
     pids_max: int = Field(1024, gt=0, description="processes a node container may run")
     install_sources: list[str] = Field([], description="URLs a node's install services may fetch from")
     install_max_mb: int = Field(256, gt=0, description="the largest install download, in MB")
+    image_quota_mb: int = Field(4096, gt=0, description="what one user's images (CreateImage) may hold, in MB")
 
 
 class OpenStackOptions(Section):

@@ -409,6 +409,18 @@ class NodeContainer:
         self.stop(timeout=1)
         remove_tree(self.dir)
 
+    def freeze(self) -> bool:
+        """Pause every process of a running node (its files stop changing while they are read); whether it
+        was frozen."""
+        if not self.running():
+            return False
+        out = subprocess.run(["lxc-freeze", "-P", str(self.lxcpath), "-n", self.name], capture_output=True,
+                             timeout=30)
+        return out.returncode == 0
+
+    def unfreeze(self) -> None:
+        subprocess.run(["lxc-unfreeze", "-P", str(self.lxcpath), "-n", self.name], capture_output=True, timeout=30)
+
     def running(self) -> bool:
         return bool(self.pids())
 

@@ -50,7 +50,15 @@ from authority.substrate.container import (
 )
 from authority.substrate.execute import NodeServices, services_of, verdict
 from authority.substrate.flows import AccessPort, Segment, Uplink, segment_flows
-from authority.substrate.images import DEFAULT_IMAGE, ImageCatalogue, NodeImage, image_name, shift_copy
+from authority.substrate.images import (
+    DEFAULT_IMAGE,
+    DEFAULT_MAX_USER_BYTES,
+    ImageCatalogue,
+    NodeImage,
+    image_name,
+    may_use,
+    shift_copy,
+)
 from authority.substrate.install import DEFAULT_MAX_BYTES, install_all, installs_of
 from authority.substrate.login import Account, LoginRelay, accounts, kill_netns_processes
 from authority.substrate.netns_plan import (
@@ -91,7 +99,7 @@ class NetnsDriver:
                  cables: Mapping[str, str] | None = None, state_dir: Path | None = None,
                  images: ImageCatalogue | None = None, default_image: str = DEFAULT_IMAGE,
                  uid_ranges_dir: Path | None = None, pids_max: int = 1024, install_sources: Iterable[str] = (),
-                 install_max_bytes: int = DEFAULT_MAX_BYTES):
+                 install_max_bytes: int = DEFAULT_MAX_BYTES, image_quota_bytes: int = DEFAULT_MAX_USER_BYTES):
         """`switch_dir`: the run directory of an Open vSwitch shared with other deployments on this host (one
         bridge each; slicex.yaml `netns: {switch_dir: ...}`). Two ovs-vswitchd with the userspace datapath
         cannot run on one host: the second cannot create its `ovs-netdev` tap ("Device or resource busy") and
@@ -100,7 +108,8 @@ class NetnsDriver:
         named from both ports (`shared_trunk_name`), the first time a stitched link uses the cable.
         `state_dir` holds the node containers (default /var/lib/slicex-<prefix>); `images` the operator's
         image catalogue; `default_image` what a node that names none boots; `install_sources` the URL prefixes
-        of the file servers install services may fetch from (none: install services are refused)."""
+        of the file servers install services may fetch from (none: install services are refused);
+        `image_quota_bytes` what one user's snapshots (CreateImage) may hold together."""
         self.prefix = check_prefix(prefix)
         self.bridge = f"{prefix}-br"
         self.dpid = int(hashlib.sha256(prefix.encode()).hexdigest()[:12], 16)
@@ -124,6 +133,7 @@ class NetnsDriver:
         self.pids_max = pids_max
         self.install_sources = tuple(install_sources)
         self.install_max_bytes = install_max_bytes
+        self.image_quota_bytes = image_quota_bytes
         self.node_slices: dict[str, str] = {}  # namespace of a live node -> its slice's uid range owner
         self.trunks: dict[str, int] = {}  # external port URN (lower case) -> ofport of its trunk device
         self.login_address = login_address  # where the login ports listen
@@ -326,6 +336,31 @@ class NetnsDriver:
             out["execute"] = self._services(plan).results(services)
         return out
 
+    def snapshot(self, spec: SliverSpec, status: dict[str, Any], name: str, owner: str, public: bool,
+                 now: datetime) -> NodeImage:
+        """CreateImage: the node's root file system as a new image of the catalogue, owned by `owner`: the
+        image it booted with its own overlay layer applied (images.py `snapshot`), read while the node is
+        frozen so its files do not change under the copy."""
+        if spec.kind != "node":
+            raise BadArgs(f"{spec.client_id or spec.id} is a {spec.kind}; an image is made of a node")
+        plan = self._node_plan(spec)
+        container = self._container(plan)
+        layer = container.fs / "upper"
+        booted = str(status.get("image") or "")
+        base = self.images.get(booted) if booted else None
+        if base is None or status.get("uid_range") is None or not layer.is_dir():
+            raise ServerError(f"node {spec.client_id}: cannot snapshot it (its image {booted or '?'} or its own "
+                              f"layer is gone from this host)")
+        frozen = container.freeze()
+        try:
+            return self.images.snapshot(
+                name, base, layer, uid_base(int(status["uid_range"])), owner, public,
+                f"snapshot of node {spec.client_id} of {spec.details.get('slice_urn', '')} (from {base.name})",
+                self.image_quota_bytes)
+        finally:
+            if frozen:
+                container.unfreeze()
+
     # ---- reconcile -------------------------------------------------------------------------------------------
     def reconcile(self, live: Iterable[tuple[SliverSpec, dict[str, Any]]]) -> dict[str, list[str]]:
         """After a restart: adopt the objects of live slivers (re-creating what is missing, restoring
@@ -466,11 +501,13 @@ class NetnsDriver:
 
     def _image(self, spec: SliverSpec, recorded: str | None = None) -> NodeImage:
         """The catalogue image a node boots: the one it booted before (a restart), else its disk_image, else
-        the default. One the catalogue lacks is refused naming those it has."""
+        the default. One the catalogue lacks, or another user's private image, is refused naming those the
+        slice's owner may boot."""
         wanted = recorded or image_name(str(spec.details.get("disk_image") or "")) or self.default_image
+        owner = str(spec.details.get("owner") or "")
         img = self.images.get(wanted)
-        if img is None:
-            offered = ", ".join(i.name for i in self.images.list()) or "none: slicex image build"
+        if img is None or (not recorded and not may_use(img, owner)):  # another's private image: as if absent
+            offered = ", ".join(i.name for i in self.images.list() if may_use(i, owner)) or "none: slicex image build"
             raise BadArgs(f"node {spec.client_id}: disk image {wanted} is not in this aggregate's catalogue "
                           f"(offered: {offered})")
         return img

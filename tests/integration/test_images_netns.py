@@ -1,0 +1,155 @@
+"""Users' images on real container nodes, over mutual TLS with the arguments omni sends: CreateImage of a
+node with a file written in it, a later slice booting that image (by name, as a ProtoGENI user writes it)
+sees the file; ListImages and DeleteImage; another user can neither boot nor delete the private image; and
+an aggregate whose substrate cannot snapshot answers UNSUPPORTED. `slicex up --substrate netns` runs in a
+process of its own, with a catalogue of the test's own (the host's default image linked into it)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from lxml import etree
+
+from authority.substrate.container import NodeContainer
+from authority.substrate.images import DEFAULT_DIR, DEFAULT_IMAGE, ImageCatalogue
+from authority.substrate.netns import NetnsDriver
+from authority.substrate.netns_plan import netns_name
+from slicex import procs
+from slicex.tls_xmlrpc import client
+from tests.factories import RSPEC3, request_rspec, vm
+from tests.integration.conftest import AUTHORITY, make_home
+from tests.integration.netns_support import cleanup, new_prefix, require_host
+from tests.integration.test_netns_am import Up, ok
+
+USES_HOST_NETWORK = True
+V3 = {"geni_rspec_version": {"type": "GENI", "version": "3"}}
+
+
+def code(reply: dict) -> int:
+    return reply["code"]["geni_code"]
+
+
+def node(image: str | None = None) -> str:
+    xml = request_rspec([vm("n1")])
+    if image is None:
+        return xml
+    root = etree.fromstring(xml.encode())
+    st = root.find(f"{{{RSPEC3}}}node/{{{RSPEC3}}}sliver_type")
+    etree.SubElement(st, f"{{{RSPEC3}}}disk_image").set("name", image)
+    return etree.tostring(root).decode()
+
+
+@pytest.fixture
+def images_home(tmp_path: Path):
+    require_host()
+    host = ImageCatalogue(DEFAULT_DIR)
+    if host.get(DEFAULT_IMAGE) is None:
+        host.build(DEFAULT_IMAGE)  # what the first netns `up` of this host does anyway
+    catalogue = tmp_path / "images"
+    catalogue.mkdir()
+    (catalogue / DEFAULT_IMAGE).symlink_to(DEFAULT_DIR / DEFAULT_IMAGE)  # the operator's image, not copied
+    prefix = new_prefix()
+    home = make_home(tmp_path / "home", substrate_driver="netns",
+                     netns={"prefix": prefix, "images_dir": str(catalogue), "image_quota_mb": 1024})
+    up = Up(home)
+    try:
+        yield home, up, prefix, ImageCatalogue(catalogue)
+    finally:
+        up.stop()
+        subprocess.run([sys.executable, "-m", "cli", "--home", str(home.root), "down"], capture_output=True,
+                       timeout=60)
+        cleanup(NetnsDriver(prefix))
+
+
+def test_an_image_of_a_node_boots_in_a_later_slice_of_its_owner_and_no_one_elses(images_home):
+    home, up, prefix, catalogue = images_home
+    am_url = up.start()
+    sa_url = procs.read(home.pid_file).info["sa_url"]
+    users = {}
+    for name in ("alice", "bob"):
+        cert, key = str(home.user_cert(name)), str(home.user_key(name))
+        sa = client(sa_url, cert, key)
+        users[name] = (client(am_url, cert, key), sa, f"urn:publicid:IDN+{AUTHORITY}+user+{name}",
+                       [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": sa.CreateUserCredential()}])
+    am_a, sa_a, alice, ucred_a = users["alice"]
+    am_b, sa_b, bob, ucred_b = users["bob"]
+
+    def slice_with(am, sa, name: str, rspec: str) -> tuple[str, list, str]:
+        urn = f"urn:publicid:IDN+{AUTHORITY}+slice+{name}"
+        cred = [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": sa.CreateSlice(urn)}]
+        ok(am.Allocate(urn, cred, rspec, {}))
+        manifest = ok(am.Provision([urn], cred, {"geni_users": []}))["geni_rspec"]
+        ok(am.PerformOperationalAction([urn], cred, "geni_start", {}))
+        sliver = etree.fromstring(manifest.encode()).find(f"{{{RSPEC3}}}node").get("sliver_id")
+        return urn, cred, sliver
+
+    def inside(sliver: str, *argv: str) -> tuple[int | None, str]:
+        rc, out = NodeContainer(NetnsDriver(prefix).lxcpath, netns_name(prefix, sliver)).attach(list(argv))
+        return rc, out.decode()
+
+    urn1, cred1, n1 = slice_with(am_a, sa_a, "img1", node())
+    assert inside(n1, "sh", "-c", "echo made-in-slice-1 > /root/marker && rm /etc/motd")[0] == 0
+    # as omni createimage sends it: slice URN, image name, sliver URN, credentials, {global: makePublic}
+    image = ok(am_a.CreateImage(urn1, "Snap1", n1, cred1, {"global": False}))
+    assert image == f"urn:publicid:IDN+{AUTHORITY}+image+snap1"
+    snap = catalogue.get("snap1")
+    assert (snap.owner, snap.public, snap.base) == (alice, False, DEFAULT_IMAGE)
+    assert (snap.rootfs / "root/marker").stat().st_uid == 0  # owners moved back out of the slice's uid range
+    listed = ok(am_a.ListImages(alice, ucred_a, {}))
+    assert [(i["urn"], i["owner"], i["public"]) for i in listed] == [(image, alice, False)]
+    assert listed[0]["size_bytes"] > 0 and listed[0]["base"] == DEFAULT_IMAGE
+    assert ok(am_b.ListImages(alice, ucred_b, {})) == []  # bob does not see alice's private image
+    assert ok(am_a.ListImages("", ucred_a, {})) == listed  # omni passes the caller when no creator is named
+
+    # another user's private image: refused at Allocate as if it did not exist, and it is not advertised
+    bob_urn = f"urn:publicid:IDN+{AUTHORITY}+slice+imgb"
+    bob_cred = [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": sa_b.CreateSlice(bob_urn)}]
+    refused = am_b.Allocate(bob_urn, bob_cred, node("snap1"), {})
+    assert code(refused) == 1 and "not offered" in refused["output"], refused
+    refused = am_b.Allocate(bob_urn, bob_cred, node(image), {})
+    assert code(refused) == 1 and "snap1" not in refused["output"].split("offered:")[-1]
+    assert "snap1" not in ok(am_b.ListResources(ucred_b, V3))
+    # nor deleted by him: answered as an image that does not exist
+    assert code(am_b.DeleteImage(image, ucred_b, {})) == 12
+    assert code(am_b.CreateImage(urn1, "steal", n1, bob_cred, {"global": True})) != 0  # not his slice
+
+    # a later slice of alice's boots it by name and sees the file written in the first
+    urn2, cred2, n2 = slice_with(am_a, sa_a, "img2", node("snap1"))
+    status = ok(am_a.Status([urn2], cred2, {}))
+    assert {s["geni_operational_status"] for s in status["geni_slivers"]} == {"geni_ready"}, status
+    assert inside(n2, "cat", "/root/marker") == (0, "made-in-slice-1\n")
+    assert inside(n2, "test", "-e", "/etc/motd")[0] == 1  # and what was deleted there stays deleted
+    manifest = ok(am_a.Describe([urn2], cred2, V3))["geni_rspec"]
+    assert "snap1" in manifest
+
+    ok(am_a.Delete([urn1], cred1, {}))
+    ok(am_a.Delete([urn2], cred2, {}))
+    assert ok(am_a.DeleteImage(image, ucred_a, {})) is True
+    assert catalogue.get("snap1") is None and ok(am_a.ListImages(alice, ucred_a, {})) == []
+    assert code(am_a.DeleteImage(image, ucred_a, {})) == 12
+    assert NetnsDriver(prefix).leftovers() == []
+
+
+def test_an_aggregate_that_cannot_snapshot_says_so(tmp_path):
+    """The emulated substrate has no disks: CreateImage is UNSUPPORTED naming why, never a fake image."""
+    home = make_home(tmp_path / "home", sa_port=0, am_port=0)
+    up = Up(home, substrate="emulated")
+    try:
+        am_url = up.start()
+        sa_url = procs.read(home.pid_file).info["sa_url"]
+        cert, key = str(home.user_cert("alice")), str(home.user_key("alice"))
+        am, sa = client(am_url, cert, key), client(sa_url, cert, key)
+        urn = f"urn:publicid:IDN+{AUTHORITY}+slice+emu"
+        cred = [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": sa.CreateSlice(urn)}]
+        ok(am.Allocate(urn, cred, node(), {}))
+        manifest = ok(am.Provision([urn], cred, {"geni_users": []}))["geni_rspec"]
+        sliver = etree.fromstring(manifest.encode()).find(f"{{{RSPEC3}}}node").get("sliver_id")
+        reply = am.CreateImage(urn, "snap", sliver, cred, {"global": True})
+        assert code(reply) == 13 and "cannot make images" in reply["output"], reply
+        ucred = [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": sa.CreateUserCredential()}]
+        assert code(am.ListImages("", ucred, {})) == 13
+    finally:
+        up.stop()
