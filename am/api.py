@@ -109,10 +109,13 @@ class AggregateManager:
         # authority.substrate.images.UserImages: the node image catalogue as ListImages and DeleteImage see it
         # (None where the substrate keeps none: they answer UNSUPPORTED)
         self.images: Any = None
+        # authority.substrate.datasets.UserDatasets: persistent datasets as ListDatasets and DeleteDataset see them
+        self.datasets: Any = None
 
     # ---- the surface -----------------------------------------------------------------------------------------
     METHODS = ("GetVersion", "ListResources", "Describe", "Allocate", "Renew", "Provision", "Status",
-               "PerformOperationalAction", "Delete", "Shutdown", "CreateImage", "DeleteImage", "ListImages")
+               "PerformOperationalAction", "Delete", "Shutdown", "CreateImage", "DeleteImage", "ListImages",
+               "ListDatasets", "DeleteDataset")
 
     def endpoint(self) -> Endpoint:
         """AM API v3 on XML-RPC: each of `METHODS` is the public method of that name; every call runs under a
@@ -625,6 +628,7 @@ class AggregateManager:
         if not all(isinstance(x, str) for x in (slice_urn, image_name, sliver_urn)):
             raise BadArgs("CreateImage takes a slice URN, an image name, the node's sliver URN, credentials and "
                           "options")
+        parse_urn(sliver_urn, "sliver")  # the one node to snapshot, never "the slice's slivers"
         public = options.get("global", False)
         if not isinstance(public, bool):
             raise BadArgs(f"option global must be a boolean (whether others may boot the image), got {public!r}")
@@ -666,3 +670,30 @@ class AggregateManager:
         if self.images is None:
             raise Unsupported(f"this aggregate keeps no image catalogue ({self.identity.substrate_description})")
         return self.images
+
+    # ---- persistent datasets (emulab:blockstore in a request makes and mounts them) --------------------------
+    def ListDatasets(self, cert, owner_urn, credentials, options) -> dict[str, Any]:
+        """The caller's datasets (an operator: anyone's): name, owner, size_mb, created, in_use."""
+        options = geni_options(options)
+        verified = self.authorise(cert, credentials, None, "listresources", options)
+        caller = verified.effective_caller_urn
+        owner = owner_urn or caller
+        try:
+            parse_urn(owner, "user")
+        except GeniError:
+            raise BadArgs(f"ListDatasets takes a user URN (whose datasets), got {owner!r}") from None
+        return result(self._datasets().listed(owner, caller, self._operator(cert, options) is not None))
+
+    def DeleteDataset(self, cert, dataset, credentials, options) -> dict[str, Any]:
+        """Delete one of the caller's datasets and its data (an operator: anyone's), when no node mounts it."""
+        options = geni_options(options)
+        verified = self.authorise(cert, credentials, None, "listresources", options)
+        if not isinstance(dataset, str):
+            raise BadArgs("DeleteDataset takes the dataset's name or URN")
+        self._datasets().delete(dataset, verified.effective_caller_urn, self._operator(cert, options) is not None)
+        return result(True)
+
+    def _datasets(self) -> Any:
+        if self.datasets is None:
+            raise Unsupported(f"this aggregate keeps no datasets ({self.identity.substrate_description})")
+        return self.datasets

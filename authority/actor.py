@@ -50,7 +50,6 @@ from slicex.errors import (
 from slicex.keyed_locks import KeyedLocks
 from slicex.store import Store
 from slicex.store.ownership import Actor, scoped
-from slicex.urn import parse_urn
 from slicex.ticket import (
     Lease,
     SignedDelegation,
@@ -61,6 +60,7 @@ from slicex.ticket import (
     sign_reclaim,
     verify_ticket,
 )
+from slicex.urn import parse_urn
 
 if TYPE_CHECKING:
     from protocol.delegation import Delegation  # its inventory, as the broker is given it
@@ -103,6 +103,7 @@ class EmulatedAdapter:
         self.description = driver.description
 
     def create(self, spec: SliverSpec, now: datetime) -> dict[str, Any]:
+        no_storage(spec, self.description)
         return self.driver.provisioned(spec.kind, now)
 
     def modify(self, spec: SliverSpec, status: dict[str, Any], action: str, now: datetime) -> dict[str, Any]:
@@ -113,6 +114,13 @@ class EmulatedAdapter:
 
     def status(self, spec: SliverSpec, status: dict[str, Any], now: datetime) -> tuple[str, str]:
         return self.driver.current(status, now)
+
+
+def no_storage(spec: SliverSpec, description: str) -> None:
+    """For a driver without persistent datasets: a node asking for one is refused, never given none."""
+    if spec.details.get("blockstores"):
+        raise Unsupported(f"node {spec.client_id}: this aggregate's substrate has no persistent datasets "
+                          f"(emulab:blockstore needs the netns substrate): {description}")
 
 
 def as_driver(driver: Any) -> SubstrateDriver:

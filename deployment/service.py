@@ -135,6 +135,25 @@ def user_images(cfg: SlicexConfig, authority: str) -> Any:
     return UserImages(catalogue, authority)
 
 
+def node_datasets(opts: NetnsOptions) -> Any:
+    """The host's persistent datasets (authority/substrate/datasets.py), where slicex.yaml puts them."""
+    from pathlib import Path
+
+    from authority.substrate.datasets import DEFAULT_DIR, DatasetStore
+
+    return DatasetStore(Path(opts.datasets_dir or DEFAULT_DIR))
+
+
+def user_datasets(cfg: SlicexConfig) -> Any:
+    """On the netns substrate, the datasets as ListDatasets and DeleteDataset see them; None elsewhere."""
+    if cfg.substrate_driver != "netns":
+        return None
+    from authority.substrate import hostnet
+    from authority.substrate.datasets import UserDatasets
+
+    return UserDatasets(node_datasets(cfg.netns), busy=lambda ns: ns in hostnet.namespaces())
+
+
 def netns_prefix(cfg: SlicexConfig, home: Home) -> str:
     """The prefix of this deployment's host objects on the netns substrate: `netns.prefix`, else its id's."""
     from authority.substrate.netns_plan import deployment_prefix
@@ -170,7 +189,8 @@ def host_driver(cfg: SlicexConfig, home: Home) -> Any:
                        switch_dir=path(opts.switch_dir), cables=cables, state_dir=path(opts.state_dir),
                        images=images, default_image=default_image, pids_max=opts.pids_max,
                        install_sources=list(opts.install_sources), install_max_bytes=opts.install_max_mb * 2**20,
-                       image_quota_bytes=opts.image_quota_mb * 2**20)
+                       image_quota_bytes=opts.image_quota_mb * 2**20, datasets=node_datasets(opts),
+                       dataset_quota_mb=opts.dataset_quota_mb)
 
 
 def openstack_driver(cfg: SlicexConfig, home: Home) -> Any:
@@ -390,6 +410,7 @@ class EmbeddedDeployment:
         self.am.ledger = self.ledger  # usage records and service levels; the reaper ends expired usage
         self.am.slice_members = slice_members_in(self.store)  # who geni_users may name besides the caller
         self.am.images = user_images(self.cfg, self.substrate.authority)  # ListImages, DeleteImage
+        self.am.datasets = user_datasets(self.cfg)  # ListDatasets, DeleteDataset
         self.am_v2 = AggregateManagerV2(self.am, self.advertised.am_v2_url)
         sa_policy = SaPolicy(slice_lifetime=timedelta(days=self.cfg.sa.slice_lifetime_days),
                              max_slice_lifetime=timedelta(days=self.cfg.sa.max_slice_lifetime_days))

@@ -113,6 +113,7 @@ class SliverDetails(TypedDict, total=False):
     interfaces: dict[str, dict[str, str]]  # request interface client_id -> component_id, ip, netmask
     execute: list[dict[str, str]]  # post-boot commands: shell, command
     install: list[dict[str, str]]  # tar archives to unpack: url, install_path
+    blockstores: list[dict[str, str]]  # persistent datasets to mount: name, dataset, mountpoint, size_mb (rspec/blockstore.py)
     boot_seconds: float
     # FPGAs (resources/fpga.py)
     fpga: str  # board/fpgaN of a whole FPGA

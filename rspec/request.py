@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from lxml import etree
 
+from rspec.blockstore import Blockstore, parse_blockstores
 from rspec.fpga_ext import FpgaRequest, parse_fpga_request
 from rspec.namespaces import PGV2, RSPEC3, SHARED_VLAN, SHARED_VLAN_GENI, q
 from slicex.errors import BadArgs, BadVersion
@@ -48,6 +49,7 @@ class RequestNode:
     fpga: FpgaRequest | None = None
     execute: tuple[tuple[str, str], ...] = ()  # post-boot services/execute: (shell, command)
     install: tuple[tuple[str, str], ...] = ()  # services/install: (url of a tar archive, install_path)
+    blockstores: tuple[Blockstore, ...] = ()  # persistent datasets it mounts (emulab:blockstore)
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,7 @@ def _node(el: etree._Element, seen: set[str]) -> RequestNode:
     return RequestNode(cid, el.get("component_id"), el.get("component_manager_id"), _bool(el.get("exclusive")),
                        st.get("name") if st is not None else None, image.get("name") if image is not None else None,
                        hw.get("name") if hw is not None else None, tuple(ifaces), ext, parse_fpga_request(el, cid),
-                       execute, install)
+                       execute, install, parse_blockstores(el, cid))
 
 
 def _link(el: etree._Element, seen: set[str]) -> RequestLink:

@@ -203,6 +203,8 @@ class ActorSliceManager(Records, Recovery, Delivery):
                     details["execute"] = [{"shell": sh, "command": c} for sh, c in node.execute]
                 if node.install:
                     details["install"] = [{"url": u, "install_path": path} for u, path in node.install]
+                if node.blockstores:
+                    details["blockstores"] = [b.to_doc() for b in node.blockstores]
                 deps = tuple(dict.fromkeys(link_of_iface[i.client_id] for i in node.interfaces
                                            if i.client_id in link_of_iface))
                 r = rs.Reservation(urns[cid], resource=what, depends_on=deps, gate="redeem")

@@ -57,6 +57,8 @@ class NetnsOptions(Section):
     install_sources: list[str] = Field([], description="URLs a node's install services may fetch from")
     install_max_mb: int = Field(256, gt=0, description="the largest install download, in MB")
     image_quota_mb: int = Field(4096, gt=0, description="what one user's images (CreateImage) may hold, in MB")
+    datasets_dir: str | None = Field(None, description="where persistent datasets are kept (default: the host's)")
+    dataset_quota_mb: int = Field(10240, gt=0, description="what one user's datasets may hold together, in MB")
 
 
 class OpenStackOptions(Section):

@@ -110,7 +110,7 @@ def check_delete(image: NodeImage | None, name: str, user: str, operator: bool) 
 
 
 def check_name(name: str) -> str:
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise BadArgs(f"image name {name!r}: lowercase letters, digits, '.' and '-', at most 40, starting with a "
                       f"letter or digit")
     return name
@@ -156,7 +156,7 @@ class ImageCatalogue:
 
     def get(self, name_or_urn: str) -> NodeImage | None:
         name = image_name(name_or_urn)
-        return self._load(self.root / name) if NAME_RE.match(name) else None
+        return self._load(self.root / name) if NAME_RE.fullmatch(name) else None
 
     def _load(self, d: Path) -> NodeImage | None:
         try:
@@ -261,7 +261,7 @@ class ImageCatalogue:
         """Remove an image; nodes booted from it keep their slice's copy until they are deleted."""
         with self.locked():
             d = self.root / image_name(name)
-            if not NAME_RE.match(d.name) or not (d / "image.json").exists():
+            if not NAME_RE.fullmatch(d.name) or not (d / "image.json").exists():
                 return False
             remove_tree(d)
             return True

@@ -48,6 +48,7 @@ from authority.substrate.container import (
     node_limits,
     uid_base,
 )
+from authority.substrate.datasets import DEFAULT_QUOTA_MB, DatasetStore
 from authority.substrate.execute import NodeServices, services_of, verdict
 from authority.substrate.flows import AccessPort, Segment, Uplink, segment_flows
 from authority.substrate.images import (
@@ -75,6 +76,7 @@ from authority.substrate.netns_plan import (
 from authority.substrate.openflow import DEFAULT_CONTROLLER, FlowProgrammer, flow_programmer
 from authority.substrate.ovs import OvsSwitch, default_run_dir
 from protocol.messages import SliverSpec
+from rspec.blockstore import Blockstore
 from slicex.errors import BadArgs, GeniError, ServerError, Unsupported
 
 log = logging.getLogger("slicex.netns")
@@ -99,7 +101,8 @@ class NetnsDriver:
                  cables: Mapping[str, str] | None = None, state_dir: Path | None = None,
                  images: ImageCatalogue | None = None, default_image: str = DEFAULT_IMAGE,
                  uid_ranges_dir: Path | None = None, pids_max: int = 1024, install_sources: Iterable[str] = (),
-                 install_max_bytes: int = DEFAULT_MAX_BYTES, image_quota_bytes: int = DEFAULT_MAX_USER_BYTES):
+                 install_max_bytes: int = DEFAULT_MAX_BYTES, image_quota_bytes: int = DEFAULT_MAX_USER_BYTES,
+                 datasets: DatasetStore | None = None, dataset_quota_mb: int = DEFAULT_QUOTA_MB):
         """`switch_dir`: the run directory of an Open vSwitch shared with other deployments on this host (one
         bridge each; slicex.yaml `netns: {switch_dir: ...}`). Two ovs-vswitchd with the userspace datapath
         cannot run on one host: the second cannot create its `ovs-netdev` tap ("Device or resource busy") and
@@ -109,7 +112,8 @@ class NetnsDriver:
         `state_dir` holds the node containers (default /var/lib/slicex-<prefix>); `images` the operator's
         image catalogue; `default_image` what a node that names none boots; `install_sources` the URL prefixes
         of the file servers install services may fetch from (none: install services are refused);
-        `image_quota_bytes` what one user's snapshots (CreateImage) may hold together."""
+        `image_quota_bytes` what one user's snapshots (CreateImage) may hold together; `datasets` the host's
+        persistent datasets and `dataset_quota_mb` what one user's may hold together."""
         self.prefix = check_prefix(prefix)
         self.bridge = f"{prefix}-br"
         self.dpid = int(hashlib.sha256(prefix.encode()).hexdigest()[:12], 16)
@@ -134,6 +138,8 @@ class NetnsDriver:
         self.install_sources = tuple(install_sources)
         self.install_max_bytes = install_max_bytes
         self.image_quota_bytes = image_quota_bytes
+        self.datasets = datasets or DatasetStore()
+        self.dataset_quota_mb = dataset_quota_mb
         self.node_slices: dict[str, str] = {}  # namespace of a live node -> its slice's uid range owner
         self.trunks: dict[str, int] = {}  # external port URN (lower case) -> ofport of its trunk device
         self.login_address = login_address  # where the login ports listen
@@ -220,7 +226,7 @@ class NetnsDriver:
                 index = self.uid_ranges.claim(owner)
                 self.node_slices[plan.netns] = owner
                 self._build(plan, up=False)
-                self._define(plan, image, index, limits)
+                self._define(plan, image, index, limits, self._attach(spec, plan, index))
                 self._set_users(plan, accts, running=False)
                 port = self._relay(plan).ensure_forward(None)
             except (GeniError, OSError) as exc:
@@ -392,6 +398,7 @@ class NetnsDriver:
                 for d in self.lxcpath.iterdir():
                     if d.name not in keep:
                         NodeContainer(self.lxcpath, d.name).destroy()
+                        self.datasets.release(d.name)
                         removed.append(f"container {d.name}")
             for ns in sorted(hostnet.namespaces()):
                 if ns.startswith(self.prefix + "-") and ns not in keep:
@@ -428,7 +435,7 @@ class NetnsDriver:
                 self._build(plan, up=up)
                 recorded = status.get("image")
                 image = (self.images.get(recorded) or recorded) if recorded else self._image(spec)
-                self._define(plan, image, index, self._limits(spec, plan))
+                self._define(plan, image, index, self._limits(spec, plan), self._attach(spec, plan, index))
                 self._set_users(plan, accounts(spec.details.get("logins") or ()), running=False)
                 self._relay(plan).ensure_forward(status.get("login_port"))
                 self._node_services(spec, plan, status, up, restart=False, boot=False)
@@ -540,11 +547,24 @@ class NetnsDriver:
     def _container(self, plan: NodePlan) -> NodeContainer:
         return NodeContainer(self.lxcpath, plan.netns)
 
-    def _define(self, plan: NodePlan, image: NodeImage | str, index: int, limits: NodeLimits) -> None:
+    def _attach(self, spec: SliverSpec, plan: NodePlan, index: int) -> list[tuple[Path, str]]:
+        """Mount the datasets the node's request names (made on first use, its owner's alone): (host path,
+        mountpoint) of each, bound into the node."""
+        out = []
+        for doc in spec.details.get("blockstores") or ():
+            b = Blockstore.from_doc(doc)
+            path = self.datasets.attach(b.dataset, b.size_mb, str(spec.details.get("owner") or ""), uid_base(index),
+                                        plan.netns, self.dataset_quota_mb, busy=lambda ns: ns in hostnet.namespaces())
+            out.append((path, b.mountpoint))
+        return out
+
+    def _define(self, plan: NodePlan, image: NodeImage | str, index: int, limits: NodeLimits,
+                mounts: list[tuple[Path, str]] | None = None) -> None:
         # a node that shares its namespace with its container: its root may bind port 22, its users ping
         hostnet.exec_in(plan.netns, ["sysctl", "-q", "-w", "net.ipv4.ip_unprivileged_port_start=22",
                                      "net.ipv4.ping_group_range=0 2147483647"], check=True)
-        self._container(plan).define(plan.hostname, self._lower(image, index), uid_base(index), plan.netns, limits)
+        self._container(plan).define(plan.hostname, self._lower(image, index), uid_base(index), plan.netns, limits,
+                                     mounts or ())
 
     def _set_users(self, plan: NodePlan, accts: list[Account], running: bool) -> None:
         container = self._container(plan)
@@ -639,6 +659,7 @@ class NetnsDriver:
 
     def _teardown(self, plan: NodePlan) -> None:
         self._container(plan).destroy()  # every process of the node, its layers and cgroups
+        self.datasets.release(plan.netns)  # its datasets stay, unmounted
         self._relay(plan).remove()
         kill_netns_processes(plan.netns)  # nothing may hold the namespace
         for i in plan.interfaces:

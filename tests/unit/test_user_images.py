@@ -139,7 +139,7 @@ def test_a_name_of_another_users_or_the_operators_image_is_refused(tmp_path):
 
 
 @root_only
-@pytest.mark.parametrize("name", ["../x", "a/b", "..", "x" * 41, "", "a b", ".hidden"])
+@pytest.mark.parametrize("name", ["../x", "a/b", "..", "x" * 41, "", "a b", ".hidden", "x\n"])
 def test_a_snapshot_name_cannot_leave_the_catalogue(tmp_path, name):
     cat = ImageCatalogue(tmp_path / "images")
     _base(cat)
