@@ -57,3 +57,16 @@ def test_a_node_asking_for_a_dataset_is_refused_where_there_are_none(running: Ru
     ok(alice.am.Allocate(urn, cred, etree.tostring(root).decode(), {}))
     refused = alice.am.Provision([urn], cred, {"geni_users": []})
     assert code(refused) == 13 and "no persistent datasets" in refused["output"], refused
+
+
+def test_only_a_provisioned_node_is_made_an_image_of(running: Running):
+    alice = running.user("alice")
+    urn, cred = alice.slice_credential("emu3")
+    rspec = request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0"])],
+                          [{"client_id": "l0", "ifaces": ["n1:if0", "n2:if0"]}])
+    slivers = {s["geni_client_id"]: s["geni_sliver_urn"] for s in ok(alice.am.Allocate(urn, cred, rspec, {}))["geni_slivers"]}
+    reply = alice.am.CreateImage(urn, "snap", slivers["n1"], cred, {})
+    assert code(reply) == 1 and "not provisioned" in reply["output"], reply
+    ok(alice.am.Provision([urn], cred, {"geni_users": []}))
+    reply = alice.am.CreateImage(urn, "snap", slivers["l0"], cred, {})
+    assert code(reply) == 1 and "an image is made of a node" in reply["output"], reply
