@@ -646,11 +646,7 @@ class AggregateManager:
         options = geni_options(options)
         verified = self.authorise(cert, credentials, None, "listresources", options)
         caller = verified.effective_caller_urn
-        creator = creator_urn or caller
-        try:
-            parse_urn(creator, "user")
-        except GeniError:
-            raise BadArgs(f"ListImages takes a user URN (whose images), got {creator!r}") from None
+        creator = self._user_named(creator_urn, caller, "ListImages")
         return result(self._images().listed(creator, caller, self._operator(cert, options) is not None))
 
     def DeleteImage(self, cert, image_urn, credentials, options) -> dict[str, Any]:
@@ -666,10 +662,22 @@ class AggregateManager:
         self._images().delete(str(urn), verified.effective_caller_urn, self._operator(cert, options) is not None)
         return result(True)
 
+    @staticmethod
+    def _user_named(urn: Any, caller: str, method: str) -> str:
+        """The user a List call names (omni's creator argument), the caller when it names none."""
+        try:
+            return str(parse_urn(urn or caller, "user"))
+        except GeniError:
+            raise BadArgs(f"{method} takes a user URN (whose), got {urn!r}") from None
+
     def _images(self) -> Any:
-        if self.images is None:
-            raise Unsupported(f"this aggregate keeps no image catalogue ({self.identity.substrate_description})")
-        return self.images
+        return self._kept(self.images, "image catalogue")
+
+    def _kept(self, service: Any, what: str) -> Any:
+        """What the substrate keeps beyond slices (images, datasets), or UNSUPPORTED where it keeps none."""
+        if service is None:
+            raise Unsupported(f"this aggregate keeps no {what} ({self.identity.substrate_description})")
+        return service
 
     # ---- persistent datasets (emulab:blockstore in a request makes and mounts them) --------------------------
     def ListDatasets(self, cert, owner_urn, credentials, options) -> dict[str, Any]:
@@ -677,11 +685,7 @@ class AggregateManager:
         options = geni_options(options)
         verified = self.authorise(cert, credentials, None, "listresources", options)
         caller = verified.effective_caller_urn
-        owner = owner_urn or caller
-        try:
-            parse_urn(owner, "user")
-        except GeniError:
-            raise BadArgs(f"ListDatasets takes a user URN (whose datasets), got {owner!r}") from None
+        owner = self._user_named(owner_urn, caller, "ListDatasets")
         return result(self._datasets().listed(owner, caller, self._operator(cert, options) is not None))
 
     def DeleteDataset(self, cert, dataset, credentials, options) -> dict[str, Any]:
@@ -694,6 +698,4 @@ class AggregateManager:
         return result(True)
 
     def _datasets(self) -> Any:
-        if self.datasets is None:
-            raise Unsupported(f"this aggregate keeps no datasets ({self.identity.substrate_description})")
-        return self.datasets
+        return self._kept(self.datasets, "datasets")
