@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -529,7 +530,7 @@ class NetnsDriver:
         base = uid_base(index)
         holder = self.bases_dir / str(index)
         if isinstance(image, str):
-            found = sorted(holder.glob(f"{image}-*")) if holder.is_dir() else []
+            found = self._copies(holder, image)
             if not found:
                 raise ServerError(f"image {image} is gone from the catalogue and from uid range {index}'s copies")
             return found[-1]
@@ -538,11 +539,25 @@ class NetnsDriver:
             holder.mkdir(parents=True, exist_ok=True)
             os.chown(holder, base, base)
             holder.chmod(0o700)  # only that range's root gets through: other slices' roots are other uids
-            for old in holder.iterdir():
-                if old.name.startswith(f"{image.name}-"):
+            for old in self._copies(holder, image.name):  # earlier builds no node boots from any more
+                if not self._booted_from(old):
                     shutil.rmtree(old, ignore_errors=True)
             shift_copy(image.rootfs, lower, base)
         return lower
+
+    @staticmethod
+    def _copies(holder: Path, name: str) -> list[Path]:
+        """The copies of image `name` (each `<name>-<build id>`) in a range's directory: not those of an image
+        whose name merely starts with it (`snap` is not `snap-2`)."""
+        pattern = re.compile(rf"{re.escape(name)}-[0-9a-f]{{8}}")
+        return sorted(p for p in holder.iterdir() if pattern.fullmatch(p.name)) if holder.is_dir() else []
+
+    def _booted_from(self, lower: Path) -> bool:
+        """Whether a node of this deployment has `lower` under its root (an owner may replace an image while
+        nodes booted from the old build run)."""
+        mark = f"overlayfs:{lower}:"
+        return any(mark in (d / "config").read_text(errors="replace") for d in self.lxcpath.iterdir()
+                   if (d / "config").is_file()) if self.lxcpath.is_dir() else False
 
     def _container(self, plan: NodePlan) -> NodeContainer:
         return NodeContainer(self.lxcpath, plan.netns)

@@ -248,3 +248,36 @@ def test_slicex_image_list_shows_owner_public_size_and_base(catalogue, capsys):
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
     assert "(operator)" in rows["debian-12"] and " yes " in rows["debian-12"]
     assert ALICE in rows["secret"] and " no " in rows["secret"] and rows["secret"].endswith("debian-12")
+
+
+def _version(cat: ImageCatalogue, name: str, build: str) -> None:
+    d = cat.root / name
+    (d / "rootfs/etc").mkdir(parents=True, exist_ok=True)
+    (d / "image.json").write_text(json.dumps({"name": name, "suite": "bookworm", "build_id": build,
+                                              "size_bytes": 10, "built": "2026-11-26T00:00:00Z", "owner": ALICE,
+                                              "public": False}))
+
+
+@root_only
+def test_a_slices_image_copies_are_kept_while_a_node_boots_from_them(tmp_path):
+    """Booting `snap` removed the copy of `snap-2` (its name starts the same), and replacing an image removed
+    the copy a running node of the slice has under its root."""
+    from authority.substrate.netns import NetnsDriver
+
+    cat = ImageCatalogue(tmp_path / "images")
+    _version(cat, "snap-2", "bbbbbbbb")
+    _version(cat, "snap", "aaaaaaaa")
+    driver = NetnsDriver("tq1", state_dir=tmp_path / "state", images=cat, uid_ranges_dir=tmp_path / "ranges")
+    other = driver._lower(cat.get("snap-2"), 0)
+    first = driver._lower(cat.get("snap"), 0)
+    assert other.is_dir() and first.is_dir()
+    node = driver.lxcpath / "tq1-node"
+    node.mkdir(parents=True)
+    (node / "config").write_text(f"lxc.rootfs.path = overlayfs:{first}:/fs/upper\n")
+    _version(cat, "snap", "cccccccc")  # alice replaced her image while the node runs on the first build
+    second = driver._lower(cat.get("snap"), 0)
+    assert second.is_dir() and first.is_dir() and other.is_dir()
+    (node / "config").unlink()  # that node is gone
+    _version(cat, "snap", "dddddddd")
+    driver._lower(cat.get("snap"), 0)
+    assert not first.exists() and not second.exists() and other.is_dir()
