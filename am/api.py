@@ -113,10 +113,16 @@ class AggregateManager:
         # slice URN -> its members' URNs at this deployment's slice authority (none for other authorities'
         # slices): who besides the caller may be named in geni_users
         self.slice_members: Callable[[str], Iterable[str]] | None = None
+        # authority.substrate.images.UserImages: the node image catalogue as ListImages and DeleteImage see it
+        # (None where the substrate keeps none: they answer UNSUPPORTED)
+        self.images: Any = None
+        # authority.substrate.datasets.UserDatasets: persistent datasets as ListDatasets and DeleteDataset see them
+        self.datasets: Any = None
 
     # ---- the surface -----------------------------------------------------------------------------------------
     METHODS = ("GetVersion", "ListResources", "Describe", "Allocate", "Renew", "Provision", "Status",
-               "PerformOperationalAction", "Delete", "Shutdown")
+               "PerformOperationalAction", "Delete", "Shutdown", "CreateImage", "DeleteImage", "ListImages",
+               "ListDatasets", "DeleteDataset")
 
     def endpoint(self) -> Endpoint:
         """AM API v3 on XML-RPC: each of `METHODS` is the public method of that name; every call runs under a
@@ -645,3 +651,85 @@ class AggregateManager:
         except BadArgs:
             return None
         return urn if urn in {canonical_urn(o) for o in self.policy.operators} else None
+
+    # ---- ProtoGENI's image calls (omni createimage, deleteimage, listimages) --------------------------------
+    def CreateImage(self, cert, slice_urn, image_name, sliver_urn, credentials, options) -> dict[str, Any]:
+        """An image of a provisioned node, in this aggregate's catalogue, owned by the caller; private unless
+        the `global` option is true (omni sends true unless told `false`). A node of a later request names it
+        as its disk_image (by URN or name). Answers the image's URN."""
+        options = geni_options(options)
+        now = self.clock.now()
+        if not all(isinstance(x, str) for x in (slice_urn, image_name, sliver_urn)):
+            raise BadArgs("CreateImage takes a slice URN, an image name, the node's sliver URN, credentials and "
+                          "options")
+        parse_urn(sliver_urn, "sliver")  # the one node to snapshot, never "the slice's slivers"
+        public = options.get("global", False)
+        if not isinstance(public, bool):
+            raise BadArgs(f"option global must be a boolean (whether others may boot the image), got {public!r}")
+        urn, slivers, verified = self._authorised_slivers(cert, [slice_urn, sliver_urn], credentials,
+                                                          "createsliver", options, now)
+        self._check_not_shut_down(urn)
+        record = self.sm.snapshot(slivers[0].urn, image_name, verified.effective_caller_urn, public, now)
+        return result(record["urn"], output=f"image {record['name']} of node {slivers[0].client_id}: "
+                                            f"{'public' if record['public'] else 'private'}, "
+                                            f"{int(record['size_bytes']) // 2**20} MiB, from {record['base']}")
+
+    def ListImages(self, cert, creator_urn, credentials, options) -> dict[str, Any]:
+        """The images `creator_urn` (default: the caller) made here that the caller may see: their own, and
+        others' public ones. Each: urn, name, owner, public, size_bytes, base, created, description."""
+        options = geni_options(options)
+        verified = self.authorise(cert, credentials, None, "listresources", options)
+        caller = verified.effective_caller_urn
+        creator = self._user_named(creator_urn, caller, "ListImages")
+        return result(self._images().listed(creator, caller, self._operator(cert, options) is not None))
+
+    def DeleteImage(self, cert, image_urn, credentials, options) -> dict[str, Any]:
+        """Delete an image of the caller's (an operator: anyone's); nodes booted from it keep their copy."""
+        options = geni_options(options)
+        verified = self.authorise(cert, credentials, None, "listresources", options)
+        try:
+            urn = parse_urn(image_urn, "image")
+        except GeniError:
+            raise BadArgs(f"DeleteImage takes an image URN (ListImages shows them), got {image_urn!r}") from None
+        if urn.authority.lower() != parse_urn(self.identity.urn).authority.lower():
+            raise SearchFailed(f"{image_urn} is not an image of this aggregate ({self.identity.urn})")
+        self._images().delete(str(urn), verified.effective_caller_urn, self._operator(cert, options) is not None)
+        return result(True)
+
+    @staticmethod
+    def _user_named(urn: Any, caller: str, method: str) -> str:
+        """The user a List call names (omni's creator argument), the caller when it names none."""
+        try:
+            return str(parse_urn(urn or caller, "user"))
+        except GeniError:
+            raise BadArgs(f"{method} takes a user URN (whose), got {urn!r}") from None
+
+    def _images(self) -> Any:
+        return self._kept(self.images, "image catalogue")
+
+    def _kept(self, service: Any, what: str) -> Any:
+        """What the substrate keeps beyond slices (images, datasets), or UNSUPPORTED where it keeps none."""
+        if service is None:
+            raise Unsupported(f"this aggregate keeps no {what} ({self.identity.substrate_description})")
+        return service
+
+    # ---- persistent datasets (emulab:blockstore in a request makes and mounts them) --------------------------
+    def ListDatasets(self, cert, owner_urn, credentials, options) -> dict[str, Any]:
+        """The caller's datasets (an operator: anyone's): name, owner, size_mb, created, in_use."""
+        options = geni_options(options)
+        verified = self.authorise(cert, credentials, None, "listresources", options)
+        caller = verified.effective_caller_urn
+        owner = self._user_named(owner_urn, caller, "ListDatasets")
+        return result(self._datasets().listed(owner, caller, self._operator(cert, options) is not None))
+
+    def DeleteDataset(self, cert, dataset, credentials, options) -> dict[str, Any]:
+        """Delete one of the caller's datasets and its data (an operator: anyone's), when no node mounts it."""
+        options = geni_options(options)
+        verified = self.authorise(cert, credentials, None, "listresources", options)
+        if not isinstance(dataset, str):
+            raise BadArgs("DeleteDataset takes the dataset's name or URN")
+        self._datasets().delete(dataset, verified.effective_caller_urn, self._operator(cert, options) is not None)
+        return result(True)
+
+    def _datasets(self) -> Any:
+        return self._kept(self.datasets, "datasets")

@@ -32,6 +32,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from authority.substrate.images import image_urn
 from protocol.api import BrokerApi
 from protocol.messages import Maintenance, SliverSpec
 from slicex.clock import Clock
@@ -44,6 +45,7 @@ from slicex.errors import (
     SearchFailed,
     ServerError,
     Unavailable,
+    Unsupported,
 )
 from slicex.keyed_locks import KeyedLocks
 from slicex.store import Store
@@ -58,6 +60,7 @@ from slicex.ticket import (
     sign_reclaim,
     verify_ticket,
 )
+from slicex.urn import parse_urn
 
 if TYPE_CHECKING:
     from protocol.delegation import Delegation  # its inventory, as the broker is given it
@@ -100,6 +103,7 @@ class EmulatedAdapter:
         self.description = driver.description
 
     def create(self, spec: SliverSpec, now: datetime) -> dict[str, Any]:
+        no_storage(spec, self.description)
         return self.driver.provisioned(spec.kind, now)
 
     def modify(self, spec: SliverSpec, status: dict[str, Any], action: str, now: datetime) -> dict[str, Any]:
@@ -110,6 +114,13 @@ class EmulatedAdapter:
 
     def status(self, spec: SliverSpec, status: dict[str, Any], now: datetime) -> tuple[str, str]:
         return self.driver.current(status, now)
+
+
+def no_storage(spec: SliverSpec, description: str) -> None:
+    """For a driver without persistent datasets: a node asking for one is refused, never given none."""
+    if spec.details.get("blockstores"):
+        raise Unsupported(f"node {spec.client_id}: this aggregate's substrate has no persistent datasets "
+                          f"(emulab:blockstore needs the netns substrate): {description}")
 
 
 def as_driver(driver: Any) -> SubstrateDriver:
@@ -394,6 +405,20 @@ class Authority:
         if doc is None or doc["state"] != "active":
             raise SearchFailed(f"authority {self.name}: no active lease {lease_id}")
         return self.substrate.status(SliverSpec.from_doc(doc["spec"]), doc["status"], now)
+
+    def snapshot(self, lease_id: str, name: str, owner: str, public: bool, now: datetime) -> dict[str, Any]:
+        """CreateImage of a leased node: its driver makes the image (one with no disks to copy answers
+        UNSUPPORTED saying so); the answer is the image's catalogue record with its URN."""
+        with self._lease_lock(lease_id):
+            doc = self._doc(lease_id)
+            if doc is None or doc["state"] != "active":
+                raise SearchFailed(f"authority {self.name}: no active lease {lease_id}; provision the node first")
+            snapshot = getattr(self.substrate, "snapshot", None)
+            if snapshot is None:
+                raise Unsupported(f"this aggregate's substrate cannot make images of its nodes: "
+                                  f"{self.substrate.description}")
+            image = snapshot(SliverSpec.from_doc(doc["spec"]), doc["status"], name, owner, public, self._now(now))
+        return {**image.to_record(), "urn": image_urn(parse_urn(self.name).authority, image.name)}
 
     def lease_doc(self, lease_id: str) -> dict[str, Any] | None:
         return self._doc(lease_id)

@@ -39,7 +39,7 @@ from protocol.delegation import Delegation, export_prefixes
 from protocol.messages import Demands, PlaceAnswer, SlotAnswer, SlotQuery
 from resources import STANDARD, units_under
 from resources.kind import Placement
-from rspec.substrate import Substrate
+from rspec.substrate import Image, Substrate
 from slicex.clock import Clock, parse_time, rfc3339
 from slicex.errors import (
     BadArgs,
@@ -458,7 +458,7 @@ class Broker:
         vs available)."""
         request, rids = demands.request, demands.reservations
         image_policy, parts = demands.image_policy, demands.bitstream_parts
-        substrate = self.substrate_of(authority)
+        substrate = with_images(self.substrate_of(authority), demands.images)
         now = self._now(now)
         future = term.start > now  # an advance reservation: booked now, claimed by `tick` when it starts
         if dry_run:
@@ -852,3 +852,11 @@ def _exact(p: Placement) -> _ExactDemand:
 
 def _ranges(ranges) -> str:
     return ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in ranges)
+
+
+def with_images(substrate: Substrate, images: Mapping[str, str]) -> Substrate:
+    """The substrate with the images the slice manager vouches for in one request (a user's own snapshots,
+    others' public ones: the catalogue changes between delegations), as the request spells them."""
+    if not images:
+        return substrate
+    return replace(substrate, images=(*substrate.images, *(Image(spelled, urn) for spelled, urn in images.items())))

@@ -83,9 +83,11 @@ def cmd_image_list(args: argparse.Namespace) -> int:
     if not images:
         print("no node images (slicex image build makes the default one)")
         return 0
-    print(f"{'name':<20} {'debian':<8} {'size':>8}  built                 packages")
+    print(f"{'name':<20} {'debian':<8} {'size':>8}  built                 {'owner':<40} {'public':<6} base")
     for i in images:
-        print(f"{i.name:<20} {i.version:<8} {i.size_bytes / 2**20:>6.0f} MiB  {i.built:<21} {','.join(i.packages)}")
+        owner = i.owner or "(operator)"
+        print(f"{i.name:<20} {i.version:<8} {i.size_bytes / 2**20:>6.0f} MiB  {i.built:<21} {owner:<40} "
+              f"{'yes' if i.public else 'no':<6} {i.base or '-'}")
     return 0
 
 
@@ -111,8 +113,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     build.add_argument("--replace", action="store_true", help="build again even if the image exists")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     build.set_defaults(func=cmd_image_build)
-    ls = image_sub.add_parser("list", help="the catalogue: name, Debian version, size, when built")
+    ls = image_sub.add_parser("list", help="the catalogue: name, Debian version, size, when built, owner (users' "
+                                           "images made with CreateImage), public, the image it was made from")
     ls.set_defaults(func=cmd_image_list)
-    rm = image_sub.add_parser("remove", help="remove an image (running nodes keep theirs)")
+    rm = image_sub.add_parser("remove", help="remove an image, the operator's or a user's (running nodes keep "
+                                             "theirs)")
     rm.add_argument("name")
     rm.set_defaults(func=cmd_image_remove)

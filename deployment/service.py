@@ -116,6 +116,47 @@ def node_images(opts: NetnsOptions) -> tuple[ImageCatalogue, str]:
     return ImageCatalogue(Path(opts.images_dir or DEFAULT_DIR)), opts.default_image or DEFAULT_IMAGE
 
 
+def user_image_resolver(cfg: SlicexConfig, authority: str) -> Callable[[str, str], str | None] | None:
+    """On the netns substrate, what the slice manager vouches for to the broker: the URN of a catalogue image
+    a user may boot that the substrate does not offer everyone (their snapshots, others' public ones)."""
+    if cfg.substrate_driver != "netns":
+        return None
+    from authority.substrate.images import usable_image
+
+    catalogue, _default = node_images(cfg.netns)
+    return lambda owner, spelled: usable_image(catalogue, authority, owner, spelled)
+
+
+def user_images(cfg: SlicexConfig, authority: str) -> Any:
+    """On the netns substrate, the catalogue as ListImages and DeleteImage see it (authority/substrate/images.py
+    UserImages); None elsewhere (those answer UNSUPPORTED)."""
+    if cfg.substrate_driver != "netns":
+        return None
+    from authority.substrate.images import UserImages
+
+    catalogue, _default = node_images(cfg.netns)
+    return UserImages(catalogue, authority)
+
+
+def node_datasets(opts: NetnsOptions) -> Any:
+    """The host's persistent datasets (authority/substrate/datasets.py), where slicex.yaml puts them."""
+    from pathlib import Path
+
+    from authority.substrate.datasets import DEFAULT_DIR, DatasetStore
+
+    return DatasetStore(Path(opts.datasets_dir or DEFAULT_DIR))
+
+
+def user_datasets(cfg: SlicexConfig) -> Any:
+    """On the netns substrate, the datasets as ListDatasets and DeleteDataset see them; None elsewhere."""
+    if cfg.substrate_driver != "netns":
+        return None
+    from authority.substrate import hostnet
+    from authority.substrate.datasets import UserDatasets
+
+    return UserDatasets(node_datasets(cfg.netns), busy=lambda ns: ns in hostnet.namespaces())
+
+
 def netns_prefix(cfg: SlicexConfig, home: Home) -> str:
     """The prefix of this deployment's host objects on the netns substrate: `netns.prefix`, else its id's."""
     from authority.substrate.netns_plan import deployment_prefix
@@ -151,7 +192,9 @@ def host_driver(cfg: SlicexConfig, home: Home) -> Any:
                        switch_dir=path(opts.switch_dir), cables=cables, state_dir=path(opts.state_dir),
                        images=images, default_image=default_image, pids_max=opts.pids_max,
                        install_sources=list(opts.install_sources), install_max_bytes=opts.install_max_mb * 2**20,
-                       public_address=opts.public_address or cfg.host, public_host=cfg.advertised_host())
+                       public_address=opts.public_address or cfg.host, public_host=cfg.advertised_host(),
+                       image_quota_bytes=opts.image_quota_mb * 2**20, datasets=node_datasets(opts),
+                       dataset_quota_mb=opts.dataset_quota_mb)
 
 
 def openstack_driver(cfg: SlicexConfig, home: Home) -> Any:
@@ -346,6 +389,7 @@ class EmbeddedDeployment:
                                     name=self.worker.sm_name(self.cfg.sm_name or
                                                              f"sm-{socket.gethostname()}-{self._am_server.port}"),
                                     image_policy=self.cfg.image_policy, bitstreams=self.bitstreams,
+                                    images=user_image_resolver(self.cfg, self.substrate.authority),
                                     run_actor_clocks=not broker_url,
                                     tick=timedelta(seconds=self.cfg.tick_seconds),
                                     lease_key=keys.authority.public_key())
@@ -370,6 +414,8 @@ class EmbeddedDeployment:
         self.peer_trust.watch_tls(*(s.context for s in (self._am_server, self._am_v2_server) if s is not None))
         self.am.ledger = self.ledger  # usage records and service levels; the reaper ends expired usage
         self.am.slice_members = slice_members_in(self.store)  # who geni_users may name besides the caller
+        self.am.images = user_images(self.cfg, self.substrate.authority)  # ListImages, DeleteImage
+        self.am.datasets = user_datasets(self.cfg)  # ListDatasets, DeleteDataset
         self.am_v2 = AggregateManagerV2(self.am, self.advertised.am_v2_url)
         sa_policy = SaPolicy(slice_lifetime=timedelta(days=self.cfg.sa.slice_lifetime_days),
                              max_slice_lifetime=timedelta(days=self.cfg.sa.max_slice_lifetime_days))

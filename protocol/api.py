@@ -134,6 +134,12 @@ class AuthorityApi(Protocol):
         """Tear a lease down and free its units (idempotent)."""
         ...
 
+    @calls_from(SLICE_MANAGER)
+    def snapshot(self, lease_id: str, name: str, owner: str, public: bool, now: datetime) -> dict[str, Any]:
+        """CreateImage: an image of a leased node in the aggregate's catalogue, owned by `owner` (public or
+        not); the image's record (urn, name, owner, public, size_bytes, base, created, description)."""
+        ...
+
     @calls_from(OPERATOR)
     def maintenance(self, host: str, back: bool, now: datetime) -> Maintenance:
         """`slicex maintenance HOST [--end]`: take the pools of a host (its component id) out of the broker's

@@ -29,13 +29,16 @@ LINK_FIELDS = ("client_id", "interface_refs", "component_managers", "capacity_kb
 class Demands:
     """What a slice manager asks a broker to place: the request's nodes and links (type, size, image, bound
     component, FPGA kind and interfaces; endpoints, bandwidth, asked tag, stitching uplinks), the reservation
-    each becomes (client_id -> reservation id), and the aggregate's constraints on them: its image policy and
-    the FPGA parts of the requester's bitstreams."""
+    each becomes (client_id -> reservation id), and the aggregate's constraints on them: its image policy,
+    the FPGA parts of the requester's bitstreams, and the images of the catalogue the requester may boot
+    beyond those the substrate offers everyone (as the request spells them -> the image URN: their own
+    snapshots and other users' public ones, authority/substrate/images.py)."""
 
     request: Request
     reservations: Mapping[str, str]
     image_policy: str = "reject"
     bitstream_parts: Mapping[str, str] = field(default_factory=dict)
+    images: Mapping[str, str] = field(default_factory=dict)
 
     def to_doc(self) -> dict[str, Any]:
         def node_doc(n: RequestNode) -> dict[str, Any]:
@@ -47,7 +50,8 @@ class Demands:
 
         return {"nodes": [node_doc(n) for n in self.request.nodes],
                 "links": [link_doc(lk) for lk in self.request.links],
-                "image_policy": self.image_policy, "bitstream_parts": dict(self.bitstream_parts)}
+                "image_policy": self.image_policy, "bitstream_parts": dict(self.bitstream_parts),
+                "images": dict(self.images)}
 
     @staticmethod
     def from_doc(d: Mapping[str, Any]) -> Demands:
@@ -57,6 +61,7 @@ class Demands:
             links = tuple(from_doc(RequestLink, {k: lk.get(k) for k in LINK_FIELDS if k in lk}) for lk in d["links"])
             rids = {x["client_id"]: str(x["reservation"]) for x in [*d["nodes"], *d["links"]]}
             parts = {str(k): str(v) for k, v in (d.get("bitstream_parts") or {}).items()}
+            images = {str(k): str(v) for k, v in (d.get("images") or {}).items()}
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise BadArgs(f"malformed placement demand: {type(exc).__name__}: {exc}") from None
         for n in nodes:
@@ -66,16 +71,19 @@ class Demands:
                 raise BadArgs(f"malformed placement demand: fpga of node {n.client_id}")
         if len(rids) != len(nodes) + len(links):
             raise BadArgs("malformed placement demand: a client_id is named twice")
-        return Demands(Request(nodes, links), rids, str(d.get("image_policy") or "reject"), parts)
+        return Demands(Request(nodes, links), rids, str(d.get("image_policy") or "reject"), parts, images)
 
 
 def demands_of(request: Request, reservations: Mapping[str, str], image_policy: str = "reject",
-               bitstream_parts: Mapping[str, str] | None = None) -> Demands:
+               bitstream_parts: Mapping[str, str] | None = None,
+               images: Mapping[str, str] | None = None) -> Demands:
     """The demands of `request` for the reservations `reservations` (client_id -> reservation id), with only
-    the bitstream parts its FPGA nodes name."""
+    the bitstream parts its FPGA nodes name and the requester's images (`images`: spelling -> URN) it names."""
     wanted = {n.fpga.bitstream for n in request.nodes if n.fpga is not None and n.fpga.bitstream}
+    named = {n.disk_image for n in request.nodes if n.disk_image}
     return Demands(request, dict(reservations), image_policy,
-                   {ref: part for ref, part in (bitstream_parts or {}).items() if ref in wanted})
+                   {ref: part for ref, part in (bitstream_parts or {}).items() if ref in wanted},
+                   {spelled: urn for spelled, urn in (images or {}).items() if spelled in named})
 
 
 @dataclass(frozen=True)
@@ -145,6 +153,7 @@ class SliverDetails(TypedDict, total=False):
     interfaces: dict[str, dict[str, str]]  # request interface client_id -> component_id, ip, netmask
     execute: list[dict[str, str]]  # post-boot commands: shell, command
     install: list[dict[str, str]]  # tar archives to unpack: url, install_path
+    blockstores: list[dict[str, str]]  # persistent datasets to mount: name, dataset, mountpoint, size_mb (rspec/blockstore.py)
     boot_seconds: float
     public_ports: list[dict[str, int]]  # resources/public_port.py: port (the node's), public_port (the gateway's)
     # FPGAs (resources/fpga.py)

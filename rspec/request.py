@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from lxml import etree
 
+from rspec.blockstore import Blockstore, parse_blockstores
 from rspec.fpga_ext import FpgaRequest, parse_fpga_request
 from rspec.namespaces import MEASURE, PGV2, PUBLIC, RSPEC3, SHARED_VLAN, SHARED_VLAN_GENI, q
 from slicex.errors import BadArgs, BadVersion
@@ -50,6 +51,7 @@ class RequestNode:
     install: tuple[tuple[str, str], ...] = ()  # services/install: (url of a tar archive, install_path)
     # public:port (schemas/public-1.xsd): (the node's TCP port, the public port asked for, 0: any free one)
     public_ports: tuple[tuple[int, int], ...] = ()
+    blockstores: tuple[Blockstore, ...] = ()  # persistent datasets it mounts (emulab:blockstore)
 
 
 @dataclass(frozen=True)
@@ -200,7 +202,7 @@ def _node(el: etree._Element, seen: set[str]) -> RequestNode:
     return RequestNode(cid, el.get("component_id"), el.get("component_manager_id"), _bool(el.get("exclusive")),
                        st.get("name") if st is not None else None, image.get("name") if image is not None else None,
                        hw.get("name") if hw is not None else None, tuple(ifaces), ext, parse_fpga_request(el, cid),
-                       execute, install, _public_ports(el, cid))
+                       execute, install, _public_ports(el, cid), parse_blockstores(el, cid))
 
 
 def _public_ports(el: etree._Element, cid: str) -> tuple[tuple[int, int], ...]:

@@ -94,6 +94,7 @@ class ActorSliceManager(Records, Recovery, Delivery):
 
     def __init__(self, store: Store, substrate: Any, broker: BrokerApi, authority: AuthorityApi, name: str | None = None,
                  image_policy: str = "reject", bitstreams: Any = None,
+                 images: Callable[[str, str], str | None] | None = None,
                  fault: Callable[[str], None] | None = None, run_actor_clocks: bool = True,
                  tick: timedelta = timedelta(seconds=1), lease_key: Any = None):
         self.store = scoped(store, Actor.SLICE_MANAGER)
@@ -112,6 +113,9 @@ class ActorSliceManager(Records, Recovery, Delivery):
         self.name = name or f"sm-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.image_policy = image_policy
         self.bitstreams = bitstreams
+        # (owner, disk_image as a request spells it) -> the URN of a catalogue image the owner may boot that the
+        # substrate does not offer everyone (their snapshots, others' public ones), else None
+        self.images = images
         self.fault = fault or (lambda boundary: None)
         self.run_actor_clocks = run_actor_clocks  # in-process actors: run their clocks from the reaper
         self.tick = tick  # the actor clock's tick: calls catch up with the clock at most once per tick
@@ -148,10 +152,11 @@ class ActorSliceManager(Records, Recovery, Delivery):
                   now: datetime, start: datetime | None = None, slice_uuid: str = "") -> list[Sliver]:
         self._forget_ended(slice_urn)
         parts = self._bitstream_parts(owner_urn)
+        images = self._images(request, owner_urn)
         for attempt in range(PLAN_RETRIES):
             if attempt:  # lost a race to another AM worker: let the winners' claims land before asking again
                 time.sleep(random.uniform(0, min(0.1, 0.005 * 2 ** attempt)))
-            recs = self._records(request, slice_urn, owner_urn, f"ticket:{uuid.uuid4().hex}", parts)
+            recs = self._records(request, slice_urn, owner_urn, f"ticket:{uuid.uuid4().hex}", parts, images)
             for rec in recs.values():
                 rec.slice_uuid = slice_uuid
                 rec.r, rec.outbox = rs.demand(rec.r, now, end, start=start)
@@ -177,13 +182,14 @@ class ActorSliceManager(Records, Recovery, Delivery):
         return [self._sliver(rec, now) for rec in recs.values()]
 
     def _records(self, request: Request, slice_urn: str, owner_urn: str, group: str,
-                 parts: dict[str, str]) -> dict[str, Record]:
+                 parts: dict[str, str], images: dict[str, str] | None = None) -> dict[str, Record]:
         """A reservation per requested node and link, with its demand (what it needs, no unit named): the
         broker chooses where it goes when it grants the ticket."""
         urns = {e.client_id: f"urn:publicid:IDN+{self.substrate.authority}+sliver+{uuid.uuid4().hex[:16]}"
                 for e in (*request.nodes, *request.links)}
-        demands = demands_of(request, urns, self.image_policy, parts).to_doc()
-        constraints = {"image_policy": demands["image_policy"], "bitstream_parts": demands["bitstream_parts"]}
+        demands = demands_of(request, urns, self.image_policy, parts, images).to_doc()
+        constraints = {"image_policy": demands["image_policy"], "bitstream_parts": demands["bitstream_parts"],
+                       "images": demands["images"]}
         link_of_iface = {ref: urns[lk.client_id] for lk in request.links for ref in lk.interface_refs}
         recs: dict[str, Record] = {}
         for order, element in enumerate(demands["nodes"] + demands["links"]):
@@ -197,6 +203,8 @@ class ActorSliceManager(Records, Recovery, Delivery):
                     details["execute"] = [{"shell": sh, "command": c} for sh, c in node.execute]
                 if node.install:
                     details["install"] = [{"url": u, "install_path": path} for u, path in node.install]
+                if node.blockstores:
+                    details["blockstores"] = [b.to_doc() for b in node.blockstores]
                 deps = tuple(dict.fromkeys(link_of_iface[i.client_id] for i in node.interfaces
                                            if i.client_id in link_of_iface))
                 r = rs.Reservation(urns[cid], resource=what, depends_on=deps, gate="redeem")
@@ -222,7 +230,8 @@ class ActorSliceManager(Records, Recovery, Delivery):
         """Where the broker would place `request` now, and what is short (Allocate with slicex_dry_run,
         `slicex plan`): the same demands as Allocate, sent with `dry_run`; nothing is booked or written."""
         names = {e.client_id: e.client_id for e in (*request.nodes, *request.links)}
-        demands = demands_of(request, names, self.image_policy, self._bitstream_parts(owner_urn))
+        demands = demands_of(request, names, self.image_policy, self._bitstream_parts(owner_urn),
+                             self._images(request, owner_urn))
         answer = self.broker.place(self.name, demands, Term(now, end), now, dry_run=True,
                                    authority=getattr(self.authority, "name", "") or "")
         return dict(answer.report or {})
@@ -251,6 +260,13 @@ class ActorSliceManager(Records, Recovery, Delivery):
         with self._guard:
             self._available = (answer["version"], units)
         return units
+
+    def _images(self, request: Request, owner_urn: str) -> dict[str, str]:
+        """The images the request's nodes name that the owner may boot beyond the substrate's offer."""
+        if self.images is None:
+            return {}
+        found = {n.disk_image: self.images(owner_urn, n.disk_image) for n in request.nodes if n.disk_image}
+        return {spelled: urn for spelled, urn in found.items() if urn}
 
     def _bitstream_parts(self, owner_urn: str) -> dict[str, str]:
         if self.bitstreams is None:
@@ -543,6 +559,18 @@ class ActorSliceManager(Records, Recovery, Delivery):
             if rec is None or rec.discard or rec.r.state in (rs.CLOSE_WAIT, rs.CLOSED):
                 return None
             return self._sliver(rec, now)
+
+    def snapshot(self, sliver_urn: str, name: str, owner: str, public: bool, now: datetime) -> dict[str, Any]:
+        """CreateImage: the authority makes an image of the node's lease (the caller was authorised for the
+        slice by the AM edge)."""
+        with self._on_slices(self._slices_of([sliver_urn])):
+            rec = self._require(sliver_urn, now)
+            if rec.kind != "node":
+                raise BadArgs(f"{sliver_urn} ({rec.client_id}) is a {rec.kind}; an image is made of a node")
+            if rec.r.state not in rs.HOLDS_LEASE:
+                raise BadArgs(f"node {rec.client_id} is not provisioned ({rec.r.state}); Provision it, write what "
+                              f"the image should hold, then make the image")
+            return self.authority.snapshot(rec.ticket_id, name, owner, public, now)
 
     def _require(self, urn: str, now: datetime) -> Record:
         rec = self._load(urn)

@@ -127,7 +127,7 @@ class Delivery:
             elements["nodes" if rec.kind == "node" else "links"].append(element)
         rec0, m0 = batch[0]
         demands = {**elements, "image_policy": rec0.demand.get("image_policy", self.image_policy),
-                   "bitstream_parts": rec0.demand.get("bitstream_parts", {})}
+                   "bitstream_parts": rec0.demand.get("bitstream_parts", {}), "images": rec0.demand.get("images", {})}
         term = Term(m0.start or now, m0.end or (now + timedelta(minutes=10)))
         try:
             answer = self.broker.place(self.name, Demands.from_doc(demands), term, now, group=rec0.group,
@@ -219,6 +219,7 @@ class Delivery:
     def _spec(self, rec: Record, inputs: Iterable[tuple[str, int]]) -> SliverSpec:
         details = SliverDetails(**rec.details)  # logins: a driver with sshd needs them
         details["slice_urn"] = rec.slice_urn  # a host driver keeps one slice's nodes apart from another's
+        details["owner"] = rec.owner_urn  # and boots only images its owner may use
         return SliverSpec(rec.id, rec.kind, rec.client_id, rec.ticket.units if rec.ticket else (),
                           tuple(inputs) or (rec.ticket.labels if rec.ticket else ()), details)
 

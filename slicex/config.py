@@ -59,6 +59,9 @@ class NetnsOptions(Section):
     public_address: str | None = Field(
         None, description="where nodes' public ports listen (the gateway; default: `host`); the substrate's "
                           "public_ports are the ports, the manifest names `public_hostname`")
+    image_quota_mb: int = Field(4096, gt=0, description="what one user's images (CreateImage) may hold, in MB")
+    datasets_dir: str | None = Field(None, description="where persistent datasets are kept (default: the host's)")
+    dataset_quota_mb: int = Field(10240, gt=0, description="what one user's datasets may hold together, in MB")
 
 
 class OpenStackOptions(Section):

@@ -89,9 +89,11 @@ def uid_base(index: int) -> int:
 
 
 def container_config(name: str, hostname: str, lower: Path, fs: Path, base: int, netns_path: str, host_dir: Path,
-                     limits: NodeLimits, log_file: Path, cgroup_v1: bool = True) -> str:
+                     limits: NodeLimits, log_file: Path, cgroup_v1: bool = True,
+                     mounts: Sequence[tuple[Path, str]] = ()) -> str:
     """The LXC configuration of one node (pure). Unprivileged (an id map), sharing the driver's network
-    namespace, no sysfs of its own (a read-only view of its own cgroups instead), a read-only /run/slicex."""
+    namespace, no sysfs of its own (a read-only view of its own cgroups instead), a read-only /run/slicex,
+    and the host directories of `mounts` (its datasets: host path, absolute mountpoint in the node)."""
     lines = [
         f"lxc.uts.name = {hostname}",
         f"lxc.rootfs.path = overlayfs:{lower}:{fs / 'upper'}",
@@ -107,6 +109,8 @@ def container_config(name: str, hostname: str, lower: Path, fs: Path, base: int,
         "lxc.mount.entry = tmpfs sys tmpfs rw,nosuid,nodev,noexec,size=64k,mode=755,create=dir 0 0",
         f"lxc.mount.entry = {host_dir} {MOUNT_POINT} none bind,ro,nosuid,nodev,create=dir 0 0",
         f"lxc.mount.entry = {LXC_INIT} usr/sbin/init.lxc none bind,ro,create=file 0 0",
+        *(f"lxc.mount.entry = {host} {inside.lstrip('/')} none bind,nosuid,nodev,create=dir 0 0"
+          for host, inside in mounts),
         f"lxc.init.cmd = /usr/sbin/init.lxc -n {name} -- /bin/sh /{MOUNT_POINT}/init",
         f"lxc.cgroup.dir.container = slicex/{name}",
         f"lxc.cgroup.dir.monitor = slicex-monitor/{name}",
@@ -323,7 +327,8 @@ class NodeContainer:
         self.host_dir = self.dir / "host"
 
     # ---- definition ------------------------------------------------------------------------------------------
-    def define(self, hostname: str, lower: Path, base: int, netns: str, limits: NodeLimits) -> None:
+    def define(self, hostname: str, lower: Path, base: int, netns: str, limits: NodeLimits,
+               mounts: Sequence[tuple[Path, str]] = ()) -> None:
         """Write the node's configuration, layers and host directory (idempotent; the upper layer is kept)."""
         self.lxcpath.mkdir(parents=True, exist_ok=True)
         self.lxcpath.chmod(0o711)
@@ -345,7 +350,7 @@ class NodeContainer:
             write_atomic(self.host_dir / "users", "")
         write_atomic(self.dir / "config", container_config(
             self.name, hostname, lower, self.fs, base, f"/run/netns/{netns}", self.host_dir, limits,
-            self.dir / "lxc.log", cgroup_v1()))
+            self.dir / "lxc.log", cgroup_v1(), mounts))
 
     def users(self) -> dict[str, int]:
         try:
@@ -408,6 +413,18 @@ class NodeContainer:
     def destroy(self) -> None:
         self.stop(timeout=1)
         remove_tree(self.dir)
+
+    def freeze(self) -> bool:
+        """Pause every process of a running node (its files stop changing while they are read); whether it
+        was frozen."""
+        if not self.running():
+            return False
+        out = subprocess.run(["lxc-freeze", "-P", str(self.lxcpath), "-n", self.name], capture_output=True,
+                             timeout=30)
+        return out.returncode == 0
+
+    def unfreeze(self) -> None:
+        subprocess.run(["lxc-unfreeze", "-P", str(self.lxcpath), "-n", self.name], capture_output=True, timeout=30)
 
     def running(self) -> bool:
         return bool(self.pids())

@@ -36,7 +36,7 @@ from fpga_aggregate.programming import programming_seconds
 from protocol.messages import SliverSpec
 from rspec.fpga_ext import FpgaRequest, route_of, route_text
 from slicex.clock import parse_time
-from slicex.errors import BadArgs
+from slicex.errors import BadArgs, Unsupported
 
 WHOLE_FPGA = "fpga-bitstream"
 VIRTUAL_ROUTER = "virtual-router"
@@ -144,6 +144,15 @@ class FpgaDriver:
         if self._kind(spec) in (WHOLE_FPGA, VIRTUAL_ROUTER) and self.aggregate.sliver(spec.id) is not None:
             out.update(self.aggregate.placement_of(spec.id))
         return out
+
+    def snapshot(self, spec: SliverSpec, status: dict[str, Any], name: str, owner: str, public: bool,
+                 now: datetime) -> Any:
+        """CreateImage is the inner driver's (an FPGA has no disk to snapshot)."""
+        inner = getattr(self.inner, "snapshot", None)
+        if inner is None or self._kind(spec) in (WHOLE_FPGA, VIRTUAL_ROUTER):
+            raise Unsupported(f"{spec.client_id or spec.id}: this aggregate cannot make an image of it "
+                              f"({self.inner.description if inner is None else 'an FPGA sliver has no disk'})")
+        return inner(spec, status, name, owner, public, now)
 
     def start_maintenance(self, board: str, now: datetime) -> list[Any]:
         """A board goes into maintenance: its routers migrate off its FPGAs through the model."""

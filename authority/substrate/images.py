@@ -5,7 +5,13 @@ iperf3, procps, ethtool and sudo) from the host's Debian mirror, kept under the 
 (`/var/lib/slicex/images` by default, shared by every deployment on the host):
 
     <dir>/<name>/rootfs/      the file system, owned by host root (uid 0..65535 as in the image)
-    <dir>/<name>/image.json   name, suite, packages, build id, size, when built
+    <dir>/<name>/image.json   name, suite, packages, build id, size, when built; for a user's snapshot also
+                              its owner (user URN), whether it is public, and the image it was made from
+
+An operator's image (`slicex image build`) has no owner and any slice may boot it. A user's image is a
+snapshot of a container node (`snapshot`, AM API CreateImage): the image the node booted with the node's own
+overlay layer applied, owners shifted back out of the slice's uid range. It is private to its owner unless
+made public; only its owner (or an operator) deletes it (`may_use`, `check_delete`).
 
 Containers never boot it directly: each slice boots a copy whose owners are shifted into the slice's own
 uid range (`shift_copy`), so root in one slice's node is a host uid no other slice shares. `slicex image
@@ -27,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from slicex.errors import BadArgs, ServerError
+from slicex.errors import AlreadyExists, BadArgs, Forbidden, SearchFailed, ServerError, TooBig
 
 DEFAULT_DIR = Path("/var/lib/slicex/images")
 DEFAULT_IMAGE = "debian-12"
@@ -35,6 +41,7 @@ DEFAULT_SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 PACKAGES = ("openssh-server", "iproute2", "iputils-ping", "iperf3", "procps", "ethtool", "sudo")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{0,39}$")
+DEFAULT_MAX_USER_BYTES = 4 * 1024 ** 3  # what one user's snapshots may hold together (slicex.yaml netns.image_quota_gb)
 # the image's sudo rule: slice users are root inside their own node (an unprivileged container's root)
 SUDOERS = "%slicex-users ALL=(ALL:ALL) NOPASSWD: ALL\n"
 ProgressFn = Callable[[str], None]
@@ -52,6 +59,15 @@ class NodeImage:
     size_bytes: int
     built: str
     description: str
+    owner: str = ""  # the user URN of a snapshot's owner; "" for the operator's images
+    public: bool = True  # whether slices of other users may boot it (an operator's image always)
+    base: str = ""  # the image a snapshot was made from
+
+    def to_record(self) -> dict[str, object]:
+        """What ListImages and `slicex image list` show of it (with its URN, which names the aggregate)."""
+        return {"name": self.name, "owner": self.owner,
+                "public": self.public, "size_bytes": self.size_bytes, "base": self.base, "created": self.built,
+                "description": self.description}
 
     @property
     def version(self) -> str:
@@ -63,12 +79,38 @@ def image_urn(authority: str, name: str) -> str:
 
 
 def image_name(name_or_urn: str) -> str:
-    """The catalogue name of `debian-12` or `urn:publicid:IDN+<authority>+image+debian-12`."""
-    return name_or_urn.rsplit("+image+", 1)[-1] if "+image+" in name_or_urn else name_or_urn
+    """The catalogue name of `debian-12` or `urn:publicid:IDN+<authority>+image+debian-12`, also as ProtoGENI
+    and CloudLab users write an image of theirs (`...+image+PROJECT//name`, `...+image+PROJECT:name`): names
+    are case-insensitive (omni asks for alphanumeric names; the catalogue keeps them in lower case)."""
+    name = name_or_urn.rsplit("+image+", 1)[-1] if "+image+" in name_or_urn else name_or_urn
+    name = name.rsplit("//", 1)[-1]
+    return name.rsplit(":", 1)[-1].lower() if "+image+" in name_or_urn else name.lower()
+
+
+def same_user(a: str, b: str) -> bool:
+    return bool(a) and a.lower() == b.lower()
+
+
+def may_use(image: NodeImage, user: str) -> bool:
+    """Whether a slice of `user` may boot `image`: an operator's or a public image, or the user's own."""
+    return not image.owner or image.public or same_user(image.owner, user)
+
+
+def check_delete(image: NodeImage | None, name: str, user: str, operator: bool) -> NodeImage:
+    """The image `user` asks to delete, if they may: its owner, or an operator. Another user's private image
+    is answered as one that does not exist (its name tells nobody else anything)."""
+    if image is None or not (may_use(image, user) or operator):
+        raise SearchFailed(f"no image {name} here that you can see (ListImages lists yours)")
+    if not image.owner and not operator:
+        raise Forbidden(f"image {name} is one of the operator's images; only an operator removes it "
+                        f"(slicex image remove)")
+    if image.owner and not same_user(image.owner, user) and not operator:
+        raise Forbidden(f"image {name} belongs to {image.owner}; only its owner or an operator deletes it")
+    return image
 
 
 def check_name(name: str) -> str:
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise BadArgs(f"image name {name!r}: lowercase letters, digits, '.' and '-', at most 40, starting with a "
                       f"letter or digit")
     return name
@@ -114,7 +156,7 @@ class ImageCatalogue:
 
     def get(self, name_or_urn: str) -> NodeImage | None:
         name = image_name(name_or_urn)
-        return self._load(self.root / name) if NAME_RE.match(name) else None
+        return self._load(self.root / name) if NAME_RE.fullmatch(name) else None
 
     def _load(self, d: Path) -> NodeImage | None:
         try:
@@ -125,7 +167,8 @@ class ImageCatalogue:
             return None
         return NodeImage(str(meta["name"]), d / "rootfs", str(meta.get("suite", "")), str(meta.get("build_id", "")),
                          tuple(meta.get("packages", ())), int(meta.get("size_bytes", 0)), str(meta.get("built", "")),
-                         str(meta.get("description", "")))
+                         str(meta.get("description", "")), str(meta.get("owner", "")),
+                         bool(meta.get("public", True)), str(meta.get("base", "")))
 
     def build(self, name: str = DEFAULT_IMAGE, suite: str = DEFAULT_SUITE, packages: tuple[str, ...] = PACKAGES,
               mirror: str | None = None, progress: ProgressFn | None = None, replace: bool = False) -> NodeImage:
@@ -164,14 +207,140 @@ class ImageCatalogue:
             assert img is not None
             return img
 
+    def snapshot(self, name: str, base: NodeImage, layer: Path, offset: int, owner: str, public: bool,
+                 description: str, max_user_bytes: int = DEFAULT_MAX_USER_BYTES) -> NodeImage:
+        """A user's image of a container node: `base` (what the node booted) with the node's overlay `layer`
+        applied and its owners moved down by `offset` (the slice's uid range), so another slice boots it like
+        any catalogue image. A name the owner already holds is replaced (as ProtoGENI's CreateImage does); the
+        name of an operator's or another user's image is refused. Refused, leaving nothing, when the owner's
+        snapshots would hold more than `max_user_bytes` together."""
+        name = check_name(name.lower())
+        with self.locked():
+            existing = self.get(name)
+            if existing is not None and not (existing.owner and same_user(existing.owner, owner)):
+                raise AlreadyExists(f"image name {name} is taken in this aggregate's catalogue; choose another")
+            held = sum(i.size_bytes for i in self.list() if same_user(i.owner, owner) and i.name != name)
+
+            def check_room(size: int, what: str) -> None:
+                if held + size > max_user_bytes:
+                    raise TooBig(f"image {name} would be {size} bytes ({what}); with the {held} bytes of {owner}'s "
+                                 f"other images that passes the {max_user_bytes} bytes a user's images may hold; "
+                                 f"delete some first (DeleteImage)")
+
+            check_room(base.size_bytes + _tree_size(layer), "its base image and the node's own files")
+            work = self.root / f".build-{name}-{uuid.uuid4().hex[:6]}"
+            try:
+                work.mkdir()
+                rootfs = work / "rootfs"
+                subprocess.run(["cp", "-a", "--reflink=auto", str(base.rootfs), str(rootfs)], check=True,
+                               capture_output=True)
+                apply_layer(layer, rootfs, offset)
+                _finish_image(rootfs)
+                size = _tree_size(rootfs)
+                check_room(size, "measured")
+                meta = {"name": name, "suite": base.suite, "build_id": uuid.uuid4().hex[:8],
+                        "packages": list(base.packages), "size_bytes": size,
+                        "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "description": description,
+                        "owner": owner, "public": bool(public), "base": base.name}
+                (work / "image.json").write_text(json.dumps(meta, indent=1) + "\n")
+                target = self.root / name
+                if target.exists():
+                    remove_tree(target)
+                work.rename(target)
+            except subprocess.CalledProcessError as exc:
+                raise ServerError(f"copying image {base.name} for {name} failed: "
+                                  f"{exc.stderr.decode(errors='replace')[-300:]}") from None
+            finally:
+                if work.exists():
+                    remove_tree(work)
+            img = self.get(name)
+            assert img is not None
+            return img
+
     def remove(self, name: str) -> bool:
         """Remove an image; nodes booted from it keep their slice's copy until they are deleted."""
         with self.locked():
             d = self.root / image_name(name)
-            if not NAME_RE.match(d.name) or not (d / "image.json").exists():
+            if not NAME_RE.fullmatch(d.name) or not (d / "image.json").exists():
                 return False
             remove_tree(d)
             return True
+
+
+OPAQUE = ("trusted.overlay.opaque", "user.overlay.opaque")
+XWHITEOUT = ("trusted.overlay.whiteout", "user.overlay.whiteout")
+NOBODY = 65534
+
+
+def _xattr(path: str, names: tuple[str, ...]) -> bytes | None:
+    for name in names:
+        try:
+            return os.getxattr(path, name, follow_symlinks=False)
+        except OSError:
+            continue
+    return None
+
+
+def _remove(p: Path) -> None:
+    if p.is_symlink() or (p.exists() and not p.is_dir()):
+        p.unlink()
+    elif p.exists():
+        remove_tree(p)
+
+
+def apply_layer(layer: Path, target: Path, offset: int, span: int = 65536) -> None:
+    """Apply an overlayfs upper `layer` to `target`, a copy of its lower layer, so `target` holds what the
+    merged view showed: a whiteout (a 0/0 character device, or a file marked as one) removes the entry below,
+    an opaque directory replaces the one below, anything else replaces what is below. Owners move down by
+    `offset`; an owner outside [offset, offset + span) becomes nobody. Nothing is followed: an entry in
+    `target` is removed before it is written, so a link the node planted cannot lead a write out of `target`;
+    overlay's own attributes are not copied."""
+    layer, target = Path(layer), Path(target)
+    made: list[tuple[Path, os.stat_result]] = []
+
+    def owner(i: int) -> int:
+        return i - offset if offset <= i < offset + span else NOBODY
+
+    for dirpath, dirs, files in os.walk(layer):
+        here = target / os.path.relpath(dirpath, layer)
+        for name in sorted([*dirs, *files]):
+            src = os.path.join(dirpath, name)
+            dst = here / name
+            st = os.lstat(src)
+            mode = stat.S_IMODE(st.st_mode)
+            if (stat.S_ISCHR(st.st_mode) and st.st_rdev == 0) or (
+                    stat.S_ISREG(st.st_mode) and st.st_size == 0 and _xattr(src, XWHITEOUT) is not None):
+                _remove(dst)
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                if _xattr(src, OPAQUE) == b"y" or dst.is_symlink() or (dst.exists() and not dst.is_dir()):
+                    _remove(dst)
+                if not dst.is_dir():
+                    dst.mkdir()
+                os.lchown(dst, owner(st.st_uid), owner(st.st_gid))
+                os.chmod(dst, mode)
+                made.append((dst, st))
+                continue
+            _remove(dst)
+            if stat.S_ISREG(st.st_mode):
+                shutil.copyfile(src, dst, follow_symlinks=False)
+            elif stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(src), dst)
+            elif stat.S_ISFIFO(st.st_mode):
+                os.mkfifo(dst)
+            elif stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+                os.mknod(dst, st.st_mode, st.st_rdev)
+            else:
+                continue  # a socket: meaningless once its process is gone
+            os.lchown(dst, owner(st.st_uid), owner(st.st_gid))
+            if not stat.S_ISLNK(st.st_mode):
+                os.chmod(dst, mode)  # after chown, which clears setuid and setgid
+                for attr in os.listxattr(src, follow_symlinks=False):
+                    if attr.startswith("user.") and ".overlay." not in attr:
+                        os.setxattr(dst, attr, os.getxattr(src, attr, follow_symlinks=False))
+            os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
+    for d, st in reversed(made):  # a directory's time after what was written into it
+        os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def _run_with_progress(cmd: list[str], progress: ProgressFn | None, log: Path) -> None:
@@ -247,8 +416,43 @@ def remove_tree(p: Path) -> None:
 
 def offered_images(catalogue: ImageCatalogue, authority: str, default: str = DEFAULT_IMAGE) -> tuple:
     """The catalogue as the substrate's images (rspec.substrate.Image), the default first: what ListResources
-    advertises under each sliver type and what a node naming no image gets."""
+    advertises under each sliver type and what a node naming no image gets. A user's private image is not
+    advertised (the slice manager vouches for it to the broker for its owner's requests: `usable_image`)."""
     from rspec.substrate import Image
 
-    imgs = sorted(catalogue.list(), key=lambda i: (i.name != default, i.name))
+    imgs = sorted((i for i in catalogue.list() if not i.owner or i.public), key=lambda i: (i.name != default, i.name))
     return tuple(Image(i.name, image_urn(authority, i.name), "Linux", i.version, i.description) for i in imgs)
+
+
+def usable_image(catalogue: ImageCatalogue, authority: str, user: str, spelled: str) -> str | None:
+    """The URN of the user's image (or a public one) `spelled` names, when `user` may boot it; None for
+    names the catalogue does not hold, operators' images (the substrate offers those) and others' private
+    images."""
+    img = catalogue.get(spelled)
+    return image_urn(authority, img.name) if img is not None and img.owner and may_use(img, user) else None
+
+
+class UserImages:
+    """What the AM edge asks of the catalogue for ListImages and DeleteImage, with the trust decisions made
+    here for the caller: a user sees their own images and others' public ones (an operator every one), and
+    deletes only their own (`check_delete`)."""
+
+    def __init__(self, catalogue: ImageCatalogue, authority: str):
+        self.catalogue = catalogue
+        self.authority = authority
+
+    def record(self, image: NodeImage) -> dict[str, object]:
+        return {**image.to_record(), "urn": image_urn(self.authority, image.name)}
+
+    def listed(self, creator: str, caller: str, operator: bool) -> list[dict[str, object]]:
+        """The images `creator` made that `caller` may see."""
+        return [self.record(i) for i in self.catalogue.list()
+                if same_user(i.owner, creator) and (operator or may_use(i, caller))]
+
+    def delete(self, name_or_urn: str, caller: str, operator: bool) -> dict[str, object]:
+        """Remove the caller's image (an operator: anyone's); its record. Nodes booted from it keep their
+        slice's copy until they are deleted."""
+        name = image_name(name_or_urn)
+        image = check_delete(self.catalogue.get(name), name, caller, operator)
+        self.catalogue.remove(image.name)
+        return self.record(image)

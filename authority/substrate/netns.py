@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -54,9 +55,18 @@ from authority.substrate.container import (
     node_limits,
     uid_base,
 )
+from authority.substrate.datasets import DEFAULT_QUOTA_MB, DatasetStore
 from authority.substrate.execute import NodeServices, services_of, verdict
 from authority.substrate.flows import AccessPort, Segment, Uplink, segment_flows
-from authority.substrate.images import DEFAULT_IMAGE, ImageCatalogue, NodeImage, image_name, shift_copy
+from authority.substrate.images import (
+    DEFAULT_IMAGE,
+    DEFAULT_MAX_USER_BYTES,
+    ImageCatalogue,
+    NodeImage,
+    image_name,
+    may_use,
+    shift_copy,
+)
 from authority.substrate.install import DEFAULT_MAX_BYTES, install_all, installs_of
 from authority.substrate.login import Account, LoginRelay, accounts, kill_netns_processes, public_relay
 from authority.substrate.netns_plan import (
@@ -74,6 +84,7 @@ from authority.substrate.netns_plan import (
 from authority.substrate.openflow import DEFAULT_CONTROLLER, FlowProgrammer, flow_programmer
 from authority.substrate.ovs import OvsSwitch, default_run_dir
 from protocol.messages import SliverSpec
+from rspec.blockstore import Blockstore
 from slicex.errors import BadArgs, GeniError, ServerError, Unsupported
 
 log = logging.getLogger("slicex.netns")
@@ -99,7 +110,8 @@ class NetnsDriver:
                  images: ImageCatalogue | None = None, default_image: str = DEFAULT_IMAGE,
                  uid_ranges_dir: Path | None = None, pids_max: int = 1024, install_sources: Iterable[str] = (),
                  install_max_bytes: int = DEFAULT_MAX_BYTES, public_address: str = "127.0.0.1",
-                 public_host: str | None = None):
+                 public_host: str | None = None, image_quota_bytes: int = DEFAULT_MAX_USER_BYTES,
+                 datasets: DatasetStore | None = None, dataset_quota_mb: int = DEFAULT_QUOTA_MB):
         """`switch_dir`: the run directory of an Open vSwitch shared with other deployments on this host (one
         bridge each; slicex.yaml `netns: {switch_dir: ...}`). Two ovs-vswitchd with the userspace datapath
         cannot run on one host: the second cannot create its `ovs-netdev` tap ("Device or resource busy") and
@@ -110,7 +122,9 @@ class NetnsDriver:
         image catalogue; `default_image` what a node that names none boots; `install_sources` the URL prefixes
         of the file servers install services may fetch from (none: install services are refused);
         `public_address` where nodes' public ports listen (the gateway) and `public_host` the name the
-        manifest gives it (slicex.yaml public_hostname)."""
+        manifest gives it (slicex.yaml public_hostname); `image_quota_bytes` what one user's snapshots
+        (CreateImage) may hold together; `datasets` the host's persistent datasets and `dataset_quota_mb` what
+        one user's may hold together."""
         self.prefix = check_prefix(prefix)
         self.bridge = f"{prefix}-br"
         self.dpid = int(hashlib.sha256(prefix.encode()).hexdigest()[:12], 16)
@@ -134,6 +148,9 @@ class NetnsDriver:
         self.pids_max = pids_max
         self.install_sources = tuple(install_sources)
         self.install_max_bytes = install_max_bytes
+        self.image_quota_bytes = image_quota_bytes
+        self.datasets = datasets or DatasetStore()
+        self.dataset_quota_mb = dataset_quota_mb
         self.node_slices: dict[str, str] = {}  # namespace of a live node -> its slice's uid range owner
         self.trunks: dict[str, int] = {}  # external port URN (lower case) -> ofport of its trunk device
         self.capture_ports: dict[tuple[str, str], str] = {}  # (slice URN, interface client_id) -> bridge port
@@ -225,7 +242,7 @@ class NetnsDriver:
                 self.node_slices[plan.netns] = owner
                 self._capture_ports(spec, plan)  # before its ports exist: _build's push mirrors to them
                 self._build(plan, up=False)
-                self._define(plan, image, index, limits)
+                self._define(plan, image, index, limits, self._attach(spec, plan, index))
                 self._set_users(plan, accts, running=False)
                 port = self._relay(plan).ensure_forward(None)
                 self._public_forwards(spec, plan)
@@ -353,6 +370,31 @@ class NetnsDriver:
             out["counters"] = counters
         return out
 
+    def snapshot(self, spec: SliverSpec, status: dict[str, Any], name: str, owner: str, public: bool,
+                 now: datetime) -> NodeImage:
+        """CreateImage: the node's root file system as a new image of the catalogue, owned by `owner`: the
+        image it booted with its own overlay layer applied (images.py `snapshot`), read while the node is
+        frozen so its files do not change under the copy."""
+        if spec.kind != "node":
+            raise BadArgs(f"{spec.client_id or spec.id} is a {spec.kind}; an image is made of a node")
+        plan = self._node_plan(spec)
+        container = self._container(plan)
+        layer = container.fs / "upper"
+        booted = str(status.get("image") or "")
+        base = self.images.get(booted) if booted else None
+        if base is None or status.get("uid_range") is None or not layer.is_dir():
+            raise ServerError(f"node {spec.client_id}: cannot snapshot it (its image {booted or '?'} or its own "
+                              f"layer is gone from this host)")
+        frozen = container.freeze()
+        try:
+            return self.images.snapshot(
+                name, base, layer, uid_base(int(status["uid_range"])), owner, public,
+                f"snapshot of node {spec.client_id} of {spec.details.get('slice_urn', '')} (from {base.name})",
+                self.image_quota_bytes)
+        finally:
+            if frozen:
+                container.unfreeze()
+
     # ---- reconcile -------------------------------------------------------------------------------------------
     def reconcile(self, live: Iterable[tuple[SliverSpec, dict[str, Any]]]) -> dict[str, list[str]]:
         """After a restart: adopt the objects of live slivers (re-creating what is missing, restoring
@@ -390,6 +432,7 @@ class NetnsDriver:
                 for d in self.lxcpath.iterdir():
                     if d.name not in keep:
                         NodeContainer(self.lxcpath, d.name).destroy()
+                        self.datasets.release(d.name)
                         removed.append(f"container {d.name}")
             for ns in sorted(hostnet.namespaces()):
                 if ns.startswith(self.prefix + "-") and ns not in keep:
@@ -426,7 +469,7 @@ class NetnsDriver:
                 self._build(plan, up=up)
                 recorded = status.get("image")
                 image = (self.images.get(recorded) or recorded) if recorded else self._image(spec)
-                self._define(plan, image, index, self._limits(spec, plan))
+                self._define(plan, image, index, self._limits(spec, plan), self._attach(spec, plan, index))
                 self._set_users(plan, accounts(spec.details.get("logins") or ()), running=False)
                 self._relay(plan).ensure_forward(status.get("login_port"))
                 self._public_forwards(spec, plan)
@@ -501,11 +544,13 @@ class NetnsDriver:
 
     def _image(self, spec: SliverSpec, recorded: str | None = None) -> NodeImage:
         """The catalogue image a node boots: the one it booted before (a restart), else its disk_image, else
-        the default. One the catalogue lacks is refused naming those it has."""
+        the default. One the catalogue lacks, or another user's private image, is refused naming those the
+        slice's owner may boot."""
         wanted = recorded or image_name(str(spec.details.get("disk_image") or "")) or self.default_image
+        owner = str(spec.details.get("owner") or "")
         img = self.images.get(wanted)
-        if img is None:
-            offered = ", ".join(i.name for i in self.images.list()) or "none: slicex image build"
+        if img is None or (not recorded and not may_use(img, owner)):  # another's private image: as if absent
+            offered = ", ".join(i.name for i in self.images.list() if may_use(i, owner)) or "none: slicex image build"
             raise BadArgs(f"node {spec.client_id}: disk image {wanted} is not in this aggregate's catalogue "
                           f"(offered: {offered})")
         return img
@@ -520,7 +565,7 @@ class NetnsDriver:
         base = uid_base(index)
         holder = self.bases_dir / str(index)
         if isinstance(image, str):
-            found = sorted(holder.glob(f"{image}-*")) if holder.is_dir() else []
+            found = self._copies(holder, image)
             if not found:
                 raise ServerError(f"image {image} is gone from the catalogue and from uid range {index}'s copies")
             return found[-1]
@@ -529,20 +574,47 @@ class NetnsDriver:
             holder.mkdir(parents=True, exist_ok=True)
             os.chown(holder, base, base)
             holder.chmod(0o700)  # only that range's root gets through: other slices' roots are other uids
-            for old in holder.iterdir():
-                if old.name.startswith(f"{image.name}-"):
+            for old in self._copies(holder, image.name):  # earlier builds no node boots from any more
+                if not self._booted_from(old):
                     shutil.rmtree(old, ignore_errors=True)
             shift_copy(image.rootfs, lower, base)
         return lower
 
+    @staticmethod
+    def _copies(holder: Path, name: str) -> list[Path]:
+        """The copies of image `name` (each `<name>-<build id>`) in a range's directory: not those of an image
+        whose name merely starts with it (`snap` is not `snap-2`)."""
+        pattern = re.compile(rf"{re.escape(name)}-[0-9a-f]{{8}}")
+        return sorted(p for p in holder.iterdir() if pattern.fullmatch(p.name)) if holder.is_dir() else []
+
+    def _booted_from(self, lower: Path) -> bool:
+        """Whether a node of this deployment has `lower` under its root (an owner may replace an image while
+        nodes booted from the old build run)."""
+        mark = f"overlayfs:{lower}:"
+        return any(mark in (d / "config").read_text(errors="replace") for d in self.lxcpath.iterdir()
+                   if (d / "config").is_file()) if self.lxcpath.is_dir() else False
+
     def _container(self, plan: NodePlan) -> NodeContainer:
         return NodeContainer(self.lxcpath, plan.netns)
 
-    def _define(self, plan: NodePlan, image: NodeImage | str, index: int, limits: NodeLimits) -> None:
+    def _attach(self, spec: SliverSpec, plan: NodePlan, index: int) -> list[tuple[Path, str]]:
+        """Mount the datasets the node's request names (made on first use, its owner's alone): (host path,
+        mountpoint) of each, bound into the node."""
+        out = []
+        for doc in spec.details.get("blockstores") or ():
+            b = Blockstore.from_doc(doc)
+            path = self.datasets.attach(b.dataset, b.size_mb, str(spec.details.get("owner") or ""), uid_base(index),
+                                        plan.netns, self.dataset_quota_mb, busy=lambda ns: ns in hostnet.namespaces())
+            out.append((path, b.mountpoint))
+        return out
+
+    def _define(self, plan: NodePlan, image: NodeImage | str, index: int, limits: NodeLimits,
+                mounts: list[tuple[Path, str]] | None = None) -> None:
         # a node that shares its namespace with its container: its root may bind port 22, its users ping
         hostnet.exec_in(plan.netns, ["sysctl", "-q", "-w", "net.ipv4.ip_unprivileged_port_start=22",
                                      "net.ipv4.ping_group_range=0 2147483647"], check=True)
-        self._container(plan).define(plan.hostname, self._lower(image, index), uid_base(index), plan.netns, limits)
+        self._container(plan).define(plan.hostname, self._lower(image, index), uid_base(index), plan.netns, limits,
+                                     mounts or ())
 
     def _set_users(self, plan: NodePlan, accts: list[Account], running: bool) -> None:
         container = self._container(plan)
@@ -674,6 +746,7 @@ class NetnsDriver:
 
     def _teardown(self, plan: NodePlan) -> None:
         self._container(plan).destroy()  # every process of the node, its layers and cgroups
+        self.datasets.release(plan.netns)  # its datasets stay, unmounted
         self._relay(plan).remove()
         kill_netns_processes(plan.netns)  # nothing may hold the namespace
         for i in plan.interfaces:

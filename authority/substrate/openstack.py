@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
+from authority.actor import no_storage
 from authority.substrate.openstack_plan import (
     NOTREADY,
     READY,
@@ -116,6 +117,7 @@ class OpenStackDriver:
 
     # ---- the SubstrateDriver seam ----------------------------------------------------------------------------
     def create(self, spec: SliverSpec, now: datetime) -> dict[str, Any]:
+        no_storage(spec, self.description)  # Cinder volumes are not wired (docs/substrate-openstack.md)
         with self._lock:
             if spec.kind == "link":
                 plan = self._network_plan(spec)

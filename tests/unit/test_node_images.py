@@ -43,7 +43,7 @@ def test_the_catalogue_lists_finds_advertises_and_removes_images(tmp_path):
     assert [i.name for i in cat.list()] == ["debian-12"]
 
 
-@pytest.mark.parametrize("name", ["", "Debian", "a/b", "../x", "-x", "x" * 41])
+@pytest.mark.parametrize("name", ["", "Debian", "a/b", "../x", "-x", "x" * 41, "x\n"])
 def test_image_names_are_checked(name):
     with pytest.raises(BadArgs):
         check_name(name)
