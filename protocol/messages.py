@@ -35,6 +35,11 @@ class Demands:
     reservations: Mapping[str, str]
     image_policy: str = "reject"
     bitstream_parts: Mapping[str, str] = field(default_factory=dict)
+    # Update (slice_manager/update.py): the slice's kept nodes that new links attach to, placed before and not
+    # placed again (client_id -> {component_id: host, interfaces: {iface: host interface}, wanted: [ifaces]}),
+    # and the link subnets the slice already uses
+    kept: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    subnets: tuple[str, ...] = ()
 
     def to_doc(self) -> dict[str, Any]:
         def node_doc(n: RequestNode) -> dict[str, Any]:
@@ -46,7 +51,9 @@ class Demands:
 
         return {"nodes": [node_doc(n) for n in self.request.nodes],
                 "links": [link_doc(lk) for lk in self.request.links],
-                "image_policy": self.image_policy, "bitstream_parts": dict(self.bitstream_parts)}
+                "image_policy": self.image_policy, "bitstream_parts": dict(self.bitstream_parts),
+                **({"kept": {k: dict(v) for k, v in self.kept.items()}, "subnets": list(self.subnets)}
+                   if self.kept or self.subnets else {})}
 
     @staticmethod
     def from_doc(d: Mapping[str, Any]) -> Demands:
@@ -56,6 +63,11 @@ class Demands:
             links = tuple(from_doc(RequestLink, {k: lk.get(k) for k in LINK_FIELDS if k in lk}) for lk in d["links"])
             rids = {x["client_id"]: str(x["reservation"]) for x in [*d["nodes"], *d["links"]]}
             parts = {str(k): str(v) for k, v in (d.get("bitstream_parts") or {}).items()}
+            kept = {str(cid): {"component_id": str(k["component_id"]),
+                               "interfaces": {str(i): str(h) for i, h in dict(k.get("interfaces") or {}).items()},
+                               "wanted": [str(i) for i in k.get("wanted") or ()]}
+                    for cid, k in dict(d.get("kept") or {}).items()}
+            subnets = tuple(str(s) for s in d.get("subnets") or ())
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise BadArgs(f"malformed placement demand: {type(exc).__name__}: {exc}") from None
         for n in nodes:
@@ -65,7 +77,7 @@ class Demands:
                 raise BadArgs(f"malformed placement demand: fpga of node {n.client_id}")
         if len(rids) != len(nodes) + len(links):
             raise BadArgs("malformed placement demand: a client_id is named twice")
-        return Demands(Request(nodes, links), rids, str(d.get("image_policy") or "reject"), parts)
+        return Demands(Request(nodes, links), rids, str(d.get("image_policy") or "reject"), parts, kept, subnets)
 
 
 def demands_of(request: Request, reservations: Mapping[str, str], image_policy: str = "reject",
@@ -124,6 +136,7 @@ class SliverDetails(TypedDict, total=False):
     uplinks: list[dict[str, Any]]  # stitching: port, tags [[TPID, VID], ...] outermost first
     latency_ms: int
     packet_loss: float
+    bindings: dict[str, dict[str, str]]  # Update: a kept node's new interface -> its node and host interface
     # added by the slice manager
     slice_urn: str
     owner: str  # the owner's user URN

@@ -47,6 +47,8 @@ class EmulatedDriver:
         if action == "geni_stop":
             return {"state": "geni_stopping", "since": rfc3339(now), "until": rfc3339(now + delay / 2),
                     "then": "geni_notready"}
+        if action == "slicex_rewire":  # an Update changed the node's interfaces: nothing physical to change here
+            return dict(op)
         if action == "geni_update_users":
             return {"state": "geni_ready_busy", "since": rfc3339(now), "until": rfc3339(now + timedelta(seconds=1)),
                     "then": "geni_ready"}
