@@ -1,0 +1,94 @@
+"""Kill the slice manager at every boundary of an Update's staging, commit and revert, bring it back from the
+store, and check that the Update either completes (a commit that began) or reverts (anything else: by its
+expiry, or a revert that began) and that nothing leaks: no unit, tag, ticket or lease held by nobody. On
+SQLite and on a real Redis (the actors of tests/integration/test_reservation_crash.py)."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+
+from rspec.request import parse_request
+from slice_manager.actor import Crash
+from slicex.clock import ManualClock
+from slicex.store.sqlite_store import SqliteStore
+from tests.factories import request_rspec, vm
+from tests.integration.test_reservation_crash import REDIS_URL, SLICE, World, converged
+
+PAIR = request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0"])],
+                     [{"client_id": "l1", "ifaces": ["n1:if0", "n2:if0"]}])
+TRIPLE = request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0", "n2:if1"]),
+                        vm("n3", ifaces=["n3:if0"])],
+                       [{"client_id": "l1", "ifaces": ["n1:if0", "n2:if0"]},
+                        {"client_id": "l2", "ifaces": ["n2:if1", "n3:if0"]}])
+COMMIT = ["update:staging", "update:staged", "update:committing", "update:provisioned"]
+CANCEL = ["update:reverting"]
+COMPLETES = {"update:committing", "update:provisioned"}  # a commit that began is completed after a restart
+
+
+def scenario(w: World, clock: ManualClock, cancel: bool) -> None:
+    """A provisioned pair; an Update adding n3 and l2; Provision commits it (or Cancel reverts it)."""
+    now = clock.now()
+    slivers = w.sm.allocate(SLICE, "o", parse_request(PAIR), now + timedelta(minutes=10), now)
+    w.sm.provision([s.urn for s in slivers], now + timedelta(hours=2), [], now)
+    w.sm.update(SLICE, [], parse_request(TRIPLE), now + timedelta(minutes=10), now + timedelta(minutes=10), now)
+    if cancel:
+        w.sm.cancel(SLICE, [], now)
+    else:
+        w.sm.provision([s.urn for s in w.sm.slivers(SLICE, now)], now + timedelta(hours=2), [], now)
+
+
+def topology(w: World, clock: ManualClock) -> set[str]:
+    return {s.client_id for s in w.sm.slivers(SLICE, clock.now())}
+
+
+def run(store, boundary: str, cancel: bool) -> None:
+    seen: Counter = Counter()
+
+    def hook(b: str) -> None:
+        seen[b] += 1
+        if b == boundary:
+            raise Crash(b)
+
+    clock = ManualClock()
+    w = World(store, hook)
+    w.clock = clock
+    with pytest.raises(Crash):
+        scenario(w, clock, cancel)
+    w.restart({"sm"})
+    w.sm.recover(clock.now())
+    if boundary in COMPLETES:
+        assert topology(w, clock) == {"n1", "n2", "n3", "l1", "l2"}
+        assert w.sm.pending_update(SLICE) is None
+        assert {s.allocation_state for s in w.sm.slivers(SLICE, clock.now())} == {"geni_provisioned"}
+    clock.advance(timedelta(minutes=11))  # past the update's expiry: anything uncommitted reverts
+    w.sm.reap(clock.now())
+    converged(w, store)
+    assert w.sm.pending_update(SLICE) is None
+    expected = {"n1", "n2", "n3", "l1", "l2"} if boundary in COMPLETES else {"n1", "n2", "l1"}
+    assert topology(w, clock) == expected
+    assert {s.allocation_state for s in w.sm.slivers(SLICE, clock.now())} == {"geni_provisioned"}
+    n2 = next(s for s in w.sm.slivers(SLICE, clock.now()) if s.client_id == "n2")
+    assert set(n2.details["interfaces"]) == ({"n2:if0", "n2:if1"} if boundary in COMPLETES else {"n2:if0"})
+
+
+CASES = [(b, False) for b in COMMIT] + [(b, True) for b in CANCEL]
+
+
+@pytest.mark.parametrize("boundary,cancel", CASES)
+def test_a_crash_during_an_update_completes_or_reverts(tmp_path, boundary, cancel):
+    run(SqliteStore(str(tmp_path / "s.db")), boundary, cancel)
+
+
+@pytest.mark.parametrize("boundary,cancel", CASES)
+def test_a_crash_during_an_update_completes_or_reverts_on_real_redis(boundary, cancel):
+    from slicex.store.redis_store import RedisStore
+
+    store = RedisStore(REDIS_URL, prefix=f"upd-crash-{uuid.uuid4().hex[:8]}")
+    try:
+        run(store, boundary, cancel)
+    finally:
+        store.flush()
