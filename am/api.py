@@ -614,8 +614,9 @@ class AggregateManager:
         alloc_end = min(alloc_end, now + self.policy.allocation_lifetime)
         update_end = min(now + self.policy.allocation_lifetime, limit)
         named = [s.urn for s in slivers] if any(parse_urn(u).type == "sliver" for u in urns) else []
+        best_effort = bool(options.get("geni_best_effort"))
         if self.ledger is None:
-            updated = self.sm.update(slice_urn, named, request, alloc_end, update_end, now)
+            updated = self.sm.update(slice_urn, named, request, alloc_end, update_end, now, best_effort)
         else:  # what the Update adds counts against the owner's and project's limits like an Allocate
             before = {s.urn for s in slivers}
             had = {s.client_id for s in slivers}
@@ -624,8 +625,8 @@ class AggregateManager:
             out: list[list[Sliver]] = []
 
             def update(_end: datetime) -> list[Sliver]:
-                out.append(self.sm.update(slice_urn, named, request, alloc_end, update_end, now))
-                return [s for s in out[0] if s.urn not in before]
+                out.append(self.sm.update(slice_urn, named, request, alloc_end, update_end, now, best_effort))
+                return [s for s in out[0] if s.urn and s.urn not in before and s.allocation_state != sm.UNALLOCATED]
 
             self.ledger.allocate(verified.effective_caller_urn, slice_urn, added, now, alloc_end, True, update,
                                  peers=self.peers)

@@ -161,24 +161,27 @@ def diff(existing: Iterable[Existing], desired: Request) -> ChangeSet:
     return ChangeSet(desired, Request(tuple(add_nodes), tuple(add_links)), tuple(removed), rewired, kept)
 
 
-def bound_interfaces(changes: ChangeSet, placed: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """What the broker must know of the kept nodes a new link attaches to: node client_id -> its host and
-    interface bindings, from the placements recorded for them (`placed`: client_id -> {component_id: its host,
-    interfaces: {iface: {component_id: host interface}}}), with the desired node's interface list."""
-    wanted = {r for lk in changes.added.links for r in lk.interface_refs}
+def bound_interfaces(desired: Request, links: Iterable[RequestLink],
+                     placed: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """What the broker must know of the nodes placed before (`placed`: client_id -> {component_id: its host,
+    interfaces: {iface: {component_id: host interface}}}) that `links` attach to: node client_id -> its host,
+    its bound interfaces, and the interfaces the desired node has (new ones are bound on its host)."""
+    wanted = {r for lk in links for r in lk.interface_refs}
     out: dict[str, dict[str, Any]] = {}
-    for node in changes.desired.nodes:
-        if node.client_id in {n.client_id for n in changes.added.nodes}:
-            continue
-        if not wanted & set(_iface_ids(node)):
-            continue
+    for node in desired.nodes:
         d = placed.get(node.client_id)
-        if d is None:
-            raise BadArgs(f"node {node.client_id}: where it is placed is not known here")
+        if d is None or not wanted & set(_iface_ids(node)):
+            continue
         out[node.client_id] = {"component_id": d["component_id"],
                                "interfaces": {i: b["component_id"] for i, b in (d.get("interfaces") or {}).items()},
-                               "wanted": [i for i in _iface_ids(node)]}
+                               "wanted": list(_iface_ids(node))}
     return out
+
+
+def one_by_one(added: Request) -> list[Request]:
+    """geni_best_effort: the added part as requests of one element each, nodes first (a link is placed after
+    the nodes it attaches to), so what does not fit is left out alone."""
+    return [Request((n,), ()) for n in added.nodes] + [Request((), (lk,)) for lk in added.links]
 
 
 # ---- the pending update -----------------------------------------------------------------------------------------
@@ -195,7 +198,8 @@ class PendingUpdate:
     rewired: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # node id -> {"before", "after"} details
     members: tuple[str, ...] = ()  # every sliver the change concerns (shown geni_updating)
     request_xml: str = ""  # the desired RSpec, the slice's request once committed
-    reason: str = ""
+    reason: str = ""  # why it is being reverted
+    request_key: str = ""  # where the desired RSpec is stored (sm-requests) while the update is pending
     since: datetime | None = None  # when its phase began
     owner: str = ""  # the slice manager whose call began the phase (a commit under way is left to it while it lives)
     lease_end: datetime | None = None  # a commit: the lease end Provision asked for the added slivers
@@ -205,6 +209,7 @@ class PendingUpdate:
         return {"slice_urn": self.slice_urn, "phase": self.phase, "expires": rfc3339(self.expires),
                 "added": list(self.added), "removed": list(self.removed), "rewired": dict(self.rewired),
                 "members": list(self.members), "request_xml": self.request_xml, "reason": self.reason,
+                "request_key": self.request_key,
                 "since": rfc3339(self.since) if self.since else None, "owner": self.owner,
                 "lease_end": rfc3339(self.lease_end) if self.lease_end else None,
                 "users": [dict(u) for u in self.users]}
@@ -213,7 +218,7 @@ class PendingUpdate:
     def from_doc(d: Mapping[str, Any]) -> PendingUpdate:
         return PendingUpdate(d["slice_urn"], d["phase"], parse_time(d["expires"]), tuple(d.get("added", ())),
                              tuple(d.get("removed", ())), dict(d.get("rewired") or {}), tuple(d.get("members", ())),
-                             d.get("request_xml", ""), d.get("reason", ""),
+                             d.get("request_xml", ""), d.get("reason", ""), d.get("request_key", ""),
                              parse_time(d["since"]) if d.get("since") else None, d.get("owner", ""),
                              parse_time(d["lease_end"]) if d.get("lease_end") else None,
                              tuple(dict(u) for u in d.get("users") or ()))

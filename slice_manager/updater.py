@@ -51,7 +51,7 @@ class Updates:
 
     # ---- Update ------------------------------------------------------------------------------------------------
     def update(self, slice_urn: str, sliver_urns: list[str], request: Request, alloc_end: datetime,
-               update_end: datetime, now: datetime) -> list[Sliver]:
+               update_end: datetime, now: datetime, best_effort: bool = False) -> list[Sliver]:
         """Change the named slivers (all of the slice's when none are named) to `request`, the complete desired
         RSpec for them. Allocated slivers change at once (added ones are allocated until `alloc_end`); when
         one is provisioned the change is staged until `update_end` (Provision commits it, Cancel reverts it)."""
@@ -67,10 +67,10 @@ class Updates:
             with self._holding(sorted(named), now):
                 self._settle(sorted(named), now)
                 recs = {u: self._require(u, now) for u in sorted(named)}
-                return self._update(slice_urn, recs, request, alloc_end, update_end, now)
+                return self._update(slice_urn, recs, request, alloc_end, update_end, now, best_effort)
 
     def _update(self, slice_urn: str, recs: dict[str, Record], request: Request, alloc_end: datetime,
-                update_end: datetime, now: datetime) -> list[Sliver]:
+                update_end: datetime, now: datetime, best_effort: bool) -> list[Sliver]:
         failed = [rec for rec in recs.values() if rec.r.state == rs.FAILED or rec.r.pending != rs.NONE]
         if failed:
             rec = failed[0]
@@ -84,40 +84,12 @@ class Updates:
             return [self._sliver(rec, now) for rec in recs.values()]
         staged = any(rec.provisioned or rec.r.state in rs.HOLDS_LEASE for rec in recs.values())
         owner = next(iter(recs.values())).owner_urn
-        identity = next(iter(recs.values())).slice_uuid
-        live = [rec for rec in self.records(slice_urn) if not rec.discard]
-        kept = up.bound_interfaces(changes, {rec.client_id: {"component_id": rec.component_id,
-                                                             "interfaces": rec.details.get("interfaces") or {}}
-                                             for rec in recs.values() if rec.kind == "node"})
-        subnets = sorted({str(rec.details.get("subnet")) for rec in live if rec.kind == "link"
-                          and rec.details.get("subnet")})
-        added = self._records(changes.added, slice_urn, owner, f"ticket:{uuid.uuid4().hex}",
-                              self._bitstream_parts(owner))
-        for rec in added.values():
-            rec.slice_uuid = identity
-            rec.demand = {**rec.demand, "kept": kept, "subnets": subnets}
-            rec.update = "added" if staged else ""
-        members = tuple(dict.fromkeys([*recs, *added]))
         request_key = f"{slice_urn}#{rfc3339(now)}-update-{uuid.uuid4().hex[:8]}"
-        pending = up.PendingUpdate(slice_urn, up.STAGING, update_end, tuple(added), changes.removed, {}, members,
+        pending = up.PendingUpdate(slice_urn, up.STAGING, update_end, (), changes.removed, {}, tuple(recs),
                                    request.xml, since=now, owner=self.name)
-        if staged:
-            self._put_update(pending)  # before any message: a crash from here on is reverted
-        self.fault("update:staging")
-        end = update_end if staged else alloc_end
-        for rec in added.values():
-            rec.r, rec.outbox = rs.demand(rec.r, now, end)
+        added, refused = self._place_added(pending if staged else None, changes, recs, owner,
+                                           update_end if staged else alloc_end, best_effort, now)
         with self._holding(added, now):
-            self._drive(added, now)
-            short = [rec for rec in added.values() if rec.r.state != rs.TICKETED]
-            if short:
-                self._abandon(added, now)
-                if staged:
-                    self.store.delete(UPDATES, slice_urn)
-                first = next((rec for rec in short if rec.error_type), short[0])
-                raise _error(first.error_type or "GeniError",
-                             f"Update could not place {first.client_id}: {first.r.reason or first.r.state}; nothing "
-                             f"was changed")
             self.store.put(REQUESTS, request_key, {"key": request_key, "slice_urn": slice_urn, "xml": request.xml,
                                                    "client_ids": [rec.client_id for rec in added.values()]})
             rewired = {rid: {"before": dict(recs[rid].details.get("interfaces") or {}),
@@ -127,9 +99,10 @@ class Updates:
             if not staged:  # allocated slivers change at once
                 self._apply(slice_urn, recs, added, changes.removed, rewired, request, request_key, now)
                 return [self._sliver(rec, now) for rec in [*recs.values(), *added.values()]
-                        if rec.id not in changes.removed]
-            pending = replace(pending, phase=up.STAGED, rewired=rewired, request_xml=request.xml,
-                              reason=request_key)
+                        if rec.id not in changes.removed] + refused
+            pending = replace(pending, phase=up.STAGED, added=tuple(added), rewired=rewired,
+                              members=tuple(dict.fromkeys([*recs, *added])), request_xml=request.xml,
+                              request_key=request_key)
             for rid, rec in recs.items():
                 rec.update = ("removed" if rid in changes.removed else "rewired" if rid in rewired else "kept")
                 self._save(rec)
@@ -137,7 +110,83 @@ class Updates:
                 self._save(rec)
             self._put_update(pending)
             self.fault("update:staged")
-            return [self._sliver(rec, now) for rec in [*recs.values(), *added.values()]]
+            return [self._sliver(rec, now) for rec in [*recs.values(), *added.values()]] + refused
+
+    def _place_added(self, pending: up.PendingUpdate | None, changes: up.ChangeSet, recs: dict[str, Record],
+                     owner: str, end: datetime, best_effort: bool,
+                     now: datetime) -> tuple[dict[str, Record], list[Sliver]]:
+        """Ask the broker for the added part only, as one ticket group (all or nothing), or with
+        `best_effort` one element at a time when the whole does not fit: (the records granted, a sliver
+        struct with geni_error for each element left out). A staged update's record names every reservation
+        before it is asked for (`pending`), so a crash anywhere here is reverted."""
+        parts = [changes.added] if changes.added.nodes or changes.added.links else []
+        first = True
+        granted: dict[str, Record] = {}
+        refused: list[Sliver] = []
+        while parts:
+            part = parts.pop(0)
+            placed = {**recs, **granted}
+            orphan = self._orphan(part, changes.desired, {rec.client_id for rec in placed.values()})
+            if orphan:  # best effort: a link whose new node was left out is left out too
+                never = f"urn:publicid:IDN+{self.substrate.authority}+sliver+{uuid.uuid4().hex[:16]}"
+                refused.append(Sliver(never, next(iter(recs.values())).slice_urn, part.links[0].client_id, "link",
+                                      sm.UNALLOCATED, sm.FAILED, now, f"not added: {orphan}"))
+                continue
+            kept = up.bound_interfaces(changes.desired, part.links,
+                                       {rec.client_id: {"component_id": rec.component_id,
+                                                        "interfaces": rec.details.get("interfaces") or {}}
+                                        for rec in placed.values() if rec.kind == "node"})
+            subnets = sorted({str(rec.details.get("subnet")) for rec in self.records(next(iter(recs.values()))
+                                                                                      .slice_urn)
+                              if rec.kind == "link" and rec.details.get("subnet")} |
+                             {str(rec.details.get("subnet")) for rec in granted.values() if rec.details.get("subnet")})
+            batch = self._records(part, next(iter(recs.values())).slice_urn, owner, f"ticket:{uuid.uuid4().hex}",
+                                  self._bitstream_parts(owner))
+            for rec in batch.values():
+                rec.slice_uuid = next(iter(recs.values())).slice_uuid
+                rec.demand = {**rec.demand, "kept": kept, "subnets": subnets}
+                rec.update = "added" if pending is not None else ""
+                rec.r, rec.outbox = rs.demand(rec.r, now, end)
+            if pending is not None:  # before any message: a crash from here on is reverted
+                pending = replace(pending, added=(*pending.added, *batch), members=(*pending.members, *batch))
+                self._put_update(pending)
+            self.fault("update:staging")
+            with self._holding(batch, now):
+                self._drive(batch, now)
+                short = [rec for rec in batch.values() if rec.r.state != rs.TICKETED]
+                if short:
+                    self._abandon(batch, now)
+            if not short:
+                granted.update(batch)
+            elif best_effort and first and len(part.nodes) + len(part.links) > 1:
+                parts = up.one_by_one(part)  # the whole did not fit: each element on its own
+            elif best_effort:
+                rec = next((r for r in short if r.error_type), short[0])
+                refused.append(replace(self._sliver(rec, now), allocation_state=sm.UNALLOCATED,
+                                       operational_state=sm.FAILED,
+                                       error=f"not added: {rec.r.reason or rec.r.state}"))
+            else:
+                if pending is not None:
+                    self.store.delete(UPDATES, pending.slice_urn)
+                rec = next((r for r in short if r.error_type), short[0])
+                raise _error(rec.error_type or "GeniError", f"Update could not place {rec.client_id}: "
+                             f"{rec.r.reason or rec.r.state}; nothing was changed")
+            first = False
+        for rec in granted.values():  # a new node is redeemed after the new links it is on
+            if rec.kind == "node":
+                node = changes.desired.node(rec.client_id)
+                assert node is not None
+                rec.r = replace(rec.r, depends_on=tuple(self._links_of(node, recs, granted, changes.removed)))
+        return granted, refused
+
+    @staticmethod
+    def _orphan(part: Request, desired: Request, placed: set[str]) -> str:
+        """Why a lone link cannot be placed (a node it attaches to is neither kept nor added), or ''."""
+        if part.nodes or len(part.links) != 1:
+            return ""
+        owner = {i.client_id: n.client_id for n in desired.nodes for i in n.interfaces}
+        missing = sorted({owner[r] for r in part.links[0].interface_refs if owner.get(r) not in placed})
+        return f"node(s) {', '.join(missing)} it attaches to were not added" if missing else ""
 
     def _requested_elements(self, slice_urn: str) -> dict[str, Any]:
         """client_id -> the request element each live sliver was allocated (or last updated) from."""
@@ -244,7 +293,7 @@ class Updates:
         recs = {rid: rec for rid in u.members if (rec := self._load(rid)) is not None and not rec.discard}
         added = {rid: recs[rid] for rid in u.added if rid in recs}
         kept = {rid: rec for rid, rec in recs.items() if rid not in u.added}
-        self._apply(u.slice_urn, kept, added, u.removed, u.rewired, Request((), (), u.request_xml), u.reason, now)
+        self._apply(u.slice_urn, kept, added, u.removed, u.rewired, Request((), (), u.request_xml), u.request_key, now)
         self.store.delete(UPDATES, u.slice_urn)
         return [self._sliver(rec, now) for rec in recs.values() if rec.id not in u.removed]
 
@@ -287,8 +336,8 @@ class Updates:
             rec = self._load(rec.id) or rec
             rec.update = ""
             self._save(rec)
-        if u.reason:
-            self.store.delete(REQUESTS, u.reason)
+        if u.request_key:
+            self.store.delete(REQUESTS, u.request_key)
         self.store.delete(UPDATES, u.slice_urn)
         return [self._load(rec.id) or rec for rec in kept]
 

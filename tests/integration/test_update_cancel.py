@@ -155,3 +155,27 @@ def test_update_refusals_have_clear_codes(running):
     assert code(reply) == 12 and "nothing to cancel" in reply["output"]
     # after all of that, the slice is as it was
     assert slivers_of(alice, urn, creds) == before and states(alice, urn, creds) == {"geni_provisioned"}
+
+
+def test_update_is_all_or_nothing_unless_best_effort(running):
+    alice, bob = running.user("alice"), running.user("bob")
+    bm = f"urn:publicid:IDN+{AUTHORITY}+node+bm1"
+    burn, bcreds = bob.slice_credential("updbm")
+    ok(bob.am.Allocate(burn, bcreds, request_rspec([{"client_id": "b", "component_id": bm,
+                                                       "sliver_type": "raw-pc"}]), {}))
+    urn, creds, before = provisioned_pair(alice, "updbe")
+    wanted = request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0", "n2:if1"]),
+                            vm("n3", ifaces=["n3:if0", "n3:if1"]),
+                            {"client_id": "b", "component_id": bm, "sliver_type": "raw-pc", "ifaces": ["b:if0"]}],
+                           [{"client_id": "l1", "ifaces": ["n1:if0", "n2:if0"]},
+                            {"client_id": "l2", "ifaces": ["n2:if1", "n3:if0"]},
+                            {"client_id": "l3", "ifaces": ["n3:if1", "b:if0"]}])
+    refused = alice.am.Update([urn], creds, wanted, {})
+    assert code(refused) == 26 and "b" in refused["output"] and "nothing was changed" in refused["output"]
+    assert slivers_of(alice, urn, creds) == before and states(alice, urn, creds) == {"geni_provisioned"}
+    value = ok(alice.am.Update([urn], creds, wanted, {"geni_best_effort": True}))
+    errors = {s["geni_client_id"]: s["geni_error"] for s in value["geni_slivers"] if s["geni_error"]}
+    assert set(errors) == {"b", "l3"} and "bm1" in errors["b"] and "b" in errors["l3"]
+    ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
+    assert set(slivers_of(alice, urn, creds)) == {"n1", "n2", "n3", "l1", "l2"}
+    assert states(alice, urn, creds) == {"geni_provisioned"}

@@ -90,7 +90,8 @@ def test_fpga_and_stitched_slivers_are_refused_with_the_reason():
 
 
 def test_pending_update_commit_revert_and_what_the_clock_does():
-    u = up.PendingUpdate("s", up.STAGED, T0 + timedelta(minutes=10), ("a",), ("r",), {}, ("a", "r"), "<rspec/>")
+    u = up.PendingUpdate("s", up.STAGED, T0 + timedelta(minutes=10), ("a",), ("r",), {}, ("a", "r"), "<rspec/>",
+                         request_key="s#k")
     assert up.PendingUpdate.from_doc(u.to_doc()) == u
     assert up.due(u, T0, caller_gone=True) is None
     assert up.due(u, T0 + timedelta(minutes=10), caller_gone=False) == "revert"  # its expiry reverts it
@@ -107,7 +108,13 @@ def test_pending_update_commit_revert_and_what_the_clock_does():
     assert up.due(staging, T0, caller_gone=True) is None
     assert up.due(staging, T0 + timedelta(minutes=11), caller_gone=True) == "revert"
     r = up.begin_revert(u, "cancelled", T0, "sm1")
+    assert r.request_key == "s#k" and r.reason == "cancelled"  # the revert still finds the update's request
     assert up.due(r, T0, caller_gone=True) == "revert" and up.due(r, T0, caller_gone=False) is None
+
+
+def test_best_effort_places_nodes_before_links_one_at_a_time():
+    added = parse_request(pair(extra_nodes=[vm("n3", ifaces=["n3:if0"])]))
+    assert [(len(r.nodes), len(r.links)) for r in up.one_by_one(added)] == [(1, 0), (1, 0), (1, 0), (0, 1)]
 
 
 def test_the_broker_places_a_new_link_on_a_kept_node_without_placing_the_node_again():
@@ -118,7 +125,7 @@ def test_the_broker_places_a_new_link_on_a_kept_node_without_placing_the_node_ag
                                  extra_links=[{"client_id": "l2", "ifaces": ["n2:if1", "n3:if0"]}],
                                  n2_ifaces=("n2:if0", "n2:if1")))
     changes = up.diff(existing(pair()), desired)
-    kept = up.bound_interfaces(changes, {c: {"component_id": p.component_id,
+    kept = up.bound_interfaces(changes.desired, changes.added.links, {c: {"component_id": p.component_id,
                                              "interfaces": p.details.get("interfaces") or {}}
                                          for c, p in where.items() if p.kind == "node"})
     assert set(kept) == {"n2"}
