@@ -18,6 +18,10 @@ from slicex.errors import BadArgs
 from slicex.inventory import from_doc, to_doc
 from slicex.ticket import Ticket
 
+REWIRE = "slicex_rewire"
+"""The authority action (modifyLease) that gives a running node the interfaces its details now list: an AM API
+Update added or removed links of it (slice_manager/updater.py); the driver changes its ports in place."""
+
 NODE_FIELDS = ("client_id", "component_id", "component_manager_id", "exclusive", "sliver_type", "disk_image",
                "hardware_type", "interfaces", "fpga")
 LINK_FIELDS = ("client_id", "interface_refs", "component_managers", "capacity_kbps", "latency_ms", "packet_loss",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 from lxml import etree
 
 from protocol import slice_manager as sm
+from protocol.messages import REWIRE
 from protocol.slice_manager import Sliver
 from rspec.request import Request, RequestNode, parse_request
 from slice_manager import reservation as rs
@@ -34,8 +36,6 @@ from slicex.errors import BadArgs, GeniError, InProgress, SearchFailed
 from slicex.xmlsafe import parse_xml
 
 log = logging.getLogger("slicex.sm")
-REWIRE = "slicex_rewire"
-"""The authority action that changes a running node's interfaces in place (its details' `interfaces`)."""
 
 
 class Updates:
@@ -277,7 +277,14 @@ class Updates:
         recs = {rid: rec for rid in u.members if (rec := self._load(rid)) is not None and not rec.discard}
         try:
             if u.added:
-                self._provision([rid for rid in u.added if rid in recs], u.lease_end, list(u.users), now)
+                added = [rid for rid in u.added if rid in recs]
+                self._provision(added, u.lease_end, list(u.users), now)
+                for rid in added:  # provisioned now: no longer shown updating (and geni_start may be asked)
+                    if (rec := self._load(rid)) is not None and rec.update:
+                        rec.update = ""
+                        self._save(rec)
+                if self._running(recs.values(), now):  # a running slice: its new slivers start with it
+                    self._start_added(added, list(u.users), now)
             self.fault("update:provisioned")
             recs = {rid: rec for rid in u.members if (rec := self._load(rid)) is not None and not rec.discard}
             for rid, change in u.rewired.items():
@@ -296,6 +303,23 @@ class Updates:
         self._apply(u.slice_urn, kept, added, u.removed, u.rewired, Request((), (), u.request_xml), u.request_key, now)
         self.store.delete(UPDATES, u.slice_urn)
         return [self._sliver(rec, now) for rec in recs.values() if rec.id not in u.removed]
+
+    def _running(self, recs: Iterable[Record], now: datetime) -> bool:
+        """Whether a node of the slice the update keeps is up (then what the update adds boots at commit)."""
+        for rec in recs:
+            if rec.kind == "node" and rec.r.state in rs.HOLDS_LEASE and rec.update != "added":
+                if self.authority.status(rec.ticket_id, now)[0] in (sm.READY, sm.CONFIGURING):
+                    return True
+        return False
+
+    def _start_added(self, added: list[str], users: list[dict[str, Any]], now: datetime) -> None:
+        """geni_start the slivers a commit provisioned (links first: a node's ports join running segments);
+        one already started (a commit completed after a crash) is left as it is."""
+        recs = [rec for rid in added if (rec := self._load(rid)) is not None and rec.r.state in rs.HOLDS_LEASE]
+        todo = [rec.id for rec in sorted(recs, key=lambda r: r.kind != "link")
+                if self.authority.status(rec.ticket_id, now)[0] in sm.ALLOWED_ACTIONS["geni_start"]]
+        if todo:
+            self._perform(todo, "geni_start", now, False, users)
 
     def _rewire(self, rec: Record, interfaces: dict[str, Any], link_ids: list[str], now: datetime) -> None:
         """Give a running node these interfaces at the authority, each with the address and VLAN tag of its
