@@ -413,7 +413,7 @@ class AggregateManager:
             "urn": self.identity.urn,
             "hostname": self.identity.hostname,
             "slicex_substrate": self.identity.substrate_description,
-            # AM API Update and Cancel (GENI change set C, adopted for v4, offered on v3): docs/experimenter-guide.md
+            # AM API Update and Cancel (GENI change set C, adopted for v4, offered on v3): docs/operator-guide.md §13
             "slicex_update": {"methods": ["Update", "Cancel"], "geni_updating": True,
                               "update_expires_seconds": int(self.policy.allocation_lifetime.total_seconds()),
                               "changes": ["add and remove nodes and links", "change link capacity"],
