@@ -496,6 +496,8 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
             out.append(s)
             self._save(rec)
         self._forget_requests({rec.slice_urn for rec in recs.values()})
+        for slice_urn in {rec.slice_urn for rec in recs.values()}:
+            self._forget_update_of_gone(slice_urn)
         return out
 
     # ---- views -----------------------------------------------------------------------------------------------

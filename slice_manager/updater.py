@@ -59,13 +59,14 @@ class Updates:
         with self._on_slices([slice_urn]):
             live = [rec for rec in self.records(slice_urn) if not rec.discard
                     and rec.r.state not in (rs.CLOSE_WAIT, rs.CLOSED)]
-            pending = self.pending_update(slice_urn)
-            if pending is not None:
-                raise InProgress(f"slice {slice_urn} has an Update pending until {rfc3339(pending.expires)} "
-                                 f"({pending.phase}); Provision to commit it or Cancel it before another Update")
             named = set(sliver_urns) or {rec.id for rec in live}
-            with self._holding(sorted(named), now):
+            with self._holding(sorted(named), now):  # another AM worker's Update of these waits or is Busy
                 self._settle(sorted(named), now)
+                pending = self.pending_update(slice_urn)
+                if pending is not None:
+                    raise InProgress(f"slice {slice_urn} has an Update pending until {rfc3339(pending.expires)} "
+                                     f"({pending.phase}); Provision to commit it or Cancel it before another "
+                                     f"Update")
                 recs = {u: self._require(u, now) for u in sorted(named)}
                 return self._update(slice_urn, recs, request, alloc_end, update_end, now, best_effort)
 
@@ -394,6 +395,17 @@ class Updates:
 
     def _gone_sliver(self, rid: str, slice_urn: str, now: datetime) -> Sliver | None:
         return Sliver(rid, slice_urn, "", "", sm.UNALLOCATED, sm.PENDING_ALLOCATION, now)
+
+    def _forget_update_of_gone(self, slice_urn: str) -> None:
+        """A slice whose slivers were all deleted keeps no pending Update (nothing is left to commit or put
+        back; the added slivers went with the rest)."""
+        u = self.pending_update(slice_urn)
+        if u is None or u.phase == up.COMMITTING:
+            return
+        if not any((rec := self._load(rid)) is not None and not rec.discard for rid in u.members):
+            if u.request_key:
+                self.store.delete(REQUESTS, u.request_key)
+            self.store.delete(UPDATES, slice_urn)
 
     # ---- the clock and recovery --------------------------------------------------------------------------------
     def _settle_updates(self, now: datetime) -> None:

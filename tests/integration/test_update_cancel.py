@@ -124,7 +124,12 @@ def test_update_refusals_have_clear_codes(running):
     urn, creds, before = provisioned_pair(alice, "updbad")
     _, bob_creds = bob.slice_credential("updbob")
     # another user's slice: bob's credential is not for alice's slice
-    assert code(bob.am.Update([urn], bob_creds, three_nodes(), {})) in (3, 20, 22)
+    stranger = bob.am.Update([urn], bob_creds, three_nodes(), {})
+    assert code(stranger) == 22 and "updbob" in stranger["output"]  # CREDENTIAL_MISMATCH: his slice, not hers
+    assert code(bob.am.Cancel([urn], bob_creds, {})) == 22
+    # naming her sliver with his credential: as if it did not exist (nothing learnt of other slices)
+    assert code(bob.am.Update([before["n1"]], bob_creds, three_nodes(), {})) == 12
+    assert code(bob.am.Cancel([before["n1"]], bob_creds, {})) == 12
     # malformed RSpec
     bad = alice.am.Update([urn], creds, "<rspec", {})
     assert code(bad) == 1 and bad["output"]
@@ -140,7 +145,7 @@ def test_update_refusals_have_clear_codes(running):
     # slivers not in the slice
     other, ocreds, theirs = provisioned_pair(alice, "updother")
     reply = alice.am.Update([urn, theirs["n1"]], creds, three_nodes(), {})
-    assert code(reply) in (1, 12)
+    assert code(reply) == 12 and theirs["n1"] in reply["output"]
     ghost = f"urn:publicid:IDN+{AUTHORITY}+sliver+0123456789abcdef"
     assert code(alice.am.Update([ghost], creds, three_nodes(), {})) == 12
     # a stitched link (another aggregate's interface) is refused, naming it
@@ -179,3 +184,14 @@ def test_update_is_all_or_nothing_unless_best_effort(running):
     ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
     assert set(slivers_of(alice, urn, creds)) == {"n1", "n2", "n3", "l1", "l2"}
     assert states(alice, urn, creds) == {"geni_provisioned"}
+
+
+def test_deleting_the_slivers_of_a_staged_update_leaves_no_update_pending(running):
+    alice = running.user("alice")
+    urn, creds, _ = provisioned_pair(alice, "upddel")
+    ok(alice.am.Update([urn], creds, three_nodes(), {}))
+    ok(alice.am.Delete([urn], creds, {}))
+    ok(alice.am.Allocate(urn, creds, two_nodes(), {}))
+    ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
+    value = ok(alice.am.Update([urn], creds, three_nodes(), {}))  # was INPROGRESS: the deleted slice's Update
+    assert {s["geni_allocation_status"] for s in value["geni_slivers"]} == {"geni_updating"}
