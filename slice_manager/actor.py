@@ -415,6 +415,9 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
                  users: list[dict[str, Any]]) -> list[Sliver]:
         recs = [self._require(u, now) for u in sliver_urns]
         slivers = {rec.id: self._sliver(rec, now) for rec in recs}
+        for rec in recs:  # a running sliver a staged Update concerns is still provisioned for its actions
+            if slivers[rec.id].allocation_state == up.UPDATING and rec.r.state in rs.HOLDS_LEASE:
+                slivers[rec.id].allocation_state = sm.PROVISIONED
         problems = []
         for rec in recs:
             s = slivers[rec.id]

@@ -94,6 +94,9 @@ def test_uncommitted_update_reverts_at_its_expiry(running):
     alice = running.user("alice")
     urn, creds, before = provisioned_pair(alice, "updexp")
     ok(alice.am.Update([urn], creds, three_nodes(), {}))
+    # a running sliver the Update concerns still takes its operational actions meanwhile
+    started = ok(alice.am.PerformOperationalAction([before["n1"]], creds, "geni_start", {}))
+    assert started[0]["geni_allocation_status"] == "geni_updating" and not started[0]["geni_error"]
     running.clock.advance(timedelta(minutes=11))  # past the update's expiry (the allocation lifetime)
     running.deployment.sm.reap(running.clock.now())
     assert slivers_of(alice, urn, creds) == before
