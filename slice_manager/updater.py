@@ -78,6 +78,10 @@ class Updates:
             raise BadArgs(f"cannot update {rec.client_id} ({rec.id}): it is {rec.r.state}"
                           f"{' (' + rec.r.pending + ')' if rec.r.pending != rs.NONE else ''}"
                           f"{': ' + rec.r.reason if rec.r.reason else ''}")
+        early = [rec for rec in recs.values() if rs.awaiting_start(rec.r, now)]
+        if early:  # its term is booked in the broker's calendar: an Update would place the difference for now
+            raise BadArgs(f"cannot update {early[0].client_id} ({early[0].id}): it is an advance reservation from "
+                          f"{rfc3339(early[0].r.start)}; Delete it and Allocate the new request for that term")
         elements = self._requested_elements(slice_urn)
         changes = up.diff([up.Existing(rec.id, rec.client_id, rec.kind, elements.get(rec.client_id))
                            for rec in recs.values()], request)

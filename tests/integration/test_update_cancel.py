@@ -198,3 +198,12 @@ def test_deleting_the_slivers_of_a_staged_update_leaves_no_update_pending(runnin
     ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
     value = ok(alice.am.Update([urn], creds, three_nodes(), {}))  # was INPROGRESS: the deleted slice's Update
     assert {s["geni_allocation_status"] for s in value["geni_slivers"]} == {"geni_updating"}
+
+
+def test_update_of_an_advance_reservation_is_refused_naming_its_start(running):
+    alice = running.user("alice")
+    urn, creds = alice.slice_credential("updadv")
+    start = running.clock.now() + timedelta(days=2)
+    ok(alice.am.Allocate(urn, creds, two_nodes(), {"geni_start_time": start.strftime("%Y-%m-%dT%H:%M:%SZ")}))
+    reply = alice.am.Update([urn], creds, three_nodes(), {})
+    assert code(reply) == 1 and "advance reservation" in reply["output"]

@@ -137,3 +137,17 @@ def test_the_broker_places_a_new_link_on_a_kept_node_without_placing_the_node_ag
     assert l2.details["bindings"]["n2:if1"]["node"] == "n2"
     assert l2.details["endpoints"] == ["n2", "n3"]
     assert not set(l2.keys) & used
+
+
+def test_the_dashboard_shows_a_staged_updates_slivers_updating():
+    from operations.snapshot import sliver_states
+    from slice_manager import reservation as rs
+    from slice_manager.records import Record
+
+    def rec(state: str, update: str) -> Record:
+        return Record("s1", "slice", "o", "n3", "node", "", "g", rs.Reservation("s1", state=state), {},
+                      update=update)
+
+    assert sliver_states(rec(rs.TICKETED, "added")) == ("geni_updating", "geni_pending_allocation")
+    assert sliver_states(rec(rs.ACTIVE, "kept")) == ("geni_updating", "geni_notready")
+    assert sliver_states(rec(rs.ACTIVE, "")) == ("geni_provisioned", "geni_notready")
