@@ -59,6 +59,8 @@ def test_get_version_advertises_update_and_cancel(running):
 def test_update_commit_then_cancel_restores_the_topology(running):
     alice = running.user("alice")
     urn, creds, before = provisioned_pair(alice, "upd")
+    sm = running.deployment.sm
+    units = {c: set(sm.sliver(before[c], running.clock.now()).details["keys"]) for c in ("n1", "n2")}
     value = ok(alice.am.Update([urn], creds, three_nodes(), {}))
     assert {s["geni_allocation_status"] for s in value["geni_slivers"]} == {"geni_updating"}
     assert client_ids(value["geni_rspec"]) == {"n1", "n2", "n3", "l1", "l2"}
@@ -70,7 +72,10 @@ def test_update_commit_then_cancel_restores_the_topology(running):
     assert {s["geni_allocation_status"] for s in done["geni_slivers"]} == {"geni_provisioned"}
     after = slivers_of(alice, urn, creds)
     assert set(after) == {"n1", "n2", "n3", "l1", "l2"}
-    assert {k: after[k] for k in before} == before  # what is kept keeps its slivers
+    assert {k: after[k] for k in before} == before  # what is kept keeps its slivers and its units
+    assert {c: set(sm.sliver(before[c], running.clock.now()).details["keys"]) for c in ("n1", "n2")} == units
+    added = set(sm.sliver(after["n3"], running.clock.now()).details["keys"])
+    assert added and added <= sm.usage_keys() and not added & set().union(*units.values())
     manifest = ok(alice.am.Describe([urn], creds, {"geni_rspec_version": RSPEC_V3}))["geni_rspec"]
     n2 = next(el for el in etree.fromstring(manifest.encode()).iter(f"{{{RSPEC3}}}node") if el.get("client_id") == "n2")
     ifaces = {i.get("client_id"): i for i in n2.iter(f"{{{RSPEC3}}}interface")}
@@ -86,6 +91,7 @@ def test_update_commit_then_cancel_restores_the_topology(running):
     ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
     final = slivers_of(alice, urn, creds)
     assert set(final) == {"n1", "n2", "l1"} and final["n1"] == before["n1"] and final["l1"] != before["l1"]
+    assert not added & sm.usage_keys()  # what the commit removed was released
     status = ok(alice.am.Status([urn], creds, {}))["geni_slivers"]
     assert len(status) == 3
 
