@@ -354,8 +354,7 @@ class Updates:
             rec = recs.get(rid)
             if rec is None:
                 continue
-            if rec.r.state in rs.HOLDS_LEASE and rec.details.get("interfaces") != change["before"] and \
-                    set(rec.details.get("interfaces") or {}) != set(change["before"]):
+            if rec.r.state in rs.HOLDS_LEASE and rec.details.get("interfaces") != change["before"]:
                 try:
                     self._rewire(rec, change["before"], list(rec.r.depends_on), now)
                 except GeniError as exc:

@@ -92,3 +92,40 @@ def test_a_crash_during_an_update_completes_or_reverts_on_real_redis(boundary, c
         run(store, boundary, cancel)
     finally:
         store.flush()
+
+
+def test_a_commit_that_fails_half_way_puts_the_rewired_nodes_back(tmp_path):
+    """l1's capacity changes (a new l1, both nodes rewired onto it); the authority refuses to rewire the second
+    node: the Update is reverted whole, and the first node is put back on the old l1 at the authority too."""
+    from protocol.messages import REWIRE
+    from slicex.errors import ServerError
+
+    store = SqliteStore(str(tmp_path / "s.db"))
+    w = World(store, lambda b: None)
+    clock = w.clock = ManualClock()
+    now = clock.now()
+    slivers = w.sm.allocate(SLICE, "o", parse_request(PAIR), now + timedelta(minutes=10), now)
+    w.sm.provision([s.urn for s in slivers], now + timedelta(hours=2), [], now)
+    old_l1 = next(s for s in w.sm.slivers(SLICE, now) if s.client_id == "l1")
+    faster = request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0"])],
+                           [{"client_id": "l1", "ifaces": ["n1:if0", "n2:if0"], "capacity": 50000}])
+    w.sm.update(SLICE, [], parse_request(faster), now + timedelta(minutes=10), now + timedelta(minutes=10), now)
+    real = w.authority.modify
+    rewired: list[str] = []
+
+    def modify(lease_id, action, when, properties=None):
+        if action == REWIRE:
+            rewired.append(lease_id)
+            if len(rewired) == 2:
+                raise ServerError("the driver could not add the port")
+        return real(lease_id, action, when, properties=properties)
+
+    w.authority.modify = modify
+    with pytest.raises(ServerError, match="so it was reverted"):
+        w.sm.provision([s.urn for s in w.sm.slivers(SLICE, now)], now + timedelta(hours=2), [], now)
+    assert len(rewired) == 3  # the first node, the second (refused), the first put back
+    first = w.authority.lease_doc(rewired[0])["spec"]["details"]["interfaces"]
+    assert [i["vlan_tag"] for i in first.values()] == [old_l1.details["vlan_tag"]]
+    assert w.sm.pending_update(SLICE) is None
+    assert {s.client_id: s.urn for s in w.sm.slivers(SLICE, now) if s.client_id == "l1"} == {"l1": old_l1.urn}
+    converged(w, store)
