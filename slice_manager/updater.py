@@ -124,6 +124,8 @@ class Updates:
         `best_effort` one element at a time when the whole does not fit: (the records granted, a sliver
         struct with geni_error for each element left out). A staged update's record names every reservation
         before it is asked for (`pending`), so a crash anywhere here is reverted."""
+        some = next(iter(recs.values()))
+        slice_urn, identity = some.slice_urn, some.slice_uuid
         parts = [changes.added] if changes.added.nodes or changes.added.links else []
         first = True
         granted: dict[str, Record] = {}
@@ -134,21 +136,18 @@ class Updates:
             orphan = self._orphan(part, changes.desired, {rec.client_id for rec in placed.values()})
             if orphan:  # best effort: a link whose new node was left out is left out too
                 never = f"urn:publicid:IDN+{self.substrate.authority}+sliver+{uuid.uuid4().hex[:16]}"
-                refused.append(Sliver(never, next(iter(recs.values())).slice_urn, part.links[0].client_id, "link",
-                                      sm.UNALLOCATED, sm.FAILED, now, f"not added: {orphan}"))
+                refused.append(Sliver(never, slice_urn, part.links[0].client_id, "link", sm.UNALLOCATED, sm.FAILED,
+                                      now, f"not added: {orphan}"))
                 continue
             kept = up.bound_interfaces(changes.desired, part.links,
                                        {rec.client_id: {"component_id": rec.component_id,
                                                         "interfaces": rec.details.get("interfaces") or {}}
                                         for rec in placed.values() if rec.kind == "node"})
-            subnets = sorted({str(rec.details.get("subnet")) for rec in self.records(next(iter(recs.values()))
-                                                                                      .slice_urn)
-                              if rec.kind == "link" and rec.details.get("subnet")} |
-                             {str(rec.details.get("subnet")) for rec in granted.values() if rec.details.get("subnet")})
-            batch = self._records(part, next(iter(recs.values())).slice_urn, owner, f"ticket:{uuid.uuid4().hex}",
-                                  self._bitstream_parts(owner))
+            subnets = sorted({str(rec.details["subnet"]) for rec in [*self.records(slice_urn), *granted.values()]
+                              if rec.kind == "link" and rec.details.get("subnet")})
+            batch = self._records(part, slice_urn, owner, f"ticket:{uuid.uuid4().hex}", self._bitstream_parts(owner))
             for rec in batch.values():
-                rec.slice_uuid = next(iter(recs.values())).slice_uuid
+                rec.slice_uuid = identity
                 rec.demand = {**rec.demand, "kept": kept, "subnets": subnets}
                 rec.update = "added" if pending is not None else ""
                 rec.r, rec.outbox = rs.demand(rec.r, now, end)
@@ -236,14 +235,7 @@ class Updates:
         """Make the change the slice's state (allocated slivers at once, or the commit's last step): give back
         the removed slivers, record the rewired nodes' interfaces and links, and make the desired RSpec the
         request of the named slivers."""
-        gone = {rid: recs[rid] for rid in removed if rid in recs}
-        for rec in gone.values():
-            rec.r, msgs = rs.close(rec.r, now)
-            rec.outbox += [m for m in msgs if m not in rec.outbox]
-            rec.discard = True
-        self._drive(gone, now)
-        for rec in gone.values():
-            self._save(rec)
+        self._abandon({rid: recs[rid] for rid in removed if rid in recs}, now)
         for rid, change in rewired.items():
             rec = recs[rid]
             rec.details = {**rec.details, "interfaces": dict(change["after"])}
@@ -337,18 +329,12 @@ class Updates:
     # ---- revert (Cancel, expiry, a failed commit) ----------------------------------------------------------------
     def _revert(self, u: up.PendingUpdate | None, now: datetime) -> list[Record]:
         """Close the added slivers, put rewired nodes back, forget the update's request (the caller holds the
-        members' locks). Returns the records of the members that remain."""
+        members' locks). Returns the members' records: the kept ones as they are now, the added ones closed."""
         if u is None:
             return []
         recs = {rid: rec for rid in u.members if (rec := self._load(rid)) is not None}
         added = {rid: recs[rid] for rid in u.added if rid in recs}
-        for rec in added.values():
-            rec.r, msgs = rs.close(rec.r, now)
-            rec.outbox += [m for m in msgs if m not in rec.outbox]
-            rec.discard = True
-        self._drive(added, now)
-        for rec in added.values():
-            self._save(rec)
+        self._abandon(added, now)
         self.fault("update:reverting")
         for rid, change in u.rewired.items():
             rec = recs.get(rid)
@@ -367,7 +353,7 @@ class Updates:
         if u.request_key:
             self.store.delete(REQUESTS, u.request_key)
         self.store.delete(UPDATES, u.slice_urn)
-        return [self._load(rec.id) or rec for rec in kept]
+        return [self._load(rec.id) or rec for rec in kept] + list(added.values())
 
     # ---- Cancel ------------------------------------------------------------------------------------------------
     def cancel(self, slice_urn: str, sliver_urns: list[str], now: datetime) -> list[Sliver]:
@@ -380,10 +366,7 @@ class Updates:
                 with self._holding(list(u.members), now):
                     u = up.begin_revert(u, "cancelled", now, self.name)
                     self._put_update(u)
-                    kept = self._revert(u, now)
-                    out = [self._sliver(rec, now) for rec in kept]
-                    gone = [s for rid in u.added if (s := self._gone_sliver(rid, slice_urn, now)) is not None]
-                    return out + gone
+                    return [self._sliver(rec, now) for rec in self._revert(u, now)]
             if u is not None:
                 raise InProgress(f"the Update of {slice_urn} is {u.phase}; it cannot be cancelled now")
             named = sliver_urns or [rec.id for rec in self.records(slice_urn) if not rec.discard
@@ -395,9 +378,6 @@ class Updates:
                                    f"{'the named slivers' if sliver_urns else 'its slivers'} is only allocated")
             with self._holding(allocated, now):
                 return self._delete(allocated, now)
-
-    def _gone_sliver(self, rid: str, slice_urn: str, now: datetime) -> Sliver | None:
-        return Sliver(rid, slice_urn, "", "", sm.UNALLOCATED, sm.PENDING_ALLOCATION, now)
 
     def _forget_update_of_gone(self, slice_urn: str) -> None:
         """A slice whose slivers were all deleted keeps no pending Update (nothing is left to commit or put

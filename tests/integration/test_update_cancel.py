@@ -84,6 +84,9 @@ def test_update_commit_then_cancel_restores_the_topology(running):
     ok(alice.am.Update([urn], creds, two_nodes(capacity=200000), {}))
     cancelled = ok(alice.am.Cancel([urn], creds, {}))
     assert {s["geni_allocation_status"] for s in cancelled["geni_slivers"]} <= {"geni_provisioned", "geni_unallocated"}
+    given_back = [s for s in cancelled["geni_slivers"] if s["geni_allocation_status"] == "geni_unallocated"]
+    assert [s["geni_client_id"] for s in given_back] == ["l1"]  # the replacement l1 the Update had placed
+    assert given_back[0]["geni_sliver_urn"] not in after.values()
     assert slivers_of(alice, urn, creds) == after
     assert states(alice, urn, creds) == {"geni_provisioned"}
     # and once more, committed: n3 and l2 are gone, l1 is a new sliver with the new capacity
