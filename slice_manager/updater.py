@@ -101,10 +101,9 @@ class Updates:
                              "after": self._interfaces_after(recs[rid], node, added),
                              "depends_on": self._links_of(node, recs, added, changes.removed)}
                        for rid, node in changes.rewired.items()}
-            if not staged:  # allocated slivers change at once
+            if not staged:  # allocated slivers change at once (the removed ones answer geni_unallocated)
                 self._apply(slice_urn, recs, added, changes.removed, rewired, request, request_key, now)
-                return [self._sliver(rec, now) for rec in [*recs.values(), *added.values()]
-                        if rec.id not in changes.removed] + refused
+                return [self._sliver(rec, now) for rec in [*recs.values(), *added.values()]] + refused
             pending = replace(pending, phase=up.STAGED, added=tuple(added), rewired=rewired,
                               members=tuple(dict.fromkeys([*recs, *added])), request_xml=request.xml,
                               request_key=request_key)

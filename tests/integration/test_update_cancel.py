@@ -120,7 +120,9 @@ def test_update_of_allocated_slivers_applies_at_once(running):
     value = ok(alice.am.Update([urn], creds, three_nodes(), {}))
     assert {s["geni_allocation_status"] for s in value["geni_slivers"]} == {"geni_allocated"}
     assert set(slivers_of(alice, urn, creds)) == {"n1", "n2", "n3", "l1", "l2"}
-    ok(alice.am.Update([urn], creds, two_nodes(), {}))  # and back: n3 and l2 given back at once
+    back = ok(alice.am.Update([urn], creds, two_nodes(), {}))  # and back: n3 and l2 given back at once
+    assert {s["geni_client_id"] for s in back["geni_slivers"] if s["geni_allocation_status"] == "geni_unallocated"} \
+        == {"n3", "l2"}
     assert set(slivers_of(alice, urn, creds)) == {"n1", "n2", "l1"}
     ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
     assert states(alice, urn, creds) == {"geni_provisioned"}
