@@ -67,6 +67,7 @@ from slicex.clock import parse_time, rfc3339
 from slicex.errors import (
     BadArgs,
     Busy,
+    Expired,
     GeniError,
     OutOfRange,
     Refused,
@@ -274,6 +275,9 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
         deps = [d for u in others for d in self._require(u, now).r.depends_on]
         with self._holding([*pending.members, *others, *deps], now):
             self._settle([*pending.members, *others], now)
+            if self.pending_update(pending.slice_urn) != pending:  # another AM worker's reaper reverted it meanwhile
+                raise Expired(f"the Update of {pending.slice_urn} expired and was reverted before it could be "
+                              f"committed; Update again")
             committing = up.begin_commit(pending, now, self.name, end, users)
             self._put_update(committing)
             self.fault("update:committing")

@@ -31,7 +31,7 @@ from typing import Any
 from protocol.slice_manager import UPDATING  # noqa: E402,F401 - the allocation state of a staged update's slivers
 from rspec.request import Request, RequestLink, RequestNode
 from slicex.clock import parse_time, rfc3339
-from slicex.errors import BadArgs, Unsupported
+from slicex.errors import BadArgs, Expired, Unsupported
 
 STAGING, STAGED, COMMITTING, REVERTING = "staging", "staged", "committing", "reverting"
 """Phases of a pending update. staging: the broker is being asked (a crash here reverts); staged: placed,
@@ -230,7 +230,7 @@ def begin_commit(u: PendingUpdate, now: datetime, owner: str, lease_end: datetim
     if u.phase != STAGED:
         raise BadArgs(f"the update of {u.slice_urn} is {u.phase}; only a staged update is committed")
     if now >= u.expires:
-        raise BadArgs(f"the update of {u.slice_urn} expired at {rfc3339(u.expires)} and is being reverted; "
+        raise Expired(f"the update of {u.slice_urn} expired at {rfc3339(u.expires)} and is being reverted; "
                       f"Update again")
     return replace(u, phase=COMMITTING, since=now, owner=owner, lease_end=lease_end, users=tuple(users))
 

@@ -363,6 +363,8 @@ class Updates:
             u = self.pending_update(slice_urn)
             if u is not None and u.phase in (up.STAGING, up.STAGED):
                 with self._holding(list(u.members), now):
+                    if self.pending_update(slice_urn) != u:  # reverted or committed meanwhile by another AM worker
+                        raise InProgress(f"the Update of {slice_urn} changed while Cancel waited for it; ask again")
                     u = up.begin_revert(u, "cancelled", now, self.name)
                     self._put_update(u)
                     return [self._sliver(rec, now) for rec in self._revert(u, now)]

@@ -129,3 +129,25 @@ def test_a_commit_that_fails_half_way_puts_the_rewired_nodes_back(tmp_path):
     assert w.sm.pending_update(SLICE) is None
     assert {s.client_id: s.urn for s in w.sm.slivers(SLICE, now) if s.client_id == "l1"} == {"l1": old_l1.urn}
     converged(w, store)
+
+
+def test_a_provision_that_waited_while_another_worker_reverted_the_update_commits_nothing(tmp_path):
+    """Provision read the staged Update, then waited for its slivers while another AM worker's reaper reverted
+    it at its expiry: it answers EXPIRED instead of committing what is gone."""
+    from slicex.errors import Expired
+
+    store = SqliteStore(str(tmp_path / "s.db"))
+    w = World(store, lambda b: None)
+    clock = w.clock = ManualClock()
+    now = clock.now()
+    slivers = w.sm.allocate(SLICE, "o", parse_request(PAIR), now + timedelta(minutes=10), now)
+    w.sm.provision([s.urn for s in slivers], now + timedelta(hours=2), [], now)
+    w.sm.update(SLICE, [], parse_request(TRIPLE), now + timedelta(minutes=10), now + timedelta(minutes=10), now)
+    seen = w.sm.pending_update(SLICE)
+    clock.advance(timedelta(minutes=11))
+    w.sm.reap(clock.now())  # the other worker's reaper: reverted
+    assert w.sm.pending_update(SLICE) is None
+    with pytest.raises(Expired, match="reverted before it could be committed"):
+        w.sm._provision_update(seen, [s.urn for s in slivers], now + timedelta(hours=2), [], now)
+    assert topology(w, clock) == {"n1", "n2", "l1"} and w.sm.pending_update(SLICE) is None
+    converged(w, store)

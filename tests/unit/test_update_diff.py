@@ -12,7 +12,7 @@ from rspec.fpga_ext import FpgaRequest
 from rspec.request import Request, RequestNode, parse_request
 from rspec.substrate import default_substrate
 from slice_manager import update as up
-from slicex.errors import BadArgs, Unsupported
+from slicex.errors import BadArgs, Expired, Unsupported
 from tests.factories import request_rspec, vm
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
@@ -102,7 +102,7 @@ def test_pending_update_commit_revert_and_what_the_clock_does():
     with pytest.raises(BadArgs, match="being committed"):
         up.begin_revert(c, "cancelled", T0, "sm1")
     assert up.commit_failed(c, "redeem failed", T0, "sm1").phase == up.REVERTING
-    with pytest.raises(BadArgs, match="expired"):
+    with pytest.raises(Expired, match="expired"):
         up.begin_commit(u, T0 + timedelta(minutes=10), "sm1", T0 + timedelta(days=1), [])
     staging = up.PendingUpdate("s", up.STAGING, T0 + timedelta(minutes=10))
     assert up.due(staging, T0, caller_gone=True) is None
