@@ -90,6 +90,19 @@ def _refuse_special(what: str, element: RequestNode | RequestLink) -> None:
                           f"does not change in place; Delete it and Allocate again")
 
 
+def _before(e: Existing | None, wanted: Any, added: list[Any]) -> Any:
+    """The request element a named sliver was allocated from, to compare with the desired `wanted`; None when
+    `wanted` is new (then it is appended to `added`, unless it is of a kind Update refuses)."""
+    if e is None:
+        _refuse_special("add", wanted)
+        added.append(wanted)
+        return None
+    if not isinstance(e.element, type(wanted)):
+        raise BadArgs(f"{e.kind} {e.client_id} ({e.sliver_id}): its request is not known here, so it cannot be "
+                      f"compared")
+    return e.element
+
+
 def diff(existing: Iterable[Existing], desired: Request) -> ChangeSet:
     """The change from the named slivers to `desired` (pure). BADARGS for a desired RSpec that contradicts
     itself or changes a kept node in a way that cannot be done in place; UNSUPPORTED for stitched links and
@@ -113,39 +126,29 @@ def diff(existing: Iterable[Existing], desired: Request) -> ChangeSet:
             raise BadArgs(f"{cid} is a {e.kind} sliver; the desired RSpec makes it a "
                           f"{'link' if e.kind == 'node' else 'node'}: remove it and add one under another client_id")
     for cid, node in want_nodes.items():
-        e = have.get(cid)
-        if e is None:
-            _refuse_special("add", node)
-            add_nodes.append(node)
+        old = _before(have.get(cid), node, add_nodes)
+        if old is None:
             continue
-        old = e.element
-        if not isinstance(old, RequestNode):
-            raise BadArgs(f"node {cid} ({e.sliver_id}): its request is not known here, so it cannot be compared")
         changed = [f for f in NODE_FIXED if getattr(old, f) != getattr(node, f) and getattr(node, f) is not None]
         if changed:
             raise BadArgs(f"node {cid} cannot change {', '.join(changed)} in place; remove it and add a node under "
                           f"another client_id")
         if set(_iface_ids(old)) != set(_iface_ids(node)):
             _refuse_special("rewire", old)
-            rewired[e.sliver_id] = node
+            rewired[have[cid].sliver_id] = node
         else:
-            kept[e.sliver_id] = cid
+            kept[have[cid].sliver_id] = cid
     for cid, link in want_links.items():
-        e = have.get(cid)
-        if e is None:
-            _refuse_special("add", link)
-            add_links.append(link)
+        old = _before(have.get(cid), link, add_links)
+        if old is None:
             continue
-        old = e.element
-        if not isinstance(old, RequestLink):
-            raise BadArgs(f"link {cid} ({e.sliver_id}): its request is not known here, so it cannot be compared")
         if _link_shape(old) != _link_shape(link):
             _refuse_special("change", old)
             _refuse_special("change", link)
-            removed.append(e.sliver_id)
+            removed.append(have[cid].sliver_id)
             add_links.append(link)
         else:
-            kept[e.sliver_id] = cid
+            kept[have[cid].sliver_id] = cid
     for cid, e in have.items():
         if cid not in want_nodes and cid not in want_links:
             if e.element is not None:

@@ -94,6 +94,16 @@ def test_a_crash_during_an_update_completes_or_reverts_on_real_redis(boundary, c
         store.flush()
 
 
+def provisioned_pair(store) -> tuple[World, ManualClock, list]:
+    """The actors over `store` (no crashes) and a provisioned pair in SLICE."""
+    w = World(store, lambda b: None)
+    clock = w.clock = ManualClock()
+    now = clock.now()
+    slivers = w.sm.allocate(SLICE, "o", parse_request(PAIR), now + timedelta(minutes=10), now)
+    w.sm.provision([s.urn for s in slivers], now + timedelta(hours=2), [], now)
+    return w, clock, slivers
+
+
 def test_a_commit_that_fails_half_way_puts_the_rewired_nodes_back(tmp_path):
     """l1's capacity changes (a new l1, both nodes rewired onto it); the authority refuses to rewire the second
     node: the Update is reverted whole, and the first node is put back on the old l1 at the authority too."""
@@ -101,11 +111,8 @@ def test_a_commit_that_fails_half_way_puts_the_rewired_nodes_back(tmp_path):
     from slicex.errors import ServerError
 
     store = SqliteStore(str(tmp_path / "s.db"))
-    w = World(store, lambda b: None)
-    clock = w.clock = ManualClock()
+    w, clock, slivers = provisioned_pair(store)
     now = clock.now()
-    slivers = w.sm.allocate(SLICE, "o", parse_request(PAIR), now + timedelta(minutes=10), now)
-    w.sm.provision([s.urn for s in slivers], now + timedelta(hours=2), [], now)
     old_l1 = next(s for s in w.sm.slivers(SLICE, now) if s.client_id == "l1")
     faster = request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0"])],
                            [{"client_id": "l1", "ifaces": ["n1:if0", "n2:if0"], "capacity": 50000}])
@@ -137,11 +144,8 @@ def test_a_provision_that_waited_while_another_worker_reverted_the_update_commit
     from slicex.errors import Expired
 
     store = SqliteStore(str(tmp_path / "s.db"))
-    w = World(store, lambda b: None)
-    clock = w.clock = ManualClock()
+    w, clock, slivers = provisioned_pair(store)
     now = clock.now()
-    slivers = w.sm.allocate(SLICE, "o", parse_request(PAIR), now + timedelta(minutes=10), now)
-    w.sm.provision([s.urn for s in slivers], now + timedelta(hours=2), [], now)
     w.sm.update(SLICE, [], parse_request(TRIPLE), now + timedelta(minutes=10), now + timedelta(minutes=10), now)
     seen = w.sm.pending_update(SLICE)
     clock.advance(timedelta(minutes=11))

@@ -5,20 +5,14 @@ committed, removes the node and its link and re-shapes the kept link (its ports 
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-import pytest
-
 from authority.substrate import hostnet
 from authority.substrate.netns import NetnsDriver
 from slicex import procs
 from slicex.tls_xmlrpc import client
 from tests.factories import request_rspec, vm
-from tests.integration.conftest import AUTHORITY, make_home
-from tests.integration.netns_support import cleanup, link_ends, new_prefix, ping, require_host, root_qdisc
-from tests.integration.test_netns_am import Up, namespaces_of, ok
+from tests.integration.conftest import AUTHORITY
+from tests.integration.netns_support import link_ends, ping, root_qdisc
+from tests.integration.test_netns_am import namespaces_of, netns_home, ok  # noqa: F401 - netns_home: the fixture
 
 
 def pair(capacity: int | None = None) -> str:
@@ -45,22 +39,7 @@ def container_pid(ns: str) -> str:
     return hostnet.exec_in(ns, ["sh", "-c", "pgrep -o sshd || true"]).stdout.strip()
 
 
-@pytest.fixture
-def netns_home(tmp_path: Path):
-    require_host()
-    prefix = new_prefix()
-    home = make_home(tmp_path / "home", substrate_driver="netns", netns={"prefix": prefix}, sa_port=0, am_port=0)
-    up = Up(home)
-    try:
-        yield home, up, prefix
-    finally:
-        up.stop()
-        subprocess.run([sys.executable, "-m", "cli", "--home", str(home.root), "down"], capture_output=True,
-                       timeout=60)
-        cleanup(NetnsDriver(prefix))
-
-
-def test_update_adds_boots_cancels_and_reshapes_running_nodes(netns_home):
+def test_update_adds_boots_cancels_and_reshapes_running_nodes(netns_home):  # noqa: F811
     home, up, prefix = netns_home
     am_url = up.start()
     sa_url = procs.read(home.pid_file).info["sa_url"]
