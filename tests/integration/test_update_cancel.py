@@ -169,6 +169,12 @@ def test_update_refusals_have_clear_codes(running):
         '<link client_id="l1"><component_manager name="urn:publicid:IDN+other.net+authority+am"/>')
     reply = alice.am.Update([urn], creds, stitched, {})
     assert code(reply) == 13 and "l1" in reply["output"]
+    # an FPGA sliver (a virtual router) is refused, naming it
+    router = three_nodes().replace(
+        '<node client_id="n3">', '<node client_id="n3"><fpga:sliver xmlns:fpga="http://slicex.dev/rspec/ext/fpga/1" '
+        'type="virtual-router" bandwidth_mbps="2"/>')
+    reply = alice.am.Update([urn], creds, router, {})
+    assert code(reply) == 13 and "n3: it is an FPGA sliver" in reply["output"]
     # nothing pending and nothing only allocated: Cancel says so
     reply = alice.am.Cancel([urn], creds, {})
     assert code(reply) == 12 and "nothing to cancel" in reply["output"]
