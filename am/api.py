@@ -121,8 +121,8 @@ class AggregateManager:
 
     # ---- the surface -----------------------------------------------------------------------------------------
     METHODS = ("GetVersion", "ListResources", "Describe", "Allocate", "Renew", "Provision", "Status",
-               "PerformOperationalAction", "Delete", "Shutdown", "CreateImage", "DeleteImage", "ListImages",
-               "ListDatasets", "DeleteDataset")
+               "PerformOperationalAction", "Delete", "Shutdown", "Update", "Cancel", "CreateImage", "DeleteImage",
+               "ListImages", "ListDatasets", "DeleteDataset")
 
     def endpoint(self) -> Endpoint:
         """AM API v3 on XML-RPC: each of `METHODS` is the public method of that name; every call runs under a
@@ -444,6 +444,12 @@ class AggregateManager:
             "urn": self.identity.urn,
             "hostname": self.identity.hostname,
             "slicex_substrate": self.identity.substrate_description,
+            # AM API Update and Cancel (GENI change set C, adopted for v4, offered on v3): docs/operator-guide.md §13
+            "slicex_update": {"methods": ["Update", "Cancel"], "geni_updating": True,
+                              "update_expires_seconds": int(self.policy.allocation_lifetime.total_seconds()),
+                              "changes": ["add and remove nodes and links", "change link capacity"],
+                              "refused": ["stitched links", "shared VLANs", "FPGA slivers",
+                                          "changing a kept node's type, image or host"]},
         }
         value.update(self.identity.extra_version)
         return result(value)
@@ -622,6 +628,66 @@ class AggregateManager:
         if self.ledger is not None:
             self.ledger.ended([s.urn for s in deleted], now, "deleted")
         return result([self._struct(s) for s in deleted])
+
+    def Update(self, cert, urns, credentials, rspec, options) -> dict[str, Any]:
+        """Change the named slivers (or the slice's) to the complete desired RSpec (GENI change set C):
+        allocated slivers change at once; when one is provisioned the change is staged (geni_updating) until
+        Provision commits it or Cancel or its expiry reverts it (slice_manager/update.py)."""
+        options = geni_options(options)
+        now = self.clock.now()
+        slice_urn, slivers, verified = self._authorised_slivers(cert, urns, credentials, "createsliver", options, now)
+        self._check_not_shut_down(slice_urn)
+        if not isinstance(rspec, str):
+            raise BadArgs(f"rspec must be a string of XML, got {type(rspec).__name__}")
+        if not slivers:
+            raise self.no_slivers(slice_urn, now, "to update; Allocate first")
+        whole = parse_request(rspec, self.policy.max_request_bytes)
+        foreign = [lk.client_id for lk in whole.links
+                   if any(canonical_urn(cm) != canonical_urn(self._cm_id()) for cm in lk.component_managers)]
+        if foreign or ns.STITCH2 in rspec:
+            which = ", ".join(foreign) or "the stitching extension"
+            raise Unsupported(f"Update of stitched links is not supported here ({which}): Delete the stitched "
+                              f"slivers and Allocate again")
+        request = whole.for_aggregate(self._cm_id())
+        limit = self._cred_expiry(verified)
+        alloc_end = self._end_time(options, self.policy.allocation_lifetime, limit, now, "Update")
+        alloc_end = min(alloc_end, now + self.policy.allocation_lifetime)
+        update_end = min(now + self.policy.allocation_lifetime, limit)
+        named = [s.urn for s in slivers] if any(parse_urn(u).type == "sliver" for u in urns) else []
+        best_effort = bool(options.get("geni_best_effort"))
+        if self.ledger is None:
+            updated = self.sm.update(slice_urn, named, request, alloc_end, update_end, now, best_effort)
+        else:  # what the Update adds counts against the owner's and project's limits like an Allocate
+            before = {s.urn for s in slivers}
+            had = {s.client_id for s in slivers}
+            added = Request(tuple(n for n in request.nodes if n.client_id not in had),
+                            tuple(lk for lk in request.links if lk.client_id not in had))
+            out: list[list[Sliver]] = []
+
+            def update(_end: datetime) -> list[Sliver]:
+                out.append(self.sm.update(slice_urn, named, request, alloc_end, update_end, now, best_effort))
+                return [s for s in out[0] if s.urn and s.urn not in before and s.allocation_state != sm.UNALLOCATED]
+
+            self.ledger.allocate(verified.effective_caller_urn, slice_urn, added, now, alloc_end, True, update,
+                                 peers=self.peers)
+            updated = out[0]
+        return result({"geni_rspec": self._manifest(slice_urn, self.sm.slivers(slice_urn, now), now),
+                       "geni_slivers": [self._struct(s) for s in updated]})
+
+    def Cancel(self, cert, urns, credentials, options) -> dict[str, Any]:
+        """Revert the slice's pending Update, or with none pending cancel the named allocated slivers' Allocate
+        (as Delete); SEARCHFAILED when there is nothing to cancel."""
+        options = geni_options(options)
+        now = self.clock.now()
+        slice_urn, slivers, _ = self._authorised_slivers(cert, urns, credentials, "createsliver", options, now)
+        if not slivers:
+            raise self.no_slivers(slice_urn, now, "to cancel")
+        named = [s.urn for s in slivers] if any(parse_urn(u).type == "sliver" for u in urns) else []
+        cancelled = self.sm.cancel(slice_urn, named, now)
+        if self.ledger is not None:
+            self.ledger.ended([s.urn for s in cancelled if s.allocation_state == sm.UNALLOCATED], now, "cancelled")
+        return result({"geni_rspec": self._manifest(slice_urn, self.sm.slivers(slice_urn, now), now),
+                       "geni_slivers": [self._struct(s) for s in cancelled]})
 
     def Shutdown(self, cert, slice_urn, credentials, options) -> dict[str, Any]:
         options = geni_options(options)

@@ -465,7 +465,8 @@ class Broker:
             with self._lock:
                 used = self._used(term, authority, substrate, future=future)
             shortfalls: list[Shortfall] = []
-            placed = plan(substrate, request, used, image_policy, parts, self.policy, shortfalls=shortfalls)
+            placed = plan(substrate, request, used, image_policy, parts, self.policy, shortfalls=shortfalls,
+                          kept=demands.kept, subnets=demands.subnets)
             return PlaceAnswer(report=report(substrate, request, placed, shortfalls))
         explicit_group = group is not None
         group = group or f"ticket:{uuid.uuid4().hex}"
@@ -484,7 +485,7 @@ class Broker:
             for _attempt in range(PLACE_ATTEMPTS):
                 try:
                     placed = plan(substrate, request, self._used(term, authority, substrate, group, future),
-                                  image_policy, parts, self.policy)
+                                  image_policy, parts, self.policy, kept=demands.kept, subnets=demands.subnets)
                 except SHORT as exc:
                     if not future:
                         raise

@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from resources import STANDARD, Kinds
+from resources.compute import bind_interface
 from resources.kind import Constraints, Placement
 from rspec.request import Request, RequestLink
 from rspec.substrate import Substrate, urn_name
 from slicex.errors import (
+    BadArgs,
     GeniError,
     InsufficientBandwidth,
     InsufficientNodes,
@@ -47,18 +49,36 @@ class Shortfall:
 
 def plan(substrate: Substrate, request: Request, used: Set[str], image_policy: str = "reject",
          bitstream_parts: Mapping[str, str] | None = None, policy: Any = None,
-         shortfalls: list[Shortfall] | None = None, kinds: Kinds = STANDARD) -> list[Placement]:
+         shortfalls: list[Shortfall] | None = None, kinds: Kinds = STANDARD,
+         kept: Mapping[str, Mapping[str, Any]] | None = None, subnets: Iterable[str] = ()) -> list[Placement]:
     """Place every node and link of `request` given the keys already claimed; raise a GeniError naming what
     was short. `bitstream_parts` maps the requester's bitstream refs to the FPGA part they were built for;
     `policy` ranks hosts (broker/policy.py). With `shortfalls` (a dry run), a node or link short of capacity
     is recorded there and skipped instead, so one answer names everything that does not fit; request errors
-    (BADARGS) still raise."""
+    (BADARGS) still raise. An Update places only its difference: `kept` names the slice's nodes placed before
+    that new links attach to (their host and interface bindings; an interface they did not have yet is bound
+    on their host as a new node's would be, and the link's placement says so under `bindings`), `subnets`
+    the link subnets the slice already uses."""
     given = Constraints(image_policy, dict(bitstream_parts or {}), policy)
     taken: set[str] = set(used)
     placements: list[Placement] = []
     iface_on: dict[str, str] = {}  # request iface client_id -> the host interface it was bound to
     owner: dict[str, str] = {}  # request iface client_id -> its node
     short_iface: dict[str, str] = {}  # request iface client_id -> its node, which did not fit
+    bindings: dict[str, dict[str, Any]] = {}  # kept node's new iface -> its binding (reported with the link)
+    for cid, k in (kept or {}).items():
+        host = substrate.host(str(k["component_id"]))
+        bound = dict(k.get("interfaces") or {})
+        new = [i for i in k.get("wanted") or () if i not in bound]
+        if new and host is None:
+            raise BadArgs(f"node {cid}: its host {k['component_id']} is not in this aggregate's substrate")
+        for i in new:
+            bound[i] = bind_interface(host, i, None, len(bound)).component_id
+            bindings[i] = {"node": cid, "component_id": bound[i]}
+        for ref, hi in bound.items():
+            iface_on[ref] = hi
+            owner[ref] = cid
+    free_subnets = (s for s in (subnet_of(n) for n in range(250 * 100)) if s not in set(subnets))
     for node in request.nodes:
         try:
             p = kinds.place_node(substrate, node, taken, given)
@@ -80,7 +100,8 @@ def plan(substrate: Substrate, request: Request, used: Set[str], image_policy: s
             shortfalls.append(Shortfall(link.client_id, "link", None, frozenset(taken), blocked))
             continue
         try:
-            p = _place_link(substrate, link, index, iface_on, owner, taken, kinds)
+            p = _place_link(substrate, link, index if not subnets else None, iface_on, owner, taken, kinds,
+                            next(free_subnets) if subnets else None, bindings)
         except SHORT as err:
             if shortfalls is None:
                 raise
@@ -91,8 +112,14 @@ def plan(substrate: Substrate, request: Request, used: Set[str], image_policy: s
     return placements
 
 
-def _place_link(substrate: Substrate, link: RequestLink, index: int, iface_on: Mapping[str, str],
-                owner: Mapping[str, str], taken: Set[str], kinds: Kinds) -> Placement:
+def subnet_of(index: int) -> str:
+    """The /24 of a slice's index-th link (its interfaces get .1, .2, ... in interface_refs order)."""
+    return f"10.{10 + (index // 250)}.{index % 250}"
+
+
+def _place_link(substrate: Substrate, link: RequestLink, index: int | None, iface_on: Mapping[str, str],
+                owner: Mapping[str, str], taken: Set[str], kinds: Kinds, subnet: str | None = None,
+                bindings: Mapping[str, Mapping[str, Any]] | None = None) -> Placement:
     host_ifaces = [iface_on[r] for r in link.interface_refs if r in iface_on]
     keys: list[str] = []
     labels: dict[str, int] = {}
@@ -103,7 +130,8 @@ def _place_link(substrate: Substrate, link: RequestLink, index: int, iface_on: M
         details.update(said)
         labels.update(chosen)
     component = details.pop("switch", "")
-    subnet = f"10.{10 + (index // 250)}.{index % 250}"
+    subnet = subnet or subnet_of(index or 0)
+    bound = {r: dict(bindings[r]) for r in link.interface_refs if bindings and r in bindings}
     return Placement(link.client_id, "link", component, tuple(keys),
                      {"vlan_tag": details.pop("vlan_tag", None), "capacity_kbps": link.capacity_kbps or 0,
                       "subnet": subnet, "endpoints": [owner[r] for r in link.interface_refs if r in owner],
@@ -111,7 +139,8 @@ def _place_link(substrate: Substrate, link: RequestLink, index: int, iface_on: M
                       # asked-for link properties a real driver must enforce or refuse (netns: netem)
                       **({"latency_ms": link.latency_ms} if link.latency_ms else {}),
                       **({"packet_loss": link.packet_loss} if link.packet_loss else {}),
-                      **({"mirror_to": link.mirror_to} if link.mirror_to else {})},
+                      **({"mirror_to": link.mirror_to} if link.mirror_to else {}),
+                      **({"bindings": bound} if bound else {})},
                      labels)
 
 

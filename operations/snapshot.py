@@ -146,6 +146,8 @@ def sliver_states(rec: Any) -> tuple[str, str]:
         return "geni_unallocated", "geni_pending_allocation"
     if r.state == rs.FAILED:
         return ("geni_provisioned" if rec.provisioned else "geni_allocated"), "geni_failed"
+    if rec.update:  # a sliver of a staged Update (slice_manager/update.py)
+        return "geni_updating", ("geni_notready" if r.state in rs.HOLDS_LEASE else "geni_pending_allocation")
     if rec.provisioned or r.state in rs.HOLDS_LEASE or r.pending == rs.REDEEMING:
         return "geni_provisioned", "geni_notready"
     return "geni_allocated", "geni_pending_allocation"

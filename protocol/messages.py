@@ -19,6 +19,10 @@ from slicex.errors import BadArgs
 from slicex.inventory import from_doc, to_doc
 from slicex.ticket import Ticket
 
+REWIRE = "slicex_rewire"
+"""The authority action (modifyLease) that gives a running node the interfaces its details now list: an AM API
+Update added or removed links of it (slice_manager/updater.py); the driver changes its ports in place."""
+
 NODE_FIELDS = ("client_id", "component_id", "component_manager_id", "exclusive", "sliver_type", "disk_image",
                "hardware_type", "interfaces", "fpga", "public_ports")
 LINK_FIELDS = ("client_id", "interface_refs", "component_managers", "capacity_kbps", "latency_ms", "packet_loss",
@@ -39,6 +43,11 @@ class Demands:
     image_policy: str = "reject"
     bitstream_parts: Mapping[str, str] = field(default_factory=dict)
     images: Mapping[str, str] = field(default_factory=dict)
+    # Update (slice_manager/update.py): the slice's kept nodes that new links attach to, placed before and not
+    # placed again (client_id -> {component_id: host, interfaces: {iface: host interface}, wanted: [ifaces]}),
+    # and the link subnets the slice already uses
+    kept: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    subnets: tuple[str, ...] = ()
 
     def to_doc(self) -> dict[str, Any]:
         def node_doc(n: RequestNode) -> dict[str, Any]:
@@ -51,7 +60,9 @@ class Demands:
         return {"nodes": [node_doc(n) for n in self.request.nodes],
                 "links": [link_doc(lk) for lk in self.request.links],
                 "image_policy": self.image_policy, "bitstream_parts": dict(self.bitstream_parts),
-                "images": dict(self.images)}
+                "images": dict(self.images),
+                **({"kept": {k: dict(v) for k, v in self.kept.items()}, "subnets": list(self.subnets)}
+                   if self.kept or self.subnets else {})}
 
     @staticmethod
     def from_doc(d: Mapping[str, Any]) -> Demands:
@@ -62,6 +73,11 @@ class Demands:
             rids = {x["client_id"]: str(x["reservation"]) for x in [*d["nodes"], *d["links"]]}
             parts = {str(k): str(v) for k, v in (d.get("bitstream_parts") or {}).items()}
             images = {str(k): str(v) for k, v in (d.get("images") or {}).items()}
+            kept = {str(cid): {"component_id": str(k["component_id"]),
+                               "interfaces": {str(i): str(h) for i, h in dict(k.get("interfaces") or {}).items()},
+                               "wanted": [str(i) for i in k.get("wanted") or ()]}
+                    for cid, k in dict(d.get("kept") or {}).items()}
+            subnets = tuple(str(s) for s in d.get("subnets") or ())
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise BadArgs(f"malformed placement demand: {type(exc).__name__}: {exc}") from None
         for n in nodes:
@@ -71,7 +87,8 @@ class Demands:
                 raise BadArgs(f"malformed placement demand: fpga of node {n.client_id}")
         if len(rids) != len(nodes) + len(links):
             raise BadArgs("malformed placement demand: a client_id is named twice")
-        return Demands(Request(nodes, links), rids, str(d.get("image_policy") or "reject"), parts, images)
+        return Demands(Request(nodes, links), rids, str(d.get("image_policy") or "reject"), parts, images, kept,
+                       subnets)
 
 
 def demands_of(request: Request, reservations: Mapping[str, str], image_policy: str = "reject",
@@ -175,6 +192,7 @@ class SliverDetails(TypedDict, total=False):
     latency_ms: int
     packet_loss: float
     mirror_to: str  # measure:mirror: the capture interface (client_id) the link's packets are copied to
+    bindings: dict[str, dict[str, str]]  # Update: a kept node's new interface -> its node and host interface
     # added by the slice manager
     slice_urn: str
     owner: str  # the owner's user URN

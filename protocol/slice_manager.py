@@ -15,6 +15,7 @@ from rspec.request import Request
 ALLOCATED = "geni_allocated"
 UNALLOCATED = "geni_unallocated"
 PROVISIONED = "geni_provisioned"
+UPDATING = "geni_updating"  # a sliver of a staged Update (GENI change set C)
 
 PENDING_ALLOCATION = "geni_pending_allocation"
 NOTREADY = "geni_notready"
@@ -68,6 +69,16 @@ class SliceManager(Protocol):
                 users: list[dict[str, Any]]) -> list[Sliver]: ...
 
     def delete(self, sliver_urns: list[str], now: datetime) -> list[Sliver]: ...
+
+    def update(self, slice_urn: str, sliver_urns: list[str], request: Request, alloc_end: datetime,
+               update_end: datetime, now: datetime, best_effort: bool = False) -> list[Sliver]:
+        """AM API Update (slice_manager/update.py): the named slivers (none: the slice's) become `request`;
+        with `best_effort` what does not fit is left out (its sliver struct says why) instead of refusing all."""
+        ...
+
+    def cancel(self, slice_urn: str, sliver_urns: list[str], now: datetime) -> list[Sliver]:
+        """AM API Cancel: revert the pending Update, or cancel the named allocated slivers' Allocate."""
+        ...
 
     def slivers(self, slice_urn: str, now: datetime) -> list[Sliver]: ...
 

@@ -93,6 +93,19 @@ def free_mb(host: Host, taken: Set[str]) -> int:
     return MEM_CHUNK_MB * sum(1 for i in range(host.memory_mb // MEM_CHUNK_MB) if mem(host.component_id, i) not in taken)
 
 
+def bind_interface(host: Host, iface: str, component_id: str | None, n: int) -> Any:
+    """The host interface a node's n-th request interface goes on: the one it names, else round robin (a new
+    node's interfaces, and one an Update adds to a kept node, are bound alike)."""
+    if not host.interfaces:
+        raise BadArgs(f"host {host.name} has no interfaces for {iface}")
+    if not component_id:
+        return host.interfaces[n % len(host.interfaces)]
+    hi = next((i for i in host.interfaces if i.component_id.lower() == component_id.lower()), None)
+    if hi is None:
+        raise BadArgs(f"interface {iface}: component_id {component_id} is not an interface of {host.component_id}")
+    return hi
+
+
 class Compute:
     """VMs and bare-metal nodes (every node that is not another kind's)."""
 
@@ -123,14 +136,7 @@ class Compute:
         assert host is not None
         ifaces = {}
         for n, ri in enumerate(node.interfaces):
-            if not host.interfaces:
-                raise BadArgs(f"node {node.client_id}: host {host.name} has no interfaces for {ri.client_id}")
-            hi = host.interfaces[n % len(host.interfaces)]
-            if ri.component_id:
-                hi = next((i for i in host.interfaces if i.component_id.lower() == ri.component_id.lower()), None)
-                if hi is None:
-                    raise BadArgs(f"interface {ri.client_id}: component_id {ri.component_id} is not an interface "
-                                  f"of {host.component_id}")
+            hi = bind_interface(host, ri.client_id, ri.component_id, n)
             ifaces[ri.client_id] = {"component_id": hi.component_id, "ip": ri.ip or "", "netmask": ri.netmask or ""}
         execute = {"execute": [{"shell": sh, "command": c} for sh, c in node.execute]} if node.execute else {}
         return Placement(p.client_id, "node", p.component_id, p.keys, {**p.details, "interfaces": ifaces, **execute})

@@ -43,6 +43,7 @@ from protocol.messages import SlotAnswer, SlotQuery, demands_of
 from protocol.slice_manager import ALLOWED_ACTIONS, Sliver
 from rspec.request import Request
 from slice_manager import reservation as rs
+from slice_manager import update as up
 from slice_manager.delivery import DRIVE_ROUNDS, Delivery  # noqa: F401 - re-exported
 from slice_manager.records import (  # noqa: F401 - re-exported
     ENDED,
@@ -61,10 +62,12 @@ from slice_manager.records import (  # noqa: F401 - re-exported
     reservation_from,
 )
 from slice_manager.recovery import LIVENESS, SLICE_WAIT, WORKER_WAIT, Recovery  # noqa: F401 - re-exported
+from slice_manager.updater import Updates
 from slicex.clock import parse_time, rfc3339
 from slicex.errors import (
     BadArgs,
     Busy,
+    Expired,
     GeniError,
     OutOfRange,
     Refused,
@@ -89,7 +92,7 @@ PLAN_RETRIES = 8
 backoff (the broker itself places again on a lost claim race; this covers races it could not resolve)."""
 
 
-class ActorSliceManager(Records, Recovery, Delivery):
+class ActorSliceManager(Records, Recovery, Delivery, Updates):
     """SliceManager over a broker and an authority (in-process objects or proxies to actor servers)."""
 
     def __init__(self, store: Store, substrate: Any, broker: BrokerApi, authority: AuthorityApi, name: str | None = None,
@@ -278,10 +281,32 @@ class ActorSliceManager(Records, Recovery, Delivery):
                   now: datetime) -> list[Sliver]:
         self._catch_up(now)
         with self._on_slices(self._slices_of(sliver_urns)):
+            for slice_urn in sorted(self._slices_of(sliver_urns)):
+                pending = self.pending_update(slice_urn)
+                if pending is not None and pending.phase == up.STAGED:  # Provision commits a staged Update
+                    return self._provision_update(pending, sliver_urns, end, users, now)
             deps = [d for u in sliver_urns for d in self._require(u, now).r.depends_on]
             with self._holding(list(sliver_urns) + deps, now):
                 self._settle(list(sliver_urns) + deps, now)
                 return self._provision(sliver_urns, end, users, now)
+
+    def _provision_update(self, pending: up.PendingUpdate, sliver_urns: list[str], end: datetime,
+                          users: list[dict[str, Any]], now: datetime) -> list[Sliver]:
+        """Commit the slice's staged Update (slice_manager/updater.py), then provision any other named sliver
+        that is only allocated."""
+        members = set(pending.members)
+        others = [u for u in sliver_urns if u not in members]
+        deps = [d for u in others for d in self._require(u, now).r.depends_on]
+        with self._holding([*pending.members, *others, *deps], now):
+            self._settle([*pending.members, *others], now)
+            if self.pending_update(pending.slice_urn) != pending:  # another AM worker's reaper reverted it meanwhile
+                raise Expired(f"the Update of {pending.slice_urn} expired and was reverted before it could be "
+                              f"committed; Update again")
+            committing = up.begin_commit(pending, now, self.name, end, users)
+            self._put_update(committing)
+            self.fault("update:committing")
+            done = self._commit(committing, now)
+            return done + (self._provision(others, end, users, now) if others else [])
 
     def _provision(self, sliver_urns: list[str], end: datetime, users: list[dict[str, Any]],
                    now: datetime) -> list[Sliver]:
@@ -353,10 +378,13 @@ class ActorSliceManager(Records, Recovery, Delivery):
         rec.details["logins"] = logins
         rec.details["hostname"] = host
 
-    def _add_interface_details(self, rec: Record) -> None:
+    def _add_interface_details(self, rec: Record, links: list[Record] | None = None) -> None:
+        """Each interface's sliver id, MAC, and the VLAN tag and address of its link (among `links`, by
+        default the slice's)."""
         if not rec.details.get("interfaces"):
             return  # no scan of the slice's records for a node without interfaces
-        links = [r for r in self.records(rec.slice_urn) if r.kind == "link"]
+        if links is None:
+            links = [r for r in self.records(rec.slice_urn) if r.kind == "link" and not r.discard]
         for cid, info in rec.details.get("interfaces", {}).items():
             info["sliver_id"] = f"{rec.id}:{cid}"
             info["mac_address"] = mac_for(rec.id, cid)
@@ -415,6 +443,9 @@ class ActorSliceManager(Records, Recovery, Delivery):
                  users: list[dict[str, Any]]) -> list[Sliver]:
         recs = [self._require(u, now) for u in sliver_urns]
         slivers = {rec.id: self._sliver(rec, now) for rec in recs}
+        for rec in recs:  # a running sliver a staged Update concerns is still provisioned for its actions
+            if slivers[rec.id].allocation_state == up.UPDATING and rec.r.state in rs.HOLDS_LEASE:
+                slivers[rec.id].allocation_state = sm.PROVISIONED
         problems = []
         for rec in recs:
             s = slivers[rec.id]
@@ -496,6 +527,8 @@ class ActorSliceManager(Records, Recovery, Delivery):
             out.append(s)
             self._save(rec)
         self._forget_requests({rec.slice_urn for rec in recs.values()})
+        for slice_urn in {rec.slice_urn for rec in recs.values()}:
+            self._forget_update_of_gone(slice_urn)
         return out
 
     # ---- views -----------------------------------------------------------------------------------------------
@@ -507,6 +540,8 @@ class ActorSliceManager(Records, Recovery, Delivery):
             alloc, op = sm.PROVISIONED, sm.NOTREADY
         else:
             alloc, op = sm.ALLOCATED, sm.PENDING_ALLOCATION
+        if rec.update and r.state not in (rs.CLOSE_WAIT, rs.CLOSED):
+            alloc = up.UPDATING  # a sliver of a staged Update (slice_manager/update.py)
         error = ""
         extra: dict[str, Any] = {}
         if r.state == rs.FAILED:

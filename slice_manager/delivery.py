@@ -127,7 +127,9 @@ class Delivery:
             elements["nodes" if rec.kind == "node" else "links"].append(element)
         rec0, m0 = batch[0]
         demands = {**elements, "image_policy": rec0.demand.get("image_policy", self.image_policy),
-                   "bitstream_parts": rec0.demand.get("bitstream_parts", {}), "images": rec0.demand.get("images", {})}
+                   "bitstream_parts": rec0.demand.get("bitstream_parts", {}), "images": rec0.demand.get("images", {}),
+                   # an Update's difference: the kept nodes its links attach to, the subnets in use
+                   "kept": rec0.demand.get("kept", {}), "subnets": rec0.demand.get("subnets", [])}
         term = Term(m0.start or now, m0.end or (now + timedelta(minutes=10)))
         try:
             answer = self.broker.place(self.name, Demands.from_doc(demands), term, now, group=rec0.group,

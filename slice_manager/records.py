@@ -26,6 +26,7 @@ INSTANCES = "sm-instances"
 SLIVERS_OF = "sm-slice-slivers"  # "<slice>#<sliver>" → the sliver: one slice's records, read without the others'
 ENDED = "sm-ended"  # slice → why its last slivers ended on their own (expiry, failure): for a clear Status
 ENDED_KEPT = timedelta(days=1)
+UPDATES = "sm-updates"  # slice → its pending Update (slice_manager/update.py PendingUpdate)
 
 
 class Crash(BaseException):
@@ -89,6 +90,7 @@ class Record:
     shutdown: bool = False
     discard: bool = False  # forget it once its releases are delivered (a deleted or abandoned sliver)
     slice_uuid: str = ""  # the UUID of the slice it was allocated for (slicex/slice_identity.py)
+    update: str = ""  # its part in the slice's pending Update: added | removed | rewired | kept (slice_manager/update.py)
     indexed: bool = field(default=False, compare=False)  # its slice's index names it (not stored: true once loaded)
     removed: bool = field(default=False, compare=False)  # deleted from the store by this copy (not stored)
 
@@ -100,7 +102,7 @@ class Record:
                 "lease": self.lease.to_doc() if self.lease else None,
                 "outbox": [message_doc(m) for m in self.outbox], "error_type": self.error_type,
                 "provisioned": self.provisioned, "shutdown": self.shutdown, "discard": self.discard,
-                "slice_uuid": self.slice_uuid}
+                "slice_uuid": self.slice_uuid, **({"update": self.update} if self.update else {})}
 
     @staticmethod
     def from_doc(d: dict[str, Any]) -> Record:
@@ -110,7 +112,7 @@ class Record:
                       Lease.from_doc(d["lease"]) if d.get("lease") else None,
                       [message_from(m) for m in d.get("outbox", [])], d.get("error_type", ""),
                       bool(d.get("provisioned")), bool(d.get("shutdown")), bool(d.get("discard")),
-                      d.get("slice_uuid", ""), indexed=True)
+                      d.get("slice_uuid", ""), d.get("update", ""), indexed=True)
 
     @property
     def ticket_id(self) -> str:

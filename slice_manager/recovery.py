@@ -181,6 +181,7 @@ class Recovery:
                 ended += gone
             finally:
                 self._slices.release(slice_urn)
+        self._settle_updates(now)  # expired Updates revert; half-done commits complete (slice_manager/updater.py)
         return ended
 
     @staticmethod

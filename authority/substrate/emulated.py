@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from protocol.messages import REWIRE
 from rspec.substrate import Substrate
 from slicex.clock import parse_time, rfc3339
 
@@ -47,6 +48,8 @@ class EmulatedDriver:
         if action == "geni_stop":
             return {"state": "geni_stopping", "since": rfc3339(now), "until": rfc3339(now + delay / 2),
                     "then": "geni_notready"}
+        if action == REWIRE:  # an Update changed the node's interfaces: nothing physical to change here
+            return dict(op)
         if action == "geni_update_users":
             return {"state": "geni_ready_busy", "since": rfc3339(now), "until": rfc3339(now + timedelta(seconds=1)),
                     "then": "geni_ready"}

@@ -70,6 +70,7 @@ from authority.substrate.images import (
 from authority.substrate.install import DEFAULT_MAX_BYTES, install_all, installs_of
 from authority.substrate.login import Account, LoginRelay, accounts, kill_netns_processes, public_relay
 from authority.substrate.netns_plan import (
+    IfacePlan,
     LinkPlan,
     NodePlan,
     check_prefix,
@@ -79,11 +80,12 @@ from authority.substrate.netns_plan import (
     shared_trunk_name,
     tbf_args,
     trunk_name,
+    veth_names,
     wanted_mirrors,
 )
 from authority.substrate.openflow import DEFAULT_CONTROLLER, FlowProgrammer, flow_programmer
 from authority.substrate.ovs import OvsSwitch, default_run_dir
-from protocol.messages import SliverSpec
+from protocol.messages import REWIRE, SliverSpec
 from rspec.blockstore import Blockstore
 from slicex.errors import BadArgs, GeniError, ServerError, Unsupported
 
@@ -264,6 +266,8 @@ class NetnsDriver:
                     self._set_users(plan, accounts(spec.details.get("logins") or ()),
                                     running=self._container(plan).running())
                 return {**status, "error": ""}
+            if action == REWIRE:
+                return self._rewire(spec, status) if spec.kind == "node" else {**status, "error": ""}
             if action not in ("geni_start", "geni_stop", "geni_restart"):
                 raise Unsupported(f"{action} is not an action of the netns substrate")
             up = action != "geni_stop"
@@ -625,20 +629,62 @@ class NetnsDriver:
 
     def _build(self, plan: NodePlan, up: bool) -> None:
         """Make the node's network objects exist as planned (idempotent): namespace, veths, addresses, rates,
-        ports. The bridge end's token bucket goes on after the port is added: Open vSwitch removes a root
-        qdisc already on an interface it adds as a port."""
+        ports."""
         hostnet.add_namespace(plan.netns, plan.hostname)
         for i in plan.interfaces:
-            hostnet.add_veth(plan.netns, i.ns_if, i.host_if, i.mac)
-            if i.address:
-                hostnet.set_address(plan.netns, i.ns_if, i.address)
-            tbf = tbf_args(i.rate_kbps) if i.rate_kbps else None
-            hostnet.shape(plan.netns, i.ns_if, tbf)
-            hostnet.set_up(plan.netns, i.ns_if, up)
-            # an interface on no link is a port of no segment: no rule moves its frames (a mirror may copy to it)
-            self.ports[i.host_if] = (self.ovs.add_port(self.bridge, i.host_if, i.vlan), i.vlan, i.mac)
-            hostnet.shape(None, i.host_if, tbf)
+            self._plug(plan, i, up)
         self._push()
+
+    def _plug(self, plan: NodePlan, i: IfacePlan, up: bool) -> None:
+        """One interface of a node: its veth pair, address, rate and switch port. The bridge end's token
+        bucket goes on after the port is added: Open vSwitch removes a root qdisc already on an interface it
+        adds as a port."""
+        hostnet.add_veth(plan.netns, i.ns_if, i.host_if, i.mac)
+        if i.address:
+            hostnet.set_address(plan.netns, i.ns_if, i.address)
+        tbf = tbf_args(i.rate_kbps) if i.rate_kbps else None
+        hostnet.shape(plan.netns, i.ns_if, tbf)
+        hostnet.set_up(plan.netns, i.ns_if, up)
+        # an interface on no link is a port of no segment: no rule moves its frames (a mirror may copy to it)
+        self.ports[i.host_if] = (self.ovs.add_port(self.bridge, i.host_if, i.vlan), i.vlan, i.mac)
+        hostnet.shape(None, i.host_if, tbf)
+
+    def _unplug(self, host_if: str) -> None:
+        """One interface of a node gone: its switch port and its veth pair (deleting one end takes both)."""
+        self.ovs.del_port(self.bridge, host_if)
+        self.ports.pop(host_if, None)
+        hostnet.del_link(host_if)
+
+    def _rewire(self, spec: SliverSpec, status: dict[str, Any]) -> dict[str, Any]:
+        """An Update changed a running node's interfaces (slice_manager/updater.py): ports of links it left go,
+        ports of new links come (into the namespace its container runs in, up when the node is), an
+        interface whose link, address or rate changed is made again; the node itself keeps running."""
+        plan = self._node_plan(spec)
+        if plan.netns not in hostnet.namespaces():
+            raise ServerError(f"node {spec.client_id}: its namespace {plan.netns} is gone from the host")
+        before = dict(status.get("interfaces") or {})
+        now_on = {i.client_id: i for i in plan.interfaces}
+        up = status.get("state") == READY
+        for cid, old in before.items():
+            new = now_on.get(cid)
+            if new is None or (old.get("vlan"), old.get("address"), old.get("rate_kbps")) != \
+                    (new.vlan, new.address, new.rate_kbps):
+                host_if = veth_names(self.prefix, spec.id, cid)[1]
+                self._unplug(host_if)
+        for i in plan.interfaces:
+            old = before.get(i.client_id)
+            if old is None or (old.get("vlan"), old.get("address"), old.get("rate_kbps")) != \
+                    (i.vlan, i.address, i.rate_kbps):
+                self._plug(plan, i, up)
+        if up:
+            slow = [i.ns_if for i in plan.interfaces if not hostnet.wait_carrier(plan.netns, i.ns_if)]
+            if slow:
+                raise ServerError(f"node {spec.client_id}: interfaces {', '.join(slow)} of namespace {plan.netns} "
+                                  f"did not come up")
+        self._push()
+        return {**status, "error": "", "interfaces": {i.client_id: {"device": i.ns_if, "address": i.address,
+                                                                    "vlan": i.vlan, "rate_kbps": i.rate_kbps}
+                                                      for i in plan.interfaces}}
 
     def trunk_device(self, port: str) -> str:
         """The host device of an external port's trunk: on a shared switch named from the switch and the port

@@ -157,12 +157,17 @@ def node_plan(prefix: str, sliver_id: str, client_id: str, labels: Iterable[tupl
     """The plan of one node sliver. `labels` are the VLAN tags of the links its interfaces are on (what the
     slice manager hands a node); `links` maps live link VLANs to their plans. An interface is matched to the
     link among its own tags whose interface_refs name it: a tag is held by one link at a time, so the match
-    is unambiguous even when two slices reuse client ids."""
+    is unambiguous even when two slices reuse client ids. An interface whose details name its link's tag
+    (`vlan_tag`: a node an Update rewired onto a new link, while the link it replaces still exists) is on
+    that link when the link names the interface."""
     check_prefix(prefix)
     mine = [links[v] for k, v in labels if k == "vlan" and v in links]
     ifaces = []
     for cid, info in (details.get("interfaces") or {}).items():
-        link = next((lk for lk in mine if cid in lk.interface_refs), None)
+        own = info.get("vlan_tag")  # an Update rewired the node: the interface names its (new) link's tag
+        link = links.get(int(own)) if own not in (None, "") else None
+        if link is None or cid not in link.interface_refs:
+            link = next((lk for lk in mine if cid in lk.interface_refs), None)
         ns_if, host_if = veth_names(prefix, sliver_id, cid)
         ifaces.append(IfacePlan(cid, ns_if, host_if, mac_for(sliver_id, cid), link.vlan if link else None,
                                 _address(cid, info, link), link.capacity_kbps if link else 0))

@@ -57,6 +57,7 @@ OWNERSHIP: tuple[Holding, ...] = (
     Holding("sm-slices", Actor.SLICE_MANAGER, "slices shut down (Shutdown)"),
     Holding("sm-instances", Actor.SLICE_MANAGER, "heartbeats of the slice managers sharing the store"),
     Holding("sm-ended", Actor.SLICE_MANAGER, "why a slice's slivers ended (geni_error after they are gone)"),
+    Holding("sm-updates", Actor.SLICE_MANAGER, "a slice's pending Update (staged, committing or reverting)"),
     Holding("sm-lock", Actor.SLICE_MANAGER, "reservation → the slice manager working on it", claims=True),
     # ---- broker
     Holding("delegations", Actor.BROKER, "per broker and authority: delegated pools and label sets with the "

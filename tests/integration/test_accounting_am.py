@@ -135,3 +135,23 @@ def test_a_wrong_quotas_section_stops_the_deployment_before_it_serves(pki_home, 
     with pytest.raises(BadArgs) as err:
         next(deployment("embedded", pki_home, tmp_path, quotas={"users": {"default": {"cpus": 4}}}))
     assert "unknown key 'quotas.users.default.cpus'" in err.value.message
+
+
+def test_what_an_update_adds_counts_against_the_project_limit(limited):
+    """Update cannot be a way around a service level: n3..n5 would make the project's 5 cores of 4."""
+    alice = limited.user("alice")
+    mine, creds = project_slice(alice, "grow")
+    pair = request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0"])],
+                         [{"client_id": "l1", "ifaces": ["n1:if0", "n2:if0"]}])
+    ok(alice.am.Allocate(mine, creds, pair, {}))
+    ok(alice.am.Provision([mine], creds, {"geni_rspec_version": RSPEC_V3}))
+    three = request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0"]), vm("n3"), vm("n4"), vm("n5")],
+                          [{"client_id": "l1", "ifaces": ["n1:if0", "n2:if0"]}])
+    before = state(limited)
+    reply = alice.am.Update([mine], creds, three, {})
+    assert code(reply) == 3
+    assert reply["output"].startswith(f"quota exceeded: project {PROJECT} may hold 4 cores (holds 2, asked 3)")
+    assert state(limited) == before
+    one = request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0"]), vm("n3")],
+                        [{"client_id": "l1", "ifaces": ["n1:if0", "n2:if0"]}])
+    ok(alice.am.Update([mine], creds, one, {}))  # the 3rd core fits

@@ -73,7 +73,9 @@ def _sliver_calls(urn: str, creds: list[dict], running: Running) -> dict[str, tu
                                          {"geni_users": [{"urn": "x", "keys": ["ssh-ed25519 AAAA bob"]}]}),
             "Delete": ("Delete", [urn], creds, {}),
             "Allocate": ("Allocate", urn, creds, request_rspec([vm("bobs")]), {}),
-            "Shutdown": ("Shutdown", urn, creds, {})}
+            "Shutdown": ("Shutdown", urn, creds, {}),
+            "Update": ("Update", [urn], creds, request_rspec([vm("a"), vm("bobs")]), {}),
+            "Cancel": ("Cancel", [urn], creds, {})}
 
 
 def _alices_slice(running: Running, name: str) -> tuple[User, str, list[dict], list[str]]:
@@ -138,7 +140,7 @@ def test_the_slice_uuid_is_in_its_certificate_and_survives_renewal(running):
 
 # ---- the aggregate: slivers answer only to the slice they were allocated for -----------------------------------
 @pytest.mark.parametrize("method", ["Status", "Describe", "Renew", "Provision", "PerformOperationalAction",
-                                    "Delete", "Allocate", "Shutdown"])
+                                    "Delete", "Allocate", "Shutdown", "Update", "Cancel"])
 def test_a_credential_for_a_recreated_slice_cannot_reach_the_old_slices_slivers(running, method):
     alice, urn, creds, slivers = _alices_slice(running, f"old{method[:6].lower()}")
     bob = running.user("bob")

@@ -82,6 +82,22 @@ def test_an_interface_matches_only_a_link_among_its_own_tags():
     assert lonely.interfaces[0].vlan is None and lonely.interfaces[0].address == ""
 
 
+def test_a_rewired_interface_is_on_the_link_its_details_name_while_the_replaced_one_still_exists():
+    """An Update replaced link 1000 by 1002 (a capacity change): both name a:if0 until the old one closes; the
+    node's redeem labels still say 1000, its interface details say 1002."""
+    old, new = lan(1000, cap=10_000), link_plan("urn:lan2", "lan0", (("vlan", 1002),), {
+        "capacity_kbps": 20_000, "subnet": "10.10.2", "interface_refs": ["a:if0", "b:if0"]})
+    details = {"interfaces": {"a:if0": {"component_id": "x", "ip": "", "netmask": "", "vlan_tag": 1002}}}
+    plan = node_plan(PREFIX, "urn:a", "a", (("vlan", 1000),), details, {1000: old, 1002: new})
+    assert (plan.interfaces[0].vlan, plan.interfaces[0].address, plan.interfaces[0].rate_kbps) == \
+        (1002, "10.10.2.1/24", 20_000)
+    # a tag that names no link holding the interface is not believed: the node's own tags decide
+    stray = {"interfaces": {"a:if0": {"component_id": "x", "ip": "", "netmask": "", "vlan_tag": 1001}}}
+    other = lan(1001, refs=("z:if0",))
+    plan = node_plan(PREFIX, "urn:a", "a", (("vlan", 1000),), stray, {1000: old, 1001: other})
+    assert plan.interfaces[0].vlan == 1000
+
+
 def test_latency_and_loss_are_refused_without_netem_naming_the_kernel_feature():
     with pytest.raises(BadArgs, match="netem"):
         link_plan("urn:l", "l", (("vlan", 1000),), {"latency_ms": 20})
