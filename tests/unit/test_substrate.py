@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import base64
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -113,13 +114,28 @@ def test_sites_named_by_hosts_but_not_declared_are_declared_for_them():
     assert [s.name for s in default_substrate().all_sites] == ["rack1"]
 
 
-def test_cross_rack_link_without_a_common_tag_is_vlan_unavailable():
-    sub = load_substrate(EXAMPLE)
+def _cross_rack_request(sub):
     a = {"client_id": "a", "component_id": sub.hosts[0].component_id, "sliver_type": "small", "ifaces": ["a:0"]}
     b = {"client_id": "b", "component_id": sub.hosts[3].component_id, "sliver_type": "small", "ifaces": ["b:0"]}
-    req = parse_request(request_rspec([a, b], [{"client_id": "l", "ifaces": ["a:0", "b:0"]}]))
-    with pytest.raises(VlanUnavailable, match="tor-a .*tor-b.*no tag is in every range"):
-        plan(sub, req, set())
+    return parse_request(request_rspec([a, b], [{"client_id": "l", "ifaces": ["a:0", "b:0"]}]))
+
+
+def test_cross_rack_link_of_the_example_is_translated_at_rack_a_trunk_port():
+    sub = load_substrate(EXAMPLE)
+    link = [p for p in plan(sub, _cross_rack_request(sub), set()) if p.kind == "link"][0]
+    assert link.details["rack_path"] == "translated"
+    tags = {urn.rsplit("+", 1)[1]: t for urn, t in link.details["switch_tags"].items()}
+    assert 1000 <= tags["tor-a"] <= 1499 and 1500 <= tags["tor-b"] <= 1999
+    assert link.labels == {}  # two tags: the units say which, not one label across switches
+
+
+def test_cross_rack_link_without_translation_or_qinq_is_vlan_unavailable_naming_racks_ranges_and_ports():
+    sub = load_substrate(EXAMPLE)
+    sub = replace(sub, trunks=tuple(replace(t, translation=(), qinq=()) for t in sub.trunks))
+    with pytest.raises(VlanUnavailable, match=r"rack rack-a \(switch tor-a, VLANs 1000-1499\) and rack rack-b "
+                                              r"\(switch tor-b, VLANs 1500-1999\).*without VLAN translation: "
+                                              r"tor-a:trunk-b, tor-b:trunk-a; without Q-in-Q: tor-a:trunk-b"):
+        plan(sub, _cross_rack_request(sub), set())
 
 
 def _cli(argv: list[str]) -> int:
