@@ -133,12 +133,13 @@ def host_driver(cfg: SlicexConfig, home: Home) -> Any:
     from pathlib import Path
 
     from authority.substrate.netns import NetnsDriver
+    from authority.substrate.netns_plan import RackLayout
 
     opts = cfg.netns
     # switch_dir: one Open vSwitch shared by several aggregates on this host, their bridges joined by veth
     # trunks the driver makes from the substrate's external links (docs/substrate-netns.md, "Several aggregates")
-    cables = {e.local_port: e.remote_port for e in load_substrate(cfg.substrate).external_links} \
-        if cfg.substrate else {}
+    substrate = load_substrate(cfg.substrate) if cfg.substrate else None
+    cables = {e.local_port: e.remote_port for e in substrate.external_links} if substrate else {}
     images, default_image = node_images(opts)
 
     def path(value: str | None) -> Path | None:
@@ -147,7 +148,8 @@ def host_driver(cfg: SlicexConfig, home: Home) -> Any:
     return NetnsDriver(netns_prefix(cfg, home), path(opts.run_dir), opts.controller,
                        switch_dir=path(opts.switch_dir), cables=cables, state_dir=path(opts.state_dir),
                        images=images, default_image=default_image, pids_max=opts.pids_max,
-                       install_sources=list(opts.install_sources), install_max_bytes=opts.install_max_mb * 2**20)
+                       install_sources=list(opts.install_sources), install_max_bytes=opts.install_max_mb * 2**20,
+                       layout=RackLayout.of(substrate) if substrate else None)  # a bridge per switch
 
 
 def openstack_driver(cfg: SlicexConfig, home: Home) -> Any:

@@ -84,9 +84,13 @@ class VlanLinks:
             tags = dict(path.labels)
             if len(set(tags.values())) == 1:  # one tag everywhere: the broker books it as the switches' label
                 labels = {f"vlan:{sw}": t for sw, t in tags.items()}
+            else:  # the ticket carries the first rack's tag (the link's key for drivers); the rest are units
+                labels = {f"vlan:{path.labels[0][0]}": path.labels[0][1]}
             out.extend(units)
+            ends = list(link.interface_refs[:2])  # host_ifaces are in interface_refs order
             return out, {"vlan_tag": path.labels[0][1], "switch": path.labels[0][0], "rack_path": path.kind,
                          "switch_tags": {sw: t for sw, t in path.labels},
+                         "interface_tags": {ends[0]: path.labels[0][1], ends[1]: path.labels[-1][1]},
                          "hops": [h.to_doc() for h in path.hops]}, labels
         if len(host_ifaces) > 1 or link.vlan_tag is not None:
             if not switches:

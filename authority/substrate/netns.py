@@ -56,6 +56,7 @@ from authority.substrate.login import Account, LoginRelay, accounts, kill_netns_
 from authority.substrate.netns_plan import (
     LinkPlan,
     NodePlan,
+    RackLayout,
     check_prefix,
     link_plan,
     node_plan,
@@ -91,7 +92,7 @@ class NetnsDriver:
                  cables: Mapping[str, str] | None = None, state_dir: Path | None = None,
                  images: ImageCatalogue | None = None, default_image: str = DEFAULT_IMAGE,
                  uid_ranges_dir: Path | None = None, pids_max: int = 1024, install_sources: Iterable[str] = (),
-                 install_max_bytes: int = DEFAULT_MAX_BYTES):
+                 install_max_bytes: int = DEFAULT_MAX_BYTES, layout: RackLayout | None = None):
         """`switch_dir`: the run directory of an Open vSwitch shared with other deployments on this host (one
         bridge each; slicex.yaml `netns: {switch_dir: ...}`). Two ovs-vswitchd with the userspace datapath
         cannot run on one host: the second cannot create its `ovs-netdev` tap ("Device or resource busy") and
@@ -100,10 +101,14 @@ class NetnsDriver:
         named from both ports (`shared_trunk_name`), the first time a stitched link uses the cable.
         `state_dir` holds the node containers (default /var/lib/slicex-<prefix>); `images` the operator's
         image catalogue; `default_image` what a node that names none boots; `install_sources` the URL prefixes
-        of the file servers install services may fetch from (none: install services are refused)."""
+        of the file servers install services may fetch from (none: install services are refused). `layout`:
+        the substrate's switches and trunks (RackLayout.of): one bridge per switch, each trunk a veth pair
+        between two bridges carrying links between racks under the tags negotiated for them."""
         self.prefix = check_prefix(prefix)
         self.bridge = f"{prefix}-br"
         self.dpid = int(hashlib.sha256(prefix.encode()).hexdigest()[:12], 16)
+        self.layout = layout or RackLayout()
+        self.bridges = self.layout.bridges(prefix)  # switch -> bridge (the first switch's is self.bridge)
         self.run_dir = Path(run_dir or default_run_dir(prefix))
         self.shared_switch = switch_dir is not None
         self.ovs = OvsSwitch(switch_dir or self.run_dir, timeout=timeout)
@@ -112,7 +117,7 @@ class NetnsDriver:
         self.description = f"{DESCRIPTION} (OpenFlow rules from {self.flows.name})"
         self.links: dict[int, LinkPlan] = {}  # live link segments by VLAN
         self.enabled: set[int] = set()  # segments started (their rules installed)
-        self.ports: dict[str, tuple[int, int, str]] = {}  # bridge port -> (ofport, vlan, mac)
+        self.ports: dict[str, tuple[int, int, str, str]] = {}  # bridge port -> (ofport, vlan, mac, bridge)
         self.netem = False
         self.nodes_dir = Path(f"{self.run_dir}-nodes")  # login relays' pid files and logs (root's)
         self.state_dir = Path(state_dir or STATE_ROOT / f"slicex-{prefix}")
@@ -126,6 +131,7 @@ class NetnsDriver:
         self.install_max_bytes = install_max_bytes
         self.node_slices: dict[str, str] = {}  # namespace of a live node -> its slice's uid range owner
         self.trunks: dict[str, int] = {}  # external port URN (lower case) -> ofport of its trunk device
+        self.rack_trunks: dict[str, int] = {}  # trunk port between two switches -> ofport of its veth end
         self.login_address = login_address  # where the login ports listen
         self.login_host = login_host or login_address  # what the manifest tells users to connect to
         self._lock = threading.RLock()
@@ -153,8 +159,10 @@ class NetnsDriver:
         target = self.flows.controller_target()
         log.info("netns: OpenFlow rules of bridge %s from %s%s", self.bridge, self.flows.name,
                  f" (controller {target})" if target else " (no controller: pushed with ovs-ofctl)")
-        self.ovs.ensure_bridge(self.bridge, self.dpid, target)
+        for bridge in dict.fromkeys(self.bridges.values()):
+            self.ovs.ensure_bridge(bridge, self._dpid(bridge), target)
         with self._lock:
+            self._join_racks()
             self._push()
 
     def holds_slivers(self) -> bool:
@@ -169,7 +177,11 @@ class NetnsDriver:
         remove = remove or not self.holds_slivers()
         self.flows.stop()
         if remove and self.ovs.running():
-            self.ovs.vsctl("--if-exists", "del-br", self.bridge)
+            for bridge in dict.fromkeys(self.bridges.values()):
+                self.ovs.vsctl("--if-exists", "del-br", bridge)
+        if remove:
+            for dev in self._rack_trunk_devices():
+                hostnet.del_link(dev)
         if self.shared_switch:  # the switch is the host's: its owner stops it; this deployment only its bridge
             if remove:
                 shutil.rmtree(self.run_dir, ignore_errors=True)
@@ -183,7 +195,8 @@ class NetnsDriver:
             for owner in self._owned_ranges():
                 self.uid_ranges.release(owner)
             shutil.rmtree(self.state_dir, ignore_errors=True)
-            hostnet.del_link(self.bridge)  # the netdev datapath's tap for the bridge may outlive the daemon
+            for bridge in dict.fromkeys(self.bridges.values()):
+                hostnet.del_link(bridge)  # the netdev datapath's tap for a bridge may outlive the daemon
 
     # ---- the SubstrateDriver seam ----------------------------------------------------------------------------
     def create(self, spec: SliverSpec, now: datetime) -> dict[str, Any]:
@@ -336,6 +349,8 @@ class NetnsDriver:
             self.enabled.clear()
             self.ports.clear()
             self.trunks.clear()
+            self.rack_trunks.clear()
+            self._join_racks()
             self.node_slices.clear()
             for spec, status in live:
                 if spec.kind == "link":
@@ -350,8 +365,9 @@ class NetnsDriver:
             for vlan in self.enabled:
                 for port, _tags in self.links[vlan].uplinks:
                     self._trunk(port)
-            keep = set().union(*(p.names() for _s, _st, p in nodes)) | {self.bridge} | {
-                self.trunk_device(port) for lk in self.links.values() for port, _t in lk.uplinks}
+            keep = set().union(*(p.names() for _s, _st, p in nodes)) | set(self.bridges.values()) | {
+                self.trunk_device(port) for lk in self.links.values() for port, _t in lk.uplinks} | set(
+                self._rack_trunk_devices())
             removed: list[str] = []
             if self.lxcpath.is_dir():
                 for d in self.lxcpath.iterdir():
@@ -373,10 +389,11 @@ class NetnsDriver:
                 for d in hostnet.NETNS_ETC.glob(f"{self.prefix}-*"):
                     if d.name not in keep:
                         hostnet.del_namespace(d.name)
-            for port in self.ovs.ports(self.bridge):
-                if port not in keep:
-                    self.ovs.del_port(self.bridge, port)
-                    removed.append(f"port {port}")
+            for bridge in dict.fromkeys(self.bridges.values()):
+                for port in self.ovs.ports(bridge):
+                    if port not in keep:
+                        self.ovs.del_port(bridge, port)
+                        removed.append(f"port {port}")
             for name in hostnet.links():
                 if owned(self.prefix, name) and name not in keep:
                     hostnet.del_link(name)
@@ -406,9 +423,10 @@ class NetnsDriver:
     def leftovers(self) -> list[str]:
         """Every host object with this deployment's prefix (tests: nothing may remain after delete)."""
         out = [f"namespace {ns}" for ns in hostnet.namespaces() if ns.startswith(self.prefix + "-")]
-        out += [f"link {n}" for n in hostnet.links() if owned(self.prefix, n) and n != self.bridge]
-        if self.ovs.running() and self.bridge in self.ovs.bridges():
-            out += [f"port {p}" for p in self.ovs.ports(self.bridge)]
+        bridges = set(self.bridges.values())
+        out += [f"link {n}" for n in hostnet.links() if owned(self.prefix, n) and n not in bridges]
+        if self.ovs.running():
+            out += [f"port {p}" for b in sorted(bridges & set(self.ovs.bridges())) for p in self.ovs.ports(b)]
         if hostnet.NETNS_ETC.exists():
             out += [f"/etc/netns/{d.name}" for d in hostnet.NETNS_ETC.glob(f"{self.prefix}-*")]
         if self.nodes_dir.exists():
@@ -454,7 +472,7 @@ class NetnsDriver:
         return link_plan(spec.id, spec.client_id, spec.labels, spec.details, netem=self.netem or not check)
 
     def _node_plan(self, spec: SliverSpec) -> NodePlan:
-        return node_plan(self.prefix, spec.id, spec.client_id, spec.labels, spec.details, self.links)
+        return node_plan(self.prefix, spec.id, spec.client_id, spec.labels, spec.details, self.links, self.layout)
 
     def _owner(self, spec: SliverSpec) -> str:
         """Who holds a node's uid range: its slice (every node of a slice shares one range, no other slice
@@ -529,7 +547,8 @@ class NetnsDriver:
             hostnet.shape(plan.netns, i.ns_if, tbf)
             hostnet.set_up(plan.netns, i.ns_if, up)
             if i.vlan is not None:
-                self.ports[i.host_if] = (self.ovs.add_port(self.bridge, i.host_if, i.vlan), i.vlan, i.mac)
+                bridge = self.layout.bridge(self.prefix, i.switch)
+                self.ports[i.host_if] = (self.ovs.add_port(bridge, i.host_if, i.vlan), i.vlan, i.mac, bridge)
             hostnet.shape(None, i.host_if, tbf)
         self._push()
 
@@ -556,8 +575,23 @@ class NetnsDriver:
                     raise ServerError(f"stitched port {port}: its trunk device {dev} does not exist on this host; "
                                       f"{how} (docs/stitching.md)")
                 hostnet.add_trunk(dev, shared_trunk_name(str(self.ovs.run_dir), remote))
-            self.trunks[key] = self.ovs.add_port(self.bridge, dev)
+            self.trunks[key] = self.ovs.add_port(self.layout.bridge(self.prefix, self.layout.cabled.get(port, "")), dev)
         return self.trunks[key]
+
+    def _rack_trunk_devices(self) -> list[str]:
+        return [trunk_name(self.prefix, p) for a, _sa, b, _sb in self.layout.trunks for p in (a, b)]
+
+    def _join_racks(self) -> None:
+        """Each trunk between two of the substrate's switches as a veth pair between their bridges (made when
+        missing; the deployment's objects, removed with its bridges)."""
+        for a, sw_a, b, sw_b in self.layout.trunks:
+            dev_a, dev_b = trunk_name(self.prefix, a), trunk_name(self.prefix, b)
+            hostnet.add_trunk(dev_a, dev_b)
+            self.rack_trunks[a] = self.ovs.add_port(self.layout.bridge(self.prefix, sw_a), dev_a)
+            self.rack_trunks[b] = self.ovs.add_port(self.layout.bridge(self.prefix, sw_b), dev_b)
+
+    def _dpid(self, bridge: str) -> int:
+        return self.dpid if bridge == self.bridge else self.dpid + list(dict.fromkeys(self.bridges.values())).index(bridge)
 
     def _relay(self, plan: NodePlan) -> LoginRelay:
         return LoginRelay(self.nodes_dir, plan.netns, plan.hostname, self.login_address)
@@ -605,7 +639,7 @@ class NetnsDriver:
         self._relay(plan).remove()
         kill_netns_processes(plan.netns)  # nothing may hold the namespace
         for i in plan.interfaces:
-            self.ovs.del_port(self.bridge, i.host_if)
+            self.ovs.del_port(self.layout.bridge(self.prefix, i.switch), i.host_if)
             self.ports.pop(i.host_if, None)
         hostnet.del_namespace(plan.netns)
         for i in plan.interfaces:  # the namespace took its ends and their peers; a half-made pair may remain
@@ -616,12 +650,21 @@ class NetnsDriver:
         self._push()
 
     def _push(self) -> None:
-        """Install the rules of every started segment (the controller sends only the difference)."""
-        segments = []
-        for vlan in sorted(self.enabled):
-            ports = tuple(AccessPort(ofport, mac) for ofport, v, mac in self.ports.values() if v == vlan)
-            uplinks = tuple(Uplink(self.trunks[p.lower()], tags) for p, tags in self.links[vlan].uplinks
-                            if p.lower() in self.trunks)
-            segments.append(Segment(vlan, ports, uplinks))
-        self.flows.apply(self.bridge, self.dpid, segment_flows(segments))
+        """Install the rules of every started segment on every bridge (the controller sends only the
+        difference). A link between racks is a segment on each of its switches' bridges, under that switch's
+        tag, joined over the trunk ports it crosses with the tags negotiated on their wires."""
+        for switch, bridge in self.bridges.items():
+            segments = []
+            for vlan in sorted(self.enabled):
+                link = self.links[vlan]
+                ports = tuple(AccessPort(ofport, mac) for ofport, v, mac, b in self.ports.values()
+                              if v == vlan and b == bridge)
+                uplinks = tuple(Uplink(self.trunks[p.lower()], tags) for p, tags in link.uplinks
+                                if p.lower() in self.trunks and self.layout.bridge(
+                                    self.prefix, self.layout.cabled.get(p, "")) == bridge)
+                uplinks += tuple(Uplink(self.rack_trunks[p], tags) for p, tags in link.trunk_hops(switch)
+                                 if p in self.rack_trunks)
+                if ports or uplinks:
+                    segments.append(Segment(link.tag_on(switch) or vlan, ports, uplinks))
+            self.flows.apply(bridge, self._dpid(bridge), segment_flows(segments))
 

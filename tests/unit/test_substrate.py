@@ -126,7 +126,9 @@ def test_cross_rack_link_of_the_example_is_translated_at_rack_a_trunk_port():
     assert link.details["rack_path"] == "translated"
     tags = {urn.rsplit("+", 1)[1]: t for urn, t in link.details["switch_tags"].items()}
     assert 1000 <= tags["tor-a"] <= 1499 and 1500 <= tags["tor-b"] <= 1999
-    assert link.labels == {}  # two tags: the units say which, not one label across switches
+    # two tags: the ticket's label is rack A's (the link's key), rack B's tag and the trunk's are units
+    assert link.labels == {f"vlan:{sub.switches[0].component_id}": tags["tor-a"]}
+    assert f"vlan:{sub.switches[1].component_id}:{tags['tor-b']}" in link.keys
 
 
 def test_cross_rack_link_without_translation_or_qinq_is_vlan_unavailable_naming_racks_ranges_and_ports():
