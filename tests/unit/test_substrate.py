@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.placement import plan
+from broker.placement import dry_run, plan
 from cli.substrate import add_substrate_commands
 from rspec.request import parse_request
 from rspec.substrate import (
@@ -138,6 +138,10 @@ def test_cross_rack_link_without_translation_or_qinq_is_vlan_unavailable_naming_
                                               r"\(switch tor-b, VLANs 1500-1999\).*without VLAN translation: "
                                               r"tor-a:trunk-b, tor-b:trunk-a; without Q-in-Q: tor-a:trunk-b"):
         plan(sub, _cross_rack_request(sub), set())
+    report = dry_run(sub, _cross_rack_request(sub), set())  # a dry run says the same, with what is short
+    (short,) = report["short"]
+    assert not report["fits"] and short["geni_code"] == 24 and "rack rack-a" in short["reason"]
+    assert {(n["switch"], n["available"]) for n in short["needs"]} == {("tor-a", 0), ("tor-b", 0)}
 
 
 def _cli(argv: list[str]) -> int:
