@@ -37,6 +37,25 @@ def two_racks(tmp_path: Path) -> Path:
     return path
 
 
+def racks_behind_a_transit_switch(tmp_path: Path) -> Path:
+    """Racks sharing 1000-1099, joined through an aggregation switch that carries only 3000-3099: the link
+    crosses it under an S-tag (Q-in-Q pushed and popped at the racks' uplinks)."""
+    doc = {"authority": AUTHORITY,
+           "switches": [{"name": "tor-a", "vlan_range": ["1000-1099"], "ports": [{"name": "h"}, {"name": "up"}]},
+                        {"name": "core", "vlan_range": ["3000-3099"], "ports": [{"name": "a"}, {"name": "b"}]},
+                        {"name": "tor-b", "vlan_range": ["1000-1099"], "ports": [{"name": "h"}, {"name": "up"}]}],
+           "trunks": [{"name": "a-core", "between": ["tor-a:up", "core:a"], "qinq": ["tor-a:up"],
+                       "s_vlan_range": ["3000-3099"]},
+                      {"name": "core-b", "between": ["core:b", "tor-b:up"], "qinq": ["tor-b:up"],
+                       "s_vlan_range": ["3000-3099"]}],
+           "hosts": [{"name": f"host-{r}", "cores": 4, "memory_mb": 8192,
+                      "interfaces": [{"name": "eth1", "switch_port": f"tor-{r}:h"}]} for r in ("a", "b")],
+           "vm_sizes": [{"name": "small", "cores": 1, "memory_mb": 1024, "disk_gb": 10}]}
+    path = tmp_path / "transit.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
 def pair(sub, a_host: str | None, b_host: str | None) -> str:
     def bound(h: str | None) -> dict:
         return {"component_id": sub.host(h).component_id} if h else {}
@@ -116,6 +135,40 @@ def test_a_bound_pair_lands_one_node_per_rack_and_pings_across_the_translating_t
         assert where <= {"host-b1", "host-b2"}, where
         ok(am.Delete([full], full_cred, {}))
         ok(am.Delete([free], free_cred, {}))
+    finally:
+        up.stop()
+        cleanup(NetnsDriver(prefix, layout=RackLayout.of(sub)))
+
+
+def test_racks_behind_a_transit_switch_that_cannot_carry_their_tags_ping_over_qinq(tmp_path):
+    require_host()
+    substrate = racks_behind_a_transit_switch(tmp_path)
+    sub = load_substrate(substrate)
+    prefix = new_prefix()
+    home = make_home(tmp_path / "home", substrate_driver="netns", netns={"prefix": prefix},
+                     substrate=str(substrate), sa_port=0, am_port=0)
+    up = Up(home)
+    try:
+        am_url = up.start()
+        sa_url = procs.read(home.pid_file).info["sa_url"]
+        cert, key = str(home.user_cert("alice")), str(home.user_key("alice"))
+        am, sa = client(am_url, cert, key), client(sa_url, cert, key)
+        urn = f"urn:publicid:IDN+{AUTHORITY}+slice+qinq"
+        cred = [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": sa.CreateSlice(urn)}]
+        ok(am.Allocate(urn, cred, pair(sub, "host-a", "host-b"), {}))
+        manifest = ok(am.Provision([urn], cred, {"geni_users": []}))["geni_rspec"]
+        path = etree.fromstring(manifest.encode()).find(f".//{{{RSPEC3}}}link/{{{RACKS_EXT}}}path")
+        assert path is not None and path.get("kind") == "qinq", manifest
+        hops = {urn_name(h.get("port")): h for h in path.iter(f"{{{RACKS_EXT}}}hop")}
+        assert hops["tor-a:up"].get("qinq") == "push" and hops["tor-b:up"].get("qinq") == "pop"
+        assert hops["tor-a:up"].get("tags") == "0x88a8:3000 0x8100:1000"
+        assert hops["core:a"].get("tags") == "0x88a8:3000"  # the transit sees only the S-tag
+        ok(am.PerformOperationalAction([urn], cred, "geni_start", {}))
+        ns = namespaces_of(manifest, prefix)
+        assert ping(ns["a"], address(ns["b"]))[0], "a did not reach b through the transit switch"
+        driver = NetnsDriver(prefix, layout=RackLayout.of(sub))
+        assert "push_vlan:0x88a8" in driver.ovs.ofctl("dump-flows", f"{prefix}-br")  # tor-a pushes the S-tag
+        ok(am.Delete([urn], cred, {}))
     finally:
         up.stop()
         cleanup(NetnsDriver(prefix, layout=RackLayout.of(sub)))
