@@ -115,8 +115,9 @@ def rack_topology(sub: Substrate, endpoints: Mapping[str, str]) -> Topology:
         assert access is not None
         sw = _switch_of(sub, access)
         own = tags_of(sw.vlan_range)
-        ports.append(Port(f"{agg}#{iface}", agg, access, own))
-        ports.append(Port(access, _agg(sub, sw.name), f"{agg}#{iface}", own))
+        line = cabled[iface].bandwidth_kbps
+        ports.append(Port(f"{agg}#{iface}", agg, access, own, capacity_kbps=line))
+        ports.append(Port(access, _agg(sub, sw.name), f"{agg}#{iface}", own, capacity_kbps=line))
     aggs = [Aggregate(_agg(sub, sw.name)) for sw in sub.switches] + [Aggregate(a) for a in endpoints]
     return Topology.build(aggs, ports)
 

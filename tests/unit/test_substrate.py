@@ -102,6 +102,30 @@ def test_warnings_point_at_what_will_surprise_the_operator():
     assert "2 switches and no trunks" in warnings
 
 
+def test_a_trunk_between_switches_sharing_no_tag_and_unable_to_translate_is_warned_about():
+    sub = load_substrate(EXAMPLE)
+    assert not [w for w in check_substrate(sub) if w.startswith("trunk ")]
+    bare = replace(sub, trunks=tuple(replace(t, translation=(), qinq=()) for t in sub.trunks))
+    (warning,) = [w for w in check_substrate(bare) if w.startswith("trunk ")]
+    assert "tor-a and tor-b share no tag" in warning and "vlan_translation" in warning
+
+
+def test_trunk_capabilities_name_its_own_ends():
+    base = {"authority": "t.org", "switches": [{"name": "a", "ports": [{"name": "t"}]},
+                                                {"name": "b", "ports": [{"name": "t"}]}],
+            "hosts": [{"name": "h"}]}
+    sub = substrate_from_dict({**base, "trunks": [{"name": "ab", "between": ["a:t", "b:t"], "qinq": ["b:t"],
+                                                   "vlan_translation": True, "s_vlan_range": ["3000-3009"]}]})
+    (t,) = sub.trunks
+    assert t.translation == (t.port_a, t.port_b) and t.qinq == (t.port_b,) and t.s_vlan_range == ((3000, 3009),)
+    with pytest.raises(SubstrateError, match="vlan_translation .* is not true, false or a list of its ends"):
+        substrate_from_dict({**base, "trunks": [{"name": "ab", "between": ["a:t", "b:t"],
+                                                 "vlan_translation": ["c:t"]}]})
+    with pytest.raises(SubstrateError, match="s_vlan_range is given but no end does Q-in-Q"):
+        substrate_from_dict({**base, "trunks": [{"name": "ab", "between": ["a:t", "b:t"],
+                                                 "s_vlan_range": ["3000-3009"]}]})
+
+
 def test_fpga_boards_pass_through_as_plain_data():
     sub = substrate_from_dict({"authority": "f.org", "hosts": [{"name": "a"}],
                                "fpga_boards": [{"name": "b1", "model": "NetFPGA", "extra": {"k": [1, {"x": 2}]}}]})
