@@ -18,7 +18,7 @@ from rspec.request import RequestLink
 from rspec.substrate import Substrate, Switch, urn_name
 from slicex.errors import InsufficientBandwidth, VlanUnavailable
 from stitching.model import StitchingError
-from stitching.racks import RackPath, plan_rack_link, trunk_wire
+from stitching.racks import RackPath, plan_rack_link, trunk_bw, trunk_wire
 from stitching.racks import tags_of as tags_in
 
 BW_CHUNK_KBPS = 100_000
@@ -56,6 +56,8 @@ class VlanLinks:
         pools = [Pool(f"bw:{i.component_id}", "bw",
                       tuple(bw(i.component_id, k) for k in range(i.bandwidth_kbps // BW_CHUNK_KBPS)), h.component_id)
                  for h in substrate.hosts for i in h.interfaces]
+        pools += [Pool(f"bw:{port}", "bw", units, f"bw:{port}")
+                  for t in substrate.trunks for port, units in trunk_bw(t).items()]
         labels = [LabelSet(f"vlan:{sw.component_id}", tuple(sw.vlan_range)) for sw in substrate.switches]
         labels += [LabelSet(f"wire:{port}", _ranges_of(trunk_wire(substrate, t) | tags_in(t.s_vlan_range)))
                    for t in substrate.trunks for port in (t.port_a, t.port_b)]

@@ -11,20 +11,22 @@ on its wire: at an access port and at a trunk port that does not translate, the 
 and maps it to one of its switch's. Q-in-Q ports push/pop S-tags from the trunk's `s_vlan_range`.
 
 What a link holds (resources/vlan.py takes them as units): on every switch of the path its local tag
-(`vlan:<switch>:<tag>`), and on every trunk port the outermost tag on its wire (`wire:<port>:<tag>`). Pure:
-plain data in and out; `taken` is the set of unit keys other links hold."""
+(`vlan:<switch>:<tag>`), on every trunk port the outermost tag on its wire (`wire:<port>:<tag>`), and its
+capacity on every trunk port (`bw:<port>:<i>`, TRUNK_BW_CHUNK_KBPS each). Pure: plain data in and out;
+`taken` is the set of unit keys other links hold."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rspec.substrate import Substrate, Switch, Trunk, urn_name
 from stitching.model import Aggregate, Port, StitchingError, Topology, format_vlans
 from stitching.negotiate import STAG, WIRE, LinkRequest, PathPlan, plan_link
 
 TPID_8021Q, TPID_8021AD = 0x8100, 0x88A8
+TRUNK_BW_CHUNK_KBPS = 100_000  # one unit of a trunk port's capacity (as of a host interface's)
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class RackPath:
     link_id: str
     labels: tuple[tuple[str, int], ...]  # (switch component id, its local tag), path order
     hops: tuple[RackHop, ...]
+    capacity: tuple[str, ...] = ()  # the trunk ports' bandwidth units it holds
 
     @property
     def kind(self) -> str:
@@ -62,7 +65,8 @@ class RackPath:
     def units(self) -> tuple[str, ...]:
         """The unit keys it holds: each switch's local tag, each trunk port's outermost wire tag."""
         return tuple(dict.fromkeys([vlan_key(sw, tag) for sw, tag in self.labels] +
-                                   [wire_key(h.port, h.tags[0][1]) for h in self.hops if h.trunk]))
+                                   [wire_key(h.port, h.tags[0][1]) for h in self.hops if h.trunk] +
+                                   list(self.capacity)))
 
 
 def vlan_key(switch: str, tag: int) -> str:
@@ -71,6 +75,12 @@ def vlan_key(switch: str, tag: int) -> str:
 
 def wire_key(port: str, tag: int) -> str:
     return f"wire:{port}:{tag}"
+
+
+def trunk_bw(t: Trunk) -> dict[str, tuple[str, ...]]:
+    """The bandwidth units of each end of a trunk (its capacity in TRUNK_BW_CHUNK_KBPS units)."""
+    n = t.bandwidth_kbps // TRUNK_BW_CHUNK_KBPS
+    return {p: tuple(f"bw:{p}:{i}" for i in range(n)) for p in (t.port_a, t.port_b)}
 
 
 def tags_of(ranges) -> frozenset[int]:
@@ -150,12 +160,17 @@ def plan_rack_link(sub: Substrate, link_id: str, iface_a: str, iface_b: str, tak
     none exists."""
     a, b = _agg(sub, "a." + urn_name(iface_a)), _agg(sub, "b." + urn_name(iface_b))
     topo = rack_topology(sub, {a: iface_a, b: iface_b})
+    units = {p: u for t in sub.trunks for p, u in trunk_bw(t).items()}
+    used_kbps = {p: TRUNK_BW_CHUNK_KBPS * sum(1 for k in u if k in taken) for p, u in units.items()}
     try:
         plan = plan_link(topo, LinkRequest(link_id, a, b, capacity_kbps, allow_qinq=allow_qinq),
-                         _used(topo, sub, taken), {})
+                         _used(topo, sub, taken), used_kbps)
     except StitchingError as exc:
         raise StitchingError(_why(sub, link_id, iface_a, iface_b, exc), exc.kind, link_id) from None
-    return _rack_path(sub, plan, taken)
+    need = -(-capacity_kbps // TRUNK_BW_CHUNK_KBPS)
+    capacity = tuple(k for h in plan.hops if h.port.urn in units
+                     for k in [u for u in units[h.port.urn] if u not in taken][:need])
+    return replace(_rack_path(sub, plan, taken), capacity=capacity)
 
 
 def _rack_path(sub: Substrate, plan: PathPlan, taken: Set[str]) -> RackPath:
@@ -208,7 +223,8 @@ def _why(sub: Substrate, link_id: str, iface_a: str, iface_b: str, exc: Stitchin
     ports = [p for t in sub.trunks for p in (t.port_a, t.port_b)]
     no_translation = [urn_name(p) for t in sub.trunks for p in (t.port_a, t.port_b) if p not in t.translation]
     no_qinq = [urn_name(p) for t in sub.trunks for p in (t.port_a, t.port_b) if p not in t.qinq]
-    trunks = "; ".join(f"trunk {t.name} carries {format_vlans(trunk_wire(sub, t)) or 'no tag'}" for t in sub.trunks)
+    trunks = "; ".join(f"trunk {t.name} carries {format_vlans(trunk_wire(sub, t)) or 'no tag'}, "
+                       f"{t.bandwidth_kbps} kbps" for t in sub.trunks)
     lacking = (f"; trunk ports without VLAN translation: {', '.join(no_translation) or 'none'}; without Q-in-Q: "
                f"{', '.join(no_qinq) or 'none'}") if ports else "; the substrate has no trunks"
     detail = exc.message.split(": ", 1)[1] if exc.message.startswith(f"link {link_id}: ") else exc.message

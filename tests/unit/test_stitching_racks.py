@@ -154,3 +154,22 @@ def test_a_path_exists_exactly_when_the_tags_can_meet(ra, rb, translate, qinq):
     assert a_out.tags == b_in.tags  # one cable, one tag stack at both ends
     if not translate:
         assert labels["a"] == labels["b"]
+
+
+def test_a_trunk_carries_links_up_to_its_capacity_then_refuses_for_bandwidth():
+    sub = racks({"a": "1000-1099", "b": "1000-1099"}, [trunk("a", "b", bandwidth_kbps=1_000_000)])
+    first = plan_rack_link(sub, "l0", iface(sub, "a"), iface(sub, "b"), set(), capacity_kbps=600_000)
+    held = [u for u in first.units() if u.startswith("bw:")]
+    assert len(held) == 2 * 6  # 600 Mb/s in 100 Mb/s units on each end of the trunk
+    with pytest.raises(StitchingError) as err:
+        plan_rack_link(sub, "l1", iface(sub, "a"), iface(sub, "b"), set(first.units()), capacity_kbps=600_000)
+    assert err.value.kind == "bandwidth" and "1000000 kbps" in err.value.message
+    second = plan_rack_link(sub, "l1", iface(sub, "a"), iface(sub, "b"), set(first.units()), capacity_kbps=400_000)
+    assert not set(second.units()) & set(first.units())
+
+
+def test_a_full_trunk_is_avoided_when_another_path_exists():
+    sub = racks({"a": "1000-1099", "b": "1000-1099", "c": "1000-1099"},
+                [trunk("a", "b", bandwidth_kbps=500_000), trunk("a", "c"), trunk("c", "b")])
+    path = plan_rack_link(sub, "l", iface(sub, "a"), iface(sub, "b"), set(), capacity_kbps=800_000)
+    assert {h.switch.rsplit("+", 1)[1] for h in path.hops} == {"a", "b", "c"}  # around the thin trunk
