@@ -9,15 +9,18 @@ from datetime import timedelta
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric import rsa
+from lxml import etree
 
 from authority.substrate.emulated import EmulatedDriver
 from deployment.actors import ActorKeys, embedded_slice_manager
+from rspec.manifest import RACKS_EXT, SliverView, build_manifest
 from rspec.request import parse_request
 from rspec.substrate import load_substrate, urn_name
+from rspec.validate import validate_rspec
 from slice_manager.actor import ActorSliceManager
 from slicex.clock import ManualClock
 from slicex.store.sqlite_store import SqliteStore
-from tests.factories import request_rspec, vm
+from tests.factories import RSPEC3, request_rspec, vm
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "two-rack-site.yaml"
 SUB = load_substrate(EXAMPLE)
@@ -77,3 +80,26 @@ def test_an_unbound_pair_is_placed_where_there_is_room(tmp_path):
     hosts = {recs["a"].details["host"], recs["b"].details["host"]}
     assert hosts <= {"host-b1", "host-b2"}, hosts  # rack A had no room
     assert recs["l"].details["vlan_tag"] is not None
+
+
+def test_the_manifest_shows_each_interfaces_tag_and_the_trunk_hop_and_stays_valid(tmp_path):
+    store, sm = slice_manager(tmp_path)
+    now = ManualClock().now()
+    slice_urn = "urn:publicid:IDN+example.edu+slice+m"
+    request = pair("host-a1", "host-b1")
+    sm.allocate(slice_urn, "o", parse_request(request), now + 10 * MIN, now)
+    views = [SliverView(r.client_id, f"urn:publicid:IDN+example.edu+sliver+{r.id}", r.kind, r.component_id,
+                        r.details) for r in sm.records(slice_urn)]
+    manifest = build_manifest([request], views, SUB.component_manager_id, now)
+    assert validate_rspec(manifest, "manifest") == []
+    path = etree.fromstring(manifest.encode()).find(f".//{{{RSPEC3}}}link/{{{RACKS_EXT}}}path")
+    assert path is not None and path.get("kind") == "translated"
+    tags = {i.get("client_id"): int(i.get("vlan_tag")) for i in path.iter(f"{{{RACKS_EXT}}}interface")}
+    assert 1000 <= tags["a:0"] <= 1499 and 1500 <= tags["b:0"] <= 1999
+    hops = [(urn_name(h.get("port")), h.get("tags"), h.get("trunk"), h.get("translation"))
+            for h in path.iter(f"{{{RACKS_EXT}}}hop")]
+    wire = f"0x8100:{tags['b:0']}"
+    assert hops == [("tor-a:host-a1", f"0x8100:{tags['a:0']}", None, None),
+                    ("tor-a:trunk-b", wire, SUB.trunks[0].component_id, "true"),
+                    ("tor-b:trunk-a", wire, SUB.trunks[0].component_id, None),
+                    ("tor-b:host-b1", wire, None, None)]
