@@ -48,7 +48,7 @@ from slice_manager.peer_gate import held_slivers, wanted_nodes
 from slicex import pki
 from slicex.actor_rpc import ActorServer
 from slicex.clock import Clock, SystemClock
-from slicex.config import NetnsOptions, SlicexConfig
+from slicex.config import ConfigError, NetnsOptions, SlicexConfig
 from slicex.credentials import CredentialVerifier
 from slicex.devpki import actor_urn, roots_bundle
 from slicex.errors import GeniError, Refused
@@ -139,6 +139,10 @@ def host_driver(cfg: SlicexConfig, home: Home) -> Any:
     # switch_dir: one Open vSwitch shared by several aggregates on this host, their bridges joined by veth
     # trunks the driver makes from the substrate's external links (docs/substrate-netns.md, "Several aggregates")
     substrate = load_substrate(cfg.substrate) if cfg.substrate else None
+    unknown = sorted(set(opts.switch_hosts) - {sw.name for sw in (substrate.switches if substrate else ())})
+    if unknown:
+        raise ConfigError(f"netns.switch_hosts names {', '.join(unknown)}, not a switch of the substrate file "
+                      f"({cfg.substrate or 'none given'}); name switches as its 'switches:' does")
     cables = {e.local_port: e.remote_port for e in substrate.external_links} if substrate else {}
     images, default_image = node_images(opts)
 
@@ -149,7 +153,7 @@ def host_driver(cfg: SlicexConfig, home: Home) -> Any:
                        switch_dir=path(opts.switch_dir), cables=cables, state_dir=path(opts.state_dir),
                        images=images, default_image=default_image, pids_max=opts.pids_max,
                        install_sources=list(opts.install_sources), install_max_bytes=opts.install_max_mb * 2**20,
-                       layout=RackLayout.of(substrate) if substrate else None)  # a bridge per switch
+                       layout=RackLayout.of(substrate, opts.switch_hosts) if substrate else None)  # a bridge per switch
 
 
 def openstack_driver(cfg: SlicexConfig, home: Home) -> Any:

@@ -65,7 +65,7 @@ from authority.substrate.netns_plan import (
     tbf_args,
     trunk_name,
 )
-from authority.substrate.openflow import DEFAULT_CONTROLLER, FlowProgrammer, flow_programmer
+from authority.substrate.openflow import DEFAULT_CONTROLLER, FlowProgrammer, OfctlProgrammer, flow_programmer
 from authority.substrate.ovs import OvsSwitch, default_run_dir
 from protocol.messages import SliverSpec
 from slicex.errors import BadArgs, GeniError, ServerError, Unsupported
@@ -114,6 +114,12 @@ class NetnsDriver:
         self.ovs = OvsSwitch(switch_dir or self.run_dir, timeout=timeout)
         self.cables = {k.lower(): v for k, v in (cables or {}).items()}
         self.flows: FlowProgrammer = flow_programmer(controller, self.run_dir, self.ovs, timeout)
+        # a rack's switch on another host (a lab host's namespace): a switch of its own there, rules pushed
+        # with ovs-ofctl over its socket (the controller listens on this namespace's loopback)
+        self.remote: dict[str, OvsSwitch] = {
+            self.bridges[sw]: OvsSwitch(Path(f"{self.run_dir}-{self.bridges[sw]}"), timeout=timeout, netns=ns)
+            for sw, ns in self.layout.hosts.items() if sw in self.bridges}
+        self.remote_flows: dict[str, FlowProgrammer] = {b: OfctlProgrammer(o) for b, o in self.remote.items()}
         self.description = f"{DESCRIPTION} (OpenFlow rules from {self.flows.name})"
         self.links: dict[int, LinkPlan] = {}  # live link segments by VLAN
         self.enabled: set[int] = set()  # segments started (their rules installed)
@@ -160,7 +166,11 @@ class NetnsDriver:
         log.info("netns: OpenFlow rules of bridge %s from %s%s", self.bridge, self.flows.name,
                  f" (controller {target})" if target else " (no controller: pushed with ovs-ofctl)")
         for bridge in dict.fromkeys(self.bridges.values()):
-            self.ovs.ensure_bridge(bridge, self._dpid(bridge), target)
+            if bridge in self.remote:
+                self.remote[bridge].start()
+                self.remote[bridge].ensure_bridge(bridge, self._dpid(bridge), None)
+            else:
+                self.ovs.ensure_bridge(bridge, self._dpid(bridge), target)
         with self._lock:
             self._join_racks()
             self._push()
@@ -176,9 +186,11 @@ class NetnsDriver:
         state directories go too, as `remove` makes them go in any case (tests, operators uninstalling)."""
         remove = remove or not self.holds_slivers()
         self.flows.stop()
-        if remove and self.ovs.running():
-            for bridge in dict.fromkeys(self.bridges.values()):
-                self.ovs.vsctl("--if-exists", "del-br", bridge)
+        for bridge in dict.fromkeys(self.bridges.values()):
+            if remove and self._ovs(bridge).running():
+                self._ovs(bridge).vsctl("--if-exists", "del-br", bridge)
+        for remote in self.remote.values():
+            remote.stop(remove=remove)
         if remove:
             for dev in self._rack_trunk_devices():
                 hostnet.del_link(dev)
@@ -390,9 +402,9 @@ class NetnsDriver:
                     if d.name not in keep:
                         hostnet.del_namespace(d.name)
             for bridge in dict.fromkeys(self.bridges.values()):
-                for port in self.ovs.ports(bridge):
+                for port in self._ovs(bridge).ports(bridge):
                     if port not in keep:
-                        self.ovs.del_port(bridge, port)
+                        self._ovs(bridge).del_port(bridge, port)
                         removed.append(f"port {port}")
             for name in hostnet.links():
                 if owned(self.prefix, name) and name not in keep:
@@ -425,8 +437,10 @@ class NetnsDriver:
         out = [f"namespace {ns}" for ns in hostnet.namespaces() if ns.startswith(self.prefix + "-")]
         bridges = set(self.bridges.values())
         out += [f"link {n}" for n in hostnet.links() if owned(self.prefix, n) and n not in bridges]
-        if self.ovs.running():
-            out += [f"port {p}" for b in sorted(bridges & set(self.ovs.bridges())) for p in self.ovs.ports(b)]
+        for b in sorted(bridges):
+            ovs = self._ovs(b)
+            if ovs.running() and b in ovs.bridges():
+                out += [f"port {p}" for p in ovs.ports(b)]
         if hostnet.NETNS_ETC.exists():
             out += [f"/etc/netns/{d.name}" for d in hostnet.NETNS_ETC.glob(f"{self.prefix}-*")]
         if self.nodes_dir.exists():
@@ -546,10 +560,14 @@ class NetnsDriver:
             tbf = tbf_args(i.rate_kbps) if i.rate_kbps else None
             hostnet.shape(plan.netns, i.ns_if, tbf)
             hostnet.set_up(plan.netns, i.ns_if, up)
+            where = None
             if i.vlan is not None:
                 bridge = self.layout.bridge(self.prefix, i.switch)
-                self.ports[i.host_if] = (self.ovs.add_port(bridge, i.host_if, i.vlan), i.vlan, i.mac, bridge)
-            hostnet.shape(None, i.host_if, tbf)
+                where = self._ns_of(bridge)
+                if where is not None:  # the host end goes to the host its rack's switch runs on
+                    hostnet.move_link(i.host_if, where)
+                self.ports[i.host_if] = (self._ovs(bridge).add_port(bridge, i.host_if, i.vlan), i.vlan, i.mac, bridge)
+            hostnet.shape(where, i.host_if, tbf)
         self._push()
 
     def trunk_device(self, port: str) -> str:
@@ -579,16 +597,32 @@ class NetnsDriver:
         return self.trunks[key]
 
     def _rack_trunk_devices(self) -> list[str]:
-        return [trunk_name(self.prefix, p) for a, _sa, b, _sb in self.layout.trunks for p in (a, b)]
+        """The veth ends of the trunks this driver makes (both switches here); a cable to a switch on another
+        host is the lab's (or the operator's)."""
+        return [trunk_name(self.prefix, p) for a, sa, b, sb in self.layout.trunks for p in (a, b)
+                if not ({self.layout.bridge(self.prefix, sa), self.layout.bridge(self.prefix, sb)} & set(self.remote))]
+
+    def _ovs(self, bridge: str) -> OvsSwitch:
+        return self.remote.get(bridge, self.ovs)
+
+    def _ns_of(self, bridge: str) -> str | None:
+        return self.remote[bridge].netns if bridge in self.remote else None
 
     def _join_racks(self) -> None:
-        """Each trunk between two of the substrate's switches as a veth pair between their bridges (made when
-        missing; the deployment's objects, removed with its bridges)."""
+        """Each trunk between two of the substrate's switches: between two switches here a veth pair made here
+        (the deployment's, removed with its bridges); to a switch on another host the cable must exist, its
+        ends named `trunk_name(prefix, port)` in each switch's namespace (`lab.cable`, docs/lab.md)."""
         for a, sw_a, b, sw_b in self.layout.trunks:
-            dev_a, dev_b = trunk_name(self.prefix, a), trunk_name(self.prefix, b)
-            hostnet.add_trunk(dev_a, dev_b)
-            self.rack_trunks[a] = self.ovs.add_port(self.layout.bridge(self.prefix, sw_a), dev_a)
-            self.rack_trunks[b] = self.ovs.add_port(self.layout.bridge(self.prefix, sw_b), dev_b)
+            ends = [(port, self.layout.bridge(self.prefix, sw), trunk_name(self.prefix, port))
+                    for port, sw in ((a, sw_a), (b, sw_b))]
+            if not {bridge for _p, bridge, _d in ends} & set(self.remote):
+                hostnet.add_trunk(ends[0][2], ends[1][2])
+            for port, bridge, dev in ends:
+                if dev not in hostnet.links(self._ns_of(bridge)):
+                    raise ServerError(f"trunk port {port}: its cable end {dev} does not exist on the host of bridge "
+                                      f"{bridge} ({self._ns_of(bridge)}); make the cable between the racks' hosts "
+                                      f"(docs/lab.md, lab.cable)")
+                self.rack_trunks[port] = self._ovs(bridge).add_port(bridge, dev)
 
     def _dpid(self, bridge: str) -> int:
         return self.dpid if bridge == self.bridge else self.dpid + list(dict.fromkeys(self.bridges.values())).index(bridge)
@@ -639,7 +673,8 @@ class NetnsDriver:
         self._relay(plan).remove()
         kill_netns_processes(plan.netns)  # nothing may hold the namespace
         for i in plan.interfaces:
-            self.ovs.del_port(self.layout.bridge(self.prefix, i.switch), i.host_if)
+            bridge = self.layout.bridge(self.prefix, i.switch)
+            self._ovs(bridge).del_port(bridge, i.host_if)
             self.ports.pop(i.host_if, None)
         hostnet.del_namespace(plan.netns)
         for i in plan.interfaces:  # the namespace took its ends and their peers; a half-made pair may remain
@@ -666,5 +701,5 @@ class NetnsDriver:
                                  if p in self.rack_trunks)
                 if ports or uplinks:
                     segments.append(Segment(link.tag_on(switch) or vlan, ports, uplinks))
-            self.flows.apply(bridge, self._dpid(bridge), segment_flows(segments))
+            self.remote_flows.get(bridge, self.flows).apply(bridge, self._dpid(bridge), segment_flows(segments))
 

@@ -82,17 +82,22 @@ class RackLayout:
     switches: tuple[str, ...] = ()
     cabled: Mapping[str, str] = field(default_factory=dict)  # host interface / external port -> switch
     trunks: tuple[tuple[str, str, str, str], ...] = ()  # (port a, switch a, port b, switch b)
+    hosts: Mapping[str, str] = field(default_factory=dict)  # switch -> network namespace it runs in (not here)
 
     @staticmethod
-    def of(substrate) -> RackLayout:
-        """From a substrate (rspec.substrate.Substrate)."""
+    def of(substrate, hosts: Mapping[str, str] | None = None) -> RackLayout:
+        """From a substrate (rspec.substrate.Substrate); `hosts` places switches (by name or component id) in
+        other network namespaces (lab hosts, docs/lab.md)."""
         switch_of = {p.component_id: sw.component_id for sw in substrate.switches for p in sw.ports}
         cabled = {i.component_id: switch_of[i.switch_port] for h in substrate.hosts for i in h.interfaces
                   if i.switch_port in switch_of}
         cabled.update({e.local_port: switch_of[e.local_port] for e in substrate.external_links
                        if e.local_port in switch_of})
+        where = {sw.component_id: (hosts or {}).get(sw.name) or (hosts or {}).get(sw.component_id)
+                 for sw in substrate.switches}
         return RackLayout(tuple(sw.component_id for sw in substrate.switches), cabled,
-                          tuple((t.port_a, switch_of[t.port_a], t.port_b, switch_of[t.port_b]) for t in substrate.trunks))
+                          tuple((t.port_a, switch_of[t.port_a], t.port_b, switch_of[t.port_b]) for t in substrate.trunks),
+                          {sw: ns for sw, ns in where.items() if ns})
 
     def bridge(self, prefix: str, switch: str) -> str:
         """The bridge of a switch: the deployment's own for the first (or an unknown) one, `<prefix>-br<k>`

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from authority.substrate.netns_plan import RackLayout, link_plan, node_plan
 from broker.placement import plan
 from rspec.request import parse_request
@@ -50,3 +52,16 @@ def test_a_link_between_racks_is_planned_per_switch_and_its_nodes_on_their_racks
         (iface,) = node.interfaces
         assert iface.switch == switch and iface.vlan == lp.vlan
         assert layout.bridge("x1", iface.switch) == ("x1-br" if switch == TOR_A else "x1-br1")
+
+
+def test_switch_hosts_place_switches_by_name_and_an_unknown_switch_is_refused(tmp_path):
+    layout = RackLayout.of(SUB, {"tor-b": "sxlab-x-h2"})
+    assert layout.hosts == {TOR_B: "sxlab-x-h2"}
+    from deployment.service import host_driver
+    from slicex.config import ConfigError, parse_config
+    from slicex.home import Home
+
+    cfg = parse_config({"authority": "example.edu", "substrate_driver": "netns", "substrate": str(EXAMPLE),
+                        "netns": {"switch_hosts": {"tor-c": "sxlab-x-h3"}}})
+    with pytest.raises(ConfigError, match="netns.switch_hosts names tor-c, not a switch of the substrate file"):
+        host_driver(cfg, Home(tmp_path))
