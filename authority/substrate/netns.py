@@ -378,8 +378,8 @@ class NetnsDriver:
                 for port, _tags in self.links[vlan].uplinks:
                     self._trunk(port)
             keep = set().union(*(p.names() for _s, _st, p in nodes)) | set(self.bridges.values()) | {
-                self.trunk_device(port) for lk in self.links.values() for port, _t in lk.uplinks} | set(
-                self._rack_trunk_devices())
+                self.trunk_device(port) for lk in self.links.values() for port, _t in lk.uplinks} | {
+                trunk_name(self.prefix, p) for a, _sa, b, _sb in self.layout.trunks for p in (a, b)}
             removed: list[str] = []
             if self.lxcpath.is_dir():
                 for d in self.lxcpath.iterdir():

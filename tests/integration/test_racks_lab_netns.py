@@ -91,3 +91,55 @@ def test_racks_on_two_lab_hosts_ping_across_the_cable_between_their_switches():
         finally:
             cleanup(d)
         assert not d.leftovers()
+
+
+def test_through_the_am_api_a_bound_pair_on_racks_on_two_lab_hosts_pings_across_the_cable(tmp_path):
+    """The same through `slicex up --substrate netns` (slicex.yaml `netns: {switch_hosts: ...}`) over the AM
+    API, as omni drives it: issue 25's "a 2-node slice at the two-rack example aggregate (racks on two lab
+    hosts, no shared tag range) gets one node per rack when the request binds them and pings across the
+    trunk"."""
+    from slicex import procs
+    from slicex.tls_xmlrpc import client
+    from tests.integration.conftest import AUTHORITY, make_home
+    from tests.integration.test_netns_am import Up, namespaces_of, ok
+    from tests.integration.test_racks_netns import address, pair, two_racks
+
+    require_host()
+    missing = lab.edge.missing_capabilities()
+    if missing:
+        pytest.skip("the lab needs: " + "; ".join(missing))
+    substrate = two_racks(tmp_path)
+    sub = load_substrate(substrate)
+    trunk = sub.trunks[0]
+    prefix = new_prefix()
+    with lab.running(lab.line("rka", hosts=2)) as lb:
+        h1, h2 = lb.hosts["h1"], lb.hosts["h2"]
+        lb.cable("h1", trunk_name(prefix, trunk.port_a), "h2", trunk_name(prefix, trunk.port_b))
+        hosts = {"tor-a": h1.namespace, "tor-b": h2.namespace}
+        home = make_home(tmp_path / "home", substrate_driver="netns", substrate=str(substrate), sa_port=0,
+                         am_port=0, netns={"prefix": prefix, "switch_hosts": hosts})
+        up = Up(home)
+        try:
+            am_url = up.start()
+            sa_url = procs.read(home.pid_file).info["sa_url"]
+            cert, key = str(home.user_cert("alice")), str(home.user_key("alice"))
+            am, sa = client(am_url, cert, key), client(sa_url, cert, key)
+            urn = f"urn:publicid:IDN+{AUTHORITY}+slice+labracks"
+            cred = [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": sa.CreateSlice(urn)}]
+            ok(am.Allocate(urn, cred, pair(sub, "host-a1", "host-b1"), {}))
+            manifest = ok(am.Provision([urn], cred, {"geni_users": []}))["geni_rspec"]
+            ok(am.PerformOperationalAction([urn], cred, "geni_start", {}))
+            status = ok(am.Status([urn], cred, {}))
+            assert {s["geni_operational_status"] for s in status["geni_slivers"]} == {"geni_ready"}, status
+            ns = namespaces_of(manifest, prefix)
+            d = NetnsDriver(prefix, layout=RackLayout.of(sub, hosts))
+            for host, bridge in ((h1, f"{prefix}-br"), (h2, f"{prefix}-br1")):  # each rack's ports on its host
+                assert {p for p in d.remote[bridge].ports(bridge) if not p.endswith("t")} <= set(
+                    hostnet.links(host.namespace))
+            assert ping(ns["a"], address(ns["b"]))[0], "rack A's node did not reach rack B's over the cable"
+            ok(am.Delete([urn], cred, {}))
+        finally:
+            up.stop()
+            left = NetnsDriver(prefix, layout=RackLayout.of(sub, hosts))
+            cleanup(left)
+        assert not left.leftovers()
