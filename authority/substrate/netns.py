@@ -123,7 +123,8 @@ class NetnsDriver:
         self.description = f"{DESCRIPTION} (OpenFlow rules from {self.flows.name})"
         self.links: dict[int, LinkPlan] = {}  # live link segments by VLAN
         self.enabled: set[int] = set()  # segments started (their rules installed)
-        self.ports: dict[str, tuple[int, int, str, str]] = {}  # bridge port -> (ofport, vlan, mac, bridge)
+        self.ports: dict[str, tuple[int, int, str]] = {}  # bridge port -> (ofport, vlan, mac)
+        self.port_bridge: dict[str, str] = {}  # bridge port -> its bridge (its rack's switch)
         self.netem = False
         self.nodes_dir = Path(f"{self.run_dir}-nodes")  # login relays' pid files and logs (root's)
         self.state_dir = Path(state_dir or STATE_ROOT / f"slicex-{prefix}")
@@ -360,6 +361,7 @@ class NetnsDriver:
             self.links.clear()
             self.enabled.clear()
             self.ports.clear()
+            self.port_bridge.clear()
             self.trunks.clear()
             self.rack_trunks.clear()
             self._join_racks()
@@ -566,7 +568,8 @@ class NetnsDriver:
                 where = self._ns_of(bridge)
                 if where is not None:  # the host end goes to the host its rack's switch runs on
                     hostnet.move_link(i.host_if, where)
-                self.ports[i.host_if] = (self._ovs(bridge).add_port(bridge, i.host_if, i.vlan), i.vlan, i.mac, bridge)
+                self.ports[i.host_if] = (self._ovs(bridge).add_port(bridge, i.host_if, i.vlan), i.vlan, i.mac)
+                self.port_bridge[i.host_if] = bridge
             hostnet.shape(where, i.host_if, tbf)
         self._push()
 
@@ -676,6 +679,7 @@ class NetnsDriver:
             bridge = self.layout.bridge(self.prefix, i.switch)
             self._ovs(bridge).del_port(bridge, i.host_if)
             self.ports.pop(i.host_if, None)
+            self.port_bridge.pop(i.host_if, None)
         hostnet.del_namespace(plan.netns)
         for i in plan.interfaces:  # the namespace took its ends and their peers; a half-made pair may remain
             hostnet.del_link(i.host_if)
@@ -692,8 +696,8 @@ class NetnsDriver:
             segments = []
             for vlan in sorted(self.enabled):
                 link = self.links[vlan]
-                ports = tuple(AccessPort(ofport, mac) for ofport, v, mac, b in self.ports.values()
-                              if v == vlan and b == bridge)
+                ports = tuple(AccessPort(ofport, mac) for name, (ofport, v, mac) in self.ports.items()
+                              if v == vlan and self.port_bridge.get(name, self.bridge) == bridge)
                 uplinks = tuple(Uplink(self.trunks[p.lower()], tags) for p, tags in link.uplinks
                                 if p.lower() in self.trunks and self.layout.bridge(
                                     self.prefix, self.layout.cabled.get(p, "")) == bridge)

@@ -78,7 +78,7 @@ def test_racks_on_two_lab_hosts_ping_across_the_cable_between_their_switches():
                 assert sw.netns == host.namespace
                 pid = int((sw.run_dir / "ovs-vswitchd.pid").read_text())
                 assert Path(f"/proc/{pid}/ns/net").stat().st_ino == Path(f"/run/netns/{host.namespace}").stat().st_ino
-                host_if = next(p for p, v in d.ports.items() if v[3] == bridge)
+                host_if = next(p for p, b in d.port_bridge.items() if b == bridge)
                 assert host_if in hostnet.links(host.namespace) and host_if not in hostnet.links()
             assert ping(ns["a"], addr["b"])[0], "rack A's node did not reach rack B's over the cable"
             hostnet.set_up(h1.namespace, trunk_name(prefix, trunk.port_a), False)
