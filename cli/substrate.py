@@ -11,9 +11,9 @@ import sys
 import zlib
 from datetime import UTC, datetime
 
-from rspec.advertisement import Usage, build_advertisement
+from rspec.advertisement import Usage, build_advertisement, format_ranges
 from rspec.ndl import substrate_graph
-from rspec.substrate import Substrate, SubstrateError, check_substrate, load_substrate
+from rspec.substrate import Substrate, SubstrateError, check_substrate, load_substrate, urn_name
 from rspec.validate import validate_rspec
 
 NDL_FORMATS = {"turtle": "turtle", "xml": "xml", "nt": "nt"}
@@ -39,12 +39,21 @@ def summary(sub: Substrate) -> list[str]:
         f"  bare metal   {len(bare)}",
         f"  switches     {len(sub.switches)} ({sum(len(s.ports) for s in sub.switches)} ports, {tags} VLAN tags for "
         f"slices), {len(sub.trunks)} trunk{'s' if len(sub.trunks) != 1 else ''}",
+        *(f"  trunk        {t.name}: {_trunk_ends(t)}" for t in sub.trunks),
         f"  static VLANs {len(sub.static_vlans)}{' — shared: ' + shared if shared else ''}",
         f"  VM sizes     {', '.join(s.name for s in sub.vm_sizes)}",
         f"  images       {', '.join(i.name for i in sub.images)}",
         f"  external     {', '.join(f'{e.name} → {e.remote_aggregate}' for e in sub.external_links) or 'none'}",
         f"  FPGA boards  {len(sub.fpga_boards)}",
     ]
+
+
+def _trunk_ends(t) -> str:
+    """What a trunk's ends can do for links between its racks (docs/operator-guide.md)."""
+    def names(ports) -> str:
+        return ", ".join(urn_name(p) for p in ports) or "no end"
+    wire = f"carries {format_ranges(t.vlan_range)}; " if t.vlan_range else ""
+    return f"{wire}translates at {names(t.translation)}; Q-in-Q at {names(t.qinq)}"
 
 
 def cmd_check(args: argparse.Namespace) -> int:

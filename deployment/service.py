@@ -48,7 +48,7 @@ from slice_manager.peer_gate import held_slivers, wanted_nodes
 from slicex import pki
 from slicex.actor_rpc import ActorServer
 from slicex.clock import Clock, SystemClock
-from slicex.config import NetnsOptions, SlicexConfig
+from slicex.config import ConfigError, NetnsOptions, SlicexConfig
 from slicex.credentials import CredentialVerifier
 from slicex.devpki import actor_urn, roots_bundle
 from slicex.errors import GeniError, Refused
@@ -177,12 +177,17 @@ def host_driver(cfg: SlicexConfig, home: Home) -> Any:
     from pathlib import Path
 
     from authority.substrate.netns import NetnsDriver
+    from authority.substrate.netns_plan import RackLayout
 
     opts = cfg.netns
     # switch_dir: one Open vSwitch shared by several aggregates on this host, their bridges joined by veth
     # trunks the driver makes from the substrate's external links (docs/substrate-netns.md, "Several aggregates")
-    cables = {e.local_port: e.remote_port for e in load_substrate(cfg.substrate).external_links} \
-        if cfg.substrate else {}
+    substrate = load_substrate(cfg.substrate) if cfg.substrate else None
+    unknown = sorted(set(opts.switch_hosts) - {sw.name for sw in (substrate.switches if substrate else ())})
+    if unknown:
+        raise ConfigError(f"netns.switch_hosts names {', '.join(unknown)}, not a switch of the substrate file "
+                      f"({cfg.substrate or 'none given'}); name switches as its 'switches:' does")
+    cables = {e.local_port: e.remote_port for e in substrate.external_links} if substrate else {}
     images, default_image = node_images(opts)
 
     def path(value: str | None) -> Path | None:
@@ -194,7 +199,8 @@ def host_driver(cfg: SlicexConfig, home: Home) -> Any:
                        install_sources=list(opts.install_sources), install_max_bytes=opts.install_max_mb * 2**20,
                        public_address=opts.public_address or cfg.host, public_host=cfg.advertised_host(),
                        image_quota_bytes=opts.image_quota_mb * 2**20, datasets=node_datasets(opts),
-                       dataset_quota_mb=opts.dataset_quota_mb)
+                       dataset_quota_mb=opts.dataset_quota_mb,
+                       layout=RackLayout.of(substrate, opts.switch_hosts) if substrate else None)  # a bridge per switch
 
 
 def openstack_driver(cfg: SlicexConfig, home: Home) -> Any:

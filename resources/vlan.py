@@ -1,8 +1,11 @@
-"""VLAN links inside the aggregate: bandwidth on each endpoint's host interface and one tag common to every
-switch the link crosses.
+"""VLAN links inside the aggregate: bandwidth on each endpoint's host interface and the tags of the switches
+the link crosses. A link on one switch (or a LAN, or one asking for a tag) takes one tag common to every
+switch of its endpoints; a link between two racks' switches takes the path stitching/racks.py negotiates over
+the aggregate's trunks (a common tag, else translation, else Q-in-Q at the trunk ports that can).
 
-Units: `bw:<iface>:<i>` one BW_CHUNK_KBPS of a host interface (a pool per interface, on its host), and the
-label `vlan:<switch>:<tag>` (a label set per switch: its VLAN range)."""
+Units: `bw:<iface>:<i>` one BW_CHUNK_KBPS of a host interface (a pool per interface, on its host), the label
+`vlan:<switch>:<tag>` (a label set per switch: its VLAN range) and `wire:<trunk port>:<tag>`, the outermost
+tag on a trunk port's wire (a label set per trunk port: the trunk's tags and S-tags)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,9 @@ from resources.kind import Amounts, Offer
 from rspec.request import RequestLink
 from rspec.substrate import Substrate, Switch, urn_name
 from slicex.errors import InsufficientBandwidth, VlanUnavailable
+from stitching.model import StitchingError
+from stitching.racks import RackPath, plan_rack_link, trunk_bw, trunk_wire
+from stitching.racks import tags_of as tags_in
 
 BW_CHUNK_KBPS = 100_000
 
@@ -50,7 +56,11 @@ class VlanLinks:
         pools = [Pool(f"bw:{i.component_id}", "bw",
                       tuple(bw(i.component_id, k) for k in range(i.bandwidth_kbps // BW_CHUNK_KBPS)), h.component_id)
                  for h in substrate.hosts for i in h.interfaces]
+        pools += [Pool(f"bw:{port}", "bw", units, f"bw:{port}")
+                  for t in substrate.trunks for port, units in trunk_bw(t).items()]
         labels = [LabelSet(f"vlan:{sw.component_id}", tuple(sw.vlan_range)) for sw in substrate.switches]
+        labels += [LabelSet(f"wire:{port}", _ranges_of(trunk_wire(substrate, t) | tags_in(t.s_vlan_range)))
+                   for t in substrate.trunks for port in (t.port_a, t.port_b)]
         return Offer(tuple(pools), tuple(labels))
 
     def place(self, substrate: Substrate, link: RequestLink, host_ifaces: list[str], taken: Set[str],
@@ -70,6 +80,20 @@ class VlanLinks:
         tag = None
         labels: dict[str, int] = {}
         switches = switches_of(substrate, host_ifaces)
+        if across_racks(link, switches, host_ifaces):
+            path = _rack_path(substrate, link, host_ifaces, taken, [*keys, *out])
+            units = path.units()
+            tags = dict(path.labels)
+            if len(set(tags.values())) == 1:  # one tag everywhere: the broker books it as the switches' label
+                labels = {f"vlan:{sw}": t for sw, t in tags.items()}
+            else:  # the ticket carries the first rack's tag (the link's key for drivers); the rest are units
+                labels = {f"vlan:{path.labels[0][0]}": path.labels[0][1]}
+            out.extend(units)
+            ends = list(link.interface_refs[:2])  # host_ifaces are in interface_refs order
+            return out, {"vlan_tag": path.labels[0][1], "switch": path.labels[0][0], "rack_path": path.kind,
+                         "switch_tags": {sw: t for sw, t in path.labels},
+                         "interface_tags": {ends[0]: path.labels[0][1], ends[1]: path.labels[-1][1]},
+                         "hops": [h.to_doc() for h in path.hops]}, labels
         if len(host_ifaces) > 1 or link.vlan_tag is not None:
             if not switches:
                 raise VlanUnavailable(f"link {link.client_id}: its endpoints are not cabled to any switch here")
@@ -104,7 +128,15 @@ class VlanLinks:
                             "interface": urn_name(hi), "asked": link.capacity_kbps,
                             "available": free * BW_CHUNK_KBPS})
         switches = switches_of(substrate, host_ifaces)
-        if switches and (len(host_ifaces) > 1 or link.vlan_tag is not None):
+        if across_racks(link, switches, host_ifaces):
+            try:
+                _rack_path(substrate, link, host_ifaces, taken, [])
+                available = 1
+            except VlanUnavailable:
+                available = 0
+            out.extend({"resource": "vlan tags", "site": sw.site, "switch": sw.name, "asked": 1,
+                        "available": available} for sw in switches)
+        elif switches and (len(host_ifaces) > 1 or link.vlan_tag is not None):
             common = set.intersection(*(tags_of(sw) for sw in switches))
             if link.vlan_tag is not None:
                 common &= {link.vlan_tag}
@@ -123,3 +155,31 @@ class VlanLinks:
 
     def bin_of(self, key: str) -> str:
         return key.partition(":")[2].rsplit(":", 1)[0]
+
+
+def across_racks(link: RequestLink, switches: list[Switch], host_ifaces: list[str]) -> bool:
+    """Whether a link is a point-to-point link between two switches of the aggregate (carried over its
+    trunks): not a LAN, not a stitched link (its tags are its hops'), not one asking for a tag."""
+    return len(switches) == 2 and len(host_ifaces) == 2 and not link.uplinks and link.vlan_tag is None
+
+
+def _rack_path(substrate: Substrate, link: RequestLink, host_ifaces: list[str], taken: Set[str],
+               keys: list[str]) -> RackPath:
+    try:
+        path = plan_rack_link(substrate, link.client_id, host_ifaces[0], host_ifaces[1], set(taken) | set(keys),
+                              link.capacity_kbps or 0)
+    except StitchingError as exc:
+        if exc.kind == "bandwidth":
+            raise InsufficientBandwidth(exc.message) from None
+        raise VlanUnavailable(exc.message) from None
+    return path
+
+
+def _ranges_of(tags: Set[int]) -> tuple[tuple[int, int], ...]:
+    out: list[tuple[int, int]] = []
+    for t in sorted(tags):
+        if out and out[-1][1] == t - 1:
+            out[-1] = (out[-1][0], t)
+        else:
+            out.append((t, t))
+    return tuple(out)

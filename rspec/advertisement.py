@@ -208,7 +208,13 @@ def build_advertisement(substrate: Substrate, usage: Usage, now: datetime, avail
                 _link(root, cm, (cm,), f"{h.name}:{i.name}-{urn_name(i.switch_port)}", i.component_id, i.switch_port,
                       i.bandwidth_kbps, "lan")
     for t in sub.trunks:
-        _link(root, cm, (cm,), t.name, t.port_a, t.port_b, t.bandwidth_kbps, "lan", t.component_id)
+        link = _link(root, cm, (cm,), t.name, t.port_a, t.port_b, t.bandwidth_kbps, "lan", t.component_id)
+        if t.vlan_range or t.translation or t.qinq:  # what the aggregate may do at its own trunks' ends
+            trunk = etree.SubElement(link, q(CAPACITY, "trunk"), translation=" ".join(t.translation),
+                                     qinq=" ".join(t.qinq))
+            for attr, ranges in (("vlan_ranges", t.vlan_range), ("s_vlan_ranges", t.s_vlan_range)):
+                if ranges:
+                    trunk.set(attr, format_ranges(ranges))
     for ext in sub.external_links:
         _link(root, cm, (cm, ext.remote_aggregate), ext.name, ext.local_port, ext.remote_port, ext.capacity_kbps,
               "vlan", ext.component_id)
@@ -282,7 +288,7 @@ def _host_node(root, h: Host, available: bool, cm: str, sites: Mapping[str, Site
 
 
 def _link(root, cm: str, managers: tuple[str, ...], name: str, a: str, b: str, capacity_kbps: int, link_type: str,
-          cid: str | None = None) -> None:
+          cid: str | None = None) -> etree._Element:
     authority = cm.split("+")[1]
     link = etree.SubElement(root, _T_LINK, component_id=cid or f"urn:publicid:IDN+{authority}+link+{name}",
                             component_name=name)
@@ -294,6 +300,7 @@ def _link(root, cm: str, managers: tuple[str, ...], name: str, a: str, b: str, c
     for s, d in ((a, b), (b, a)):
         etree.SubElement(link, _T_PROPERTY, source_id=s, dest_id=d, capacity=capacity, latency="0", packet_loss="0")
     etree.SubElement(link, _T_LINK_TYPE, name=link_type)
+    return link
 
 
 def _opstate(root, cm: str, sliver_types: list[str]) -> None:

@@ -18,6 +18,7 @@ from slicex.clock import rfc3339
 from slicex.xmlsafe import parse_xml
 
 SERVICES_EXT = "http://slicex.dev/rspec/ext/services/1"
+RACKS_EXT = "http://slicex.dev/rspec/ext/racks/1"  # a link between racks of one aggregate (stitching/racks.py)
 """slicex's manifest extension for what an `execute` service did: a `result` child of each execute element
 (state, exit_code, the tail of its output as text)."""
 
@@ -187,3 +188,24 @@ def _annotate_link(el: etree._Element, v: SliverView, cm: str) -> None:
         el.set("vlantag", str(d["vlan_tag"]))
     if el.find(q(RSPEC3, "component_manager")) is None:
         etree.SubElement(el, q(RSPEC3, "component_manager")).set("name", cm)
+    if d.get("hops"):
+        _rack_path(el, d)
+
+
+def _rack_path(el: etree._Element, d: Mapping[str, Any]) -> None:
+    """A link between racks: each interface's tag on its switch and every switch port it crosses with the
+    tags on that port's wire (TPID:VID, outermost first), the trunk hops marked."""
+    for old in el.findall(q(RACKS_EXT, "path")):
+        el.remove(old)
+    path = etree.SubElement(el, q(RACKS_EXT, "path"), nsmap={"racks": RACKS_EXT}, kind=str(d.get("rack_path", "")))
+    for ref, tag in (d.get("interface_tags") or {}).items():
+        etree.SubElement(path, q(RACKS_EXT, "interface"), client_id=str(ref), vlan_tag=str(tag))
+    for h in d["hops"]:
+        hop = etree.SubElement(path, q(RACKS_EXT, "hop"), switch=str(h["switch"]), port=str(h["port"]),
+                               tags=" ".join(f"{int(t):#06x}:{int(v)}" for t, v in h["tags"]))
+        if h.get("trunk"):
+            hop.set("trunk", str(h["trunk"]))
+        if h.get("translation"):
+            hop.set("translation", "true")
+        if h.get("qinq"):
+            hop.set("qinq", str(h["qinq"]))

@@ -203,6 +203,14 @@ class _Builder:
         for p in (t.port_a, t.port_b):
             g.add((link, TOPO.hasInterface, URIRef(p)))
         self.connect(t.port_a, t.port_b)
+        if t.vlan_range:  # the tags its wire carries (absent: those either switch hands out)
+            self.label_set(link, SX.trunkVLANSet, "trunkVLANSet", list(t.vlan_range))
+        for p in t.translation:  # a trunk's capabilities are its ports' (ORCA's terms, on the interface)
+            g.add((URIRef(p), LAYER.swappingCapability, ETH.VLAN))
+        for p in t.qinq:
+            g.add((URIRef(p), LAYER.tunnelingCapability, ETH.VLAN))
+        if t.s_vlan_range:
+            self.label_set(link, SX.sTagVLANSet, "sTagVLANSet", list(t.s_vlan_range))
 
     def vm_size(self, order: int, name: str, cores: int, memory_mb: int, disk_gb: int) -> None:
         s = URIRef(f"urn:publicid:IDN+{self.authority}+vmsize+{name}")
@@ -390,11 +398,24 @@ def substrate_from_advertisement(ad: str | bytes, source: str = "advertisement")
                 if urn not in images:
                     images[urn] = Image(img.get(q(CAPACITY, "name"), urn_name(urn)), urn, img.get("os", ""),
                                         img.get("version", ""), img.get("description", ""), img.get("url", ""))
-    trunks = tuple(Trunk(link.get("component_name"), link.get("component_id"), refs[0], refs[1], cap)
-                   for link, refs, cap in trunk_links if refs[0] in port_ids and refs[1] in port_ids)
+    trunks = tuple(_trunk_from_ad(link, refs, cap) for link, refs, cap in trunk_links
+                   if refs[0] in port_ids and refs[1] in port_ids)
     externals = _externals_from_ad(root, ext_links)
     return Substrate(authority, tuple(hosts), tuple(switches), tuple(sizes.values()), tuple(images.values()),
                      externals, tuple(boards), sites=sites, trunks=trunks, static_vlans=tuple(statics))
+
+
+def _trunk_from_ad(link: etree._Element, refs: list[str], capacity: int) -> Trunk:
+    """A trunk with the wire ranges and port capabilities its capacity:trunk element carries (none: defaults)."""
+    info = link.find(q(CAPACITY, "trunk"))
+    if info is None:
+        return Trunk(link.get("component_name"), link.get("component_id"), refs[0], refs[1], capacity)
+    ends = tuple(refs[:2])
+    return Trunk(link.get("component_name"), link.get("component_id"), refs[0], refs[1], capacity,
+                 tuple(_ranges(info.get("vlan_ranges"))),
+                 tuple(p for p in ends if p in (info.get("translation") or "").split()),
+                 tuple(p for p in ends if p in (info.get("qinq") or "").split()),
+                 tuple(_ranges(info.get("s_vlan_ranges"))))
 
 
 def _externals_from_ad(root: etree._Element, ext_links: dict[str, tuple[str, str]]) -> tuple[ExternalLink, ...]:
@@ -518,7 +539,14 @@ def _substrate_from_graph(g: Graph, dom, authority: str) -> Substrate:
         else:
             a = next(i for i in ends if (URIRef(i), TOPO.connectedTo, None) in g)
             b = str(_one(g, URIRef(a), TOPO.connectedTo))
-            trunks.append(Trunk(str(_one(g, c, TOPO.hasName)), str(c), a, b, int(_one(g, c, LAYER.bandwidth))))
+            ports = (a, b)
+            trunks.append(Trunk(str(_one(g, c, TOPO.hasName)), str(c), a, b, int(_one(g, c, LAYER.bandwidth)),
+                                _label_ranges(g, _one(g, c, SX.trunkVLANSet)) if (c, SX.trunkVLANSet, None) in g
+                                else (),
+                                tuple(p for p in ports if (URIRef(p), LAYER.swappingCapability, ETH.VLAN) in g),
+                                tuple(p for p in ports if (URIRef(p), LAYER.tunnelingCapability, ETH.VLAN) in g),
+                                _label_ranges(g, _one(g, c, SX.sTagVLANSet)) if (c, SX.sTagVLANSet, None) in g
+                                else ()))
     sizes = tuple(VmSize(str(_one(g, s, TOPO.hasName)), int(_one(g, s, COMP.numCPUCores)),
                          int(_one(g, s, COMP.memoryCapacity)), int(_one(g, s, SX.diskGB)))
                   for s in _ordered(g, [s for s in g.subjects(RDF.type, COMP.VM) if (s, REQ.inDomain, dom) in g]))

@@ -106,6 +106,10 @@ class Trunk:
     port_a: str  # component ids of the two switch ports
     port_b: str
     bandwidth_kbps: int = 10_000_000
+    vlan_range: tuple[tuple[int, int], ...] = ()  # tags its wire carries (empty: those either switch hands out)
+    translation: tuple[str, ...] = ()  # its ports (component ids) whose switch may change a link's tag there
+    qinq: tuple[str, ...] = ()  # its ports that can push/pop an 802.1ad S-tag toward the other end
+    s_vlan_range: tuple[tuple[int, int], ...] = ()  # S-tags its Q-in-Q ports push (empty: its wire's tags)
 
 
 @dataclass(frozen=True)
@@ -271,7 +275,7 @@ HOST_KEYS = {"name", "cores", "memory_mb", "hardware_type", "exclusive", "interf
 IFACE_KEYS = {"name", "bandwidth_kbps", "switch_port", "role"}
 SWITCH_KEYS = {"name", "ports", "vlan_range", "site"}
 PORT_KEYS = {"name", "bandwidth_kbps"}
-TRUNK_KEYS = {"name", "between", "bandwidth_kbps"}
+TRUNK_KEYS = {"name", "between", "bandwidth_kbps", "vlan_range", "vlan_translation", "qinq", "s_vlan_range"}
 SIZE_KEYS = {"name", "cores", "memory_mb", "disk_gb"}
 IMAGE_KEYS = {"name", "urn", "os", "version", "description", "url"}
 EXT_KEYS = {"name", "switch", "port", "remote_aggregate", "remote_aggregate_url", "remote_port", "vlan_range",
@@ -593,8 +597,28 @@ def _trunks(r: _Reader, data: dict[str, Any], auth: str, port_ids: set[str], cab
             cabled[p] = f"trunk {n}"
         if any(x.name == n for x in trunks):
             raise r.fail(t, f"two trunks are named {n}", "give each trunk its own name")
-        trunks.append(Trunk(n, _urn(auth, "link", n), a, b, r.number(t, "bandwidth_kbps", 10_000_000, f"trunk {n}")))
+        what = f"trunk {n}"
+        wire = r.vlan_ranges(t, what, []) if "vlan_range" in t else ()
+        translation, qinq = (_trunk_ends(r, t, key, (a, b), what) for key in ("vlan_translation", "qinq"))
+        if "s_vlan_range" in t and not qinq:
+            raise r.fail(t, f"{what}: s_vlan_range is given but no end does Q-in-Q", "add 'qinq: true' or drop it")
+        s_range = r.vlan_ranges({"vlan_range": t["s_vlan_range"], "__line__": t.get("__line__")}, what + " S-tags",
+                                []) if "s_vlan_range" in t else ()
+        trunks.append(Trunk(n, _urn(auth, "link", n), a, b, r.number(t, "bandwidth_kbps", 10_000_000, what), wire,
+                            translation, qinq, s_range))
     return trunks
+
+
+def _trunk_ends(r: _Reader, t: dict[str, Any], key: str, ends: tuple[str, str], what: str) -> tuple[str, ...]:
+    """Which ends of a trunk have a capability: `true` (both), `false` (none) or a list of its SWITCH:PORTs."""
+    raw = t.get(key, False)
+    if isinstance(raw, bool):
+        return ends if raw else ()
+    names = {urn_name(e): e for e in ends}
+    if not isinstance(raw, list) or not all(str(x) in names for x in raw):
+        raise r.fail(t, f"{what}: {key} {raw!r} is not true, false or a list of its ends",
+                     f"write {key}: true, or {key}: [{next(iter(names))}]")
+    return tuple(e for e in ends if urn_name(e) in {str(x) for x in raw})
 
 
 def _externals(r: _Reader, data: dict[str, Any], auth: str, port_ids: set[str], cabled: dict[str, str],
@@ -689,10 +713,22 @@ def check_substrate(sub: Substrate) -> list[str]:
         if idle:
             out.append(f"switch {sw.name}: port{'s' if len(idle) > 1 else ''} {', '.join(idle)} "
                        f"cabled to nothing")
+    for t in sub.trunks:
+        a, b = (next(sw for sw in sub.switches if any(p.component_id == end for p in sw.ports))
+                for end in (t.port_a, t.port_b))
+        shared = _tags(a.vlan_range) & _tags(b.vlan_range) & (_tags(t.vlan_range) if t.vlan_range else _tags([(1, 4094)]))
+        if not shared and not t.translation and not t.qinq:
+            out.append(f"trunk {t.name}: switches {a.name} and {b.name} share no tag on it and neither end "
+                       f"translates or does Q-in-Q, so links between them are refused; give an end "
+                       f"vlan_translation (or qinq, with a tag range both switches share)")
     if len(sub.switches) > 1 and not sub.trunks:
         out.append(f"{len(sub.switches)} switches and no trunks: links between hosts on different switches "
                    f"cannot be carried")
     return out
+
+
+def _tags(ranges: Any) -> set[int]:
+    return {t for lo, hi in ranges for t in range(lo, hi + 1)}
 
 
 def parse_range(text: Any) -> tuple[int, int]:

@@ -50,6 +50,8 @@ class NetnsOptions(Section):
     controller: Literal["os-ken", "ovs-ofctl"] = Field(
         "os-ken", description="what programs the switch: the os-ken controller, or ovs-ofctl (refused if missing)")
     switch_dir: str | None = Field(None, description="an Open vSwitch shared with other aggregates on this host")
+    switch_hosts: dict[str, str] = Field({}, description="substrate switch -> the network namespace its Open "
+                                         "vSwitch runs in (a rack on another lab host, docs/lab.md)")
     state_dir: str | None = Field(None, description="where node containers keep their state")
     images_dir: str | None = Field(None, description="the node image catalogue (default: the host's)")
     default_image: str | None = Field(None, description="the image a node boots when the request names none")

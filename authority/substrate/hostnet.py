@@ -189,6 +189,15 @@ def is_up(ns: str, ifname: str) -> bool:
     return bool(d) and "UP" in d.get("flags", [])
 
 
+def move_link(ifname: str, ns: str) -> None:
+    """Move a host interface into another network namespace (a switch's on another lab host) and bring it up
+    there; one already there is left as it is."""
+    if ifname in links(ns):
+        return
+    run(["ip", "link", "set", ifname, "netns", ns])
+    run(["ip", "-n", ns, "link", "set", ifname, "up"])
+
+
 def del_link(ifname: str) -> None:
     run(["ip", "link", "del", ifname], check=False)
 

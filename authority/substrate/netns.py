@@ -73,6 +73,7 @@ from authority.substrate.netns_plan import (
     IfacePlan,
     LinkPlan,
     NodePlan,
+    RackLayout,
     check_prefix,
     link_plan,
     node_plan,
@@ -83,7 +84,7 @@ from authority.substrate.netns_plan import (
     veth_names,
     wanted_mirrors,
 )
-from authority.substrate.openflow import DEFAULT_CONTROLLER, FlowProgrammer, flow_programmer
+from authority.substrate.openflow import DEFAULT_CONTROLLER, FlowProgrammer, OfctlProgrammer, flow_programmer
 from authority.substrate.ovs import OvsSwitch, default_run_dir
 from protocol.messages import REWIRE, SliverSpec
 from rspec.blockstore import Blockstore
@@ -113,7 +114,8 @@ class NetnsDriver:
                  uid_ranges_dir: Path | None = None, pids_max: int = 1024, install_sources: Iterable[str] = (),
                  install_max_bytes: int = DEFAULT_MAX_BYTES, public_address: str = "127.0.0.1",
                  public_host: str | None = None, image_quota_bytes: int = DEFAULT_MAX_USER_BYTES,
-                 datasets: DatasetStore | None = None, dataset_quota_mb: int = DEFAULT_QUOTA_MB):
+                 datasets: DatasetStore | None = None, dataset_quota_mb: int = DEFAULT_QUOTA_MB,
+                 layout: RackLayout | None = None):
         """`switch_dir`: the run directory of an Open vSwitch shared with other deployments on this host (one
         bridge each; slicex.yaml `netns: {switch_dir: ...}`). Two ovs-vswitchd with the userspace datapath
         cannot run on one host: the second cannot create its `ovs-netdev` tap ("Device or resource busy") and
@@ -126,19 +128,30 @@ class NetnsDriver:
         `public_address` where nodes' public ports listen (the gateway) and `public_host` the name the
         manifest gives it (slicex.yaml public_hostname); `image_quota_bytes` what one user's snapshots
         (CreateImage) may hold together; `datasets` the host's persistent datasets and `dataset_quota_mb` what
-        one user's may hold together."""
+        one user's may hold together. `layout`: the substrate's switches and trunks (RackLayout.of): one bridge
+        per switch, each trunk a veth pair between two bridges carrying links between racks under the tags
+        negotiated for them."""
         self.prefix = check_prefix(prefix)
         self.bridge = f"{prefix}-br"
         self.dpid = int(hashlib.sha256(prefix.encode()).hexdigest()[:12], 16)
+        self.layout = layout or RackLayout()
+        self.bridges = self.layout.bridges(prefix)  # switch -> bridge (the first switch's is self.bridge)
         self.run_dir = Path(run_dir or default_run_dir(prefix))
         self.shared_switch = switch_dir is not None
         self.ovs = OvsSwitch(switch_dir or self.run_dir, timeout=timeout)
         self.cables = {k.lower(): v for k, v in (cables or {}).items()}
         self.flows: FlowProgrammer = flow_programmer(controller, self.run_dir, self.ovs, timeout)
+        # a rack's switch on another host (a lab host's namespace): a switch of its own there, rules pushed
+        # with ovs-ofctl over its socket (the controller listens on this namespace's loopback)
+        self.remote: dict[str, OvsSwitch] = {
+            self.bridges[sw]: OvsSwitch(Path(f"{self.run_dir}-{self.bridges[sw]}"), timeout=timeout, netns=ns)
+            for sw, ns in self.layout.hosts.items() if sw in self.bridges}
+        self.remote_flows: dict[str, FlowProgrammer] = {b: OfctlProgrammer(o) for b, o in self.remote.items()}
         self.description = f"{DESCRIPTION} (OpenFlow rules from {self.flows.name})"
         self.links: dict[int, LinkPlan] = {}  # live link segments by VLAN
         self.enabled: set[int] = set()  # segments started (their rules installed)
         self.ports: dict[str, tuple[int, int, str]] = {}  # bridge port -> (ofport, vlan, mac)
+        self.port_bridge: dict[str, str] = {}  # bridge port -> its bridge (its rack's switch)
         self.netem = False
         self.nodes_dir = Path(f"{self.run_dir}-nodes")  # login relays' pid files and logs (root's)
         self.state_dir = Path(state_dir or STATE_ROOT / f"slicex-{prefix}")
@@ -157,6 +170,7 @@ class NetnsDriver:
         self.trunks: dict[str, int] = {}  # external port URN (lower case) -> ofport of its trunk device
         self.capture_ports: dict[tuple[str, str], str] = {}  # (slice URN, interface client_id) -> bridge port
         self.mirrored: dict[str, tuple[tuple[str, ...], str]] = {}  # mirror name -> (ports copied, output port)
+        self.rack_trunks: dict[str, int] = {}  # trunk port between two switches -> ofport of its veth end
         self.login_address = login_address  # where the login ports listen
         self.login_host = login_host or login_address  # what the manifest tells users to connect to
         self.public_address = public_address  # where nodes' public ports listen
@@ -186,8 +200,14 @@ class NetnsDriver:
         target = self.flows.controller_target()
         log.info("netns: OpenFlow rules of bridge %s from %s%s", self.bridge, self.flows.name,
                  f" (controller {target})" if target else " (no controller: pushed with ovs-ofctl)")
-        self.ovs.ensure_bridge(self.bridge, self.dpid, target)
+        for bridge in dict.fromkeys(self.bridges.values()):
+            if bridge in self.remote:
+                self.remote[bridge].start()
+                self.remote[bridge].ensure_bridge(bridge, self._dpid(bridge), None)
+            else:
+                self.ovs.ensure_bridge(bridge, self._dpid(bridge), target)
         with self._lock:
+            self._join_racks()
             self._push()
 
     def holds_slivers(self) -> bool:
@@ -201,8 +221,14 @@ class NetnsDriver:
         state directories go too, as `remove` makes them go in any case (tests, operators uninstalling)."""
         remove = remove or not self.holds_slivers()
         self.flows.stop()
-        if remove and self.ovs.running():
-            self.ovs.vsctl("--if-exists", "del-br", self.bridge)
+        for bridge in dict.fromkeys(self.bridges.values()):
+            if remove and self._ovs(bridge).running():
+                self._ovs(bridge).vsctl("--if-exists", "del-br", bridge)
+        for remote in self.remote.values():
+            remote.stop(remove=remove)
+        if remove:
+            for dev in self._rack_trunk_devices():
+                hostnet.del_link(dev)
         if self.shared_switch:  # the switch is the host's: its owner stops it; this deployment only its bridge
             if remove:
                 shutil.rmtree(self.run_dir, ignore_errors=True)
@@ -216,7 +242,8 @@ class NetnsDriver:
             for owner in self._owned_ranges():
                 self.uid_ranges.release(owner)
             shutil.rmtree(self.state_dir, ignore_errors=True)
-            hostnet.del_link(self.bridge)  # the netdev datapath's tap for the bridge may outlive the daemon
+            for bridge in dict.fromkeys(self.bridges.values()):
+                hostnet.del_link(bridge)  # the netdev datapath's tap for a bridge may outlive the daemon
 
     # ---- the SubstrateDriver seam ----------------------------------------------------------------------------
     def create(self, spec: SliverSpec, now: datetime) -> dict[str, Any]:
@@ -408,7 +435,10 @@ class NetnsDriver:
             self.links.clear()
             self.enabled.clear()
             self.ports.clear()
+            self.port_bridge.clear()
             self.trunks.clear()
+            self.rack_trunks.clear()
+            self._join_racks()
             self.node_slices.clear()
             self.capture_ports.clear()
             self.mirrored.clear()
@@ -429,8 +459,9 @@ class NetnsDriver:
             for vlan in self.enabled:
                 for port, _tags in self.links[vlan].uplinks:
                     self._trunk(port)
-            keep = set().union(*(p.names() for _s, _st, p in nodes)) | {self.bridge} | {
-                self.trunk_device(port) for lk in self.links.values() for port, _t in lk.uplinks}
+            keep = set().union(*(p.names() for _s, _st, p in nodes)) | set(self.bridges.values()) | {
+                self.trunk_device(port) for lk in self.links.values() for port, _t in lk.uplinks} | {
+                trunk_name(self.prefix, p) for a, _sa, b, _sb in self.layout.trunks for p in (a, b)}
             removed: list[str] = []
             if self.lxcpath.is_dir():
                 for d in self.lxcpath.iterdir():
@@ -453,10 +484,11 @@ class NetnsDriver:
                 for d in hostnet.NETNS_ETC.glob(f"{self.prefix}-*"):
                     if d.name not in keep:
                         hostnet.del_namespace(d.name)
-            for port in self.ovs.ports(self.bridge):
-                if port not in keep:
-                    self.ovs.del_port(self.bridge, port)
-                    removed.append(f"port {port}")
+            for bridge in dict.fromkeys(self.bridges.values()):
+                for port in self._ovs(bridge).ports(bridge):
+                    if port not in keep:
+                        self._ovs(bridge).del_port(bridge, port)
+                        removed.append(f"port {port}")
             for name in hostnet.links():
                 if owned(self.prefix, name) and name not in keep:
                     hostnet.del_link(name)
@@ -488,9 +520,12 @@ class NetnsDriver:
     def leftovers(self) -> list[str]:
         """Every host object with this deployment's prefix (tests: nothing may remain after delete)."""
         out = [f"namespace {ns}" for ns in hostnet.namespaces() if ns.startswith(self.prefix + "-")]
-        out += [f"link {n}" for n in hostnet.links() if owned(self.prefix, n) and n != self.bridge]
-        if self.ovs.running() and self.bridge in self.ovs.bridges():
-            out += [f"port {p}" for p in self.ovs.ports(self.bridge)]
+        bridges = set(self.bridges.values())
+        out += [f"link {n}" for n in hostnet.links() if owned(self.prefix, n) and n not in bridges]
+        for b in sorted(bridges):
+            ovs = self._ovs(b)
+            if ovs.running() and b in ovs.bridges():
+                out += [f"port {p}" for p in ovs.ports(b)]
         if hostnet.NETNS_ETC.exists():
             out += [f"/etc/netns/{d.name}" for d in hostnet.NETNS_ETC.glob(f"{self.prefix}-*")]
         if self.nodes_dir.exists():
@@ -536,7 +571,7 @@ class NetnsDriver:
         return link_plan(spec.id, spec.client_id, spec.labels, spec.details, netem=self.netem or not check)
 
     def _node_plan(self, spec: SliverSpec) -> NodePlan:
-        return node_plan(self.prefix, spec.id, spec.client_id, spec.labels, spec.details, self.links)
+        return node_plan(self.prefix, spec.id, spec.client_id, spec.labels, spec.details, self.links, self.layout)
 
     def _owner(self, spec: SliverSpec) -> str:
         """Who holds a node's uid range: its slice (every node of a slice shares one range, no other slice
@@ -645,15 +680,24 @@ class NetnsDriver:
         tbf = tbf_args(i.rate_kbps) if i.rate_kbps else None
         hostnet.shape(plan.netns, i.ns_if, tbf)
         hostnet.set_up(plan.netns, i.ns_if, up)
-        # an interface on no link is a port of no segment: no rule moves its frames (a mirror may copy to it)
-        self.ports[i.host_if] = (self.ovs.add_port(self.bridge, i.host_if, i.vlan), i.vlan, i.mac)
-        hostnet.shape(None, i.host_if, tbf)
+        # on its rack's switch (another host's namespace when that switch runs there); an interface on no link
+        # is a port of no segment: no rule moves its frames (a mirror may copy to it)
+        bridge = self.layout.bridge(self.prefix, i.switch)
+        where = self._ns_of(bridge)
+        if where is not None:
+            hostnet.move_link(i.host_if, where)
+        self.ports[i.host_if] = (self._ovs(bridge).add_port(bridge, i.host_if, i.vlan), i.vlan, i.mac)
+        self.port_bridge[i.host_if] = bridge
+        hostnet.shape(where, i.host_if, tbf)
 
     def _unplug(self, host_if: str) -> None:
-        """One interface of a node gone: its switch port and its veth pair (deleting one end takes both)."""
-        self.ovs.del_port(self.bridge, host_if)
+        """One interface of a node gone: its switch port and its veth pair (deleting one end takes both, in the
+        namespace of the switch it is on)."""
+        bridge = self.port_bridge.pop(host_if, self.bridge)
+        self._ovs(bridge).del_port(bridge, host_if)
         self.ports.pop(host_if, None)
-        hostnet.del_link(host_if)
+        where = self._ns_of(bridge)
+        hostnet.run(["ip", *(["-n", where] if where else []), "link", "del", host_if], check=False)
 
     def _rewire(self, spec: SliverSpec, status: dict[str, Any]) -> dict[str, Any]:
         """An Update changed a running node's interfaces (slice_manager/updater.py): ports of links it left go,
@@ -709,8 +753,39 @@ class NetnsDriver:
                     raise ServerError(f"stitched port {port}: its trunk device {dev} does not exist on this host; "
                                       f"{how} (docs/stitching.md)")
                 hostnet.add_trunk(dev, shared_trunk_name(str(self.ovs.run_dir), remote))
-            self.trunks[key] = self.ovs.add_port(self.bridge, dev)
+            self.trunks[key] = self.ovs.add_port(self.layout.bridge(self.prefix, self.layout.cabled.get(port, "")), dev)
         return self.trunks[key]
+
+    def _rack_trunk_devices(self) -> list[str]:
+        """The veth ends of the trunks this driver makes (both switches here); a cable to a switch on another
+        host is the lab's (or the operator's)."""
+        return [trunk_name(self.prefix, p) for a, sa, b, sb in self.layout.trunks for p in (a, b)
+                if not ({self.layout.bridge(self.prefix, sa), self.layout.bridge(self.prefix, sb)} & set(self.remote))]
+
+    def _ovs(self, bridge: str) -> OvsSwitch:
+        return self.remote.get(bridge, self.ovs)
+
+    def _ns_of(self, bridge: str) -> str | None:
+        return self.remote[bridge].netns if bridge in self.remote else None
+
+    def _join_racks(self) -> None:
+        """Each trunk between two of the substrate's switches: between two switches here a veth pair made here
+        (the deployment's, removed with its bridges); to a switch on another host the cable must exist, its
+        ends named `trunk_name(prefix, port)` in each switch's namespace (`lab.cable`, docs/lab.md)."""
+        for a, sw_a, b, sw_b in self.layout.trunks:
+            ends = [(port, self.layout.bridge(self.prefix, sw), trunk_name(self.prefix, port))
+                    for port, sw in ((a, sw_a), (b, sw_b))]
+            if not {bridge for _p, bridge, _d in ends} & set(self.remote):
+                hostnet.add_trunk(ends[0][2], ends[1][2])
+            for port, bridge, dev in ends:
+                if dev not in hostnet.links(self._ns_of(bridge)):
+                    raise ServerError(f"trunk port {port}: its cable end {dev} does not exist on the host of bridge "
+                                      f"{bridge} ({self._ns_of(bridge)}); make the cable between the racks' hosts "
+                                      f"(docs/lab.md, lab.cable)")
+                self.rack_trunks[port] = self._ovs(bridge).add_port(bridge, dev)
+
+    def _dpid(self, bridge: str) -> int:
+        return self.dpid if bridge == self.bridge else self.dpid + list(dict.fromkeys(self.bridges.values())).index(bridge)
 
     def _relay(self, plan: NodePlan) -> LoginRelay:
         return LoginRelay(self.nodes_dir, plan.netns, plan.hostname, self.login_address)
@@ -722,7 +797,7 @@ class NetnsDriver:
             for i in plan.interfaces:
                 if i.host_if in self.ports:
                     try:
-                        out[i.client_id] = self.ovs.port_counters(i.host_if)
+                        out[i.client_id] = self._ovs(self.port_bridge.get(i.host_if, self.bridge)).port_counters(i.host_if)
                     except ServerError:
                         continue
         return out
@@ -736,7 +811,8 @@ class NetnsDriver:
     def _mirror(self) -> None:
         """Make the switch's mirrors those of the started links that ask for one and whose capture port exists
         (changing only what differs)."""
-        want = wanted_mirrors(self.prefix, self.enabled, self.links, self.ports, self.capture_ports)
+        here = {name: port for name, port in self.ports.items() if self.port_bridge.get(name, self.bridge) == self.bridge}
+        want = wanted_mirrors(self.prefix, self.enabled, self.links, here, self.capture_ports)  # the first switch's
         for name in [n for n in self.mirrored if n not in want]:
             self.ovs.del_mirror(self.bridge, name)
             del self.mirrored[name]
@@ -796,8 +872,10 @@ class NetnsDriver:
         self._relay(plan).remove()
         kill_netns_processes(plan.netns)  # nothing may hold the namespace
         for i in plan.interfaces:
-            self.ovs.del_port(self.bridge, i.host_if)
+            bridge = self.layout.bridge(self.prefix, i.switch)
+            self._ovs(bridge).del_port(bridge, i.host_if)
             self.ports.pop(i.host_if, None)
+            self.port_bridge.pop(i.host_if, None)
         self.capture_ports = {k: v for k, v in self.capture_ports.items()
                               if v not in {i.host_if for i in plan.interfaces}}
         hostnet.del_namespace(plan.netns)
@@ -809,13 +887,22 @@ class NetnsDriver:
         self._push()
 
     def _push(self) -> None:
-        """Install the rules of every started segment (the controller sends only the difference)."""
-        segments = []
-        for vlan in sorted(self.enabled):
-            ports = tuple(AccessPort(ofport, mac) for ofport, v, mac in self.ports.values() if v == vlan)
-            uplinks = tuple(Uplink(self.trunks[p.lower()], tags) for p, tags in self.links[vlan].uplinks
-                            if p.lower() in self.trunks)
-            segments.append(Segment(vlan, ports, uplinks))
-        self.flows.apply(self.bridge, self.dpid, segment_flows(segments))
+        """Install the rules of every started segment on every bridge (the controller sends only the
+        difference). A link between racks is a segment on each of its switches' bridges, under that switch's
+        tag, joined over the trunk ports it crosses with the tags negotiated on their wires."""
+        for switch, bridge in self.bridges.items():
+            segments = []
+            for vlan in sorted(self.enabled):
+                link = self.links[vlan]
+                ports = tuple(AccessPort(ofport, mac) for name, (ofport, v, mac) in self.ports.items()
+                              if v == vlan and self.port_bridge.get(name, self.bridge) == bridge)
+                uplinks = tuple(Uplink(self.trunks[p.lower()], tags) for p, tags in link.uplinks
+                                if p.lower() in self.trunks and self.layout.bridge(
+                                    self.prefix, self.layout.cabled.get(p, "")) == bridge)
+                uplinks += tuple(Uplink(self.rack_trunks[p], tags) for p, tags in link.trunk_hops(switch)
+                                 if p in self.rack_trunks)
+                if ports or uplinks:
+                    segments.append(Segment(link.tag_on(switch) or vlan, ports, uplinks))
+            self.remote_flows.get(bridge, self.flows).apply(bridge, self._dpid(bridge), segment_flows(segments))
         self._mirror()
 

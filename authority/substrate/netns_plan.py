@@ -14,7 +14,7 @@ import hashlib
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from slicex.errors import BadArgs
 from slicex.inventory import mac_for
@@ -70,9 +70,50 @@ def hostname_for(client_id: str) -> str:
     return name or "node"
 
 
+Tags = tuple[tuple[int, int], ...]  # ((TPID, VID), ...) outermost first
+
+
+@dataclass(frozen=True)
+class RackLayout:
+    """The substrate's switches as the driver builds them: one bridge per switch (the first is the
+    deployment's own bridge), which switch each host interface and external port is cabled to, and the trunks
+    joining switches (each a veth pair between two bridges). One switch (or none): everything on one bridge."""
+
+    switches: tuple[str, ...] = ()
+    cabled: Mapping[str, str] = field(default_factory=dict)  # host interface / external port -> switch
+    trunks: tuple[tuple[str, str, str, str], ...] = ()  # (port a, switch a, port b, switch b)
+    hosts: Mapping[str, str] = field(default_factory=dict)  # switch -> network namespace it runs in (not here)
+
+    @staticmethod
+    def of(substrate, hosts: Mapping[str, str] | None = None) -> RackLayout:
+        """From a substrate (rspec.substrate.Substrate); `hosts` places switches (by name or component id) in
+        other network namespaces (lab hosts, docs/lab.md)."""
+        switch_of = {p.component_id: sw.component_id for sw in substrate.switches for p in sw.ports}
+        cabled = {i.component_id: switch_of[i.switch_port] for h in substrate.hosts for i in h.interfaces
+                  if i.switch_port in switch_of}
+        cabled.update({e.local_port: switch_of[e.local_port] for e in substrate.external_links
+                       if e.local_port in switch_of})
+        where = {sw.component_id: (hosts or {}).get(sw.name) or (hosts or {}).get(sw.component_id)
+                 for sw in substrate.switches}
+        return RackLayout(tuple(sw.component_id for sw in substrate.switches), cabled,
+                          tuple((t.port_a, switch_of[t.port_a], t.port_b, switch_of[t.port_b]) for t in substrate.trunks),
+                          {sw: ns for sw, ns in where.items() if ns})
+
+    def bridge(self, prefix: str, switch: str) -> str:
+        """The bridge of a switch: the deployment's own for the first (or an unknown) one, `<prefix>-br<k>`
+        for the k-th."""
+        k = self.switches.index(switch) if switch in self.switches else 0
+        return f"{prefix}-br" + (str(k) if k else "")
+
+    def bridges(self, prefix: str) -> dict[str, str]:
+        """Switch -> bridge, for every switch ('' -> the deployment's bridge when there is none)."""
+        return {sw: self.bridge(prefix, sw) for sw in self.switches} or {"": f"{prefix}-br"}
+
+
 @dataclass(frozen=True)
 class LinkPlan:
-    """A link or LAN: the VLAN its interfaces' ports share on the bridge and the rate of each of them."""
+    """A link or LAN: the VLAN its interfaces' ports share on the bridge and the rate of each of them. A link
+    between racks has a local tag per switch and the trunk ports it crosses there (`racks`)."""
 
     sliver_id: str
     client_id: str
@@ -84,6 +125,15 @@ class LinkPlan:
     uplinks: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = ()
     mirror_to: str = ""  # the capture interface (client_id, of a node of `slice_urn`) its packets are copied to
     slice_urn: str = ""
+    # across racks: (switch, its local tag, ((trunk port, tags on its wire), ...)) per switch of the path
+    racks: tuple[tuple[str, int, tuple[tuple[str, Tags], ...]], ...] = ()
+
+    def tag_on(self, switch: str) -> int | None:
+        """The link's tag inside a switch (its one tag unless it crosses racks)."""
+        return next((tag for sw, tag, _hops in self.racks if sw == switch), self.vlan)
+
+    def trunk_hops(self, switch: str) -> tuple[tuple[str, Tags], ...]:
+        return next((hops for sw, _tag, hops in self.racks if sw == switch), ())
 
     def to_doc(self) -> dict:
         return {"sliver_id": self.sliver_id, "client_id": self.client_id, "vlan": self.vlan,
@@ -99,6 +149,7 @@ class IfacePlan:
     vlan: int | None  # None: on no link of this aggregate (nothing to reach); the host end stays off the bridge
     address: str  # "10.10.0.1/24", or "" when neither the request nor a link gives one
     rate_kbps: int  # 0: unshaped
+    switch: str = ""  # the switch (bridge) its host interface is cabled to; '' the deployment's bridge
 
 
 @dataclass(frozen=True)
@@ -134,9 +185,13 @@ def link_plan(sliver_id: str, client_id: str, labels: Iterable[tuple[str, int]],
         raise BadArgs(f"link {client_id or sliver_id}: VLAN {vlan} is outside 1-4094")
     uplinks = tuple((str(u["port"]), tuple((int(t), int(v)) for t, v in u["tags"]))
                     for u in details.get("uplinks") or ())
+    hops = [h for h in details.get("hops") or () if h.get("trunk")]
+    racks = tuple((str(sw), int(tag), tuple((str(h["port"]), tuple((int(t), int(v)) for t, v in h["tags"]))
+                                           for h in hops if h["switch"] == sw))
+                  for sw, tag in (details.get("switch_tags") or {}).items())
     return LinkPlan(sliver_id, client_id, vlan, int(details.get("capacity_kbps") or 0),
                     str(details.get("subnet") or ""), tuple(details.get("interface_refs") or ()), uplinks,
-                    str(details.get("mirror_to") or ""), str(details.get("slice_urn") or ""))
+                    str(details.get("mirror_to") or ""), str(details.get("slice_urn") or ""), racks)
 
 
 def _address(iface: str, info: Mapping, link: LinkPlan | None) -> str:
@@ -153,7 +208,7 @@ def _address(iface: str, info: Mapping, link: LinkPlan | None) -> str:
 
 
 def node_plan(prefix: str, sliver_id: str, client_id: str, labels: Iterable[tuple[str, int]], details: Mapping,
-              links: Mapping[int, LinkPlan]) -> NodePlan:
+              links: Mapping[int, LinkPlan], layout: RackLayout | None = None) -> NodePlan:
     """The plan of one node sliver. `labels` are the VLAN tags of the links its interfaces are on (what the
     slice manager hands a node); `links` maps live link VLANs to their plans. An interface is matched to the
     link among its own tags whose interface_refs name it: a tag is held by one link at a time, so the match
@@ -169,8 +224,9 @@ def node_plan(prefix: str, sliver_id: str, client_id: str, labels: Iterable[tupl
         if link is None or cid not in link.interface_refs:
             link = next((lk for lk in mine if cid in lk.interface_refs), None)
         ns_if, host_if = veth_names(prefix, sliver_id, cid)
+        switch = (layout or RackLayout()).cabled.get(str(info.get("component_id") or ""), "")
         ifaces.append(IfacePlan(cid, ns_if, host_if, mac_for(sliver_id, cid), link.vlan if link else None,
-                                _address(cid, info, link), link.capacity_kbps if link else 0))
+                                _address(cid, info, link), link.capacity_kbps if link else 0, switch))
     plan = NodePlan(sliver_id, client_id, netns_name(prefix, sliver_id), hostname_for(client_id), tuple(ifaces))
     names = [i.ns_if for i in ifaces] + [i.host_if for i in ifaces]
     if len(set(names)) != len(names):

@@ -61,9 +61,12 @@ def parse_statistics(text: str) -> dict[str, int]:
 class OvsSwitch:
     """The private Open vSwitch of one deployment."""
 
-    def __init__(self, run_dir: Path, timeout: float = 10.0):
+    def __init__(self, run_dir: Path, timeout: float = 10.0, netns: str | None = None):
+        """`netns`: the network namespace its datapath runs in (a rack's switch on another lab host); its
+        sockets are files, so it is driven from here all the same."""
         self.run_dir = Path(run_dir)
         self.timeout = timeout
+        self.netns = netns
         if len(str(self.run_dir / "ovs-vswitchd.12345.ctl")) > 100:
             raise ServerError(f"OVS run directory {self.run_dir} is too long for its Unix sockets (108 bytes)")
 
@@ -96,7 +99,8 @@ class OvsSwitch:
                    "--no-chdir"])
         self.vsctl("--no-wait", "init")
         env = {**os.environ, "OVS_RUNDIR": str(d), "OVS_DBDIR": str(d)}
-        self._run(["ovs-vswitchd", self.db, f"--pidfile={d / 'ovs-vswitchd.pid'}", f"--unixctl={d / 'ovs-vswitchd.ctl'}",
+        enter = ["nsenter", f"--net=/run/netns/{self.netns}"] if self.netns else []
+        self._run([*enter, "ovs-vswitchd", self.db, f"--pidfile={d / 'ovs-vswitchd.pid'}", f"--unixctl={d / 'ovs-vswitchd.ctl'}",
                    f"--log-file={d / 'ovs-vswitchd.log'}", "--detach", "--no-chdir"], env=env)
         if not self.running():
             raise ServerError(f"Open vSwitch did not start; see {d / 'ovs-vswitchd.log'}")

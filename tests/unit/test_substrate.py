@@ -6,11 +6,12 @@ from __future__ import annotations
 import argparse
 import base64
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from broker.placement import plan
+from broker.placement import dry_run, plan
 from cli.substrate import add_substrate_commands
 from rspec.request import parse_request
 from rspec.substrate import (
@@ -101,6 +102,30 @@ def test_warnings_point_at_what_will_surprise_the_operator():
     assert "2 switches and no trunks" in warnings
 
 
+def test_a_trunk_between_switches_sharing_no_tag_and_unable_to_translate_is_warned_about():
+    sub = load_substrate(EXAMPLE)
+    assert not [w for w in check_substrate(sub) if w.startswith("trunk ")]
+    bare = replace(sub, trunks=tuple(replace(t, translation=(), qinq=()) for t in sub.trunks))
+    (warning,) = [w for w in check_substrate(bare) if w.startswith("trunk ")]
+    assert "tor-a and tor-b share no tag" in warning and "vlan_translation" in warning
+
+
+def test_trunk_capabilities_name_its_own_ends():
+    base = {"authority": "t.org", "switches": [{"name": "a", "ports": [{"name": "t"}]},
+                                                {"name": "b", "ports": [{"name": "t"}]}],
+            "hosts": [{"name": "h"}]}
+    sub = substrate_from_dict({**base, "trunks": [{"name": "ab", "between": ["a:t", "b:t"], "qinq": ["b:t"],
+                                                   "vlan_translation": True, "s_vlan_range": ["3000-3009"]}]})
+    (t,) = sub.trunks
+    assert t.translation == (t.port_a, t.port_b) and t.qinq == (t.port_b,) and t.s_vlan_range == ((3000, 3009),)
+    with pytest.raises(SubstrateError, match="vlan_translation .* is not true, false or a list of its ends"):
+        substrate_from_dict({**base, "trunks": [{"name": "ab", "between": ["a:t", "b:t"],
+                                                 "vlan_translation": ["c:t"]}]})
+    with pytest.raises(SubstrateError, match="s_vlan_range is given but no end does Q-in-Q"):
+        substrate_from_dict({**base, "trunks": [{"name": "ab", "between": ["a:t", "b:t"],
+                                                 "s_vlan_range": ["3000-3009"]}]})
+
+
 def test_fpga_boards_pass_through_as_plain_data():
     sub = substrate_from_dict({"authority": "f.org", "hosts": [{"name": "a"}],
                                "fpga_boards": [{"name": "b1", "model": "NetFPGA", "extra": {"k": [1, {"x": 2}]}}]})
@@ -113,13 +138,34 @@ def test_sites_named_by_hosts_but_not_declared_are_declared_for_them():
     assert [s.name for s in default_substrate().all_sites] == ["rack1"]
 
 
-def test_cross_rack_link_without_a_common_tag_is_vlan_unavailable():
-    sub = load_substrate(EXAMPLE)
+def _cross_rack_request(sub):
     a = {"client_id": "a", "component_id": sub.hosts[0].component_id, "sliver_type": "small", "ifaces": ["a:0"]}
     b = {"client_id": "b", "component_id": sub.hosts[3].component_id, "sliver_type": "small", "ifaces": ["b:0"]}
-    req = parse_request(request_rspec([a, b], [{"client_id": "l", "ifaces": ["a:0", "b:0"]}]))
-    with pytest.raises(VlanUnavailable, match="tor-a .*tor-b.*no tag is in every range"):
-        plan(sub, req, set())
+    return parse_request(request_rspec([a, b], [{"client_id": "l", "ifaces": ["a:0", "b:0"]}]))
+
+
+def test_cross_rack_link_of_the_example_is_translated_at_rack_a_trunk_port():
+    sub = load_substrate(EXAMPLE)
+    link = [p for p in plan(sub, _cross_rack_request(sub), set()) if p.kind == "link"][0]
+    assert link.details["rack_path"] == "translated"
+    tags = {urn.rsplit("+", 1)[1]: t for urn, t in link.details["switch_tags"].items()}
+    assert 1000 <= tags["tor-a"] <= 1499 and 1500 <= tags["tor-b"] <= 1999
+    # two tags: the ticket's label is rack A's (the link's key), rack B's tag and the trunk's are units
+    assert link.labels == {f"vlan:{sub.switches[0].component_id}": tags["tor-a"]}
+    assert f"vlan:{sub.switches[1].component_id}:{tags['tor-b']}" in link.keys
+
+
+def test_cross_rack_link_without_translation_or_qinq_is_vlan_unavailable_naming_racks_ranges_and_ports():
+    sub = load_substrate(EXAMPLE)
+    sub = replace(sub, trunks=tuple(replace(t, translation=(), qinq=()) for t in sub.trunks))
+    with pytest.raises(VlanUnavailable, match=r"rack rack-a \(switch tor-a, VLANs 1000-1499\) and rack rack-b "
+                                              r"\(switch tor-b, VLANs 1500-1999\).*without VLAN translation: "
+                                              r"tor-a:trunk-b, tor-b:trunk-a; without Q-in-Q: tor-a:trunk-b"):
+        plan(sub, _cross_rack_request(sub), set())
+    report = dry_run(sub, _cross_rack_request(sub), set())  # a dry run says the same, with what is short
+    (short,) = report["short"]
+    assert not report["fits"] and short["geni_code"] == 24 and "rack rack-a" in short["reason"]
+    assert {(n["switch"], n["available"]) for n in short["needs"]} == {("tor-a", 0), ("tor-b", 0)}
 
 
 def _cli(argv: list[str]) -> int:
