@@ -250,7 +250,7 @@ def dataplane(url: str, prefix: str, pings: int, runs: int, seconds: float) -> t
 
 
 def lab_dataplane(url: str, prefix: str, rate_mbit: float | None, pings: int, runs: int,
-                  seconds: float) -> tuple[list[dict], list[dict]]:
+                  seconds: float, router_dataplane: str = "auto") -> tuple[list[dict], list[dict]]:
     """RTT and TCP throughput between lab hosts, direct and over the overlay, with and without a NAT."""
     from lab import Fibre, LabSpec, Nat, running
     from lab.overlay import add_node, node_namespace, start_router
@@ -267,9 +267,12 @@ def lab_dataplane(url: str, prefix: str, rate_mbit: float | None, pings: int, ru
             c.define(NamespaceConfig.build("lab", "10.97.0.0/24", 30))
             for host, node in ((a, "x1"), (b, "y1"), (b, "y2"), (cc, "z1")):
                 add_node(host, node)
-            routers.append(start_router(b, prefix, "lab", "B", {"y1": "10.97.0.21", "y2": "10.97.0.22"}))
-            routers.append(start_router(a, prefix, "lab", "A", {"x1": "10.97.0.11"}))
-            routers.append(start_router(cc, prefix, "lab", "C", {"z1": "10.97.0.31"}, advertise=n.address))
+            routers.append(start_router(b, prefix, "lab", "B", {"y1": "10.97.0.21", "y2": "10.97.0.22"},
+                                        dataplane=router_dataplane))
+            routers.append(start_router(a, prefix, "lab", "A", {"x1": "10.97.0.11"}, dataplane=router_dataplane))
+            routers.append(start_router(cc, prefix, "lab", "C", {"z1": "10.97.0.31"}, advertise=n.address,
+                                        dataplane=router_dataplane))
+            chosen = ",".join(sorted({r.dataplane for r in routers}))
             # (path, client namespace, server namespace, server address); the NAT paths start inside
             paths = [("lab-direct", a.namespace, b.namespace, b.address),
                      ("lab-overlay", node_namespace(a, "x1"), node_namespace(b, "y1"), "10.97.0.21"),
@@ -278,11 +281,11 @@ def lab_dataplane(url: str, prefix: str, rate_mbit: float | None, pings: int, ru
             for path, src, _dst, address in paths:
                 rtts = ping_rtts(src, address, pings)
                 rtt_rows.append({"bench": "overlay_rtt", "path": path, "fibre_mbit_s": rate_mbit,
-                                 **summarise(rtts, None, (50, 90, 99))})
+                                 "dataplane": chosen if "overlay" in path else "kernel", **summarise(rtts, None, (50, 90, 99))})
             for path, src, dst, address in paths:
                 mbps = [iperf3(dst, address, src, seconds) for _ in range(runs)]
                 tput_rows.append({"bench": "overlay_throughput", "path": path, "fibre_mbit_s": rate_mbit,
-                                  "samples": len(mbps), "seconds_each": seconds, "mbit_s_mean": statistics.fmean(mbps),
+                                  "dataplane": chosen if "overlay" in path else "kernel", "samples": len(mbps), "seconds_each": seconds, "mbit_s_mean": statistics.fmean(mbps),
                                   "mbit_s_min": min(mbps), "mbit_s_max": max(mbps)})
             for r in routers:
                 r.stop()
@@ -308,6 +311,8 @@ def main() -> int:
                                                          "lab (across lab hosts), both (default) or none")
     p.add_argument("--lab-rate", type=float, default=1000.0, help="the lab's fibres in Mbit/s (default 1000; 0: "
                                                                   "unshaped)")
+    p.add_argument("--router-dataplane", default="auto", choices=("auto", "offload", "plain"),
+                   help="the lab routers' --dataplane (default auto: super-frames where taps can pass them)")
     p.add_argument("--json", type=Path, help="also write every row (and the machine) to this file")
     args = p.parse_args()
     url = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -344,12 +349,13 @@ def main() -> int:
         got = dataplane(url, prefix, args.pings, args.iperf_runs, args.iperf_seconds)
         rtt, tput = rtt + got[0], tput + got[1]
     if "lab" in sections and "lab" not in skipped:
-        got = lab_dataplane(url, prefix, args.lab_rate or None, args.pings, args.iperf_runs, args.iperf_seconds)
+        got = lab_dataplane(url, prefix, args.lab_rate or None, args.pings, args.iperf_runs, args.iperf_seconds,
+                            args.router_dataplane)
         rtt, tput = rtt + got[0], tput + got[1]
     if rtt:
-        report(rtt, ["path", "samples", "mean_ms", "p50_ms", "p90_ms", "p99_ms"],
+        report(rtt, ["path", "dataplane", "samples", "mean_ms", "p50_ms", "p90_ms", "p99_ms"],
                title="RTT, ping every 10 ms (ms)", json_lines=False)
-        report(tput, ["path", "fibre_mbit_s", "samples", "seconds_each", "mbit_s_mean", "mbit_s_min", "mbit_s_max",
+        report(tput, ["path", "dataplane", "fibre_mbit_s", "samples", "seconds_each", "mbit_s_mean", "mbit_s_min", "mbit_s_max",
                       "share_of_direct"],
                title="TCP throughput, iperf3 receiver (Mbit/s; one sample = one run)", json_lines=False)
         rows += rtt + tput
