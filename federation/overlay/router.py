@@ -145,6 +145,8 @@ class VirtualRouter:
         offload = frames.NO_OFFLOAD
         if port.offload:
             offload, frame = _offload_order(data[:frames.OFFLOAD.size]), data[frames.OFFLOAD.size:]
+            if offload[1] != frames.GSO_NONE:  # gso_type: the node's kernel handed over several segments at once
+                self.stats["super_frames"] += 1
         else:
             frame = data
         if len(frame) < 14:
