@@ -28,8 +28,12 @@ Setup is outside every timed window: the namespace definition, connections, clie
 connected before a shared start signal), namespaces, taps, routers, address claims and ARP (three
 untimed pings first). Percentiles the sample count cannot support print as n/a.
 
+The routers' data plane (--router-dataplane) is auto by default: taps passing TCP super-frames with their
+offload header where the host can (docs/federation.md), else one frame per system call; each row names it.
+
 Run: .venv/bin/python bench/overlay.py [--claims N] [--seconds S] [--pings N] [--iperf-runs N]
-     [--iperf-seconds S] [--dataplane host,lab] [--lab-rate MBIT] [--json PATH]
+     [--iperf-seconds S] [--dataplane host,lab] [--lab-rate MBIT] [--router-dataplane auto|offload|plain]
+     [--json PATH]
 Redis: SLICEX_REDIS_URL (default redis://127.0.0.1:6379/0); keys go under a fresh prefix, removed at the
 end. Prints tables, then one JSON object per measurement per line (and all of them to --json PATH)."""
 
@@ -165,9 +169,9 @@ def claim_throughput(url: str, prefix: str, clients: list[int], seconds: float) 
 
 # ---- data plane ------------------------------------------------------------------------------------------------
 class Router:
-    def __init__(self, url: str, prefix: str, cluster: str, nodes: dict[str, str]):
+    def __init__(self, url: str, prefix: str, cluster: str, nodes: dict[str, str], dataplane: str = "auto"):
         argv = [sys.executable, "-m", "federation.overlay", "--redis", url, "--prefix", prefix, "router", "dp",
-                "--cluster", cluster]
+                "--cluster", cluster, "--dataplane", dataplane]
         for n, address in nodes.items():
             argv += ["--node", f"id={n},netns={prefix}-{n},tap={prefix}{n},mac={mac(n)},address={address}"]
         self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -215,7 +219,8 @@ def iperf3(server_ns: str, server_ip: str, client_ns: str, seconds: float) -> fl
         srv.wait(5)
 
 
-def dataplane(url: str, prefix: str, pings: int, runs: int, seconds: float) -> tuple[list[dict], list[dict]]:
+def dataplane(url: str, prefix: str, pings: int, runs: int, seconds: float,
+              router_dataplane: str = "auto") -> tuple[list[dict], list[dict]]:
     rtt_rows, tput_rows = [], []
     routers: list[Router] = []
     c = RedisClaims(url, prefix)
@@ -228,16 +233,19 @@ def dataplane(url: str, prefix: str, pings: int, runs: int, seconds: float) -> t
             hostnet.set_address(f"{prefix}-{n}", f"{prefix}{n}", f"{a}/24")
             hostnet.set_up(f"{prefix}-{n}", f"{prefix}{n}", True)
         c.define(NamespaceConfig.build("dp", "10.98.0.0/24", 30))
-        routers.append(Router(url, prefix, "A", {"a1": "10.98.0.11", "a2": "10.98.0.12"}))
-        routers.append(Router(url, prefix, "B", {"b1": "10.98.0.21"}))
+        routers.append(Router(url, prefix, "A", {"a1": "10.98.0.11", "a2": "10.98.0.12"}, router_dataplane))
+        routers.append(Router(url, prefix, "B", {"b1": "10.98.0.21"}, router_dataplane))
+        chosen = ",".join(sorted({r.ready["dataplane"] for r in routers}))
         paths = [("veth", "d1", "d2", "10.99.0.2"), ("overlay-segment", "a1", "a2", "10.98.0.12"),
                  ("overlay-routed", "a1", "b1", "10.98.0.21")]
         for path, src, _dst, address in paths:
             rtts = ping_rtts(f"{prefix}-{src}", address, pings)
-            rtt_rows.append({"bench": "overlay_rtt", "path": path, **summarise(rtts, None, (50, 90, 99))})
+            rtt_rows.append({"bench": "overlay_rtt", "path": path,
+                             "dataplane": chosen if "overlay" in path else "kernel", **summarise(rtts, None, (50, 90, 99))})
         for path, src, dst, address in paths:
             mbps = [iperf3(f"{prefix}-{dst}", address, f"{prefix}-{src}", seconds) for _ in range(runs)]
-            tput_rows.append({"bench": "overlay_throughput", "path": path, "samples": len(mbps),
+            tput_rows.append({"bench": "overlay_throughput", "path": path,
+                              "dataplane": chosen if "overlay" in path else "kernel", "samples": len(mbps),
                               "seconds_each": seconds, "mbit_s_mean": statistics.fmean(mbps),
                               "mbit_s_min": min(mbps), "mbit_s_max": max(mbps)})
     finally:
@@ -250,7 +258,7 @@ def dataplane(url: str, prefix: str, pings: int, runs: int, seconds: float) -> t
 
 
 def lab_dataplane(url: str, prefix: str, rate_mbit: float | None, pings: int, runs: int,
-                  seconds: float) -> tuple[list[dict], list[dict]]:
+                  seconds: float, router_dataplane: str = "auto") -> tuple[list[dict], list[dict]]:
     """RTT and TCP throughput between lab hosts, direct and over the overlay, with and without a NAT."""
     from lab import Fibre, LabSpec, Nat, running
     from lab.overlay import add_node, node_namespace, start_router
@@ -267,9 +275,12 @@ def lab_dataplane(url: str, prefix: str, rate_mbit: float | None, pings: int, ru
             c.define(NamespaceConfig.build("lab", "10.97.0.0/24", 30))
             for host, node in ((a, "x1"), (b, "y1"), (b, "y2"), (cc, "z1")):
                 add_node(host, node)
-            routers.append(start_router(b, prefix, "lab", "B", {"y1": "10.97.0.21", "y2": "10.97.0.22"}))
-            routers.append(start_router(a, prefix, "lab", "A", {"x1": "10.97.0.11"}))
-            routers.append(start_router(cc, prefix, "lab", "C", {"z1": "10.97.0.31"}, advertise=n.address))
+            routers.append(start_router(b, prefix, "lab", "B", {"y1": "10.97.0.21", "y2": "10.97.0.22"},
+                                        dataplane=router_dataplane))
+            routers.append(start_router(a, prefix, "lab", "A", {"x1": "10.97.0.11"}, dataplane=router_dataplane))
+            routers.append(start_router(cc, prefix, "lab", "C", {"z1": "10.97.0.31"}, advertise=n.address,
+                                        dataplane=router_dataplane))
+            chosen = ",".join(sorted({r.dataplane for r in routers}))
             # (path, client namespace, server namespace, server address); the NAT paths start inside
             paths = [("lab-direct", a.namespace, b.namespace, b.address),
                      ("lab-overlay", node_namespace(a, "x1"), node_namespace(b, "y1"), "10.97.0.21"),
@@ -278,11 +289,11 @@ def lab_dataplane(url: str, prefix: str, rate_mbit: float | None, pings: int, ru
             for path, src, _dst, address in paths:
                 rtts = ping_rtts(src, address, pings)
                 rtt_rows.append({"bench": "overlay_rtt", "path": path, "fibre_mbit_s": rate_mbit,
-                                 **summarise(rtts, None, (50, 90, 99))})
+                                 "dataplane": chosen if "overlay" in path else "kernel", **summarise(rtts, None, (50, 90, 99))})
             for path, src, dst, address in paths:
                 mbps = [iperf3(dst, address, src, seconds) for _ in range(runs)]
                 tput_rows.append({"bench": "overlay_throughput", "path": path, "fibre_mbit_s": rate_mbit,
-                                  "samples": len(mbps), "seconds_each": seconds, "mbit_s_mean": statistics.fmean(mbps),
+                                  "dataplane": chosen if "overlay" in path else "kernel", "samples": len(mbps), "seconds_each": seconds, "mbit_s_mean": statistics.fmean(mbps),
                                   "mbit_s_min": min(mbps), "mbit_s_max": max(mbps)})
             for r in routers:
                 r.stop()
@@ -308,6 +319,9 @@ def main() -> int:
                                                          "lab (across lab hosts), both (default) or none")
     p.add_argument("--lab-rate", type=float, default=1000.0, help="the lab's fibres in Mbit/s (default 1000; 0: "
                                                                   "unshaped)")
+    p.add_argument("--router-dataplane", default="auto", choices=("auto", "offload", "plain"),
+                   help="the routers' --dataplane (default auto: super-frames where taps can pass them; plain: "
+                        "the portable one frame per system call)")
     p.add_argument("--json", type=Path, help="also write every row (and the machine) to this file")
     args = p.parse_args()
     url = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -341,15 +355,16 @@ def main() -> int:
         print(f"data plane ({section}) not measured: {why}\n")
     rtt, tput = [], []
     if "host" in sections and "host" not in skipped:
-        got = dataplane(url, prefix, args.pings, args.iperf_runs, args.iperf_seconds)
+        got = dataplane(url, prefix, args.pings, args.iperf_runs, args.iperf_seconds, args.router_dataplane)
         rtt, tput = rtt + got[0], tput + got[1]
     if "lab" in sections and "lab" not in skipped:
-        got = lab_dataplane(url, prefix, args.lab_rate or None, args.pings, args.iperf_runs, args.iperf_seconds)
+        got = lab_dataplane(url, prefix, args.lab_rate or None, args.pings, args.iperf_runs, args.iperf_seconds,
+                            args.router_dataplane)
         rtt, tput = rtt + got[0], tput + got[1]
     if rtt:
-        report(rtt, ["path", "samples", "mean_ms", "p50_ms", "p90_ms", "p99_ms"],
+        report(rtt, ["path", "dataplane", "samples", "mean_ms", "p50_ms", "p90_ms", "p99_ms"],
                title="RTT, ping every 10 ms (ms)", json_lines=False)
-        report(tput, ["path", "fibre_mbit_s", "samples", "seconds_each", "mbit_s_mean", "mbit_s_min", "mbit_s_max",
+        report(tput, ["path", "dataplane", "fibre_mbit_s", "samples", "seconds_each", "mbit_s_mean", "mbit_s_min", "mbit_s_max",
                       "share_of_direct"],
                title="TCP throughput, iperf3 receiver (Mbit/s; one sample = one run)", json_lines=False)
         rows += rtt + tput

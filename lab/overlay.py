@@ -40,6 +40,7 @@ class RouterProcess:
     log: Path
     endpoint: str
     nodes: dict[str, str]  # node -> claimed overlay address
+    dataplane: str  # what the router chose: offload or plain
 
     def stats(self) -> dict:
         self.proc.send_signal(signal.SIGUSR1)
@@ -66,21 +67,25 @@ def _line(proc: subprocess.Popen, log: Path, timeout: float) -> dict:
 
 
 def start_router(host: LabHost, prefix: str, namespace: str, cluster: str, nodes: dict[str, str | None],
-                 advertise: str | None = None) -> RouterProcess:
+                 advertise: str | None = None, dataplane: str = "auto",
+                 rate_kbps: int | None = None) -> RouterProcess:
     """The cluster's router inside `host` on its address (an ephemeral UDP port), serving `nodes` (node ->
     preferred overlay address or None) whose namespaces add_node made. `advertise`: see the router's
-    --advertise (behind a NAT, the NAT host's address)."""
+    --advertise (behind a NAT, the NAT host's address); `dataplane`: its --dataplane (auto, offload, plain);
+    `rate_kbps`: the link's capacity on what each of these nodes sends (a token bucket on its tap)."""
     if host.redis_url is None:
         raise RuntimeError("the lab was made without a Redis relay (running(spec, redis_url))")
     argv = [sys.executable, "-m", "federation.overlay", "--redis", host.redis_url, "--prefix", prefix, "router",
-            namespace, "--cluster", cluster, "--listen", f"{host.address}:0"]
+            namespace, "--cluster", cluster, "--listen", f"{host.address}:0",
+            "--dataplane", dataplane]
     if advertise:
         argv += ["--advertise", advertise]
     for n, address in nodes.items():
         spec = f"id={n},netns={node_namespace(host, n)},tap=ov{n},mac={node_mac(host, n)}"
+        spec += f",rate={rate_kbps}" if rate_kbps else ""
         argv += ["--node", spec + (f",address={address}" if address else "")]
     log = host.lab_dir / f"router-{host.name}-{cluster}.log"  # goes with the lab
     with open(log, "ab") as err:
         proc = host.popen(argv, stdout=subprocess.PIPE, stderr=err, text=True)
     ready = _line(proc, log, 30)
-    return RouterProcess(proc, log, ready["endpoint"], ready["nodes"])
+    return RouterProcess(proc, log, ready["endpoint"], ready["nodes"], ready["dataplane"])

@@ -3,12 +3,12 @@
   python -m federation.overlay define NAMESPACE NETWORK [--lease S] [--reserve IP ...]
   python -m federation.overlay show NAMESPACE
   python -m federation.overlay undefine NAMESPACE
-  python -m federation.overlay router NAMESPACE --cluster C [--listen HOST:PORT]
-                                    --node id=ID,netns=NS,tap=IF,mac=MAC[,address=IP] ...
+  python -m federation.overlay router NAMESPACE --cluster C [--listen HOST:PORT] [--advertise HOST[:PORT]]
+                                    [--dataplane auto|offload|plain] --node id=ID,netns=NS,tap=IF,mac=MAC[,address=IP] ...
 
 The store is the Redis database in --redis (default $SLICEX_REDIS_URL, else redis://127.0.0.1:6379/0).
 `router` runs until SIGTERM or SIGINT, then releases its nodes' claims; it prints one JSON line when ready
-({"endpoint", "nodes": {id: address}}) and one JSON line of counters on SIGUSR1."""
+({"endpoint", "dataplane", "nodes": {id: address}}) and one JSON line of counters on SIGUSR1."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ from federation.overlay.router import Port, VirtualRouter
 from slicex.errors import BadArgs, GeniError
 
 log = logging.getLogger("federation.overlay")
+SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33  # Linux; not in the socket module
+SOCKET_BUFFER = 16 << 20
 
 
 def _node_spec(text: str) -> dict[str, str]:
@@ -58,11 +60,16 @@ def _listen(text: str) -> tuple[str, int]:
 
 
 def run_router(claims: RedisClaims, namespace: str, cluster: str, listen: tuple[str, int],
-               nodes: list[dict[str, str]], stop: threading.Event, advertise: str | None = None) -> int:
+               nodes: list[dict[str, str]], stop: threading.Event, advertise: str | None = None,
+               offload: bool = False) -> int:
+    """`offload`: the fast data plane (taps pass super-frames, tap.open_tap); else one frame per call."""
     config = claims.namespace(namespace)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    for forced, plain in ((SO_RCVBUFFORCE, socket.SO_RCVBUF), (SO_SNDBUFFORCE, socket.SO_SNDBUF)):
+        try:  # as root, past net.core.[rw]mem_max: a burst of super-frames must not overflow the socket
+            sock.setsockopt(socket.SOL_SOCKET, forced, SOCKET_BUFFER)
+        except OSError:
+            sock.setsockopt(socket.SOL_SOCKET, plain, SOCKET_BUFFER)
     sock.bind(listen)
     router = VirtualRouter(claims, config, cluster, sock, advertise=advertise)
     keepers: list[LeaseKeeper] = []
@@ -72,7 +79,7 @@ def run_router(claims: RedisClaims, namespace: str, cluster: str, listen: tuple[
         ready: dict[str, str] = {}
         for spec in nodes:
             holder = Holder(spec["id"], router.endpoint, cluster, spec["mac"].lower())
-            fd = tap.open_tap(spec["tap"])
+            fd = tap.open_tap(spec["tap"], offload)
             fds.append(fd)
             tap.place(spec["tap"], spec["netns"], holder.mac)
             if spec.get("rate"):  # the link's capacity, on what this node sends (the other end holds the rest)
@@ -89,7 +96,7 @@ def run_router(claims: RedisClaims, namespace: str, cluster: str, listen: tuple[
             keepers.append(keeper)
             tap.set_address(spec["netns"], spec["tap"], str(address), plen)
             keeper.start()
-            router.add_port(Port(holder.node, fd, bytes.fromhex(holder.mac.replace(":", ""))))
+            router.add_port(Port(holder.node, fd, bytes.fromhex(holder.mac.replace(":", "")), offload))
             ready[holder.node] = str(address)
         by_node = {k.holder.node: k for k in keepers}
 
@@ -104,7 +111,8 @@ def run_router(claims: RedisClaims, namespace: str, cluster: str, listen: tuple[
                      "released" if released else "had already lapsed")
 
         router.on_port_gone = gone
-        print(json.dumps({"endpoint": router.endpoint, "nodes": ready}), flush=True)
+        print(json.dumps({"endpoint": router.endpoint, "dataplane": "offload" if offload else "plain",
+                          "nodes": ready}), flush=True)
         want_stats = threading.Event()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGUSR1, lambda *_: want_stats.set())
@@ -151,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--advertise", help="HOST[:PORT] other routers reach this one at, when not where it listens "
                                        "(behind a NAT: the NAT's outside address; the port defaults to the bound one, "
                                        "which a masquerade keeps); docs/federation.md")
+    r.add_argument("--dataplane", choices=("auto", "offload", "plain"), default="auto",
+                   help="offload: taps pass TCP super-frames with their offload header (virtio_net_hdr), up to "
+                        "64 KiB per datagram; plain: one frame per system call (the portable fallback); auto "
+                        "(default): offload when this host's taps can (probed at start)")
     r.add_argument("--node", type=_node_spec, action="append", required=True,
                    help="id=ID,netns=NS,tap=IF,mac=MAC[,address=IP]: a node in existing namespace NS; the router "
                         "makes tap IF there and claims IP (else a free address); repeat per node")
@@ -174,10 +186,16 @@ def main(argv: list[str] | None = None) -> int:
         else:
             if tap.missing():
                 raise BadArgs("the overlay data plane cannot run here: " + "; ".join(tap.missing()))
+            if args.dataplane == "offload" and tap.offload() != "ok":
+                raise BadArgs(f"--dataplane offload: {tap.offload()}")
+            offload = args.dataplane == "offload" or (args.dataplane == "auto" and tap.offload() == "ok")
+            if args.dataplane == "auto" and not offload:
+                log.info("taps here cannot pass super-frames (%s): one frame per system call", tap.offload())
             stop = threading.Event()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: stop.set())
-            return run_router(claims, args.namespace, args.cluster, args.listen, args.node, stop, args.advertise)
+            return run_router(claims, args.namespace, args.cluster, args.listen, args.node, stop, args.advertise,
+                              offload)
         return 0
     except GeniError as exc:
         print(f"error: {exc.message}", file=sys.stderr)

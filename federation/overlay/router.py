@@ -20,6 +20,8 @@ import errno
 import os
 import selectors
 import socket
+import struct
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +34,16 @@ from federation.overlay.core import Holder, LookupCache, NamespaceConfig, Where
 from slicex.errors import GeniError
 
 BATCH = 64
+READ_SIZE = 65536 + 64  # a super-frame with its offload header, or any ordinary frame
+_NATIVE_OFFLOAD = struct.Struct("=BBHHHH")
+
+
+def _offload_order(header: bytes) -> bytes:
+    """A tap's virtio_net_hdr is in the host's byte order, the tunnel's in little-endian (virtio 1.0); the
+    same swap converts either way."""
+    if sys.byteorder == "little":
+        return header
+    return _NATIVE_OFFLOAD.pack(*frames.OFFLOAD.unpack(header))
 
 
 @dataclass
@@ -41,6 +53,7 @@ class Port:
     node: str
     fd: int
     mac: bytes
+    offload: bool = False  # the tap was opened with offloads (tap.open_tap): reads and writes carry a header
 
 
 class VirtualRouter:
@@ -95,9 +108,19 @@ class VirtualRouter:
         return holder
 
     # ---- output ----------------------------------------------------------------------------------------------
-    def _write(self, port: Port, frame: bytes) -> None:
+    def _write(self, port: Port, frame: bytes, offload: bytes = frames.NO_OFFLOAD) -> None:
+        if port.offload:
+            self._write_raw(port, _offload_order(offload) + frame)
+            return
+        plain = frames.plain_frames(frame, offload)
+        if not plain:
+            self.stats["drop_offload_unsupported"] += 1
+        for f in plain:
+            self._write_raw(port, f)
+
+    def _write_raw(self, port: Port, data: bytes) -> None:
         try:
-            os.write(port.fd, frame)
+            os.write(port.fd, data)
         except BlockingIOError:
             self.stats["drop_tap_full"] += 1
         except OSError as exc:
@@ -105,19 +128,27 @@ class VirtualRouter:
                 raise
             self.stats["drop_tap_down"] += 1
 
-    def _switch(self, frame: bytes, came_from: Port | None) -> None:
+    def _switch(self, frame: bytes, came_from: Port | None, offload: bytes = frames.NO_OFFLOAD) -> None:
         dst = frame[0:6]
         port = None if frames.is_multicast(dst) else self.macs.get(dst)
         if port is not None:
             if port is not came_from:
-                self._write(port, frame)
+                self._write(port, frame, offload)
             return
         for p in self.ports:
             if p is not came_from:
-                self._write(p, frame)
+                self._write(p, frame, offload)
 
     # ---- input -----------------------------------------------------------------------------------------------
-    def from_tap(self, port: Port, frame: bytes) -> None:
+    def from_tap(self, port: Port, data: bytes) -> None:
+        """`data` as read from the tap: the frame, after its offload header when the tap has offloads."""
+        offload = frames.NO_OFFLOAD
+        if port.offload:
+            offload, frame = _offload_order(data[:frames.OFFLOAD.size]), data[frames.OFFLOAD.size:]
+            if offload[1] != frames.GSO_NONE:  # gso_type: the node's kernel handed over several segments at once
+                self.stats["super_frames"] += 1
+        else:
+            frame = data
         if len(frame) < 14:
             return
         src = frame[6:12]
@@ -125,7 +156,7 @@ class VirtualRouter:
             self.macs[src] = port
         dst = frame[0:6]
         if dst == frames.ROUTER_MAC:
-            self._route_out(frame)
+            self._route_out(frame, offload)
             return
         arp = frames.parse_arp(frame)
         if arp is not None:
@@ -137,9 +168,9 @@ class VirtualRouter:
                 self.stats["arp_proxied"] += 1
                 self._write(port, frames.arp_reply(arp, frames.ROUTER_MAC))
         self.stats["switched"] += 1
-        self._switch(frame, port)
+        self._switch(frame, port, offload)
 
-    def _route_out(self, frame: bytes) -> None:
+    def _route_out(self, frame: bytes, offload: bytes = frames.NO_OFFLOAD) -> None:
         addrs = frames.ipv4_addresses(frame)
         if addrs is None:
             self.stats["drop_not_ipv4"] += 1
@@ -149,13 +180,14 @@ class VirtualRouter:
             assert r.holder is not None
             self.stats["routed_out"] += 1
             try:
-                self.sock.sendto(frames.encapsulate(self._ns, frame), r.holder.udp)
+                self.sock.sendto(frames.encapsulate(self._ns, frame, offload), r.holder.udp)
             except OSError:
                 self.stats["drop_send_failed"] += 1
         elif r.where is Where.LOCAL:
             assert r.holder is not None
             self.stats["routed_local"] += 1
-            self._switch(frames.rewrite_macs(frame, frames.mac_bytes(r.holder.mac), frames.ROUTER_MAC), None)
+            self._switch(frames.rewrite_macs(frame, frames.mac_bytes(r.holder.mac), frames.ROUTER_MAC), None,
+                         offload)
         else:
             self.stats["drop_unclaimed"] += 1
 
@@ -164,7 +196,7 @@ class VirtualRouter:
         if got is None or got[0] != self._ns:
             self.stats["drop_not_ours"] += 1
             return
-        frame = got[1]
+        frame, offload = got[1], got[2]
         addrs = frames.ipv4_addresses(frame)
         if addrs is None:
             self.stats["drop_not_ipv4"] += 1
@@ -178,7 +210,7 @@ class VirtualRouter:
             self.stats["drop_not_here"] += 1
             return
         self.stats["routed_in"] += 1
-        self._switch(frames.rewrite_macs(frame, frames.mac_bytes(r.holder.mac), frames.ROUTER_MAC), None)
+        self._switch(frames.rewrite_macs(frame, frames.mac_bytes(r.holder.mac), frames.ROUTER_MAC), None, offload)
 
     # ---- the loop --------------------------------------------------------------------------------------------
     def serve(self, stop: threading.Event, tick: Callable[[], None] | None = None) -> None:
@@ -199,7 +231,7 @@ class VirtualRouter:
                                 data, sender = self.sock.recvfrom(65535)
                                 self.from_tunnel(data, sender)
                             else:
-                                self.from_tap(port, os.read(port.fd, 65535))
+                                self.from_tap(port, os.read(port.fd, READ_SIZE))
                         except (BlockingIOError, InterruptedError):
                             break
                         except OSError as exc:

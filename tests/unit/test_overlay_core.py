@@ -7,6 +7,7 @@ address at the same moment."""
 from __future__ import annotations
 
 import random
+import struct
 import zlib
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address
@@ -228,8 +229,71 @@ def test_arp_reply_answers_the_asker_with_the_given_mac():
 
 @given(ns=st.binary(min_size=0, max_size=200), body=st.binary(min_size=14, max_size=1600))
 def test_encapsulation_round_trips_and_rejects_foreign_datagrams(ns, body):
-    assert frames.decapsulate(frames.encapsulate(ns, body)) == (ns, body)
+    assert frames.decapsulate(frames.encapsulate(ns, body)) == (ns, body, frames.NO_OFFLOAD)
     assert frames.decapsulate(b"XXXX" + frames.encapsulate(ns, body)[4:]) is None
+    offload = frames.OFFLOAD.pack(frames.NEEDS_CSUM, frames.GSO_TCPV4, 66, 1448, 34, 16)
+    assert frames.decapsulate(frames.encapsulate(ns, body, offload)) == (ns, body, offload)
+
+
+def test_an_ordinary_frame_travels_as_version_1_which_routers_without_offloads_read():
+    assert frames.encapsulate(b"s1", b"\x02" * 14)[4] == frames.VERSION
+    offload = frames.OFFLOAD.pack(frames.NEEDS_CSUM, frames.GSO_NONE, 0, 0, 34, 16)
+    assert frames.encapsulate(b"s1", b"\x02" * 14, offload)[4] == frames.VERSION_OFFLOADED
+
+
+# a checksum written apart from frames._checksum, so the two cannot share a mistake
+def _ones_sum(data: bytes) -> int:
+    data = data + b"\x00" * (len(data) % 2)
+    total = 0
+    for i in range(0, len(data), 2):
+        total += data[i] << 8 | data[i + 1]
+        total = (total & 0xFFFF) + (total >> 16)
+    return total
+
+
+def _partial_tcp_frame(payload: bytes, flags: int = 0x18) -> tuple[bytes, bytes]:
+    """A TCP/IPv4 frame as a kernel hands it to a tap with offloads: checksum field holding the pseudo-header's
+    sum only (CHECKSUM_PARTIAL), with its offload header for `gso_size` 1000."""
+    src, dst = A("10.1.0.5").packed, A("10.1.0.9").packed
+    tcp_len = 20 + len(payload)
+    ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + tcp_len, 7, 0x4000, 64, 6, 0, src, dst))
+    struct.pack_into("!H", ip, 10, ~_ones_sum(bytes(ip)) & 0xFFFF)
+    seed = _ones_sum(src + dst + struct.pack("!BBH", 0, 6, tcp_len))
+    tcp = struct.pack("!HHIIBBHHH", 40000, 5201, 1_000_000, 5, 5 << 4, flags, 512, seed, 0)
+    frame = b"\x02" * 6 + b"\x04" * 6 + b"\x08\x00" + bytes(ip) + tcp + payload
+    gso = frames.GSO_TCPV4 if len(payload) > 1000 else frames.GSO_NONE
+    return frame, frames.OFFLOAD.pack(frames.NEEDS_CSUM, gso, 54, 1000 if gso else 0, 34, 16)
+
+
+def _tcp_valid(frame: bytes) -> bool:
+    ip, tcp = frame[14:34], frame[34:]
+    pseudo = ip[12:20] + struct.pack("!BBH", 0, 6, len(tcp))
+    return _ones_sum(ip) == 0xFFFF and _ones_sum(pseudo + tcp) == 0xFFFF
+
+
+def test_a_frame_with_its_checksum_left_undone_is_completed_for_a_tap_without_offloads():
+    frame, offload = _partial_tcp_frame(b"hello overlay")
+    assert not _tcp_valid(frame)
+    [done] = frames.plain_frames(frame, offload)
+    assert _tcp_valid(done) and done[:50] == frame[:50] and done[52:] == frame[52:]
+
+
+def test_a_super_frame_is_cut_into_valid_segments_of_gso_size():
+    payload = bytes(range(256)) * 14 + b"tail"  # 3588 bytes: three full segments and a short one
+    frame, offload = _partial_tcp_frame(payload, flags=0x18 | 0x80)  # PSH, ACK, CWR
+    segs = frames.plain_frames(frame, offload)
+    assert [len(s) - 54 for s in segs] == [1000, 1000, 1000, 588]
+    assert all(_tcp_valid(s) for s in segs)
+    assert b"".join(s[54:] for s in segs) == payload
+    assert [struct.unpack_from("!I", s, 38)[0] - 1_000_000 for s in segs] == [0, 1000, 2000, 3000]
+    assert [struct.unpack_from("!H", s, 16)[0] for s in segs] == [1040, 1040, 1040, 628]  # IP total length
+    assert [s[47] for s in segs] == [0x90, 0x10, 0x10, 0x18]  # CWR on the first, PSH on the last only
+
+
+def test_an_offload_this_router_cannot_finish_drops_the_frame():
+    frame, _ = _partial_tcp_frame(bytes(3000))
+    assert frames.plain_frames(frame, frames.OFFLOAD.pack(1, 5, 42, 1000, 34, 6)) == []  # UDP GSO
+    assert frames.plain_frames(frame, frames.NO_OFFLOAD) == [frame]
 
 
 def test_ipv4_addresses_reads_source_and_destination():
