@@ -17,18 +17,16 @@ into the uid range of the slice that mounts it. Only its owner (or an operator) 
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import stat
 import subprocess
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from authority.substrate.images import remove_tree, same_user
+from authority.substrate.images import chown_tree, locked_dir, remove_tree, same_user
 from rspec.blockstore import DATASET_NAME, dataset_name
 from slicex.errors import BadArgs, Forbidden, Refused, SearchFailed, ServerError, TooBig
 
@@ -55,23 +53,11 @@ class Dataset:
 def shift_owners(root: Path, old: int | None, new: int) -> None:
     """Move every owner in [old, old + SPAN) to the same id in [new, new + SPAN), keeping setuid bits; a
     fresh file system (`old` None) is given to the new range's root. Links are not followed."""
-    for dirpath, dirs, files in os.walk(root):
-        for name in (None, *dirs, *files):
-            if name is None and dirpath != str(root):
-                continue  # each directory is shifted as an entry of its parent
-            p = dirpath if name is None else os.path.join(dirpath, name)
-            st = os.lstat(p)
-
-            def moved(i: int) -> int:
-                if old is None:
-                    return new + i if i < SPAN else i
-                return i - old + new if old <= i < old + SPAN else i
-
-            uid, gid = moved(st.st_uid), moved(st.st_gid)
-            if (uid, gid) != (st.st_uid, st.st_gid):
-                os.lchown(p, uid, gid)
-                if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o6000:
-                    os.chmod(p, stat.S_IMODE(st.st_mode))
+    def moved(i: int) -> int:
+        if old is None:
+            return new + i if i < SPAN else i
+        return i - old + new if old <= i < old + SPAN else i
+    chown_tree(root, moved)
 
 
 class DatasetStore:
@@ -80,16 +66,8 @@ class DatasetStore:
     def __init__(self, root: Path = DEFAULT_DIR):
         self.root = Path(root)
 
-    @contextmanager
-    def locked(self) -> Iterator[None]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.root.chmod(0o711)  # a node's root passes through to its mount point, lists nothing
-        with open(self.root / ".lock", "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+    def locked(self) -> AbstractContextManager[None]:
+        return locked_dir(self.root, 0o711)  # a node's root passes through to its mount point, lists nothing
 
     def get(self, name: str) -> Dataset | None:
         if not DATASET_NAME.fullmatch(name):

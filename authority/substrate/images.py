@@ -29,7 +29,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,21 +132,29 @@ def host_mirror(sources: Path = Path("/etc/apt")) -> str:
     return DEFAULT_MIRROR
 
 
+@contextmanager
+def locked_dir(root: Path, mode: int | None = None) -> Iterator[None]:
+    """A host-wide lock on a directory (made, with `mode` when given, if missing): two `slicex up` on one host
+    change an image catalogue or a dataset directory one at a time."""
+    root.mkdir(parents=True, exist_ok=True)
+    if mode is not None:
+        root.chmod(mode)
+    with open(root / ".lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 class ImageCatalogue:
     """The images under one directory; building and removing take a host-wide lock (two `up`s at once)."""
 
     def __init__(self, root: Path = DEFAULT_DIR):
         self.root = Path(root)
 
-    @contextmanager
-    def locked(self) -> Iterator[None]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".lock", "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+    def locked(self) -> AbstractContextManager[None]:
+        return locked_dir(self.root)
 
     def list(self) -> list[NodeImage]:
         if not self.root.is_dir():
@@ -196,16 +204,10 @@ class ImageCatalogue:
                         "mirror": mirror, "description": f"Debian {suite} (minbase) with {', '.join(packages)}"}
                 (work / "image.json").write_text(json.dumps(meta, indent=1) + "\n")
                 (work / "debootstrap.log").unlink(missing_ok=True)
-                target = self.root / name
-                if target.exists():
-                    remove_tree(target)
-                work.rename(target)
+                return self._publish(work, name)
             finally:
                 if work.exists():
                     remove_tree(work)
-            img = self.get(name)
-            assert img is not None
-            return img
 
     def snapshot(self, name: str, base: NodeImage, layer: Path, offset: int, owner: str, public: bool,
                  description: str, max_user_bytes: int = DEFAULT_MAX_USER_BYTES) -> NodeImage:
@@ -243,19 +245,23 @@ class ImageCatalogue:
                         "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "description": description,
                         "owner": owner, "public": bool(public), "base": base.name}
                 (work / "image.json").write_text(json.dumps(meta, indent=1) + "\n")
-                target = self.root / name
-                if target.exists():
-                    remove_tree(target)
-                work.rename(target)
+                return self._publish(work, name)
             except subprocess.CalledProcessError as exc:
                 raise ServerError(f"copying image {base.name} for {name} failed: "
                                   f"{exc.stderr.decode(errors='replace')[-300:]}") from None
             finally:
                 if work.exists():
                     remove_tree(work)
-            img = self.get(name)
-            assert img is not None
-            return img
+
+    def _publish(self, work: Path, name: str) -> NodeImage:
+        """A finished build directory becomes image `name` (replacing one of that name); call it locked."""
+        target = self.root / name
+        if target.exists():
+            remove_tree(target)
+        work.rename(target)
+        img = self.get(name)
+        assert img is not None
+        return img
 
     def remove(self, name: str) -> bool:
         """Remove an image; nodes booted from it keep their slice's copy until they are deleted."""
@@ -395,16 +401,24 @@ def shift_copy(src: Path, dst: Path, offset: int) -> None:
     if tmp.exists():
         remove_tree(tmp)
     subprocess.run(["cp", "-a", "--reflink=auto", str(src), str(tmp)], check=True, capture_output=True)
-    for dirpath, dirs, files in os.walk(tmp):
+    chown_tree(tmp, lambda i: i + offset)
+    tmp.rename(dst)
+
+
+def chown_tree(root: Path, moved: Callable[[int], int]) -> None:
+    """Give every entry under `root` (itself included, links not followed) the owner and group `moved` maps
+    its own to, keeping setuid/setgid bits (chown clears them)."""
+    for dirpath, dirs, files in os.walk(root):
         for name in (None, *dirs, *files):
-            if name is None and dirpath != str(tmp):
-                continue  # each directory is shifted as an entry of its parent
+            if name is None and dirpath != str(root):
+                continue  # each directory is moved as an entry of its parent
             p = dirpath if name is None else os.path.join(dirpath, name)
             st = os.lstat(p)
-            os.lchown(p, st.st_uid + offset, st.st_gid + offset)
-            if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o6000:
-                os.chmod(p, stat.S_IMODE(st.st_mode))
-    tmp.rename(dst)
+            uid, gid = moved(st.st_uid), moved(st.st_gid)
+            if (uid, gid) != (st.st_uid, st.st_gid):
+                os.lchown(p, uid, gid)
+                if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o6000:
+                    os.chmod(p, stat.S_IMODE(st.st_mode))
 
 
 def remove_tree(p: Path) -> None:
