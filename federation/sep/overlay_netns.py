@@ -58,6 +58,11 @@ def _h(*parts: str, n: int = 10) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:n]
 
 
+def link_namespace(slice_urn: str, link_id: str) -> str:
+    """The overlay namespace (its claims in Redis) of one cross-domain link of one slice."""
+    return f"sep-{_h(slice_urn, link_id, n=16)}"
+
+
 @dataclass(frozen=True)
 class RouterPlace:
     """Where one testbed's router runs: `run` (argv prefix that executes it on the testbed's host in place),
@@ -161,11 +166,8 @@ class NetnsOverlay:
                               f"host cannot hold an overlay link to a capacity ({tap.shaping()}); ask for none, "
                               f"or use a host with tc's tbf. Nothing was allocated")
 
-    def _namespace(self, slice_urn: str, link_id: str) -> str:
-        return f"sep-{_h(slice_urn, link_id, n=16)}"
-
     def join(self, slice_urn: str, link_id: str, a: Endpoint, b: Endpoint) -> dict[str, Any]:
-        ns = self._namespace(slice_urn, link_id)
+        ns = link_namespace(slice_urn, link_id)
         claims = RedisClaims(self.redis)
         try:
             claims.define(NamespaceConfig.build(ns, str(self.network), self.lease))
@@ -215,7 +217,7 @@ class NetnsOverlay:
                 "address": info["nodes"][ep.node], "log": str(log.resolve())}
 
     def leave(self, slice_urn: str, link_id: str, joined: Mapping[str, Any]) -> None:
-        ns = joined.get("namespace") or self._namespace(slice_urn, link_id)
+        ns = joined.get("namespace") or link_namespace(slice_urn, link_id)
         for r in dict(joined.get("routers") or {}).values():
             self._stop(int(r["pid"]), ns)
             logs = [Path(r["log"])] if r.get("log") else []

@@ -276,11 +276,25 @@ def test_a_direct_cable_stitches_the_link_and_each_part_carries_the_agreed_tag()
         assert tags == {"100"}
 
 
+def advertised(topology):
+    """What the exchange point reads: only the advertisements of the domains it asks (aggregates and ports)."""
+    from stitching.model import Topology
+
+    def read(domains, *_a, **_k):
+        asked = {d.urn for d in domains}
+        return Topology({k: a for k, a in topology.aggregates.items() if a.urn in asked},
+                        {u: p for u, p in topology.ports.items() if p.aggregate in asked}), []
+    return read
+
+
 def test_a_path_through_a_testbed_without_nodes_gives_that_testbed_the_link_so_it_is_not_half_made():
-    """The transit (a domain of the exchange point holding no node of the request) gets the link whole, with
-    its hops, and neither end's node; it was refused (issue 25 needs Q-in-Q across a transit host)."""
-    split, joins = planner(cables(("d0", "d2"), ("d2", "d1")))._join_plan(
-        "urn:publicid:IDN+d0.test+slice+s", split_request(two_node_request(), DOMAINS), [], {})
+    """The transit (a domain of the exchange point holding no node of the request) has its advertisement read
+    when the request's own domains have no path, and gets the link whole, with its hops, and neither end's
+    node; it was refused, and its advertisement never read (issue 25: Q-in-Q across a transit host)."""
+    sep = planner(None)
+    sep.topology = advertised(cables(("d0", "d2"), ("d2", "d1")))
+    split, joins = sep._join_plan("urn:publicid:IDN+d0.test+slice+s", split_request(two_node_request(), DOMAINS),
+                                  [], {})
     assert joins["x"]["mode"] == "stitched" and joins["x"]["transit"] == ["d2.test"]
     assert split.domains == ("d0.test", "d1.test", "d2.test")
     assert split.nodes["d2.test"] == () and split.client_ids("d2.test") == ("x",)
