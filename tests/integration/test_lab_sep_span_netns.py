@@ -388,10 +388,6 @@ def test_kill_9_of_the_sep_mid_allocate_and_its_restart_leave_nothing_on_any_hos
         for name in ("sa", "sb"):
             assert status(span, name, s, cred)["code"]["geni_code"] == 0, name
     finally:
-        os.kill(sc, signal.SIGCONT)  # sc answers the orphaned Allocate: it holds its part too
-    deadline = time.monotonic() + 20
-    while status(span, "sc", s, cred)["code"]["geni_code"] != 0 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert status(span, "sc", s, cred)["code"]["geni_code"] == 0
+        os.kill(sc, signal.SIGCONT)  # the SEP's call died with it (its TLS handshake never finished): sc holds none
     span["sep"].start()  # restarted on its host, it finds the unfinished Allocate and undoes it everywhere
     wait_for_nothing(span, s, cred)
