@@ -324,6 +324,11 @@ def test_one_slice_through_the_sep_has_a_qinq_link_across_a_transit_host_and_an_
     for r in routers.values():  # the overlay's token bucket is on each node's tap
         assert root_qdisc(r["netns"], r["tap"])[0] == "tbf"
 
+    # what the kill tests find gone, found here while the slice lives (so their check can fail)
+    live = nothing_anywhere(span, s, cred)
+    assert {f"{n} {what}" for n in span["procs"] for what in ("slivers", "switch")} | {
+        "sa node namespaces", "sc node namespaces", "overlay claims", "overlay namespace", "sep record"} <= set(live), \
+        sorted(live)
     gone = sep.Delete([s], got["credentials"], {})
     assert gone["code"]["geni_code"] == 0, gone["output"]
     wait_for_nothing(span, s, cred, seconds=20)
@@ -347,8 +352,14 @@ def allocate_with_sc_stopped(span, slice_urn: str, cred: list[dict], answer: dic
     sb, sc = span["ups"]["sb"].proc.pid, span["ups"]["sc"].proc.pid  # `slicex up` itself: nsenter execs it
     os.kill(sb, signal.SIGSTOP)
     try:
-        t = threading.Thread(target=lambda: answer.update(client(span["sep_url"], span["cert"], span["key"]).Allocate(
-            slice_urn, cred, span_request(), {})), daemon=True)
+        def allocate() -> None:
+            try:
+                answer.update(client(span["sep_url"], span["cert"], span["key"]).Allocate(slice_urn, cred,
+                                                                                          span_request(), {}))
+            except OSError as exc:  # the SEP killed under the call
+                answer["no answer"] = exc
+
+        t = threading.Thread(target=allocate, daemon=True)
         t.start()
         deadline = time.monotonic() + 20
         while not queued(span["host"]["sb"], span["procs"]["sb"]["am_url"]):
@@ -381,10 +392,12 @@ def test_kill_9_of_a_testbeds_am_mid_allocate_leaves_nothing_on_any_host(span):
 def test_kill_9_of_the_sep_mid_allocate_and_its_restart_leave_nothing_on_any_host(span):
     s, cred = credentials(span, "spankillsep")
     answer: dict = {}
-    _, sc = allocate_with_sc_stopped(span, s, cred, answer)
+    t, sc = allocate_with_sc_stopped(span, s, cred, answer)
     try:
         span["sep"].proc.kill()  # the exchange point dies mid-Allocate: sa and sb hold their halves
         span["sep"].proc.wait(10)
+        t.join(20)
+        assert "no answer" in answer, answer  # the client never got one (its retry was refused)
         for name in ("sa", "sb"):
             assert status(span, name, s, cred)["code"]["geni_code"] == 0, name
     finally:
