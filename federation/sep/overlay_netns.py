@@ -3,8 +3,13 @@ overlay of federation/overlay/ (one overlay namespace per link; per testbed, a v
 tap in the node's network namespace; the address claimed atomically in Redis, renewed at a quarter lease).
 
 It finds a node's network namespace the way the netns driver names it (`netns_name(prefix, sliver URN)`),
-so it needs each testbed's netns prefix and must run on the host of their namespaces (root). Across hosts,
-each testbed would run its own router; that deployment is not built. sep.yaml:
+so it needs each testbed's netns prefix. Each testbed's router runs where that testbed runs: a `Placement`
+answers, per testbed, the argv prefix that runs a command on its host *in place* (the router's pid is the one
+started, so `leave` can stop it: `nsenter --net=/run/netns/H`, `ip netns exec H`; empty: the exchange point's
+own host), the address:port its UDP socket binds, and the address other routers reach it at (behind a NAT,
+the NAT's outside address). The default placement reads `where:` (below); another is named by
+`placement: "module:factory"` (called with overlay_options). A host the exchange point reaches only over the
+network (ssh) is not built: stopping its router needs the remote pid. sep.yaml:
 
     overlay: "federation.sep.overlay_netns:make_overlay"
     overlay_options:
@@ -13,6 +18,8 @@ each testbed would run its own router; that deployment is not built. sep.yaml:
       lease_seconds: 60
       netns_prefixes: {a.test: PREFIX_A, b.test: PREFIX_B}   # slicex.yaml netns: prefix of each testbed
       log_dir: run/overlay                # the routers' logs (default: run/overlay beside sep.yaml)
+      where:                              # optional: where each testbed's router runs (default: here)
+        a.test: {run: [nsenter, --net=/run/netns/HOST_A], listen: "10.0.0.1:0", advertise: 10.0.0.9}
 
 Each router logs to `<log_dir>/<tap>.log`, removed with the link (`leave`), so logs neither outlive their
 slice nor grow across runs.
@@ -21,6 +28,7 @@ slice nor grow across runs.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import select
@@ -30,9 +38,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from authority.substrate.netns_plan import netns_name
 from federation.overlay import tap
@@ -49,6 +58,70 @@ def _h(*parts: str, n: int = 10) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:n]
 
 
+def link_namespace(slice_urn: str, link_id: str) -> str:
+    """The overlay namespace (its claims in Redis) of one cross-domain link of one slice."""
+    return f"sep-{_h(slice_urn, link_id, n=16)}"
+
+
+@dataclass(frozen=True)
+class RouterPlace:
+    """Where one testbed's router runs: `run` (argv prefix that executes it on the testbed's host in place),
+    `listen` (HOST:PORT its UDP socket binds; "" the router's default), `advertise` (the address other routers
+    reach it at; "" the listening one)."""
+
+    run: tuple[str, ...] = ()
+    listen: str = ""
+    advertise: str = ""
+
+    def argv(self) -> list[str]:
+        """What the router's command line gets from its place (before the router subcommand)."""
+        return [*(["--listen", self.listen] if self.listen else []),
+                *(["--advertise", self.advertise] if self.advertise else [])]
+
+
+class Placement(Protocol):
+    def place(self, testbed: str) -> RouterPlace:
+        """Where the router of `testbed` (a domain key, e.g. a.test) runs."""
+        ...
+
+
+class StaticPlacement:
+    """Places from overlay_options `where:` (testbed -> {run, listen, advertise}); a testbed it does not name
+    runs its router on the exchange point's own host."""
+
+    def __init__(self, where: Mapping[str, Any]):
+        self.places: dict[str, RouterPlace] = {}
+        for testbed, place in dict(where or {}).items():
+            unknown = set(place) - {"run", "listen", "advertise"}
+            if unknown:
+                raise BadArgs(f"overlay_options where: {testbed}: unknown key(s) {', '.join(sorted(unknown))} "
+                              f"(known: run, listen, advertise)")
+            run = place.get("run") or ()
+            if isinstance(run, str) or not all(isinstance(a, str) for a in run):
+                raise BadArgs(f"overlay_options where: {testbed}: run must be a list of strings (an argv prefix)")
+            self.places[domain_key(testbed)] = RouterPlace(tuple(run), str(place.get("listen") or ""),
+                                                           str(place.get("advertise") or ""))
+
+    def place(self, testbed: str) -> RouterPlace:
+        return self.places.get(domain_key(testbed), RouterPlace())
+
+
+def static_placement(options: Mapping[str, Any]) -> StaticPlacement:
+    return StaticPlacement(options.get("where") or {})
+
+
+def load_placement(options: Mapping[str, Any]) -> Placement:
+    """The placement overlay_options name (`placement: "module:factory"`), else the one reading `where:`."""
+    spec = str(options.get("placement") or "")
+    if not spec:
+        return static_placement(options)
+    module, _, factory = spec.partition(":")
+    try:
+        return getattr(importlib.import_module(module), factory or "make_placement")(options)
+    except (ImportError, AttributeError) as exc:
+        raise BadArgs(f"overlay_options placement {spec!r} cannot be loaded: {exc}") from None
+
+
 class NetnsOverlay:
     def __init__(self, options: Mapping[str, Any]):
         try:
@@ -60,6 +133,7 @@ class NetnsOverlay:
         except (KeyError, TypeError, ValueError) as exc:
             raise BadArgs(f"overlay_options: {exc}; give network and netns_prefixes (see "
                           f"federation/sep/overlay_netns.py)") from None
+        self.placement = load_placement(options)
         self.pool = NamespaceConfig.build("sep-links", str(self.network), self.lease)  # what every link's namespace is
         self._procs: dict[int, subprocess.Popen] = {}
 
@@ -92,11 +166,8 @@ class NetnsOverlay:
                               f"host cannot hold an overlay link to a capacity ({tap.shaping()}); ask for none, "
                               f"or use a host with tc's tbf. Nothing was allocated")
 
-    def _namespace(self, slice_urn: str, link_id: str) -> str:
-        return f"sep-{_h(slice_urn, link_id, n=16)}"
-
     def join(self, slice_urn: str, link_id: str, a: Endpoint, b: Endpoint) -> dict[str, Any]:
-        ns = self._namespace(slice_urn, link_id)
+        ns = link_namespace(slice_urn, link_id)
         claims = RedisClaims(self.redis)
         try:
             claims.define(NamespaceConfig.build(ns, str(self.network), self.lease))
@@ -131,9 +202,10 @@ class NetnsOverlay:
         self.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         log = self.log_dir / f"{tap_name}.log"  # the router logs here, not into a pipe; removed by leave()
         with open(log, "wb") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "federation.overlay", "--redis", self.redis, "router", ns,
-                                     "--cluster", cluster, "--node", spec], stdout=subprocess.PIPE, stderr=err,
-                                    text=True, start_new_session=True)
+            place = self.placement.place(cluster)
+            proc = subprocess.Popen([*place.run, sys.executable, "-m", "federation.overlay", "--redis", self.redis,
+                                     "router", ns, "--cluster", cluster, *place.argv(), "--node", spec],
+                                    stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
         self._procs[proc.pid] = proc
         ready, _, _ = select.select([proc.stdout], [], [], READY_SECONDS)
         line = proc.stdout.readline() if ready else ""  # type: ignore[union-attr]
@@ -145,7 +217,7 @@ class NetnsOverlay:
                 "address": info["nodes"][ep.node], "log": str(log.resolve())}
 
     def leave(self, slice_urn: str, link_id: str, joined: Mapping[str, Any]) -> None:
-        ns = joined.get("namespace") or self._namespace(slice_urn, link_id)
+        ns = joined.get("namespace") or link_namespace(slice_urn, link_id)
         for r in dict(joined.get("routers") or {}).values():
             self._stop(int(r["pid"]), ns)
             logs = [Path(r["log"])] if r.get("log") else []

@@ -35,6 +35,7 @@ from federation.sep.split import (
     interface_addresses,
     link_capacities,
     split_request,
+    with_transits,
     without_links,
 )
 from rspec import namespaces as ns
@@ -398,19 +399,30 @@ class ExchangePoint:
         topo, unreadable = self.topology([self.domains[d] for d in split.domains], credentials, opts,
                                          relay=self.relay)
         joins: dict[str, dict] = {}
+        transits_read = False
         for lk in split.cross:
             a, b = (split.managers[d] for d in lk.domains)
             why = f"link {lk.link_id} has link_type that no VLAN carries"
             if lk.stitchable:
                 try:
-                    plan = plan_link(topo, LinkRequest(lk.link_id, a, b), {}, {})
-                    transit = [agg for agg in plan.aggregates if domain_key(agg) not in split.domains]
-                    if transit:  # it would carry the link, but nothing would be allocated there
-                        raise Unsupported(f"cross-domain link {lk.link_id}: its path crosses {', '.join(transit)}, "
-                                          f"which holds no node of this request; the exchange point does not "
-                                          f"allocate transit testbeds. Nothing was allocated")
+                    try:
+                        plan = plan_link(topo, LinkRequest(lk.link_id, a, b), {}, {})
+                    except StitchingError as err:
+                        if err.kind != "path" or transits_read:
+                            raise
+                        transits_read = True  # its path may cross a domain holding no node of the request
+                        topo, more = self._transit_topology(topo, split.domains, credentials, opts)
+                        unreadable += more
+                        plan = plan_link(topo, LinkRequest(lk.link_id, a, b), {}, {})
+                    transit = [agg for agg in plan.aggregates if domain_key(agg) not in lk.domains]
+                    foreign = [agg for agg in transit if domain_key(agg) not in self.domains]
+                    if foreign:  # it would carry the link, but the exchange point cannot allocate there
+                        raise Unsupported(f"cross-domain link {lk.link_id}: its path crosses {', '.join(foreign)}, "
+                                          f"which is not a domain of this exchange point, so its hops could not "
+                                          f"be allocated. Nothing was allocated")
                     joins[lk.link_id] = {"mode": "stitched", "hops": [h.port.urn for h in plan.hops],
-                                         "qinq": plan.tunnel is not None}
+                                         "qinq": plan.tunnel is not None,
+                                         "transit": sorted({domain_key(agg) for agg in transit})}
                     continue
                 except StitchingError as err:
                     if err.kind != "path":
@@ -446,7 +458,24 @@ class ExchangePoint:
                 if isinstance(el.tag, str) and etree.QName(el).localname == "link" and el.get("client_id") in need_overlay:
                     root.append(el)
             service = etree.tostring(root, encoding="unicode")
-        return split_request(service, {k: d.urn for k, d in self.domains.items()}, 64 * 1024 * 1024), joins
+        stitched = split_request(service, {k: d.urn for k, d in self.domains.items()}, 64 * 1024 * 1024)
+        return with_transits(stitched, {k: j["transit"] for k, j in joins.items() if j.get("transit")}), joins
+
+    def _transit_topology(self, topo: Any, read: tuple[str, ...], credentials: list, opts: dict) -> tuple[Any, list[str]]:
+        """`topo` with the advertisements of the domains not in `read` merged in: read only when a link has no
+        path over the request's own domains (a transit testbed), each domain on its own, so one that does not
+        answer is noted (as unreadable) and costs its own timeout, not the request."""
+        notes: list[str] = []
+        for key, d in sorted(self.domains.items()):
+            if key in read:
+                continue
+            try:
+                more, bad = self.topology([d], credentials, opts, relay=self.relay)
+            except GeniError as exc:
+                notes.append(f"{d.urn}: {exc.message}")
+                continue
+            topo, notes = topo.merged(more), notes + bad
+        return topo, notes
 
     def _run(self, record: dict[str, Any], calls: dict[str, tuple]) -> dict[str, Any]:
         """Send every part at once; record each answer as it comes (durably), return the values by domain."""

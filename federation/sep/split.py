@@ -6,7 +6,7 @@ end (what the domains' AMs and the stitching path service expect). Nothing here 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lxml import etree
 
@@ -130,6 +130,21 @@ def split_request(text: str | bytes, domains: Mapping[str, str], max_bytes: int 
                 _local(c) == "link_shared_vlan" for c in link)))
     return Split(etree.tostring(root, encoding="unicode"), {k: tuple(v) for k, v in nodes.items()},
                  {k: tuple(v) for k, v in links.items()}, tuple(cross), managers)
+
+
+def with_transits(split: Split, transits: Mapping[str, Iterable[str]]) -> Split:
+    """The split with each stitched link also in the parts of the domains its path crosses without an end there
+    (`transits`: link client id -> those domains' keys): a transit domain holds the link's hops (its trunk
+    carries the tag, or the S-tag of a Q-in-Q tunnel) and no node of the link, so it gets the link whole and
+    both ends' nodes, which name their own managers."""
+    nodes = {k: tuple(v) for k, v in split.nodes.items()}
+    links = {k: tuple(v) for k, v in split.links.items()}
+    for lid, domains in transits.items():
+        for d in domains:
+            nodes.setdefault(d, ())
+            if lid not in links.get(d, ()):
+                links[d] = links.get(d, ()) + (lid,)
+    return replace(split, nodes=nodes, links=links)
 
 
 def part_xml(split: Split, domain: str, drop_links: frozenset[str] = frozenset()) -> str:

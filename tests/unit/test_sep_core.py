@@ -276,12 +276,50 @@ def test_a_direct_cable_stitches_the_link_and_each_part_carries_the_agreed_tag()
         assert tags == {"100"}
 
 
-def test_a_path_through_a_testbed_without_nodes_is_refused_not_half_made():
+def advertised(topology):
+    """What the exchange point reads: only the advertisements of the domains it asks (aggregates and ports)."""
+    from stitching.model import Topology
+
+    def read(domains, *_a, **_k):
+        asked = {d.urn for d in domains}
+        return Topology({k: a for k, a in topology.aggregates.items() if a.urn in asked},
+                        {u: p for u, p in topology.ports.items() if p.aggregate in asked}), []
+    return read
+
+
+def test_a_path_through_a_testbed_without_nodes_gives_that_testbed_the_link_so_it_is_not_half_made():
+    """The transit (a domain of the exchange point holding no node of the request) has its advertisement read
+    when the request's own domains have no path, and gets the link whole, with its hops, and neither end's
+    node; it was refused, and its advertisement never read (issue 25: Q-in-Q across a transit host)."""
+    sep = planner(None)
+    sep.topology = advertised(cables(("d0", "d2"), ("d2", "d1")))
+    split, joins = sep._join_plan("urn:publicid:IDN+d0.test+slice+s", split_request(two_node_request(), DOMAINS),
+                                  [], {})
+    assert joins["x"]["mode"] == "stitched" and joins["x"]["transit"] == ["d2.test"]
+    assert split.domains == ("d0.test", "d1.test", "d2.test")
+    assert split.nodes["d2.test"] == () and split.client_ids("d2.test") == ("x",)
+    part = etree.fromstring(split.part("d2.test").encode())
+    assert {lk.get("client_id") for lk in part.iter(f"{{{RSPEC3}}}link")} == {"x"}
+    managers = {c.get("name") for c in part.iter(f"{{{RSPEC3}}}component_manager")}
+    assert DOMAINS["d2.test"] in managers
+    hops = {h.findtext(f".//{{{STITCH}}}suggestedVLANRange") for h in part.iter(f"{{{STITCH}}}hop")}
+    assert len(hops) == 1  # one tag on every hop, the transit's two included
+    assert {n.get("client_id"): n.get("component_manager_id") for n in part.iter(f"{{{RSPEC3}}}node")} == {
+        "a": DOMAINS["d0.test"], "b": DOMAINS["d1.test"]}  # the ends name their own managers: no node at d2
+
+
+def test_a_path_through_an_aggregate_that_is_not_a_domain_is_refused_not_half_made():
+    from federation.sep.relay import Domain
+    from federation.sep.service import ExchangePoint
+    from slicex.clock import SystemClock
     from slicex.errors import Unsupported
 
-    with pytest.raises(Unsupported, match="crosses urn:publicid:IDN\\+d2.test.*Nothing was allocated"):
-        planner(cables(("d0", "d2"), ("d2", "d1")))._join_plan("urn:publicid:IDN+d0.test+slice+s",
-                                                               split_request(two_node_request(), DOMAINS), [], {})
+    sep = ExchangePoint("urn:publicid:IDN+d0.test+tool+sep", "https://sep/",
+                        [Domain(DOMAINS[k], f"https://{k}/") for k in ("d0.test", "d1.test")], None, None, None,
+                        None, SystemClock(), topology=lambda *_a, **_k: (cables(("d0", "d2"), ("d2", "d1")), []))
+    with pytest.raises(Unsupported, match="crosses urn:publicid:IDN\\+d2.test.*not a domain.*Nothing was allocated"):
+        sep._join_plan("urn:publicid:IDN+d0.test+slice+s", split_request(two_node_request(), {
+            k: DOMAINS[k] for k in ("d0.test", "d1.test")}), [], {})
 
 
 def test_no_layer2_path_and_no_overlay_is_unsupported_saying_so():
