@@ -519,7 +519,7 @@ def _run_foreground(home: Home, print_config: bool = False, distributed: bool = 
         if distributed:
             for role in ACTORS:
                 supervisor.start(role)
-                urls[f"{role}_url"] = f"https://{cfg.host}:{cfg.broker_port if role == 'broker' else cfg.authority_port}/"
+                urls[f"{role}_url"] = cfg.actor_url(role)
         deployment = EmbeddedDeployment(home, **urls, worker=AmWorker(0, workers))
         endpoints = deployment.start()
     except (GeniError, OSError) as exc:
@@ -631,15 +631,26 @@ def _serve_as(home: Home, path: Path, what: str,
     return 0
 
 
+JOINED_WORKER = "am-worker-joined"
+"""The role (pid file, log file) of the AM worker `slicex am-worker --join` runs on a host of its own."""
+
+
 def cmd_am_worker(args: argparse.Namespace) -> int:
     """Run AM worker `index` of `up --distributed --workers N` (which starts and supervises it) until stopped:
     the AM API on the deployment's AM ports beside the others (SO_REUSEPORT), calling its broker and authority,
-    on its store."""
+    on its store. With `--join`: the AM worker of another host, on its own `host`, calling the actors at
+    slicex.yaml's `broker_url` and `authority_url` (a copy of the deployment's home: same CA, users, store)."""
     from deployment.service import AmWorker, EmbeddedDeployment
     from slicex import logs, runtime
 
     home = _home(args)
     logs.configure(home.config())
+    if args.join:
+        return _join_as_am_worker(home)
+    if args.index is None or args.of is None:
+        print("error: `slicex am-worker INDEX --of N` (under `up --distributed --workers N`) or `slicex "
+              "am-worker --join` (on another host)", file=sys.stderr)
+        return 2
     if not 1 <= args.index < args.of:
         print(f"error: AM worker {args.index} of {args.of}: the index runs from 1 to {args.of - 1} (0 is "
               f"`slicex up` itself)", file=sys.stderr)
@@ -667,6 +678,48 @@ def cmd_am_worker(args: argparse.Namespace) -> int:
                 deployment.stop)
 
     return _serve_as(home, _pid_path(home, _worker_role(args.index)), f"AM worker {args.index}", start)
+
+
+def _join_as_am_worker(home: Home) -> int:
+    """`slicex am-worker --join`: an AM worker on this host of a distributed deployment whose broker and
+    authority run on another (slicex.yaml `broker_url`, `authority_url`), on the deployment's Redis. Nothing
+    supervises it here: run it under the host's service manager, as `slicex up` would restart its own."""
+    from deployment.service import AmWorker, EmbeddedDeployment
+    from slicex import runtime
+
+    cfg = home.config()
+    refused = _join_refused(cfg)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
+    try:
+        runtime.tune_process(cfg)
+    except GeniError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+
+    def start(store: Any, cfg: Any) -> tuple[dict[str, Any], str, Callable[[], None]]:
+        deployment = EmbeddedDeployment(home, store=store, worker=AmWorker.joined(cfg.host),
+                                        broker_url=cfg.actor_url("broker"), authority_url=cfg.actor_url("authority"))
+        endpoints = deployment.start()
+        return ({"role": JOINED_WORKER, "am_url": endpoints.am_url, "sm_name": deployment.sm.name,
+                 "broker_url": cfg.actor_url("broker"), "authority_url": cfg.actor_url("authority")},
+                f"AM worker at {endpoints.am_url} (slice manager {deployment.sm.name}), joined to the broker at "
+                f"{cfg.actor_url('broker')} and the authority at {cfg.actor_url('authority')}", deployment.stop)
+
+    return _serve_as(home, _pid_path(home, JOINED_WORKER), "the joined AM worker", start)
+
+
+def _join_refused(cfg: Any) -> str | None:
+    """Why this home cannot join a distributed deployment from another host, or None: its state must be on
+    a shared Redis, and its actors somewhere else than itself."""
+    if not str(cfg.store or "").startswith(("redis://", "rediss://")):
+        return (f"an AM worker joins a distributed deployment on its Redis, but the store is "
+                f"{redact(str(cfg.store or 'state.db'))}; copy the deployment's slicex.yaml (its `store`)")
+    if not (cfg.broker_url and cfg.authority_url):
+        return ("set `broker_url` and `authority_url` in slicex.yaml: where this host reaches the deployment's "
+                "broker and authority actors (https://<their host's address>:<broker_port|authority_port>/)")
+    return None
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -1102,8 +1155,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     amw = sub.add_parser("am-worker", help="one more AM worker of a running `up --distributed --workers N` "
                                            "(which starts and supervises them)")
-    amw.add_argument("index", type=int, help="1 .. N-1 (`up` itself is worker 0)")
-    amw.add_argument("--of", type=int, required=True, metavar="N", help="how many AM workers share the port")
+    amw.add_argument("index", type=int, nargs="?", help="1 .. N-1 (`up` itself is worker 0)")
+    amw.add_argument("--of", type=int, metavar="N", help="how many AM workers share the port")
+    amw.add_argument("--join", action="store_true",
+                     help="an AM worker on another host than the deployment's broker and authority (slicex.yaml "
+                          "`broker_url`, `authority_url`, on its Redis; docs/operator-guide.md), in the foreground")
     amw.set_defaults(func=cmd_am_worker)
 
     st = sub.add_parser("status", help="each process (running? answering? serving?) and the store; exit 3 if "

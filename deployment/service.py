@@ -288,12 +288,23 @@ class AmWorker:
 
     index: int = 0
     count: int = 1
+    joined_at: str = ""  # a worker on another host (`slicex am-worker --join`): the address it serves on
+
+    @classmethod
+    def joined(cls, host: str) -> AmWorker:
+        """The one AM worker of a host other than the actors' (`slicex am-worker --join`): not the first (no
+        slice authority, CH API or dashboard), alone on its own address (no port shared)."""
+        return cls(1, 1, host)
 
     def sm_name(self, base: str) -> str:
         """The slice manager's name in this worker: the deployment's for the first, `<base>-w<index>` for the
-        others. Each must differ (a slice manager releases the reservation locks its name holds when it
-        starts, so a shared name would let one worker drop another's) and stay the same across a restart
-        (so a restarted worker takes its own unfinished work back at once)."""
+        others, `<base>-at-<address>` for one joined from another host (the homes are copies, so `sm_name`
+        and the host name may be the same on both). Each must differ (a slice manager releases the
+        reservation locks its name holds when it starts, so a shared name would let one worker drop
+        another's) and stay the same across a restart (so a restarted worker takes its own unfinished work
+        back at once)."""
+        if self.joined_at:
+            return f"{base}-at-{self.joined_at}"
         return base if self.index == 0 else f"{base}-w{self.index}"
 
 
@@ -576,7 +587,7 @@ class ActorProcess:
 
     def __init__(self, home: Home, role: str, port: int | None = None, store: Store | None = None,
                  clock: Clock | None = None, failures: FailurePlan | None = None, broker_url: str | None = None):
-        """`broker_url`: where the authority delegates (default: `host` and `broker_port` of slicex.yaml)."""
+        """`broker_url`: where the authority delegates (default: slicex.yaml's, `Config.actor_url`)."""
         from authority.actor import Delegator
 
         cfg = home.config()
@@ -599,7 +610,7 @@ class ActorProcess:
             driver = substrate_driver(substrate, BitstreamCatalogue(self.store, home.root / "bitstreams"),
                                       EmulatedFpgaBackend(), failures, self.host_driver)
             # it delegates its own inventory, as the authority actor (its certificate) calling the broker
-            url = broker_url or f"https://{cfg.host}:{cfg.broker_port}/"
+            url = broker_url or cfg.actor_url("broker")
             to = broker_client(url, Caller.of_home(home, "authority"), authority, cfg.actor_timeout_seconds)
             self.actor = make_authority(self.store, keys, am_urn, substrate, driver, clock=self.clock, broker=to)
             self.delegator = Delegator(self.actor, to)

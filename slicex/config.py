@@ -14,6 +14,7 @@ import difflib
 import re
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -125,6 +126,11 @@ class SlicexConfig(Section):
     chapi_port: int | None = Field(None, ge=0, description="CH API (null: sa_port + 7)")
     broker_port: int = Field(8002, ge=0, description="broker actor (distributed deployment)")
     authority_port: int = Field(8003, ge=0, description="authority actor (distributed deployment)")
+    broker_url: str | None = Field(None, description="where the AM workers reach the broker actor (default: "
+                                   "https://<host>:<broker_port>/; an AM worker on another host names the "
+                                   "broker's host here)")
+    authority_url: str | None = Field(None, description="where the AM workers reach the authority actor "
+                                      "(default: https://<host>:<authority_port>/)")
     actor_timeout_seconds: float = Field(30, gt=0, description="an actor call not answered by then is TIMEDOUT")
     store: str | None = Field(None, description="redis://HOST:PORT/DB or sqlite:///PATH (default: state.db)")
     substrate: str | None = Field(None, description="the substrate file (default: the built-in emulated rack)")
@@ -183,6 +189,23 @@ class SlicexConfig(Section):
         if value is not None:
             return value
         return [] if info.field_name in ("operators", "deployment_stores") else {}
+
+    @field_validator("broker_url", "authority_url")
+    @classmethod
+    def _actor_url_is_https(cls, value: str | None) -> str | None:
+        """Actors speak mutual TLS only: a URL of another scheme, or with no host, could never be called."""
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme != "https" or not parts.hostname or parts.port is None:
+            raise ValueError(f"{value!r}: an actor URL is https://HOST:PORT/")
+        return value
+
+    def actor_url(self, role: str) -> str:
+        """Where the broker or the authority actor is called: `broker_url`/`authority_url` when set (an AM
+        worker on another host than the actors), else this host's `host` and the actor's port."""
+        given = self.broker_url if role == "broker" else self.authority_url
+        return given or f"https://{self.host}:{self.broker_port if role == 'broker' else self.authority_port}/"
 
     def advertised_host(self) -> str:
         """The host name the URLs this deployment hands out carry: `public_hostname`, else where it listens."""

@@ -1,12 +1,17 @@
 """Shared by the stitching tests that run several `slicex up` aggregates on this host: their substrate files
 (one switch, one host, an external link per neighbour), the three path shapes (direct, translated, Q-in-Q),
-the request, homes that trust each other's roots, and `slicex up` as a child process."""
+the request, homes that trust each other's roots, `slicex up` as a child process, and (lab_aggregates) the
+aggregates of one shape each on a lab host of its own, which the lab stitching test and bench/stitched_path.py
+share."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +137,55 @@ class Up:
 def slice_credential(sa: Any, authority: str, name: str) -> tuple[str, list[dict[str, str]]]:
     s = f"urn:publicid:IDN+{authority}+slice+{name}"
     return s, [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": sa.CreateSlice(s)}]
+
+
+@contextmanager
+def lab_aggregates(root: Path, mode: str, lab_name: str = "ts", rate_mbit: float | None = None) -> Iterator[dict]:
+    """The aggregates of MODES[mode], each a `slicex up --substrate netns` on a lab host of its own (h1, h2, …
+    on a line of fibres) with its own userspace switch, the stitching cables between neighbours layer-2
+    circuits between the hosts named as each driver's trunk; fibres and cables shaped to `rate_mbit` (None:
+    unshaped). Yields names, procs (each `up`'s pid record), prefixes, host (name -> LabHost), ams, topology
+    and sa; takes everything down after the block."""
+    from authority.substrate import hostnet
+    from authority.substrate.login import kill_netns_processes
+    from authority.substrate.netns_plan import trunk_name
+    from lab import edge, line, running
+    from slicex.tls_xmlrpc import client
+    from stitching.topology import load_topology
+    from tests.integration.netns_support import new_prefix
+
+    names = list(MODES[mode])
+    prefixes = {name: new_prefix() for name in names}
+    with running(line(lab_name, hosts=len(names), rate_mbit=rate_mbit)) as lab:
+        host = {name: lab.hosts[f"h{i}"] for i, name in enumerate(names, start=1)}
+        homes = make_homes(root, MODES[mode], substrate_driver="netns", host=lambda name: host[name].address,
+                           netns=lambda name: {"prefix": prefixes[name]})
+        done = set()
+        for name, peers in MODES[mode].items():  # one cable per pair of neighbours, named as each side's trunk
+            for peer in peers:
+                if frozenset((name, peer)) not in done:
+                    done.add(frozenset((name, peer)))
+                    lab.cable(host[name].name, trunk_name(prefixes[name], port(name, peer)),
+                              host[peer].name, trunk_name(prefixes[peer], port(peer, name)), rate_mbit)
+        ups = {name: Up(home, tuple(edge.inside(host[name].namespace))) for name, home in homes.items()}
+        try:
+            procs = {name: up.start() for name, up in ups.items()}
+            (root / "topology.yaml").write_text("aggregates:\n" + "".join(
+                f"- {{substrate: {name}.yaml, url: '{procs[name]['am_url']}'}}\n" for name in homes))
+            alice = homes[names[0]]
+            cert, key = str(alice.user_cert("alice")), str(alice.user_key("alice"))
+            yield {"mode": mode, "names": names, "procs": procs, "prefixes": prefixes, "host": host,
+                   "ams": {p["am_url"]: client(p["am_url"], cert, key) for p in procs.values()},
+                   "topology": load_topology(root / "topology.yaml"),
+                   "sa": client(procs[names[0]]["sa_url"], cert, key)}
+        finally:
+            for name, up in ups.items():
+                up.stop()
+                host[name].run([sys.executable, "-m", "cli", "--home", str(homes[name].root), "down"], timeout=60)
+            for prefix in prefixes.values():  # node namespaces are the hosts' drivers', named by prefix
+                for ns in hostnet.namespaces():
+                    if ns.startswith(prefix + "-"):
+                        kill_netns_processes(ns)
+                        hostnet.del_namespace(ns)
+                for d in (Path(f"/run/slicex-{prefix}"), Path(f"/run/slicex-{prefix}-nodes")):
+                    shutil.rmtree(d, ignore_errors=True)

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -23,20 +21,14 @@ import pytest
 from lxml import etree
 
 from authority.substrate import hostnet
-from authority.substrate.login import kill_netns_processes
-from authority.substrate.netns_plan import netns_name, trunk_name
+from authority.substrate.netns_plan import netns_name
 from authority.substrate.ovs import OvsSwitch
-from lab import edge, line, running
-from slicex.tls_xmlrpc import client
+from lab import edge
 from stitching.client import StitchClient
-from stitching.topology import load_topology
-from tests.integration.netns_support import have_iperf3, iperf3_mbps, new_prefix, ping, require_host
+from tests.integration.netns_support import have_iperf3, iperf3_mbps, ping, require_host
 from tests.integration.stitching_support import (
     CAPACITY_KBPS,
-    MODES,
-    Up,
-    make_homes,
-    port,
+    lab_aggregates,
     request,
     slice_credential,
 )
@@ -50,42 +42,8 @@ def racks(request, tmp_path: Path):
     missing = edge.missing_capabilities()
     if missing:
         pytest.skip("the lab needs: " + "; ".join(missing))
-    mode = request.param
-    names = list(MODES[mode])
-    prefixes = {name: new_prefix() for name in names}
-    with running(line("ts", hosts=len(names))) as lab:
-        host = {name: lab.hosts[f"h{i}"] for i, name in enumerate(names, start=1)}
-        homes = make_homes(tmp_path, MODES[mode], substrate_driver="netns", host=lambda name: host[name].address,
-                           netns=lambda name: {"prefix": prefixes[name]})
-        done = set()
-        for name, peers in MODES[mode].items():  # one cable per pair of neighbours, named as each side's trunk
-            for peer in peers:
-                if frozenset((name, peer)) not in done:
-                    done.add(frozenset((name, peer)))
-                    lab.cable(host[name].name, trunk_name(prefixes[name], port(name, peer)),
-                              host[peer].name, trunk_name(prefixes[peer], port(peer, name)))
-        ups = {name: Up(home, tuple(edge.inside(host[name].namespace))) for name, home in homes.items()}
-        try:
-            procs = {name: up.start() for name, up in ups.items()}
-            (tmp_path / "topology.yaml").write_text("aggregates:\n" + "".join(
-                f"- {{substrate: {name}.yaml, url: '{procs[name]['am_url']}'}}\n" for name in homes))
-            alice = homes["sa"]
-            cert, key = str(alice.user_cert("alice")), str(alice.user_key("alice"))
-            yield {"mode": mode, "names": names, "procs": procs, "prefixes": prefixes, "host": host,
-                   "ams": {p["am_url"]: client(p["am_url"], cert, key) for p in procs.values()},
-                   "topology": load_topology(tmp_path / "topology.yaml"),
-                   "sa": client(procs["sa"]["sa_url"], cert, key)}
-        finally:
-            for name, up in ups.items():
-                up.stop()
-                host[name].run([sys.executable, "-m", "cli", "--home", str(homes[name].root), "down"], timeout=60)
-            for prefix in prefixes.values():  # node namespaces are the hosts' drivers', named by prefix
-                for ns in hostnet.namespaces():
-                    if ns.startswith(prefix + "-"):
-                        kill_netns_processes(ns)
-                        hostnet.del_namespace(ns)
-                for d in (Path(f"/run/slicex-{prefix}"), Path(f"/run/slicex-{prefix}-nodes")):
-                    shutil.rmtree(d, ignore_errors=True)
+    with lab_aggregates(tmp_path, request.param) as racks:
+        yield racks
 
 
 def pushed(switch: OvsSwitch, bridge: str) -> int:
