@@ -109,7 +109,8 @@ def test_the_sep_on_a_third_host_spans_one_slice_over_testbeds_on_two_others(fed
 
 
 def sep_parts(store_url: str, slice_urn: str) -> dict:
-    """Domain -> state of each part of the SEP's transaction for the slice ({} once its record is gone)."""
+    """Domain -> state of each part of the SEP's transaction for the slice: {} when it has no record, and
+    {"record": "present"} for a record without parts."""
     s = open_store(store_url)
     try:
         rec = s.get("sep_slices", slice_urn)
