@@ -47,13 +47,19 @@ class RouterProcess:
         return _line(self.proc, self.log, 5)
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        try:
-            return self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
+        return stop_router(self.proc)
+
+
+def stop_router(proc: subprocess.Popen) -> int:
+    """A router process's exit status once it is gone: asked to stop (on SIGTERM it releases its nodes'
+    claims), killed if it has not within 10 s."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        return proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
 
 
 def _line(proc: subprocess.Popen, log: Path, timeout: float) -> dict:

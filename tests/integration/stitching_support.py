@@ -189,3 +189,15 @@ def lab_aggregates(root: Path, mode: str, lab_name: str = "ts", rate_mbit: float
                         hostnet.del_namespace(ns)
                 for d in (Path(f"/run/slicex-{prefix}"), Path(f"/run/slicex-{prefix}-nodes")):
                     shutil.rmtree(d, ignore_errors=True)
+
+
+def wait_until_ready(ams: dict[str, Any], slice_urn: str, creds: list, seconds: float = 30) -> dict[str, set[str]]:
+    """AM URL -> the operational states of the slice's slivers there, polled until every sliver at every AM is
+    geni_ready or `seconds` have passed (the caller asserts on what it got)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        states = {u: {x["geni_operational_status"] for x in am.Status([slice_urn], creds, {})["value"]["geni_slivers"]}
+                  for u, am in ams.items()}
+        if all(v == {"geni_ready"} for v in states.values()) or time.monotonic() > deadline:
+            return states
+        time.sleep(0.25)

@@ -10,7 +10,9 @@ import shutil
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,6 +38,24 @@ def live(request, pki_home: Home, tmp_path: Path) -> Iterator[Running]:
     yield from deployment(request.param, pki_home, tmp_path, dashboard_port=0)
 
 
+@contextmanager
+def chromium_page(width: int, height: int) -> Iterator[tuple[Any, list[str]]]:
+    """A page of headless Chromium driven by Playwright (imported here: only the browser tests need it), and
+    the list it fills with each console error and HTTP error it meets, for the test to assert empty."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            errors: list[str] = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+            yield page, errors
+        finally:
+            browser.close()
+
+
 def api_state(url: str) -> dict:
     with urllib.request.urlopen(url + "api/state", timeout=10) as resp:
         return json.load(resp)
@@ -54,8 +74,6 @@ def wait_for(url: str, check, seconds: float = 20.0) -> dict:
 
 
 def test_a_three_node_slice_created_over_the_am_api_appears_in_chromium(live: Running, request):
-    from playwright.sync_api import sync_playwright
-
     alice = live.user("alice")
     urn, creds = alice.slice_credential("tri")
     slivers = ok(alice.am.Allocate(urn, creds, TRIANGLE, {}))["geni_slivers"]
@@ -70,48 +88,40 @@ def test_a_three_node_slice_created_over_the_am_api_appears_in_chromium(live: Ru
 
     ARTIFACTS.mkdir(exist_ok=True)
     kind = request.node.callspec.params["live"]
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            errors: list[str] = []
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
-            page.goto(url + "slices")
-            section = page.locator("section#tri")
-            section.wait_for()
-            text = section.inner_text()
-            assert urn in text
-            for client_id in ("n1", "n2", "n3", "l12", "l23", "l13"):
-                assert client_id in text
-            svg_texts = section.locator("svg text").all_text_contents()
-            for node in ("n1", "n2", "n3"):
-                assert f"node {node}" in svg_texts
-            for link, tag in tags.items():
-                assert f"link {link}" in svg_texts and f"VLAN {tag}" in svg_texts
-                assert section.locator(".tag", has_text=str(tag)).count() >= 1
-            # three links, each drawn as a line to both of its nodes
-            assert section.locator("svg line").count() >= 6
-            shots = [ARTIFACTS / f"dashboard-slices-{kind}.png"]
-            page.screenshot(path=str(shots[0]), full_page=True)
+    with chromium_page(1400, 1000) as (page, errors):
+        page.goto(url + "slices")
+        section = page.locator("section#tri")
+        section.wait_for()
+        text = section.inner_text()
+        assert urn in text
+        for client_id in ("n1", "n2", "n3", "l12", "l23", "l13"):
+            assert client_id in text
+        svg_texts = section.locator("svg text").all_text_contents()
+        for node in ("n1", "n2", "n3"):
+            assert f"node {node}" in svg_texts
+        for link, tag in tags.items():
+            assert f"link {link}" in svg_texts and f"VLAN {tag}" in svg_texts
+            assert section.locator(".tag", has_text=str(tag)).count() >= 1
+        # three links, each drawn as a line to both of its nodes
+        assert section.locator("svg line").count() >= 6
+        shots = [ARTIFACTS / f"dashboard-slices-{kind}.png"]
+        page.screenshot(path=str(shots[0]), full_page=True)
 
-            page.goto(url)
-            assert "tri" in page.locator("main").inner_text()
-            assert page.locator("#topology svg").count() == 1 and page.locator("#charts svg").count() >= 2
-            shots.append(ARTIFACTS / f"dashboard-overview-{kind}.png")
-            page.screenshot(path=str(shots[-1]), full_page=True)
+        page.goto(url)
+        assert "tri" in page.locator("main").inner_text()
+        assert page.locator("#topology svg").count() == 1 and page.locator("#charts svg").count() >= 2
+        shots.append(ARTIFACTS / f"dashboard-overview-{kind}.png")
+        page.screenshot(path=str(shots[-1]), full_page=True)
 
-            page.goto(url + "reservations")
-            assert page.locator("#leases tr").count() == 1 + 6  # header + one lease per sliver
-            assert page.locator("#tickets tr").count() >= 1 + 6
-            page.goto(url + "actors")
-            rows = page.locator("#actors tr").all_inner_texts()
-            assert len(rows) == 1 + 3 and all("ok" in r for r in rows[1:])
-            page.goto(url + "federation")
-            assert page.locator("#no-peers").count() == 1
-            assert not errors, errors  # no CSP violation or script error
-        finally:
-            browser.close()
+        page.goto(url + "reservations")
+        assert page.locator("#leases tr").count() == 1 + 6  # header + one lease per sliver
+        assert page.locator("#tickets tr").count() >= 1 + 6
+        page.goto(url + "actors")
+        rows = page.locator("#actors tr").all_inner_texts()
+        assert len(rows) == 1 + 3 and all("ok" in r for r in rows[1:])
+        page.goto(url + "federation")
+        assert page.locator("#no-peers").count() == 1
+        assert not errors, errors  # no CSP violation or script error
     for shot in shots:
         assert shot.stat().st_size > 10_000
         print(f"screenshot: {shot}")

@@ -15,7 +15,7 @@ from slicex.clock import parse_time, rfc3339
 from tests.factories import request_rspec, vm
 from tests.integration.conftest import AUTHORITY, Running
 from tests.integration.test_am_api import ok
-from tests.integration.test_dashboard_browser import ARTIFACTS, CHROMIUM, live, pytestmark  # noqa: F401 - fixture
+from tests.integration.test_dashboard_browser import ARTIFACTS, chromium_page, live, pytestmark  # noqa: F401 - fixture
 
 H = timedelta(hours=1)
 BM1 = f"urn:publicid:IDN+{AUTHORITY}+node+bm1"
@@ -38,8 +38,6 @@ def wait_for_bookings(url: str, labels: set[str], seconds: float = 20.0) -> dict
 
 
 def test_reservations_now_and_ahead_appear_on_their_lanes_with_the_free_capacity(live: Running, request):  # noqa: F811
-    from playwright.sync_api import sync_playwright
-
     alice, bob = live.user("alice"), live.user("bob")
     now = live.clock.now()
     urn, creds = bob.slice_credential("held")
@@ -64,36 +62,28 @@ def test_reservations_now_and_ahead_appear_on_their_lanes_with_the_free_capacity
     ARTIFACTS.mkdir(exist_ok=True)
     kind = request.node.callspec.params["live"]
     shot = ARTIFACTS / f"dashboard-calendar-{kind}.png"
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1200, "height": 900})
-            errors: list[str] = []
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
-            page.goto(url + "calendar?days=3")
-            svg = page.locator("#calendar svg")
-            svg.wait_for()
-            assert set(page.locator("#calendar g.lane").evaluate_all("gs => gs.map(g => g.dataset.lane)")) >= {
-                "pc1", "pc2", "pc3", "bm1", "bm2"}
-            on_bm1 = page.locator('#calendar g.lane[data-lane="bm1"] g.booking title').all_text_contents()
-            assert any(t.startswith(f"later/c: {rfc3339(now + 3 * H)} to {rfc3339(now + 5 * H)}") for t in on_bm1)
-            assert any(t.startswith("held/") for t in on_bm1)
-            texts = svg.locator("text").all_text_contents()
-            assert any("ahead/v1" in t for t in texts) and any("0/1 node free now" in t for t in texts)
-            headers = page.locator("#free th").all_text_contents()
-            assert headers[3:] == [f"{a:%a %d %b}" for a, _b in days_from(now, 3)]
-            rows = {r.locator("td").first.inner_text(): r.locator("td").all_text_contents()
-                    for r in page.locator("#free tr").all()[1:]}
-            assert rows["bm1"][3] == "0" and rows["bm1"][-1] == "1"  # held today; free in three days
-            day = next(i for i, (a, b) in enumerate(days_from(now, 3)) if a < tomorrow + 6 * H and tomorrow < b)
-            pc_free = [int(rows[h][3 + day]) for h in ("pc1", "pc2", "pc3")]
-            assert sorted(pc_free) == [12, 16, 16]  # the advance VM's 4 cores, on the day it runs
-            page.screenshot(path=str(shot), full_page=True)
-            page.click("header a[href='/calendar']")
-            assert page.locator("header a.here").inner_text() == "calendar"
-            assert not errors, errors
-        finally:
-            browser.close()
+    with chromium_page(1200, 900) as (page, errors):
+        page.goto(url + "calendar?days=3")
+        svg = page.locator("#calendar svg")
+        svg.wait_for()
+        assert set(page.locator("#calendar g.lane").evaluate_all("gs => gs.map(g => g.dataset.lane)")) >= {
+            "pc1", "pc2", "pc3", "bm1", "bm2"}
+        on_bm1 = page.locator('#calendar g.lane[data-lane="bm1"] g.booking title').all_text_contents()
+        assert any(t.startswith(f"later/c: {rfc3339(now + 3 * H)} to {rfc3339(now + 5 * H)}") for t in on_bm1)
+        assert any(t.startswith("held/") for t in on_bm1)
+        texts = svg.locator("text").all_text_contents()
+        assert any("ahead/v1" in t for t in texts) and any("0/1 node free now" in t for t in texts)
+        headers = page.locator("#free th").all_text_contents()
+        assert headers[3:] == [f"{a:%a %d %b}" for a, _b in days_from(now, 3)]
+        rows = {r.locator("td").first.inner_text(): r.locator("td").all_text_contents()
+                for r in page.locator("#free tr").all()[1:]}
+        assert rows["bm1"][3] == "0" and rows["bm1"][-1] == "1"  # held today; free in three days
+        day = next(i for i, (a, b) in enumerate(days_from(now, 3)) if a < tomorrow + 6 * H and tomorrow < b)
+        pc_free = [int(rows[h][3 + day]) for h in ("pc1", "pc2", "pc3")]
+        assert sorted(pc_free) == [12, 16, 16]  # the advance VM's 4 cores, on the day it runs
+        page.screenshot(path=str(shot), full_page=True)
+        page.click("header a[href='/calendar']")
+        assert page.locator("header a.here").inner_text() == "calendar"
+        assert not errors, errors
     assert shot.stat().st_size > 10_000
     print(f"screenshot: {shot}")

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -20,7 +23,7 @@ from federation.overlay import tap
 from federation.overlay.claims import RedisClaims
 from federation.overlay.core import NamespaceConfig
 from lab import Fibre, LabSpec, Nat, edge, running
-from lab.overlay import add_node, node_namespace, start_router
+from lab.overlay import RouterProcess, add_node, node_namespace, start_router
 from tests.integration.netns_support import iperf3_mbps, root_qdisc
 
 REDIS_URL = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/6")
@@ -50,57 +53,54 @@ def ping(lab, host: str, node: str, address: str) -> bool:
                                 "-i", "0.2", "-W", "1", address], timeout=15).returncode == 0
 
 
+@contextmanager
+def routers(lab, prefix: str, claims: RedisClaims, namespace: str, network: str,
+            *ends: tuple[str, str, str, str, dict[str, Any]]) -> Iterator[list[RouterProcess]]:
+    """The overlay `namespace` over `network` defined on the claims, and for each end (host, cluster, node,
+    preferred address, router options) a node on that host and its cluster's router there serving it; on
+    leaving, every router started is stopped (even when a later one failed to start)."""
+    claims.define(NamespaceConfig.build(namespace, network, 30))
+    for host, _cluster, node, _address, _options in ends:
+        add_node(lab.hosts[host], node)
+    started: list[RouterProcess] = []
+    try:
+        for host, cluster, node, address, options in ends:
+            started.append(start_router(lab.hosts[host], prefix, namespace, cluster, {node: address}, **options))
+        yield started
+    finally:
+        for router in started:
+            router.stop()
+
+
 def test_the_overlay_joins_nodes_on_two_hosts_over_their_fibre(lab):
     lab, prefix, claims = lab
-    claims.define(NamespaceConfig.build("sd", "10.61.0.0/24", 30))
     a, b = lab.hosts["a"], lab.hosts["b"]
-    add_node(a, "x1")
-    add_node(b, "y1")
-    ra = start_router(a, prefix, "sd", "A", {"x1": "10.61.0.11"})
-    rb = start_router(b, prefix, "sd", "B", {"y1": "10.61.0.21"})
-    try:
+    with routers(lab, prefix, claims, "sd", "10.61.0.0/24", ("a", "A", "x1", "10.61.0.11", {}),
+                 ("b", "B", "y1", "10.61.0.21", {})) as (ra, rb):
         assert ra.endpoint.startswith(a.address + ":") and rb.endpoint.startswith(b.address + ":")
         assert {str(k): v.endpoint for k, v in claims.holders("sd").items()} == {
             "10.61.0.11": ra.endpoint, "10.61.0.21": rb.endpoint}
         assert ping(lab, "a", "x1", "10.61.0.21") and ping(lab, "b", "y1", "10.61.0.11")
         assert ra.stats()["stats"]["routed_out"] >= 3
-    finally:
-        ra.stop()
-        rb.stop()
 
 
 def test_through_a_nat_the_inside_router_advertises_the_nats_address(lab):
     lab, prefix, claims = lab
-    claims.define(NamespaceConfig.build("sn", "10.62.0.0/24", 30))
-    b, c, n = lab.hosts["b"], lab.hosts["c"], lab.hosts["n"]
-    add_node(c, "p1")
-    add_node(b, "q1")
-    rc = start_router(c, prefix, "sn", "C", {"p1": "10.62.0.11"}, advertise=n.address)
-    rb = start_router(b, prefix, "sn", "B", {"q1": "10.62.0.21"})
-    try:
+    n = lab.hosts["n"]
+    with routers(lab, prefix, claims, "sn", "10.62.0.0/24", ("c", "C", "p1", "10.62.0.11", {"advertise": n.address}),
+                 ("b", "B", "q1", "10.62.0.21", {})) as (rc, rb):
         assert rc.endpoint.startswith(n.address + ":")
         assert ping(lab, "c", "p1", "10.62.0.21")  # the inside sends first: the NAT maps the router's port
         assert ping(lab, "b", "q1", "10.62.0.11")  # and the outside reaches in over that mapping
         assert rb.stats()["stats"].get("drop_spoofed", 0) == 0
-    finally:
-        rc.stop()
-        rb.stop()
 
 
 def test_through_a_nat_a_router_claiming_its_inside_address_is_refused_as_spoofed(lab):
     lab, prefix, claims = lab
-    claims.define(NamespaceConfig.build("sx", "10.63.0.0/24", 30))
-    b, c = lab.hosts["b"], lab.hosts["c"]
-    add_node(c, "r1")
-    add_node(b, "s1")
-    rc = start_router(c, prefix, "sx", "C", {"r1": "10.63.0.11"})
-    rb = start_router(b, prefix, "sx", "B", {"s1": "10.63.0.21"})
-    try:
+    with routers(lab, prefix, claims, "sx", "10.63.0.0/24", ("c", "C", "r1", "10.63.0.11", {}),
+                 ("b", "B", "s1", "10.63.0.21", {})) as (rc, rb):
         assert not ping(lab, "c", "r1", "10.63.0.21")
         assert rb.stats()["stats"]["drop_spoofed"] >= 1  # the NAT's address is not the endpoint the claim names
-    finally:
-        rc.stop()
-        rb.stop()
 
 
 CAPACITY_KBPS = 20_000
@@ -112,15 +112,11 @@ def test_through_the_nat_each_data_plane_carries_tcp_both_ways_held_to_the_links
     lab, prefix, claims = lab
     if dataplane == "offload" and tap.offload() != "ok":
         pytest.skip(f"taps here cannot pass super-frames: {tap.offload()}")
-    claims.define(NamespaceConfig.build(namespace, f"10.{subnet}.0.0/24", 30))
     b, c, n = lab.hosts["b"], lab.hosts["c"], lab.hosts["n"]
-    add_node(c, f"{namespace}c")
-    add_node(b, f"{namespace}b")
-    rc = start_router(c, prefix, namespace, "C", {f"{namespace}c": f"10.{subnet}.0.11"}, advertise=n.address,
-                      dataplane=dataplane, rate_kbps=CAPACITY_KBPS)
-    rb = start_router(b, prefix, namespace, "B", {f"{namespace}b": f"10.{subnet}.0.21"}, dataplane=dataplane,
-                      rate_kbps=CAPACITY_KBPS)
-    try:
+    shaped = {"dataplane": dataplane, "rate_kbps": CAPACITY_KBPS}
+    with routers(lab, prefix, claims, namespace, f"10.{subnet}.0.0/24",
+                 ("c", "C", f"{namespace}c", f"10.{subnet}.0.11", {"advertise": n.address, **shaped}),
+                 ("b", "B", f"{namespace}b", f"10.{subnet}.0.21", shaped)) as (rc, rb):
         assert rc.dataplane == rb.dataplane == dataplane
         inside, outside = node_namespace(c, f"{namespace}c"), node_namespace(b, f"{namespace}b")
         assert ping(lab, "c", f"{namespace}c", f"10.{subnet}.0.21")  # the inside sends first
@@ -133,9 +129,6 @@ def test_through_the_nat_each_data_plane_carries_tcp_both_ways_held_to_the_links
             assert root_qdisc(src, f"ov{src.rsplit('-', 1)[1]}")[0] == "tbf"
         counters = rb.stats()["stats"]
         assert counters.get("drop_spoofed", 0) == 0 and counters["routed_in"] > 1000
-    finally:
-        rc.stop()
-        rb.stop()
 
 
 def test_a_fast_router_and_a_plain_one_carry_tcp_between_them_through_the_nat(lab):
@@ -144,13 +137,10 @@ def test_a_fast_router_and_a_plain_one_carry_tcp_between_them_through_the_nat(la
     lab, prefix, claims = lab
     if tap.offload() != "ok":
         pytest.skip(f"taps here cannot pass super-frames: {tap.offload()}")
-    claims.define(NamespaceConfig.build("fm", "10.66.0.0/24", 30))
     b, c, n = lab.hosts["b"], lab.hosts["c"], lab.hosts["n"]
-    add_node(c, "fmc")
-    add_node(b, "fmb")
-    rc = start_router(c, prefix, "fm", "C", {"fmc": "10.66.0.11"}, advertise=n.address, dataplane="offload")
-    rb = start_router(b, prefix, "fm", "B", {"fmb": "10.66.0.21"}, dataplane="plain")
-    try:
+    with routers(lab, prefix, claims, "fm", "10.66.0.0/24",
+                 ("c", "C", "fmc", "10.66.0.11", {"advertise": n.address, "dataplane": "offload"}),
+                 ("b", "B", "fmb", "10.66.0.21", {"dataplane": "plain"})) as (_rc, rb):
         assert ping(lab, "c", "fmc", "10.66.0.21") and ping(lab, "b", "fmb", "10.66.0.11")
         fast, plain = node_namespace(c, "fmc"), node_namespace(b, "fmb")
         for src, dst, address in ((fast, plain, "10.66.0.21"), (plain, fast, "10.66.0.11")):
@@ -158,6 +148,3 @@ def test_a_fast_router_and_a_plain_one_carry_tcp_between_them_through_the_nat(la
             print(f"lab overlay (offload/plain) {src} -> {dst}: {mbps:.2f} Mbit/s")
             assert mbps >= 20, f"{mbps:.2f} Mbit/s"
         assert rb.stats()["stats"].get("drop_offload_unsupported", 0) == 0
-    finally:
-        rc.stop()
-        rb.stop()

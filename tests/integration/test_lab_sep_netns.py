@@ -108,7 +108,9 @@ def test_the_sep_on_a_third_host_spans_one_slice_over_testbeds_on_two_others(fed
         assert st["code"]["geni_code"] == 12
 
 
-def _sep_parts(store_url: str, slice_urn: str) -> dict:
+def sep_parts(store_url: str, slice_urn: str) -> dict:
+    """Domain -> state of each part of the SEP's transaction for the slice: {} when it has no record, and
+    {"record": "present"} for a record without parts."""
     s = open_store(store_url)
     try:
         rec = s.get("sep_slices", slice_urn)
@@ -130,8 +132,8 @@ def test_killing_a_testbeds_am_on_its_host_mid_allocate_leaves_nothing_on_any_ho
     try:
         t.start()
         deadline = time.monotonic() + 20
-        while _sep_parts(fed["sep_store"], slice_urn) != {"a.test": "done", "b.test": "pending"}:
-            assert time.monotonic() < deadline, _sep_parts(fed["sep_store"], slice_urn)
+        while sep_parts(fed["sep_store"], slice_urn) != {"a.test": "done", "b.test": "pending"}:
+            assert time.monotonic() < deadline, sep_parts(fed["sep_store"], slice_urn)
             time.sleep(0.05)
     finally:
         os.kill(pid, signal.SIGKILL)
@@ -141,9 +143,9 @@ def test_killing_a_testbeds_am_on_its_host_mid_allocate_leaves_nothing_on_any_ho
     assert status_a["code"]["geni_code"] == 12  # A's half, on h1, released at once
     fed["h"]["b"].slicex(b_home.root, "up", "--detach")  # B is back on h2: the SEP sweeps what B holds
     deadline = time.monotonic() + 30
-    while _sep_parts(fed["sep_store"], slice_urn) and time.monotonic() < deadline:
+    while sep_parts(fed["sep_store"], slice_urn) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _sep_parts(fed["sep_store"], slice_urn) == {}
+    assert sep_parts(fed["sep_store"], slice_urn) == {}
     for domain in ("a", "b"):
         st = client(fed["am"][domain], fed["cert"], fed["key"]).Status([slice_urn], cred[:1], {})
         assert st["code"]["geni_code"] == 12, (domain, st)

@@ -48,6 +48,7 @@ from slicex.store import open_store
 from slicex.tls_xmlrpc import client
 from tests.integration.netns_support import iperf3_mbps, new_prefix, ping, require_host, root_qdisc
 from tests.integration.stitching_support import MODES, Up, make_homes, port, urn
+from tests.integration.test_lab_sep_netns import sep_parts
 from tests.integration.test_stitching_netns_am import remove_everything
 
 RSPEC3 = "http://www.geni.net/resources/rspec/3"
@@ -211,16 +212,6 @@ def credentials(span, name: str) -> tuple[str, list[dict]]:
                span["speaksfor"]]
 
 
-def sep_parts(span, slice_urn: str) -> dict:
-    s = open_store(span["sep_store"])
-    try:
-        rec = s.get("sep_slices", slice_urn)
-    finally:
-        s.close()
-    return {} if rec is None else {p["domain"]: p["state"] for p in (rec.get("txn") or {}).get("parts", [])} or {
-        "record": "present"}
-
-
 def nothing_anywhere(span, slice_urn: str, cred: list[dict]) -> dict[str, object]:
     """What any host still holds of the slice: slivers at each AM, slice ports and flows at each switch, node
     namespaces of each testbed, the overlay's claims in Redis, the SEP's record. Empty when nothing."""
@@ -247,8 +238,8 @@ def nothing_anywhere(span, slice_urn: str, cred: list[dict]) -> dict[str, object
             pass
     finally:
         claims.close()
-    if sep_parts(span, slice_urn):
-        held["sep record"] = sep_parts(span, slice_urn)
+    if sep_parts(span["sep_store"], slice_urn):
+        held["sep record"] = sep_parts(span["sep_store"], slice_urn)
     return held
 
 
@@ -369,8 +360,8 @@ def allocate_with_sc_stopped(span, slice_urn: str, cred: list[dict], answer: dic
     finally:
         os.kill(sb, signal.SIGCONT)
     deadline = time.monotonic() + 30
-    while sep_parts(span, slice_urn) != {"sa.test": "done", "sb.test": "done", "sc.test": "pending"}:
-        assert time.monotonic() < deadline, (sep_parts(span, slice_urn), answer)
+    while sep_parts(span["sep_store"], slice_urn) != {"sa.test": "done", "sb.test": "done", "sc.test": "pending"}:
+        assert time.monotonic() < deadline, (sep_parts(span["sep_store"], slice_urn), answer)
         time.sleep(0.05)
     return t, sc
 

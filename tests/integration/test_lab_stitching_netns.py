@@ -31,6 +31,7 @@ from tests.integration.stitching_support import (
     lab_aggregates,
     request,
     slice_credential,
+    wait_until_ready,
 )
 
 RSPEC3 = "{http://www.geni.net/resources/rspec/3}"
@@ -61,13 +62,7 @@ def test_a_stitched_link_across_lab_hosts_carries_ping_and_its_capacity(racks):
     assert got.links["st0"].mode == racks["mode"]
     manifests = sdk.provision(s, creds, got)
     sdk.start(s, creds, got)
-    deadline = time.monotonic() + 30
-    while True:
-        states = {u: {x["geni_operational_status"] for x in am.Status([s], creds, {})["value"]["geni_slivers"]}
-                  for u, am in racks["ams"].items()}
-        if all(v == {"geni_ready"} for v in states.values()) or time.monotonic() > deadline:
-            break
-        time.sleep(0.25)
+    states = wait_until_ready(racks["ams"], s, creds)
     assert all(v == {"geni_ready"} for v in states.values()), states
     ns = {}
     for name in ends:

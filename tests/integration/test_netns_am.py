@@ -9,7 +9,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -85,19 +88,37 @@ class Up:
                 self.proc.wait(10)
 
 
-@pytest.fixture
-def netns_home(tmp_path: Path):
-    require_host()
-    prefix = new_prefix()
-    home = make_home(tmp_path / "home", substrate_driver="netns", netns={"prefix": prefix}, sa_port=0, am_port=0)
+@contextmanager
+def up_then_down(home, prefix: str) -> Iterator[Up]:
+    """An `Up` of a netns home for the caller to start; on leaving, the process stopped, `slicex down` run and
+    whatever the prefix's driver left on the host removed, even when the test failed half-way."""
     up = Up(home)
     try:
-        yield home, up, prefix
+        yield up
     finally:
         up.stop()
         subprocess.run([sys.executable, "-m", "cli", "--home", str(home.root), "down"], capture_output=True,
                        timeout=60)
         cleanup(NetnsDriver(prefix))
+
+
+def slice_of(home, am_url: str, user: str, name: str) -> tuple[Any, str, list[dict]]:
+    """A new slice `name` created at the home's SA by `user`: the user's AM client, the slice's URN and the
+    credentials the AM API takes (both clients over mutual TLS with the user's certificate)."""
+    cert, key = str(home.user_cert(user)), str(home.user_key(user))
+    sa = client(procs.read(home.pid_file).info["sa_url"], cert, key)
+    urn = f"urn:publicid:IDN+{AUTHORITY}+slice+{name}"
+    return client(am_url, cert, key), urn, [{"geni_type": "geni_sfa", "geni_version": "3",
+                                              "geni_value": sa.CreateSlice(urn)}]
+
+
+@pytest.fixture
+def netns_home(tmp_path: Path):
+    require_host()
+    prefix = new_prefix()
+    home = make_home(tmp_path / "home", substrate_driver="netns", netns={"prefix": prefix}, sa_port=0, am_port=0)
+    with up_then_down(home, prefix) as up:
+        yield home, up, prefix
 
 
 def namespaces_of(manifest: str, prefix: str) -> dict[str, str]:
@@ -109,19 +130,8 @@ def namespaces_of(manifest: str, prefix: str) -> dict[str, str]:
 def test_slices_through_the_am_api_are_real_isolated_survive_sigkill_and_leave_nothing(netns_home):
     home, up, prefix = netns_home
     am_url = up.start()
-    sa_url = procs.read(home.pid_file).info["sa_url"]
-    users = {}
-    for name in ("alice", "bob"):
-        cert, key = str(home.user_cert(name)), str(home.user_key(name))
-        users[name] = (client(am_url, cert, key), client(sa_url, cert, key))
-
-    def slice_of(user: str, name: str):
-        am, sa = users[user]
-        urn = f"urn:publicid:IDN+{AUTHORITY}+slice+{name}"
-        return am, urn, [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": sa.CreateSlice(urn)}]
-
-    am_a, urn_a, cred_a = slice_of("alice", "nsa")
-    am_b, urn_b, cred_b = slice_of("bob", "nsb")
+    am_a, urn_a, cred_a = slice_of(home, am_url, "alice", "nsa")
+    am_b, urn_b, cred_b = slice_of(home, am_url, "bob", "nsb")
     ok(am_a.Allocate(urn_a, cred_a, lan(capacity_kbps=10_000), {}))
     ok(am_b.Allocate(urn_b, cred_b, lan(n=2), {}))
     ns: dict[str, dict[str, str]] = {}

@@ -10,7 +10,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
@@ -24,8 +23,8 @@ from slicex import procs
 from slicex.tls_xmlrpc import client
 from tests.factories import RSPEC3, request_rspec, vm
 from tests.integration.conftest import AUTHORITY, make_home
-from tests.integration.netns_support import cleanup, new_prefix, require_host
-from tests.integration.test_netns_am import Up, ok
+from tests.integration.netns_support import new_prefix, require_host
+from tests.integration.test_netns_am import ok, up_then_down
 
 
 def _execute(*commands: str) -> str:
@@ -49,17 +48,11 @@ def netns_up(tmp_path: Path):
         pytest.skip("needs openssh-client and openssh-server (scripts/system-deps.sh installs them)")
     prefix = new_prefix()
     home = make_home(tmp_path / "home", substrate_driver="netns", netns={"prefix": prefix}, sa_port=0, am_port=0)
-    up = Up(home)
     try:
-        yield home, up, prefix
+        with up_then_down(home, prefix) as up:
+            yield home, up, prefix
     finally:
-        up.stop()
-        subprocess.run([sys.executable, "-m", "cli", "--home", str(home.root), "down"], capture_output=True,
-                       timeout=60)
-        try:
-            cleanup(NetnsDriver(prefix))
-        finally:
-            _kill_node_processes(prefix)
+        _kill_node_processes(prefix)  # after the driver's cleanup: what the nodes started outlives it
 
 
 def ssh(home, user: str, port: int, *command: str, key_of: str | None = None) -> subprocess.CompletedProcess:

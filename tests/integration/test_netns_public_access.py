@@ -8,8 +8,6 @@ another slice."""
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,26 +17,15 @@ from lxml import etree
 from authority.substrate.container import NodeContainer
 from authority.substrate.netns import NetnsDriver
 from rspec.namespaces import PUBLIC
-from slicex import procs
 from slicex.tls_xmlrpc import client
 from tests.factories import RSPEC3, request_rspec, vm
-from tests.integration.conftest import AUTHORITY, make_home
-from tests.integration.netns_support import cleanup, new_prefix, require_host
-from tests.integration.test_netns_am import Up, namespaces_of, ok
+from tests.integration.conftest import make_home
+from tests.integration.netns_support import new_prefix, require_host
+from tests.integration.test_netns_am import namespaces_of, ok, slice_of, up_then_down
+from tests.integration.test_public_ports_am import gateway_site
 
 PORTS = (25100, 25102)  # the operator's public range in this test (this helper's port base)
-SITE = f"""authority: {AUTHORITY}
-public_ports: ["{PORTS[0]}-{PORTS[1]}"]
-switches:
-  - name: sw1
-    ports: [{{name: pc1-eth0}}]
-hosts:
-  - name: pc1
-    cores: 8
-    memory_mb: 16384
-    interfaces:
-      - {{name: eth0, switch_port: "sw1:pc1-eth0"}}
-"""
+SITE = gateway_site(f"{PORTS[0]}-{PORTS[1]}", cores=8, memory_mb=16384)
 # a TCP server in the node's container: answers each connection with the node's name and the port
 SERVER = ("use IO::Socket::INET; my $s = IO::Socket::INET->new(LocalPort => 8080, Listen => 5, ReuseAddr => 1) "
           "or die $!; while (my $c = $s->accept) { print $c 'hello from ' . `hostname`; close $c }")
@@ -84,32 +71,15 @@ def gateway_home(tmp_path: Path):
     (tmp_path / "site.yaml").write_text(SITE)
     home = make_home(tmp_path / "home", substrate_driver="netns", netns={"prefix": prefix},
                      substrate=str(tmp_path / "site.yaml"), sa_port=0, am_port=0)
-    up = Up(home)
-    try:
+    with up_then_down(home, prefix) as up:
         yield home, up, prefix
-    finally:
-        up.stop()
-        subprocess.run([sys.executable, "-m", "cli", "--home", str(home.root), "down"], capture_output=True,
-                       timeout=60)
-        cleanup(NetnsDriver(prefix))
 
 
 def test_a_public_port_reaches_a_server_in_the_node_is_exclusive_and_gone_after_delete(gateway_home):
     home, up, prefix = gateway_home
     am_url = up.start()
-    sa_url = procs.read(home.pid_file).info["sa_url"]
-    users = {}
-    for name in ("alice", "bob"):
-        cert, key = str(home.user_cert(name)), str(home.user_key(name))
-        users[name] = (client(am_url, cert, key), client(sa_url, cert, key))
-
-    def slice_of(user: str, name: str):
-        am, sa = users[user]
-        urn = f"urn:publicid:IDN+{AUTHORITY}+slice+{name}"
-        return am, urn, [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": sa.CreateSlice(urn)}]
-
-    am_a, urn_a, cred_a = slice_of("alice", "pub-a")
-    am_b, urn_b, cred_b = slice_of("bob", "pub-b")
+    am_a, urn_a, cred_a = slice_of(home, am_url, "alice", "pub-a")
+    am_b, urn_b, cred_b = slice_of(home, am_url, "bob", "pub-b")
     taken = PORTS[0] + 1
     allocated = ok(am_a.Allocate(urn_a, cred_a, ask("web", (8080, taken)), {}))["geni_rspec"]
     assert forwards(allocated)["web"] == [(None, taken, 8080)]  # the broker's choice, before any host exists

@@ -26,6 +26,7 @@ from authority.substrate import hostnet
 from federation.overlay import frames, tap
 from federation.overlay.claims import RedisClaims
 from federation.overlay.core import NamespaceConfig
+from lab.overlay import stop_router
 from slicex.errors import Unavailable
 from tests.integration.netns_support import iperf3_mbps
 
@@ -68,13 +69,7 @@ class Router:
         return self._line(5)
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        try:
-            return self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
+        return stop_router(self.proc)
 
 
 @pytest.fixture(scope="module")

@@ -16,18 +16,24 @@ from tests.factories import request_rspec, vm
 from tests.integration.conftest import AUTHORITY, Running, deployment
 from tests.integration.test_am_api import code, ok
 
-SITE = f"""authority: {AUTHORITY}
-public_ports: ["25100-25101"]
+
+def gateway_site(public_ports: str, cores: int, memory_mb: int) -> str:
+    """A one-host site (pc1 behind switch sw1) whose gateway forwards the operator's range `public_ports`."""
+    return f"""authority: {AUTHORITY}
+public_ports: ["{public_ports}"]
 switches:
   - name: sw1
     ports: [{{name: pc1-eth0}}]
 hosts:
   - name: pc1
-    cores: 16
-    memory_mb: 65536
+    cores: {cores}
+    memory_mb: {memory_mb}
     interfaces:
       - {{name: eth0, switch_port: "sw1:pc1-eth0"}}
 """
+
+
+SITE = gateway_site("25100-25101", cores=16, memory_mb=65536)
 QUOTAS = {"users": {f"urn:publicid:IDN+{AUTHORITY}+user+bob": {"public_ports": 1}}}
 
 

@@ -47,11 +47,16 @@ def specs(sub) -> tuple[SliverSpec, list[SliverSpec]]:
     return link_spec, nodes
 
 
-def test_racks_on_two_lab_hosts_ping_across_the_cable_between_their_switches():
+def require_lab() -> None:
+    """Skip, saying what is missing, where this machine cannot run the netns substrate or the lab."""
     require_host()
     missing = lab.edge.missing_capabilities()
     if missing:
         pytest.skip("the lab needs: " + "; ".join(missing))
+
+
+def test_racks_on_two_lab_hosts_ping_across_the_cable_between_their_switches():
+    require_lab()
     sub = load_substrate(EXAMPLE)
     trunk = sub.trunks[0]
     prefix = new_prefix()
@@ -98,34 +103,19 @@ def test_through_the_am_api_a_bound_pair_on_racks_on_two_lab_hosts_pings_across_
     API, as omni drives it: issue 25's "a 2-node slice at the two-rack example aggregate (racks on two lab
     hosts, no shared tag range) gets one node per rack when the request binds them and pings across the
     trunk"."""
-    from slicex import procs
-    from slicex.tls_xmlrpc import client
-    from tests.integration.conftest import AUTHORITY, make_home
-    from tests.integration.test_netns_am import Up, namespaces_of, ok
-    from tests.integration.test_racks_netns import address, pair, two_racks
+    from tests.integration.test_netns_am import namespaces_of, ok, slice_of
+    from tests.integration.test_racks_netns import address, pair, racks_am, two_racks
 
-    require_host()
-    missing = lab.edge.missing_capabilities()
-    if missing:
-        pytest.skip("the lab needs: " + "; ".join(missing))
+    require_lab()
     substrate = two_racks(tmp_path)
-    sub = load_substrate(substrate)
-    trunk = sub.trunks[0]
+    trunk = load_substrate(substrate).trunks[0]
     prefix = new_prefix()
     with lab.running(lab.line("rka", hosts=2)) as lb:
         h1, h2 = lb.hosts["h1"], lb.hosts["h2"]
         lb.cable("h1", trunk_name(prefix, trunk.port_a), "h2", trunk_name(prefix, trunk.port_b))
         hosts = {"tor-a": h1.namespace, "tor-b": h2.namespace}
-        home = make_home(tmp_path / "home", substrate_driver="netns", substrate=str(substrate), sa_port=0,
-                         am_port=0, netns={"prefix": prefix, "switch_hosts": hosts})
-        up = Up(home)
-        try:
-            am_url = up.start()
-            sa_url = procs.read(home.pid_file).info["sa_url"]
-            cert, key = str(home.user_cert("alice")), str(home.user_key("alice"))
-            am, sa = client(am_url, cert, key), client(sa_url, cert, key)
-            urn = f"urn:publicid:IDN+{AUTHORITY}+slice+labracks"
-            cred = [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": sa.CreateSlice(urn)}]
+        with racks_am(tmp_path, substrate, prefix, hosts) as (home, am_url, _prefix, sub):
+            am, urn, cred = slice_of(home, am_url, "alice", "labracks")
             ok(am.Allocate(urn, cred, pair(sub, "host-a1", "host-b1"), {}))
             manifest = ok(am.Provision([urn], cred, {"geni_users": []}))["geni_rspec"]
             ok(am.PerformOperationalAction([urn], cred, "geni_start", {}))
@@ -138,8 +128,4 @@ def test_through_the_am_api_a_bound_pair_on_racks_on_two_lab_hosts_pings_across_
                     hostnet.links(host.namespace))
             assert ping(ns["a"], address(ns["b"]))[0], "rack A's node did not reach rack B's over the cable"
             ok(am.Delete([urn], cred, {}))
-        finally:
-            up.stop()
-            left = NetnsDriver(prefix, layout=RackLayout.of(sub, hosts))
-            cleanup(left)
-        assert not left.leftovers()
+        assert not NetnsDriver(prefix, layout=RackLayout.of(sub, hosts)).leftovers()

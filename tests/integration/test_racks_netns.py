@@ -8,7 +8,10 @@ request is placed where there is room."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import yaml
 from lxml import etree
@@ -18,12 +21,10 @@ from authority.substrate.netns import NetnsDriver
 from authority.substrate.netns_plan import RackLayout, trunk_name
 from rspec.manifest import RACKS_EXT
 from rspec.substrate import load_substrate, urn_name
-from slicex import procs
-from slicex.tls_xmlrpc import client
 from tests.factories import RSPEC3, request_rspec, vm
 from tests.integration.conftest import AUTHORITY, make_home
 from tests.integration.netns_support import cleanup, new_prefix, ping, require_host
-from tests.integration.test_netns_am import Up, namespaces_of, ok
+from tests.integration.test_netns_am import Up, namespaces_of, ok, slice_of
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "two-rack-site.yaml"
 
@@ -71,25 +72,29 @@ def address(ns: str) -> str:
     return found[0]
 
 
-def test_a_bound_pair_lands_one_node_per_rack_and_pings_across_the_translating_trunk(tmp_path):
+@contextmanager
+def racks_am(tmp_path: Path, substrate: Path, prefix: str | None = None,
+             switch_hosts: dict[str, str] | None = None) -> Iterator[tuple[Any, str, str, Any]]:
+    """`slicex up --substrate netns` of a new home over the racks site at `substrate` (a switch that
+    `switch_hosts` names runs in that namespace, the others on this host): the home, its AM's URL, the netns
+    prefix and the loaded site. On leaving, the aggregate stopped and everything with the prefix removed."""
     require_host()
-    substrate = two_racks(tmp_path)
     sub = load_substrate(substrate)
-    prefix = new_prefix()
-    home = make_home(tmp_path / "home", substrate_driver="netns", netns={"prefix": prefix},
-                     substrate=str(substrate), sa_port=0, am_port=0)
+    prefix = prefix or new_prefix()
+    netns = {"prefix": prefix, **({"switch_hosts": switch_hosts} if switch_hosts else {})}
+    home = make_home(tmp_path / "home", substrate_driver="netns", netns=netns, substrate=str(substrate), sa_port=0,
+                     am_port=0)
     up = Up(home)
     try:
-        am_url = up.start()
-        sa_url = procs.read(home.pid_file).info["sa_url"]
-        cert, key = str(home.user_cert("alice")), str(home.user_key("alice"))
-        am, sa = client(am_url, cert, key), client(sa_url, cert, key)
+        yield home, up.start(), prefix, sub
+    finally:
+        up.stop()
+        cleanup(NetnsDriver(prefix, layout=RackLayout.of(sub, switch_hosts)))
 
-        def new_slice(name: str) -> tuple[str, list]:
-            urn = f"urn:publicid:IDN+{AUTHORITY}+slice+{name}"
-            return urn, [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": sa.CreateSlice(urn)}]
 
-        urn, cred = new_slice("racks")
+def test_a_bound_pair_lands_one_node_per_rack_and_pings_across_the_translating_trunk(tmp_path):
+    with racks_am(tmp_path, two_racks(tmp_path)) as (home, am_url, prefix, sub):
+        am, urn, cred = slice_of(home, am_url, "alice", "racks")
         ok(am.Allocate(urn, cred, pair(sub, "host-a1", "host-b1"), {}))
         manifest = ok(am.Provision([urn], cred, {"geni_users": []}))["geni_rspec"]
         root = etree.fromstring(manifest.encode())
@@ -124,37 +129,22 @@ def test_a_bound_pair_lands_one_node_per_rack_and_pings_across_the_translating_t
         ok(am.Delete([urn], cred, {}))
 
         # rack A full (8 large VMs over its two 32-core hosts): an unbound pair goes to rack B
-        full, full_cred = new_slice("full")
+        _, full, full_cred = slice_of(home, am_url, "alice", "full")
         filler = request_rspec([vm(f"f{i}", sliver_type="large", component_id=sub.host(h).component_id)
                                 for i, h in enumerate(["host-a1"] * 4 + ["host-a2"] * 4)])
         ok(am.Allocate(full, full_cred, filler, {}))
-        free, free_cred = new_slice("free")
+        _, free, free_cred = slice_of(home, am_url, "alice", "free")
         got = ok(am.Allocate(free, free_cred, pair(sub, None, None), {}))
         placed = etree.fromstring(got["geni_rspec"].encode())
         where = {urn_name(n.get("component_id")) for n in placed.iter(f"{{{RSPEC3}}}node")}
         assert where <= {"host-b1", "host-b2"}, where
         ok(am.Delete([full], full_cred, {}))
         ok(am.Delete([free], free_cred, {}))
-    finally:
-        up.stop()
-        cleanup(NetnsDriver(prefix, layout=RackLayout.of(sub)))
 
 
 def test_racks_behind_a_transit_switch_that_cannot_carry_their_tags_ping_over_qinq(tmp_path):
-    require_host()
-    substrate = racks_behind_a_transit_switch(tmp_path)
-    sub = load_substrate(substrate)
-    prefix = new_prefix()
-    home = make_home(tmp_path / "home", substrate_driver="netns", netns={"prefix": prefix},
-                     substrate=str(substrate), sa_port=0, am_port=0)
-    up = Up(home)
-    try:
-        am_url = up.start()
-        sa_url = procs.read(home.pid_file).info["sa_url"]
-        cert, key = str(home.user_cert("alice")), str(home.user_key("alice"))
-        am, sa = client(am_url, cert, key), client(sa_url, cert, key)
-        urn = f"urn:publicid:IDN+{AUTHORITY}+slice+qinq"
-        cred = [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": sa.CreateSlice(urn)}]
+    with racks_am(tmp_path, racks_behind_a_transit_switch(tmp_path)) as (home, am_url, prefix, sub):
+        am, urn, cred = slice_of(home, am_url, "alice", "qinq")
         ok(am.Allocate(urn, cred, pair(sub, "host-a", "host-b"), {}))
         manifest = ok(am.Provision([urn], cred, {"geni_users": []}))["geni_rspec"]
         path = etree.fromstring(manifest.encode()).find(f".//{{{RSPEC3}}}link/{{{RACKS_EXT}}}path")
@@ -169,6 +159,3 @@ def test_racks_behind_a_transit_switch_that_cannot_carry_their_tags_ping_over_qi
         driver = NetnsDriver(prefix, layout=RackLayout.of(sub))
         assert "push_vlan:0x88a8" in driver.ovs.ofctl("dump-flows", f"{prefix}-br")  # tor-a pushes the S-tag
         ok(am.Delete([urn], cred, {}))
-    finally:
-        up.stop()
-        cleanup(NetnsDriver(prefix, layout=RackLayout.of(sub)))

@@ -43,6 +43,7 @@ from tests.integration.stitching_support import (
     port,
     request,
     slice_credential,
+    wait_until_ready,
 )
 
 RSPEC3 = "{http://www.geni.net/resources/rspec/3}"
@@ -108,13 +109,7 @@ def test_stitched_link_through_the_am_api_of_three_netns_aggregates_carries_ping
     manifests = sdk.provision(s, creds, got)
     sdk.start(s, creds, got)
     url = {name: p["am_url"] for name, p in racks["procs"].items()}
-    deadline = time.monotonic() + 30
-    while True:
-        states = {u: {x["geni_operational_status"] for x in am.Status([s], creds, {})["value"]["geni_slivers"]}
-                  for u, am in racks["ams"].items()}
-        if all(v == {"geni_ready"} for v in states.values()) or time.monotonic() > deadline:
-            break
-        time.sleep(0.25)
+    states = wait_until_ready(racks["ams"], s, creds)
     assert all(v == {"geni_ready"} for v in states.values()), states
     ns = {}
     for name in ("sa", "sc"):
