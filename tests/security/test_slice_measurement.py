@@ -21,12 +21,12 @@ def _sfa(xml: str) -> list[dict]:
 def test_only_the_slices_members_read_its_counters(running):
     alice, bob = running.user("alice"), running.user("bob")
     urn, creds = alice.slice_credential("measured")
-    ok(alice.am.Allocate(urn, creds, request_rspec([vm("a1"), vm("a2")]), {}))
+    ok(alice.am.Allocate(urn, creds, request_rspec([vm("meter-one"), vm("meter-two")]), {}))
     b_urn, b_creds = bob.slice_credential("bobs-measured")
     ok(bob.am.Allocate(b_urn, b_creds, request_rspec([vm("b1")]), {}))
 
     mine = ok(alice.am.Describe([urn], creds, MEASURE))["slicex_measurement"]
-    assert set(mine["nodes"]) == {"a1", "a2"}
+    assert set(mine["nodes"]) == {"meter-one", "meter-two"}
     assert "slicex_measurement" not in ok(alice.am.Describe([urn], creds, {"geni_rspec_version": RSPEC_V3}))
     assert set(ok(bob.am.Describe([b_urn], b_creds, MEASURE))["slicex_measurement"]["nodes"]) == {"b1"}
 
@@ -45,6 +45,6 @@ def test_only_the_slices_members_read_its_counters(running):
     for what, reply in refused.items():
         assert code(reply) != 0, (what, reply)
         assert not reply["value"], (what, reply)  # nothing of the slice, its counters least of all
-        assert "a1" not in str(reply), (what, reply)
+        assert "meter-one" not in str(reply), (what, reply)  # a name no hex digest contains by chance
     forged = {w: code(r) for w, r in refused.items() if w.startswith("forged")}
     assert set(forged.values()) == {20}, forged  # CREDENTIAL_INVALID
