@@ -198,8 +198,9 @@ def move_link(ifname: str, ns: str) -> None:
     run(["ip", "-n", ns, "link", "set", ifname, "up"])
 
 
-def del_link(ifname: str) -> None:
-    run(["ip", "link", "del", ifname], check=False)
+def del_link(ifname: str, ns: str | None = None) -> None:
+    """Delete an interface (a veth's peer goes with it), in namespace `ns` (None: the host's); gone is fine."""
+    run(["ip", *(["-n", ns] if ns else []), "link", "del", ifname], check=False)
 
 
 # ---- traffic control ---------------------------------------------------------------------------------------------

@@ -696,8 +696,7 @@ class NetnsDriver:
         bridge = self.port_bridge.pop(host_if, self.bridge)
         self._ovs(bridge).del_port(bridge, host_if)
         self.ports.pop(host_if, None)
-        where = self._ns_of(bridge)
-        hostnet.run(["ip", *(["-n", where] if where else []), "link", "del", host_if], check=False)
+        hostnet.del_link(host_if, self._ns_of(bridge))
 
     def _rewire(self, spec: SliverSpec, status: dict[str, Any]) -> dict[str, Any]:
         """An Update changed a running node's interfaces (slice_manager/updater.py): ports of links it left go,
