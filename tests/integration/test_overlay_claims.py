@@ -167,9 +167,9 @@ LEASE = 0.4
 RUN = 3.0
 
 
-def _worker(prefix: str, proc: int, threads: int, seconds: float, out) -> None:
+def _worker(prefix: str, namespace: str, proc: int, threads: int, seconds: float, out) -> None:
     c = RedisClaims(REDIS_URL, prefix=prefix)
-    cfg = c.namespace("stress")
+    cfg = c.namespace(namespace)
     pool = cfg.candidates()
     log: list[tuple] = []
     lock = threading.Lock()
@@ -184,7 +184,7 @@ def _worker(prefix: str, proc: int, threads: int, seconds: float, out) -> None:
         while time.monotonic() < stop:
             address = rng.choice(pool)
             sent = time.monotonic()
-            outcome, _ = c.claim("stress", address, me, LEASE)
+            outcome, _ = c.claim(namespace, address, me, LEASE)
             got = time.monotonic()
             if outcome is Outcome.TAKEN:
                 refused += 1
@@ -206,14 +206,14 @@ def _worker(prefix: str, proc: int, threads: int, seconds: float, out) -> None:
                 s2 = time.monotonic()
                 if s2 >= span[2]:
                     break  # our own lease ran out (the host was slow): stop using it
-                o2, _ = c.claim("stress", address, me, LEASE)
+                o2, _ = c.claim(namespace, address, me, LEASE)
                 if o2 is Outcome.TAKEN:
                     span[5] = True
                     break
                 span[2], span[4] = s2 + LEASE, span[4] + 1
             if plan == "release" and not span[5]:
                 span[2] = min(span[2], time.monotonic())
-                c.release("stress", address, me)
+                c.release(namespace, address, me)
             if plan == "abandon":
                 time.sleep(rng.uniform(0, LEASE))
         with lock:
@@ -236,11 +236,12 @@ def _worker(prefix: str, proc: int, threads: int, seconds: float, out) -> None:
     c.close()
 
 
-def test_concurrent_claims_from_many_processes_and_threads_never_collide(claims):
-    claims.define(NamespaceConfig.build("stress", POOL, LEASE))
+def _stress_round(claims, namespace: str) -> tuple[list[tuple], dict[str, list[tuple]]]:
+    """One run of 4 processes x 8 threads on one namespace; asserts no two nodes ever held one address at once."""
+    claims.define(NamespaceConfig.build(namespace, POOL, LEASE))
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(claims.prefix, p, 8, RUN, out)) for p in range(4)]
+    procs = [ctx.Process(target=_worker, args=(claims.prefix, namespace, p, 8, RUN, out)) for p in range(4)]
     for p in procs:
         p.start()
     logs = [out.get(timeout=RUN + 30) for _ in procs]
@@ -248,12 +249,10 @@ def test_concurrent_claims_from_many_processes_and_threads_never_collide(claims)
         p.join(10)
         assert p.exitcode == 0
     entries = [e for log in logs for e in log]
-    held = [e for e in entries if e[0] == "held"]
-    taken = sum(e[1] for e in entries if e[0] == "refused")
-    by_address: dict[str, list[tuple]] = {}
-    for _, address, node, start, end, plan, _, _ in held:
-        by_address.setdefault(address, []).append((start, end, node, plan))
     assert [e for e in entries if e[0] == "error"] == []
+    by_address: dict[str, list[tuple]] = {}
+    for _, address, node, start, end, plan, _, _ in (e for e in entries if e[0] == "held"):
+        by_address.setdefault(address, []).append((start, end, node, plan))
     for address, spans in by_address.items():
         spans.sort()
         for i, (s1, e1, n1, _) in enumerate(spans):
@@ -261,16 +260,40 @@ def test_concurrent_claims_from_many_processes_and_threads_never_collide(claims)
                 if s2 >= e1:
                     break
                 assert n1 == n2, f"{address}: {n1} held it {s1:.4f}..{e1:.4f}, {n2} from {s2:.4f}"
-    # the run exercised what it claims to: contention, all three endings, re-wins after expiry
-    assert taken > 100 and len(held) > 20, (taken, len(held))
-    plans = {e[5] for e in held}
-    assert plans == {"release", "abandon", "renew"}
-    assert sum(e[6] for e in held) > 20
-    # an abandoned address (never released, only expired) was next won by another node
-    rewon_after_expiry = 0
+    return entries, by_address
+
+
+def _rewon_after_expiry(by_address: dict[str, list[tuple]]) -> int:
+    """Abandoned holds (never released, only expired) whose address was next won by another node."""
+    count = 0
     for spans in by_address.values():
         for i, (_, end, node, plan) in enumerate(spans):
             later = [n for s, _, n, _ in spans[i + 1:] if s >= end]
-            rewon_after_expiry += plan == "abandon" and bool(later) and later[0] != node
-    print(f"{len(held)} holds, {taken} refused claims, {rewon_after_expiry} re-won after expiry")
-    assert rewon_after_expiry >= 1
+            count += plan == "abandon" and bool(later) and later[0] != node
+    return count
+
+
+def test_concurrent_claims_from_many_processes_and_threads_never_collide(claims):
+    """No collision in any round; further rounds (at most 4) only until the run covered what it claims to.
+
+    Coverage depends on how much CPU the host gives the 32 threads: a loaded CI host once got 39 holds and no
+    abandoned address re-won in one round, so a round that covers too little is followed by another instead of
+    failing; every round is checked for collisions.
+    """
+    held: list[tuple] = []
+    taken = rewon = 0
+    for round_no in range(4):
+        entries, by_address = _stress_round(claims, f"stress{round_no}")
+        held += [e for e in entries if e[0] == "held"]
+        taken += sum(e[1] for e in entries if e[0] == "refused")
+        rewon += _rewon_after_expiry(by_address)
+        covered = (taken > 100 and len(held) > 20 and {e[5] for e in held} == {"release", "abandon", "renew"}
+                   and sum(e[6] for e in held) > 20 and rewon >= 1)
+        if covered:
+            break
+    print(f"{round_no + 1} rounds: {len(held)} holds, {taken} refused claims, {rewon} re-won after expiry")
+    # the run exercised what it claims to: contention, all three endings, renewals, re-wins after expiry
+    assert taken > 100 and len(held) > 20, (taken, len(held))
+    assert {e[5] for e in held} == {"release", "abandon", "renew"}
+    assert sum(e[6] for e in held) > 20
+    assert rewon >= 1
