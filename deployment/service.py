@@ -107,6 +107,36 @@ def deployment_substrate(cfg: SlicexConfig) -> Substrate:
     return replace(substrate, images=offered_images(catalogue, substrate.authority, default_image))
 
 
+class AdvertisedImages:
+    """The substrate as ListResources advertises it now: on the netns substrate with the catalogue's images as
+    they are at this call, so an image a user made public (or deleted) since the start is advertised (or gone)
+    at once. A new substrate object only when the images changed: the advertisement cache is keyed on it."""
+
+    def __init__(self, substrate: Substrate, offered: Callable[[], tuple] | None):
+        self._substrate = substrate
+        self._offered = offered
+
+    def substrate(self) -> Substrate:
+        if self._offered is None:
+            return self._substrate
+        from dataclasses import replace
+
+        images = self._offered()
+        current = self._substrate
+        if images != current.images:
+            current = self._substrate = replace(current, images=images)
+        return current
+
+
+def advertised_images(cfg: SlicexConfig, substrate: Substrate) -> AdvertisedImages:
+    if cfg.substrate_driver != "netns":
+        return AdvertisedImages(substrate, None)
+    from authority.substrate.images import offered_images
+
+    catalogue, default_image = node_images(cfg.netns)
+    return AdvertisedImages(substrate, lambda: offered_images(catalogue, substrate.authority, default_image))
+
+
 def node_images(opts: NetnsOptions) -> tuple[ImageCatalogue, str]:
     """The netns driver's image catalogue and the image a node boots when its request names none."""
     from pathlib import Path
@@ -416,6 +446,7 @@ class EmbeddedDeployment:
         self.publishers = publishers_for(self.store, self.sm, *((None, None) if broker_url
                                                                  else (self.broker, self.authority_actor)))
         self._ads = AdvertisementCache()
+        self._advertised = advertised_images(self.cfg, self.substrate)
         # this deployment's own registry: /metrics on the dashboard's port (operations/metrics.py)
         self.metrics = metrics_for(self.substrate, self.sm, self.clock.now,
                                    self.cfg.metrics_interval_seconds)
@@ -470,7 +501,7 @@ class EmbeddedDeployment:
         # the broker's availability answer; over a future window (ListResources geni_start_time) for that term
         cores, mem, taken, vlans = usage_counts(self.sm.in_use(now, window) if window else self.sm.in_use(now))
         usage = Usage(cores=cores, memory_mb=mem, taken=taken, vlans=vlans)
-        return self._ads.get(self.substrate, usage, now, available_only)
+        return self._ads.get(self._advertised.substrate(), usage, now, available_only)
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:

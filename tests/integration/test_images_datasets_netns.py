@@ -146,6 +146,13 @@ def test_an_image_of_a_node_boots_in_a_later_slice_of_its_owner_and_no_one_elses
     manifest = ok(am_a.Describe([urn2], cred2, V3))["geni_rspec"]
     assert "snap1" in manifest
 
+    # an image made public is advertised to everyone at once (not after the aggregate's next start), and is
+    # gone from the advertisement once deleted
+    shared = ok(am_a.CreateImage(urn2, "Shared", n2, cred2, {"global": True}))
+    assert "image+shared" in ok(am_b.ListResources(ucred_b, V3))
+    assert ok(am_a.DeleteImage(shared, ucred_a, {})) is True
+    assert "image+shared" not in ok(am_b.ListResources(ucred_b, V3))
+
     ok(am_a.Delete([urn1], cred1, {}))
     ok(am_a.Delete([urn2], cred2, {}))
     assert ok(am_a.DeleteImage(image, ucred_a, {})) is True
