@@ -263,6 +263,26 @@ class ImageCatalogue:
         assert img is not None
         return img
 
+    def shifted(self, image: NodeImage, index: int, offset: int) -> Path:
+        """The image's copy with every owner moved up by `offset` for uid range `index`, kept beside the
+        catalogue (`<root>-shifted/<index>/<name>-<build id>`, root's alone) and made once per build and range
+        for every deployment of the host: a deployment's own copy for the range is hard-linked from it in a
+        moment instead of copied and shifted again (seconds for a Debian image). Made under a lock per range;
+        earlier builds of the image are dropped from that range then (deployments keep their own links)."""
+        holder = Path(f"{self.root}-shifted") / str(index)
+        path = holder / f"{image.name}-{image.build_id}"
+        if path.is_dir():
+            return path
+        holder.parent.mkdir(parents=True, exist_ok=True)
+        holder.parent.chmod(0o700)
+        with locked_dir(holder, 0o700):
+            if not path.is_dir():
+                for old in holder.glob(f"{image.name}-*"):
+                    if re.fullmatch(rf"{re.escape(image.name)}-[0-9a-zA-Z]+", old.name) and old != path:
+                        remove_tree(old)
+                shift_copy(image.rootfs, path, offset)
+        return path
+
     def remove(self, name: str) -> bool:
         """Remove an image; nodes booted from it keep their slice's copy until they are deleted."""
         with self.locked():
@@ -402,6 +422,16 @@ def shift_copy(src: Path, dst: Path, offset: int) -> None:
         remove_tree(tmp)
     subprocess.run(["cp", "-a", "--reflink=auto", str(src), str(tmp)], check=True, capture_output=True)
     chown_tree(tmp, lambda i: i + offset)
+    tmp.rename(dst)
+
+
+def link_copy(src: Path, dst: Path) -> None:
+    """A copy of the tree `src` whose files are hard links to its own (directories made anew, owners and modes
+    kept): for a tree nobody writes, such as an overlay's lower layer."""
+    tmp = dst.with_name(dst.name + ".tmp")
+    if tmp.exists():
+        remove_tree(tmp)
+    subprocess.run(["cp", "-a", "--link", str(src), str(tmp)], check=True, capture_output=True)
     tmp.rename(dst)
 
 

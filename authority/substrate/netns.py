@@ -64,8 +64,8 @@ from authority.substrate.images import (
     ImageCatalogue,
     NodeImage,
     image_name,
+    link_copy,
     may_use,
-    shift_copy,
 )
 from authority.substrate.install import DEFAULT_MAX_BYTES, install_all, installs_of
 from authority.substrate.login import Account, LoginRelay, accounts, kill_netns_processes, public_relay
@@ -616,7 +616,7 @@ class NetnsDriver:
             for old in self._copies(holder, image.name):  # earlier builds no node boots from any more
                 if not self._booted_from(old):
                     shutil.rmtree(old, ignore_errors=True)
-            shift_copy(image.rootfs, lower, base)
+            link_copy(self.images.shifted(image, index, base), lower)  # shifted once per host, range and build
         return lower
 
     @staticmethod

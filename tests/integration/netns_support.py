@@ -5,6 +5,7 @@ them (reconcile with no live sliver, then the private switch and its run directo
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -29,8 +30,27 @@ def require_host() -> None:
         pytest.skip("netns substrate needs: " + "; ".join(missing) + " (make test installs the packages)")
 
 
-def new_prefix() -> str:
-    return "t" + uuid.uuid4().hex[:4]
+ROOT_CHAIN, LAB_CHAIN = "t", "l"  # first letters of the driver prefixes of tests/conftest.py's two chains
+
+
+def new_prefix(chain: str = ROOT_CHAIN) -> str:
+    """A test's own driver prefix; LAB_CHAIN for a deployment inside a lab host (tests/conftest.py's lab chain,
+    which runs beside the root namespace's: the letters keep the chains' names, and each chain's reaper of
+    leftover switches, apart)."""
+    return chain + uuid.uuid4().hex[:4]
+
+
+def switch_in_this_namespace() -> bool:
+    """Whether an ovs-vswitchd runs in this process's network namespace (one in a lab host's, the lab chain's
+    running beside, is not this namespace's)."""
+    here = os.stat("/proc/self/ns/net").st_ino
+    for pid in subprocess.run(["pgrep", "-x", "ovs-vswitchd"], capture_output=True, text=True).stdout.split():
+        try:
+            if os.stat(f"/proc/{pid}/ns/net").st_ino == here:
+                return True
+        except OSError:
+            pass
+    return False
 
 
 def cleanup(driver: NetnsDriver) -> None:
@@ -46,8 +66,8 @@ def cleanup(driver: NetnsDriver) -> None:
         for name in hostnet.links():
             if name.startswith(driver.prefix):
                 hostnet.del_link(name)
-        # the userspace datapath's own tap, shared by every ovs-vswitchd on the host: only when none runs
-        if subprocess.run(["pgrep", "-x", "ovs-vswitchd"], capture_output=True).returncode != 0:
+        # the userspace datapath's own tap, shared by every ovs-vswitchd of the namespace: only when none runs
+        if not switch_in_this_namespace():
             hostnet.del_link("ovs-netdev")
 
 

@@ -152,10 +152,10 @@ def lab_aggregates(root: Path, mode: str, lab_name: str = "ts", rate_mbit: float
     from lab import edge, line, running
     from slicex.tls_xmlrpc import client
     from stitching.topology import load_topology
-    from tests.integration.netns_support import new_prefix
+    from tests.integration.netns_support import LAB_CHAIN, new_prefix
 
     names = list(MODES[mode])
-    prefixes = {name: new_prefix() for name in names}
+    prefixes = {name: new_prefix(LAB_CHAIN) for name in names}
     with running(line(lab_name, hosts=len(names), rate_mbit=rate_mbit)) as lab:
         host = {name: lab.hosts[f"h{i}"] for i, name in enumerate(names, start=1)}
         homes = make_homes(root, MODES[mode], substrate_driver="netns", host=lambda name: host[name].address,

@@ -3,7 +3,7 @@ its own address, one behind a NAT host; the operator reaches both AMs over their
 NAT reaches the other's AM through it, and nothing outside reaches in. Fibres are shaped with tc tbf.
 
 Needs root, network namespaces, veth pairs, tbf, nft and socat; skipped, saying which is missing, only where
-the machine lacks them. Takes the host-network lock like every netns test (tests/conftest.py)."""
+the machine lacks them. Takes the lab chain's host-wide lock (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ from lab import edge, line, running
 from slicex.errors import ServerError
 from slicex.home import Home
 from slicex.tls_xmlrpc import client
+
+# switches, servers and routers only inside lab hosts: tests/conftest.py's lab chain, beside the root namespace's
+USES_HOST_NETWORK = "lab"
 
 REDIS_URL = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/6")
 

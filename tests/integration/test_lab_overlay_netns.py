@@ -7,7 +7,7 @@ Both data planes are exercised through the NAT: the fast one (taps passing TCP s
 header) and the portable one (a frame per system call), and a pair of routers with one of each.
 
 Needs root, network namespaces, veth, tap, tbf, nft and socat; skipped, saying which, only where the machine
-lacks them. Takes the host-network lock like every netns test."""
+lacks them. Takes the lab chain's host-wide lock (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ from federation.overlay.core import NamespaceConfig
 from lab import Fibre, LabSpec, Nat, edge, running
 from lab.overlay import RouterProcess, add_node, node_namespace, start_router
 from tests.integration.netns_support import iperf3_mbps, root_qdisc
+
+# switches, servers and routers only inside lab hosts: tests/conftest.py's lab chain, beside the root namespace's
+USES_HOST_NETWORK = "lab"
 
 REDIS_URL = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/6")
 

@@ -7,8 +7,8 @@ through the SEP shows both, and Delete leaves nothing at either. B's AM stopped 
 while it holds the SEP's Allocate leaves nothing allocated on any host: A's half is released at once, and
 B's is swept by the SEP when B is back.
 
-Needs what the lab needs; skipped, saying which, only where the machine lacks it. Takes the host-network lock
-like every netns test."""
+Needs what the lab needs; skipped, saying which, only where the machine lacks it. Takes the lab chain's
+host-wide lock (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,9 @@ from slicex.home import Home
 from slicex.store import open_store
 from slicex.tls_xmlrpc import client
 from tests.integration.test_sep import RSPEC3, STITCH, request, substrate, urn
+
+# switches, servers and routers only inside lab hosts: tests/conftest.py's lab chain, beside the root namespace's
+USES_HOST_NETWORK = "lab"
 
 SEP_PORT = 8010
 

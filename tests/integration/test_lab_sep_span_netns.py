@@ -18,7 +18,7 @@ allocated on any host: every AM's slivers, every switch's ports and flows for th
 the overlay's claims in Redis.
 
 Needs what the lab, the netns substrate and the overlay need; skipped, saying which, only where the machine
-lacks it. Takes the host-network lock like every netns test."""
+lacks it. Takes the lab chain's host-wide lock (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -46,10 +46,13 @@ from lab import Fibre, LabSpec, Nat, edge, running
 from slicex.errors import SearchFailed
 from slicex.store import open_store
 from slicex.tls_xmlrpc import client
-from tests.integration.netns_support import iperf3_mbps, new_prefix, ping, require_host, root_qdisc
+from tests.integration.netns_support import LAB_CHAIN, iperf3_mbps, new_prefix, ping, require_host, root_qdisc
 from tests.integration.stitching_support import MODES, Up, make_homes, port, urn
 from tests.integration.test_lab_sep_netns import sep_parts
 from tests.integration.test_stitching_netns_am import remove_everything
+
+# switches, servers and routers only inside lab hosts: tests/conftest.py's lab chain, beside the root namespace's
+USES_HOST_NETWORK = "lab"
 
 RSPEC3 = "http://www.geni.net/resources/rspec/3"
 REDIS = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/8")
@@ -137,7 +140,7 @@ def span(tmp_path_factory):
         pytest.skip("the lab, the netns substrate and the overlay need: " + "; ".join(missing))
     root = tmp_path_factory.mktemp("span")
     racks = MODES["qinq"]
-    prefixes = {name: new_prefix() for name in racks}
+    prefixes = {name: new_prefix(LAB_CHAIN) for name in racks}
     spec = LabSpec("sx", ("sep", "a", "n", "b", "t"),
                    (Fibre("sep", "a", None), Fibre("a", "n", None), Fibre("n", "b", None), Fibre("b", "t", None)),
                    (Nat("n", ("a",)),))
@@ -195,7 +198,7 @@ def span(tmp_path_factory):
                 if b"federation.overlay" in cmd and b"router" in cmd and b"sep-" in cmd and any(
                         f"netns={p}-".encode() in cmd for p in prefixes.values()):
                     os.kill(int(proc_dir.name), signal.SIGKILL)
-            remove_everything(prefixes.values(), Path(f"/run/slicex-{prefixes['sa']}"), [])
+            remove_everything(prefixes.values(), Path(f"/run/slicex-{prefixes['sa']}"), [], switch_here=False)
             for p in prefixes.values():
                 OvsSwitch(Path(f"/run/slicex-{p}")).stop(remove=True)
 

@@ -8,7 +8,7 @@ and iperf3 measures the link's capacity within 5 %. Each aggregate's ovs-vswitch
 namespace (checked): one userspace switch per lab host.
 
 Needs what the lab and the netns substrate need; skipped, saying which, only where the machine lacks it.
-Takes the host-network lock like every netns test."""
+Takes the lab chain's host-wide lock (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,9 @@ from tests.integration.stitching_support import (
     slice_credential,
     wait_until_ready,
 )
+
+# switches, servers and routers only inside lab hosts: tests/conftest.py's lab chain, beside the root namespace's
+USES_HOST_NETWORK = "lab"
 
 RSPEC3 = "{http://www.geni.net/resources/rspec/3}"
 

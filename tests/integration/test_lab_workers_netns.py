@@ -7,8 +7,8 @@ A slice allocated through either host's AM is seen, provisioned and deleted thro
 killed (SIGKILL) mid-Allocate and started again leaves nothing allocated: no broker promise, no authority
 lease, no lock or sliver claim in Redis.
 
-Needs what the lab needs; skipped, saying which is missing, only where the machine lacks it. Takes the
-host-network lock like every netns test."""
+Needs what the lab needs; skipped, saying which is missing, only where the machine lacks it. Takes the lab
+chain's host-wide lock (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ from slicex.store.redis_store import RedisStore
 from slicex.tls_xmlrpc import client
 from tests.factories import request_rspec, vm
 
-USES_HOST_NETWORK = True
+# switches, servers and routers only inside lab hosts: tests/conftest.py's lab chain, beside the root namespace's
+USES_HOST_NETWORK = "lab"
 REDIS_URL = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/14")
 AUTHORITY = "xw.lab"
 WORKER_ROLE = "am-worker-joined"

@@ -27,6 +27,9 @@ from tests.integration.netns_support import cleanup, new_prefix, ping, require_h
 lab = pytest.importorskip("lab", reason="the multi-host lab (lab/, docs/lab.md) is not in this tree")
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "two-rack-site.yaml"
+# /16s outside the 10.200-10.239 that lab names choose from: the labs of tests/conftest.py's lab chain, running
+# beside this file, route theirs (by its name, "rka" would take "tl"'s)
+NETWORKS = {"rk": "10.240.0.0/16", "rka": "10.241.0.0/16"}
 NOW = datetime.now(UTC)
 
 
@@ -60,7 +63,7 @@ def test_racks_on_two_lab_hosts_ping_across_the_cable_between_their_switches():
     sub = load_substrate(EXAMPLE)
     trunk = sub.trunks[0]
     prefix = new_prefix()
-    with lab.running(lab.line("rk", hosts=2)) as lb:
+    with lab.running(lab.line("rk", hosts=2, network=NETWORKS["rk"])) as lb:
         h1, h2 = lb.hosts["h1"], lb.hosts["h2"]
         lb.cable("h1", trunk_name(prefix, trunk.port_a), "h2", trunk_name(prefix, trunk.port_b))
         layout = RackLayout.of(sub, {"tor-a": h1.namespace, "tor-b": h2.namespace})
@@ -110,7 +113,7 @@ def test_through_the_am_api_a_bound_pair_on_racks_on_two_lab_hosts_pings_across_
     substrate = two_racks(tmp_path)
     trunk = load_substrate(substrate).trunks[0]
     prefix = new_prefix()
-    with lab.running(lab.line("rka", hosts=2)) as lb:
+    with lab.running(lab.line("rka", hosts=2, network=NETWORKS["rka"])) as lb:
         h1, h2 = lb.hosts["h1"], lb.hosts["h2"]
         lb.cable("h1", trunk_name(prefix, trunk.port_a), "h2", trunk_name(prefix, trunk.port_b))
         hosts = {"tor-a": h1.namespace, "tor-b": h2.namespace}

@@ -10,7 +10,6 @@ Q-in-Q transit trunk carries 802.1ad frames (flow dump: push_vlan:0x88a8 with ri
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +36,7 @@ from tests.integration.netns_support import (
     new_prefix,
     ping,
     require_host,
+    switch_in_this_namespace,
 )
 from tests.integration.stitching_support import CAPACITY_KBPS, MODES, port, substrate, urn
 
@@ -126,7 +126,7 @@ def stitched(tmp_path: Path):
         for t in trunks:
             hostnet.del_link(t)
         shared.stop(remove=True)
-        if subprocess.run(["pgrep", "-x", "ovs-vswitchd"], capture_output=True).returncode != 0:
+        if not switch_in_this_namespace():
             hostnet.del_link("ovs-netdev")
 
 

@@ -34,6 +34,7 @@ from tests.integration.netns_support import (
     new_prefix,
     ping,
     require_host,
+    switch_in_this_namespace,
 )
 from tests.integration.stitching_support import (
     CAPACITY_KBPS,
@@ -76,9 +77,11 @@ def racks(request, tmp_path: Path):
                                                           for name, peers in MODES[mode].items() for peer in peers])
 
 
-def remove_everything(prefixes, switch_dir: Path, trunks: list[str]) -> None:
+def remove_everything(prefixes, switch_dir: Path, trunks: list[str], switch_here: bool = True) -> None:
     """Whatever the test left on the host, even when a step failed half-way: node namespaces (and their
-    processes), veths and bridge taps with the test's prefixes, the trunks, the shared switch, run dirs."""
+    processes), veths and bridge taps with the test's prefixes, the trunks, the shared switch, run dirs.
+    `switch_here`: the test ran a switch in this namespace, whose datapath tap may be left; not for a test
+    whose switches ran in lab hosts (this namespace's tap belongs to the root chain's tests running beside)."""
     for prefix in prefixes:
         for ns in hostnet.namespaces():
             if ns.startswith(prefix + "-"):
@@ -92,7 +95,7 @@ def remove_everything(prefixes, switch_dir: Path, trunks: list[str]) -> None:
     for t in trunks:
         hostnet.del_link(t)
     OvsSwitch(switch_dir).stop(remove=True)
-    if subprocess.run(["pgrep", "-x", "ovs-vswitchd"], capture_output=True).returncode != 0:
+    if switch_here and not switch_in_this_namespace():
         hostnet.del_link("ovs-netdev")
 
 

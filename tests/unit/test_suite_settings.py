@@ -1,5 +1,6 @@
-"""tests/conftest.py's parallel run, on a throw-away suite run by pytester: the host-network files go to one
-worker, and a file waiting for the host-network lock is not failed by pytest-timeout for the wait."""
+"""tests/conftest.py's parallel run, on a throw-away suite run by pytester: each host-network chain's files go
+to one worker (the two chains to two different ones), and a file waiting for its chain's lock is not failed by
+pytest-timeout for the wait."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ import fcntl as _fcntl
 
 
 @_contextlib.contextmanager
-def host_network_lock():
-    with open({str(lock_file)!r}, "a") as f:
+def host_network_lock(chain):
+    with open({str(lock_file)!r} + "." + chain, "a") as f:
         _fcntl.flock(f, _fcntl.LOCK_EX)
         yield
 '''
@@ -50,11 +51,32 @@ def test_host_network_files_run_on_one_worker_and_first(pytester):
     assert len(host) == 1, workers
 
 
+def test_the_lab_chain_runs_on_one_worker_beside_the_root_namespaces_chain(pytester):
+    _suite(pytester, pytester.path / "turn.lock")
+    pytester.makepyfile(**{"test_a.py": "def test_a(): pass",
+                           "test_b_netns.py": "def test_b(): pass",
+                           "test_c_lab_netns.py": 'USES_HOST_NETWORK = "lab"\ndef test_c1(): pass\ndef test_c2(): pass',
+                           "test_d.py": 'USES_HOST_NETWORK = "lab"\ndef test_d(): pass',
+                           "test_e.py": "USES_HOST_NETWORK = True\ndef test_e(): pass",
+                           "test_f.py": "def test_f(): pass"})
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "3", "--dist", "loadfile",
+                                           "--no-loadscope-reorder", "-v")
+    result.assert_outcomes(passed=7)
+    workers = {}
+    for line in result.outlines:
+        m = re.match(r"\[(gw\d)\].* (test_\w+)\.py::", line)
+        if m:
+            workers.setdefault(m.group(2), set()).add(m.group(1))
+    root = workers["test_b_netns"] | workers["test_e"]
+    lab = workers["test_c_lab_netns"] | workers["test_d"]
+    assert len(root) == 1 and len(lab) == 1 and root != lab, workers
+
+
 def test_waiting_for_the_host_network_lock_does_not_count_against_the_timeout(pytester, tmp_path):
     lock_file = tmp_path / "turn.lock"
     _suite(pytester, lock_file)
     pytester.makepyfile(test_x_netns="def test_x(): pass")
-    with open(lock_file, "a") as held:  # another pytest process's netns file holds the turn for 3 s
+    with open(f"{lock_file}.host-network", "a") as held:  # another pytest process's netns file holds the turn for 3 s
         fcntl.flock(held, fcntl.LOCK_EX)
         proc = pytester.popen([*pytester._getpytestargs(), "-p", "no:cacheprovider", "--timeout=1", "-q"],
                               stdout=open(tmp_path / "out", "w"), stderr=open(tmp_path / "err", "w"))
@@ -71,7 +93,7 @@ def test_a_suite_on_a_lock_of_its_own_stops_no_switch_of_the_host(pytester, tmp_
     conftest = pytester.path / "conftest.py"
     conftest.write_text(conftest.read_text() + f'''
 
-def stop_orphaned_test_switches(run=None):
+def stop_orphaned_test_switches(chain=None, run=None):
     open({str(marker)!r}, "a").write("reaped\\n")
     return []
 ''')
