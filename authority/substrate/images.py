@@ -269,7 +269,7 @@ class ImageCatalogue:
         for every deployment of the host: a deployment's own copy for the range is hard-linked from it in a
         moment instead of copied and shifted again (seconds for a Debian image). Made under a lock per range;
         earlier builds of the image are dropped from that range then (deployments keep their own links)."""
-        holder = Path(f"{self.root}-shifted") / str(index)
+        holder = self._shifted_root / str(index)
         path = holder / f"{image.name}-{image.build_id}"
         if path.is_dir():
             return path
@@ -284,13 +284,23 @@ class ImageCatalogue:
         return path
 
     def remove(self, name: str) -> bool:
-        """Remove an image; nodes booted from it keep their slice's copy until they are deleted."""
+        """Remove an image and its shifted copies; nodes booted from it keep their deployment's copy (hard
+        links: the files stay while a copy names them) until they are deleted."""
         with self.locked():
             d = self.root / image_name(name)
             if not NAME_RE.fullmatch(d.name) or not (d / "image.json").exists():
                 return False
             remove_tree(d)
-            return True
+        for holder in sorted(p for p in self._shifted_root.glob("*") if p.is_dir()):
+            with locked_dir(holder, 0o700):
+                for old in holder.glob(f"{d.name}-*"):
+                    if re.fullmatch(rf"{re.escape(d.name)}-[0-9a-zA-Z]+", old.name):
+                        remove_tree(old)
+        return True
+
+    @property
+    def _shifted_root(self) -> Path:
+        return Path(f"{self.root}-shifted")
 
 
 OPAQUE = ("trusted.overlay.opaque", "user.overlay.opaque")

@@ -137,3 +137,23 @@ def test_a_netns_deployment_offers_its_catalogue_and_refuses_other_images(tmp_pa
     assert placed.details["disk_image"] == "urn:publicid:IDN+a.b+image+debian-12"
     (placed,) = plan(sub, parse_request(request_rspec([vm("n1", image="lab")])), set())
     assert placed.details["disk_image"] == "urn:publicid:IDN+a.b+image+lab"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+def test_a_shifted_copy_is_made_once_per_range_and_build_and_goes_with_its_image(tmp_path):
+    root = tmp_path / "images"
+    cat = ImageCatalogue(root)
+    _fake_image(root, "snap")
+    _fake_image(root, "snap-2")  # a name that merely starts with the other's keeps its copies
+    image, other = cat.get("snap"), cat.get("snap-2")
+    first = cat.shifted(image, 3, 100_000_000)
+    assert os.lstat(first / "etc").st_uid == 100_000_000 and stat.S_IMODE(os.lstat(first.parent.parent).st_mode) == 0o700
+    marker = first / "etc" / "made-once"
+    marker.write_text("")
+    assert cat.shifted(image, 3, 100_000_000) == first and marker.exists()  # not copied again
+    kept = cat.shifted(other, 3, 100_000_000)
+    in_range_4 = cat.shifted(image, 4, 100_065_536)
+    assert os.lstat(in_range_4 / "etc").st_uid == 100_065_536
+
+    assert cat.remove("snap")
+    assert not first.exists() and not in_range_4.exists() and kept.is_dir()
