@@ -19,6 +19,7 @@ from lab import edge, line, running
 from slicex.errors import ServerError
 from slicex.home import Home
 from slicex.tls_xmlrpc import client
+from tests.integration.netns_support import goodput_mbps
 
 # switches, servers and routers only inside lab hosts: tests/conftest.py's lab chain, beside the root namespace's
 USES_HOST_NETWORK = "lab"
@@ -129,7 +130,7 @@ def test_fibres_are_shaped_to_their_rate(lab):
                 break
             time.sleep(0.1)
         out = h1.run(["iperf3", "-c", h2.address, "-t", "3", "-O", "1", "-J"], timeout=30)
-        mbps = json.loads(out.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
+        mbps = goodput_mbps(out.stdout)
     finally:
         server.kill()
         server.wait(5)
