@@ -29,13 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import yaml  # noqa: E402
 
 from bench._common import machine, report  # noqa: E402
+from bench.am_api import AUTH, LIFECYCLE, REQUEST, USER  # noqa: E402 - the served bench's slice, user and request
 from bench.stats import summarise  # noqa: E402
-
-AUTH = "bench.slicex"
-USER = "bench"
-REQUEST = ('<rspec xmlns="http://www.geni.net/resources/rspec/3" type="request">'
-           '<node client_id="n1" exclusive="false"><sliver_type name="default-vm"/></node></rspec>')
-STEPS = ("Allocate", "Provision", "Status", "Delete")
 
 
 def _home(root: Path, store: str | None) -> Path:
@@ -97,7 +92,7 @@ def run(args: argparse.Namespace) -> list[dict]:
 
             def cycle(cpu: dict[str, list[float]], wall: dict[str, list[float]]) -> None:
                 total_cpu = total_wall = 0.0
-                for step in STEPS:
+                for step in LIFECYCLE:
                     c0, w0 = time.thread_time(), time.perf_counter()
                     answer = am.call(step, *params[step])
                     c1, w1 = time.thread_time(), time.perf_counter()
@@ -109,21 +104,21 @@ def run(args: argparse.Namespace) -> list[dict]:
                 cpu["cycle"].append(total_cpu)
                 wall["cycle"].append(total_wall)
 
-            scratch: dict[str, list[float]] = {k: [] for k in (*STEPS, "cycle")}
+            scratch: dict[str, list[float]] = {k: [] for k in (*LIFECYCLE, "cycle")}
             for _ in range(args.warmup):
                 cycle(scratch, dict(scratch))
             rows = []
             profile = cProfile.Profile() if args.profile else None
             for rnd in range(1, args.rounds + 1):
-                cpu: dict[str, list[float]] = {k: [] for k in (*STEPS, "cycle")}
-                wall: dict[str, list[float]] = {k: [] for k in (*STEPS, "cycle")}
+                cpu: dict[str, list[float]] = {k: [] for k in (*LIFECYCLE, "cycle")}
+                wall: dict[str, list[float]] = {k: [] for k in (*LIFECYCLE, "cycle")}
                 if profile is not None:
                     profile.enable()
                 for _ in range(args.cycles):
                     cycle(cpu, wall)
                 if profile is not None:
                     profile.disable()
-                for what in ("cycle", *STEPS):
+                for what in ("cycle", *LIFECYCLE):
                     c = summarise(cpu[what], None, (50, 90, 99), rate_unit=None)
                     w = summarise(wall[what], None, (50,), rate_unit=None)
                     rows.append({"bench": "am_dispatch", "round": rnd, "what": what if what == "cycle" else f"  {what}",

@@ -32,41 +32,38 @@ def host_network_lock(chain):
     pytester.makeconftest(text)
 
 
-def test_host_network_files_run_on_one_worker_and_first(pytester):
+def _workers_by_file(pytester, files: dict[str, str], passed: int) -> dict[str, set[str]]:
+    """Run `files` (name: source) under the suite's conftest as `make test` schedules them; which xdist workers
+    ran each file."""
     _suite(pytester, pytester.path / "turn.lock")
-    pytester.makepyfile(**{"test_a.py": "def test_a(): pass",
-                           "test_b_netns.py": "def test_b1(): pass\ndef test_b2(): pass",
-                           "test_c.py": "USES_HOST_NETWORK = True\ndef test_c(): pass",
-                           "test_d_netns.py": "def test_d(): pass",
-                           "test_e.py": "def test_e(): pass"})
+    pytester.makepyfile(**files)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "3", "--dist", "loadfile",
                                            "--no-loadscope-reorder", "-v")
-    result.assert_outcomes(passed=6)
-    workers = {}
+    result.assert_outcomes(passed=passed)
+    workers: dict[str, set[str]] = {}
     for line in result.outlines:
         m = re.match(r"\[(gw\d)\].* (test_\w+)\.py::", line)
         if m:
             workers.setdefault(m.group(2), set()).add(m.group(1))
+    return workers
+
+
+def test_host_network_files_run_on_one_worker_and_first(pytester):
+    workers = _workers_by_file(pytester, {"test_a.py": "def test_a(): pass",
+                                          "test_b_netns.py": "def test_b1(): pass\ndef test_b2(): pass",
+                                          "test_c.py": "USES_HOST_NETWORK = True\ndef test_c(): pass",
+                                          "test_d_netns.py": "def test_d(): pass",
+                                          "test_e.py": "def test_e(): pass"}, passed=6)
     host = workers["test_b_netns"] | workers["test_c"] | workers["test_d_netns"]
     assert len(host) == 1, workers
 
 
 def test_the_lab_chain_runs_on_one_worker_beside_the_root_namespaces_chain(pytester):
-    _suite(pytester, pytester.path / "turn.lock")
-    pytester.makepyfile(**{"test_a.py": "def test_a(): pass",
-                           "test_b_netns.py": "def test_b(): pass",
-                           "test_c_lab_netns.py": 'USES_HOST_NETWORK = "lab"\ndef test_c1(): pass\ndef test_c2(): pass',
-                           "test_d.py": 'USES_HOST_NETWORK = "lab"\ndef test_d(): pass',
-                           "test_e.py": "USES_HOST_NETWORK = True\ndef test_e(): pass",
-                           "test_f.py": "def test_f(): pass"})
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "3", "--dist", "loadfile",
-                                           "--no-loadscope-reorder", "-v")
-    result.assert_outcomes(passed=7)
-    workers = {}
-    for line in result.outlines:
-        m = re.match(r"\[(gw\d)\].* (test_\w+)\.py::", line)
-        if m:
-            workers.setdefault(m.group(2), set()).add(m.group(1))
+    workers = _workers_by_file(pytester, {
+        "test_a.py": "def test_a(): pass", "test_b_netns.py": "def test_b(): pass",
+        "test_c_lab_netns.py": 'USES_HOST_NETWORK = "lab"\ndef test_c1(): pass\ndef test_c2(): pass',
+        "test_d.py": 'USES_HOST_NETWORK = "lab"\ndef test_d(): pass', "test_e.py": "USES_HOST_NETWORK = True\ndef test_e(): pass",
+        "test_f.py": "def test_f(): pass"}, passed=7)
     root = workers["test_b_netns"] | workers["test_e"]
     lab = workers["test_c_lab_netns"] | workers["test_d"]
     assert len(root) == 1 and len(lab) == 1 and root != lab, workers
