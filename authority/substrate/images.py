@@ -277,9 +277,7 @@ class ImageCatalogue:
         holder.parent.chmod(0o700)
         with locked_dir(holder, 0o700):
             if not path.is_dir():
-                for old in holder.glob(f"{image.name}-*"):
-                    if re.fullmatch(rf"{re.escape(image.name)}-[0-9a-zA-Z]+", old.name) and old != path:
-                        remove_tree(old)
+                self._drop_shifted(holder, image.name)
                 shift_copy(image.rootfs, path, offset)
         return path
 
@@ -293,14 +291,20 @@ class ImageCatalogue:
             remove_tree(d)
         for holder in sorted(p for p in self._shifted_root.glob("*") if p.is_dir()):
             with locked_dir(holder, 0o700):
-                for old in holder.glob(f"{d.name}-*"):
-                    if re.fullmatch(rf"{re.escape(d.name)}-[0-9a-zA-Z]+", old.name):
-                        remove_tree(old)
+                self._drop_shifted(holder, d.name)
         return True
 
     @property
     def _shifted_root(self) -> Path:
         return Path(f"{self.root}-shifted")
+
+    @staticmethod
+    def _drop_shifted(holder: Path, name: str) -> None:
+        """Remove every build of image `name` from a range's shifted copies (not those of an image whose name
+        merely starts with it); the caller holds the range's lock."""
+        for old in holder.glob(f"{name}-*"):
+            if re.fullmatch(rf"{re.escape(name)}-[0-9a-zA-Z]+", old.name):
+                remove_tree(old)
 
 
 OPAQUE = ("trusted.overlay.opaque", "user.overlay.opaque")
