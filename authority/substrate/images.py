@@ -300,11 +300,16 @@ class ImageCatalogue:
 
     @staticmethod
     def _drop_shifted(holder: Path, name: str) -> None:
-        """Remove every build of image `name` from a range's shifted copies (not those of an image whose name
-        merely starts with it); the caller holds the range's lock."""
-        for old in holder.glob(f"{name}-*"):
-            if re.fullmatch(rf"{re.escape(name)}-[0-9a-zA-Z]+", old.name):
-                remove_tree(old)
+        """Remove every build of image `name` from a range's shifted copies; the caller holds the range's lock."""
+        for old in image_copies(holder, name):
+            remove_tree(old)
+
+
+def image_copies(holder: Path, name: str) -> list[Path]:
+    """The copies of image `name` in a directory of copies, each `<name>-<build id>`: not those of an image
+    whose name merely starts with it (`snap` is not `snap-2`, whose copies are `snap-2-<build id>`)."""
+    pattern = re.compile(rf"{re.escape(name)}-[0-9a-zA-Z]+")
+    return sorted(p for p in holder.iterdir() if pattern.fullmatch(p.name)) if holder.is_dir() else []
 
 
 OPAQUE = ("trusted.overlay.opaque", "user.overlay.opaque")

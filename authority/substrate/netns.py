@@ -34,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 import shutil
 import threading
 import time
@@ -63,6 +62,7 @@ from authority.substrate.images import (
     DEFAULT_MAX_USER_BYTES,
     ImageCatalogue,
     NodeImage,
+    image_copies,
     image_name,
     link_copy,
     may_use,
@@ -604,7 +604,7 @@ class NetnsDriver:
         base = uid_base(index)
         holder = self.bases_dir / str(index)
         if isinstance(image, str):
-            found = self._copies(holder, image)
+            found = image_copies(holder, image)
             if not found:
                 raise ServerError(f"image {image} is gone from the catalogue and from uid range {index}'s copies")
             return found[-1]
@@ -613,18 +613,11 @@ class NetnsDriver:
             holder.mkdir(parents=True, exist_ok=True)
             os.chown(holder, base, base)
             holder.chmod(0o700)  # only that range's root gets through: other slices' roots are other uids
-            for old in self._copies(holder, image.name):  # earlier builds no node boots from any more
+            for old in image_copies(holder, image.name):  # earlier builds no node boots from any more
                 if not self._booted_from(old):
                     shutil.rmtree(old, ignore_errors=True)
             link_copy(self.images.shifted(image, index, base), lower)  # shifted once per host, range and build
         return lower
-
-    @staticmethod
-    def _copies(holder: Path, name: str) -> list[Path]:
-        """The copies of image `name` (each `<name>-<build id>`) in a range's directory: not those of an image
-        whose name merely starts with it (`snap` is not `snap-2`)."""
-        pattern = re.compile(rf"{re.escape(name)}-[0-9a-f]{{8}}")
-        return sorted(p for p in holder.iterdir() if pattern.fullmatch(p.name)) if holder.is_dir() else []
 
     def _booted_from(self, lower: Path) -> bool:
         """Whether a node of this deployment has `lower` under its root (an owner may replace an image while
