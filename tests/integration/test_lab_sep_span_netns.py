@@ -314,7 +314,10 @@ def test_one_slice_through_the_sep_has_a_qinq_link_across_a_transit_host_and_an_
         for link, kbps, addresses in (("st0", STITCHED_KBPS, ("10.77.0.1", "10.77.0.2")),
                                       ("ov0", OVERLAY_KBPS, ("10.78.0.11", "10.78.0.21"))):
             for src, dst, dst_ip in (("na", "nb", addresses[1]), ("nb", "na", addresses[0])):
-                mbps = iperf3_mbps(ns[dst], dst_ip, ns[src], seconds=3, at_least=0.95 * kbps / 1000)
+                # up to 5 tries: since the lab files run beside the root namespace's chain, a run that lost the
+                # CPU measured the shared cores, not the link (CI: 9.43 on the 10 Mbit/s Q-in-Q link, whose
+                # other runs gave 9.6); the upper bound is tc's, and load cannot raise it
+                mbps = iperf3_mbps(ns[dst], dst_ip, ns[src], seconds=3, at_least=0.95 * kbps / 1000, tries=5)
                 print(f"span through the SEP: {link} {src} -> {dst} iperf3 TCP {mbps:.2f} Mbit/s on {kbps / 1000:g}")
                 assert abs(mbps - kbps / 1000) <= 0.05 * kbps / 1000, (link, src, mbps)
         for r in routers.values():  # the overlay's token bucket is on each node's tap
