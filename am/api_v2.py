@@ -11,7 +11,11 @@ v2 shapes (AM API v2): CreateSliver(slice, creds, rspec, users, options) -> mani
 Shutdown -> True; RenewSliver -> True with the slivers' new expiration as `output` (as gcf's v2 AM);
 SliverStatus -> {geni_urn, geni_status, geni_expires, geni_resources: [{geni_urn, geni_status, geni_error}]}
 with statuses configuring|ready|failed|unknown; ListResources with
-`geni_slice_urn` -> the slice's manifest. Credentials are plain XML strings (v3's structs are accepted too).
+`geni_slice_urn` -> the slice's manifest. ProtoGENI's image calls, which ProtoGENI serves at v2 and omni
+sends to the v2 URL by default (no `-V3`), with the arguments omni gives both versions: CreateImage(slice,
+image name, sliver, creds, {global}) -> the image's URN; ListImages(creator, creds, options) -> a list of
+structs; DeleteImage(image, creds, options) -> True. Credentials are plain XML strings (v3's structs are
+accepted too).
 Every answer is `{code, value, output}`; failures are results, never faults; GetVersion says `geni_api: 2`."""
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from slicex.urn import canonical_urn
 
 log = logging.getLogger("slicex.am.v2")
 
-METHODS = ("GetVersion", "ListResources", "CreateSliver", "DeleteSliver", "SliverStatus", "RenewSliver", "Shutdown")
+METHODS = ("GetVersion", "ListResources", "CreateSliver", "DeleteSliver", "SliverStatus", "RenewSliver", "Shutdown",
+           "CreateImage", "ListImages", "DeleteImage")
 
 GENI_RSPEC = {"type": "GENI", "version": "3"}
 
@@ -145,6 +150,16 @@ class AggregateManagerV2:
 
     def Shutdown(self, cert, slice_urn, credentials, options) -> dict[str, Any]:
         return self.v3.Shutdown(cert, self._slice(slice_urn), credentials, options)
+
+    # ---- ProtoGENI's image calls: same arguments and answers at v2 as at v3 (omni sends them alike) -----------
+    def CreateImage(self, cert, slice_urn, image_name, sliver_urn, credentials, options) -> dict[str, Any]:
+        return self.v3.CreateImage(cert, slice_urn, image_name, sliver_urn, credentials, options)
+
+    def ListImages(self, cert, creator_urn, credentials, options) -> dict[str, Any]:
+        return self.v3.ListImages(cert, creator_urn, credentials, options)
+
+    def DeleteImage(self, cert, image_urn, credentials, options) -> dict[str, Any]:
+        return self.v3.DeleteImage(cert, image_urn, credentials, options)
 
     @staticmethod
     def _slice(slice_urn: Any) -> str:
