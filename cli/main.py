@@ -405,9 +405,10 @@ def _up(home: Home, args: argparse.Namespace) -> int:
             return 1
         record = procs.read(home.pid_file)
         if record is not None and record.pid == proc.pid and _answering(home):  # its own servers, not others'
-            path = _write_omni_config(home, None)
-            print(f"slicex is up (pid {proc.pid}); " + (f"omni config: {path}" if path else
-                  "no omni config: no local users (`slicex user add NAME` adds one)"))
+            print(f"slicex is up (pid {proc.pid})")
+            print("\n".join(record.info.get("summary", [])))  # what the foreground `up` prints
+            if _write_omni_config(home, None) is None:
+                print("no omni config: no local users (`slicex user add NAME` adds one)")
             return 0
         time.sleep(0.2)
     print(f"slicex did not answer within 60 s; see {home.log_file}", file=sys.stderr)
@@ -545,28 +546,33 @@ def _run_foreground(home: Home, print_config: bool = False, distributed: bool = 
         supervisor.stop()
         print(f"error: slicex cannot start the path service: {exc}", file=sys.stderr, flush=True)
         return 1
+    scs_url = scs.start() if scs else None
+    path = _write_omni_config(home, None)
+    summary = [f"slice authority: {endpoints.sa_url}", f"aggregate:       {endpoints.am_url}",
+               f"substrate:       {deployment.driver.description}"]
+    if deployment.dashboard_url:
+        summary.append(f"dashboard:       {deployment.dashboard_url}")
+    if scs is not None:
+        summary.append(f"path service:    {scs.describe()}")
+    summary.append(f"store:           {redact(str(cfg.store))}")
+    for role, proc in supervisor.procs.items():
+        if role in ACTORS:
+            summary.append(f"{role} actor:{' ' * (6 - len(role) + 3)}{urls[f'{role}_url']} (pid {proc.pid})")
+    if workers > 1:
+        pids = ", ".join(str(p.pid) for r, p in supervisor.procs.items() if r not in ACTORS)
+        summary.append(f"AM workers:      {workers} on {endpoints.am_url} (pids {os.getpid()}, {pids})")
+    if path:
+        summary.append(f"omni config:     {path}")
+    # the summary goes in the pid file too: `up --detach` prints it from there, as the foreground `up` does
     procs.write(home.pid_file, procs.this_process({"role": "slicex", "distributed": distributed, "workers": workers,
                                                    "am_url": endpoints.am_url, "sa_url": endpoints.sa_url,
                                                    "dashboard_url": deployment.dashboard_url,
                                                    **deployment.actor_urls,
                                                    **({"chapi_url": deployment.chapi.url} if deployment.chapi else {}),
-                                                   **({"scs_url": scs.start()} if scs else {})}))
-    path = _write_omni_config(home, None)
-    print(f"slice authority: {endpoints.sa_url}\naggregate:       {endpoints.am_url}", flush=True)
-    print(f"substrate:       {deployment.driver.description}", flush=True)
-    if deployment.dashboard_url:
-        print(f"dashboard:       {deployment.dashboard_url}", flush=True)
-    if scs is not None:
-        print(f"path service:    {scs.describe()}", flush=True)
-    print(f"store:           {redact(str(cfg.store))}", flush=True)
-    for role, proc in supervisor.procs.items():
-        if role in ACTORS:
-            print(f"{role} actor:{' ' * (6 - len(role) + 3)}{urls[f'{role}_url']} (pid {proc.pid})", flush=True)
-    if workers > 1:
-        pids = ", ".join(str(p.pid) for r, p in supervisor.procs.items() if r not in ACTORS)
-        print(f"AM workers:      {workers} on {endpoints.am_url} (pids {os.getpid()}, {pids})", flush=True)
+                                                   **({"scs_url": scs_url} if scs_url else {}),
+                                                   "summary": summary}))
+    print("\n".join(summary), flush=True)
     if path:
-        print(f"omni config:     {path}", flush=True)
         if print_config:
             print("\n" + path.read_text(), flush=True)
     _serve_until_stopped(supervisor.check if distributed else None)
