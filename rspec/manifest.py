@@ -134,9 +134,12 @@ def _annotate_node(el: etree._Element, v: SliverView, cm: str) -> None:
         for old in el.findall(q(SERVICES_EXT, "container")):
             el.remove(old)
         box = etree.SubElement(el, q(SERVICES_EXT, "container"), nsmap={"sx": SERVICES_EXT})
-        for attr in ("image", "cores", "memory_mb", "cpus", "pids", "memory_bytes"):
-            if machine.get(attr) not in (None, ""):
-                box.set(attr, str(machine[attr]))
+        # the host CPUs the node may run on are a cpuset ("0,1"), not a count: records written before it was
+        # named so call it "cpus"
+        shown = {**machine, "cpuset": machine.get("cpuset", machine.get("cpus"))}
+        for attr in ("image", "cores", "memory_mb", "cpuset", "pids", "memory_bytes"):
+            if shown.get(attr) not in (None, ""):
+                box.set(attr, str(shown[attr]))
     results = d.get("execute") or []
     for x, r in zip(el.findall(f"{q(RSPEC3, 'services')}/{q(RSPEC3, 'execute')}"), results, strict=False):
         for old in x.findall(q(SERVICES_EXT, "result")):

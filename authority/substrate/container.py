@@ -56,7 +56,7 @@ class NodeLimits:
 
     cores: float
     memory_mb: int
-    cpus: str  # the cpuset: as many host CPUs as the cores rounded up
+    cpuset: str  # the host CPUs it may run on ("0,1"): as many as the cores rounded up
     pids: int = DEFAULT_PIDS
 
     @property
@@ -64,7 +64,7 @@ class NodeLimits:
         return max(1000, int(self.cores * 100_000))
 
     def to_doc(self) -> dict[str, object]:
-        return {"cores": self.cores, "memory_mb": self.memory_mb, "cpus": self.cpus, "pids": self.pids}
+        return {"cores": self.cores, "memory_mb": self.memory_mb, "cpuset": self.cpuset, "pids": self.pids}
 
 
 def node_limits(details: Mapping, key: str, host_cpus: int, pids: int = DEFAULT_PIDS) -> NodeLimits:
@@ -80,8 +80,8 @@ def node_limits(details: Mapping, key: str, host_cpus: int, pids: int = DEFAULT_
         raise BadArgs(f"node limits: {cores} cores and {memory_mb} MB cannot run a node")
     n = min(max(1, math.ceil(cores)), max(1, host_cpus))
     first = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % max(1, host_cpus)
-    cpus = ",".join(str(c) for c in sorted((first + i) % max(1, host_cpus) for i in range(n)))
-    return NodeLimits(cores, memory_mb, cpus, pids)
+    cpuset = ",".join(str(c) for c in sorted((first + i) % max(1, host_cpus) for i in range(n)))
+    return NodeLimits(cores, memory_mb, cpuset, pids)
 
 
 def uid_base(index: int) -> int:
@@ -121,7 +121,7 @@ def container_config(name: str, hostname: str, lower: Path, fs: Path, base: int,
         lines += [
             "lxc.cgroup.cpu.cfs_period_us = 100000",
             f"lxc.cgroup.cpu.cfs_quota_us = {limits.cfs_quota_us}",
-            f"lxc.cgroup.cpuset.cpus = {limits.cpus}",
+            f"lxc.cgroup.cpuset.cpus = {limits.cpuset}",
             f"lxc.cgroup.memory.limit_in_bytes = {limits.memory_mb}M",
             f"lxc.cgroup.pids.max = {limits.pids}",
         ]
@@ -131,7 +131,7 @@ def container_config(name: str, hostname: str, lower: Path, fs: Path, base: int,
     else:
         lines += [
             f"lxc.cgroup2.cpu.max = {limits.cfs_quota_us} 100000",
-            f"lxc.cgroup2.cpuset.cpus = {limits.cpus}",
+            f"lxc.cgroup2.cpuset.cpus = {limits.cpuset}",
             f"lxc.cgroup2.memory.max = {limits.memory_mb}M",
             f"lxc.cgroup2.pids.max = {limits.pids}",
         ]
@@ -466,6 +466,8 @@ class NodeContainer:
                              if line.startswith("lxc.uts.name")), "")
         except OSError:
             pass
+        if "cpus" in limits:  # a node defined before the cpuset was named so
+            limits["cpuset"] = limits.pop("cpus")
         return {"name": self.name, "hostname": hostname, "running": self.running(), **limits, **self.usage()}
 
     def _cgroup(self, controller: str) -> Path | None:

@@ -64,10 +64,10 @@ def test_uids_inside_a_node_are_distinct_for_any_set_of_users(names):
 def test_limits_follow_the_sliver_type_and_nproc_gets_its_cores():
     lim = node_limits({"cores": 1, "memory_mb": 512}, "x-1", host_cpus=2)
     assert (lim.cores, lim.memory_mb, lim.cfs_quota_us) == (1.0, 512, 100_000)
-    assert lim.cpus in ("0", "1")
-    assert node_limits({"cores": 4, "memory_mb": 2048}, "x-1", host_cpus=2).cpus == "0,1"
+    assert lim.cpuset in ("0", "1")
+    assert node_limits({"cores": 4, "memory_mb": 2048}, "x-1", host_cpus=2).cpuset == "0,1"
     assert node_limits({"cores": 0.5}, "x-1", host_cpus=8).cfs_quota_us == 50_000
-    spread = {node_limits({"cores": 1}, f"x-{i}", host_cpus=2).cpus for i in range(20)}
+    spread = {node_limits({"cores": 1}, f"x-{i}", host_cpus=2).cpuset for i in range(20)}
     assert spread == {"0", "1"}
     with pytest.raises(BadArgs):
         node_limits({"cores": "many"}, "x", 2)
