@@ -92,6 +92,8 @@ def summary(reps: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _fmt(v: Any, n: int | None = None) -> str:
+    """A figure; a percentile its sample count cannot support (`n` given) is `n/a (n=…)`, anything else
+    missing `-`."""
     if v is None:
         return f"n/a (n={n})" if n is not None else "-"
     return f"{v:.2f}" if isinstance(v, float) else str(v)
@@ -106,11 +108,12 @@ def summary_text(s: dict[str, Any]) -> str:
              f"p95 {_fmt(t['p95'], t['n'])}, min {_fmt(t['min'])}, max {_fmt(t['max'])} (n={t['n']})"]
     b = s.get("provision_to_ready_s") or {"n": 0}
     if b["n"]:
-        lines.append(f"provision to ready (Provision to all slivers geni_ready, s): p50 {_fmt(b['p50'])}, "
-                     f"p95 {_fmt(b['p95'])}, min {_fmt(b['min'])}, max {_fmt(b['max'])} (n={b['n']})")
+        lines.append(f"provision to ready (Provision to all slivers geni_ready, s): p50 {_fmt(b['p50'], b['n'])}, "
+                     f"p95 {_fmt(b['p95'], b['n'])}, min {_fmt(b['min'])}, max {_fmt(b['max'])} (n={b['n']})")
     m = s.get("idle_node_memory_mib") or {"n": 0}
     if m["n"]:
-        lines.append(f"idle node memory (container cgroup, MiB): p50 {_fmt(m['p50'])}, p95 {_fmt(m['p95'])}, "
+        lines.append(f"idle node memory (container cgroup, MiB): p50 {_fmt(m['p50'], m['n'])}, "
+                     f"p95 {_fmt(m['p95'], m['n'])}, "
                      f"max {_fmt(m['max'])} (n={m['n']} nodes)")
     for step, count in s["failures_by_step"].items():
         lines.append(f"failed at {step}: {count}")
@@ -162,8 +165,26 @@ def write(out: Path, reps: list[dict[str, Any]], meta: dict[str, Any], with_plot
     return s
 
 
+def throughput_cdf(reps: list[dict[str, Any]]) -> dict[str, tuple[list[float], list[float], float | None]]:
+    """Per pair, the TCP throughput CDF as steps (x, fraction of repetitions <= x), from 0 below the smallest
+    sample to 1 at the largest, and the link's capacity (Mbit/s; None when the request gave none)."""
+    samples: dict[str, list[float]] = {}
+    capacity: dict[str, float | None] = {}
+    for r in reps:
+        for m in r.get("links", []):
+            if m.get("tcp_mbps") is not None:
+                samples.setdefault(pair_label(m), []).append(float(m["tcp_mbps"]))
+                capacity[pair_label(m)] = capacity.get(pair_label(m)) or m.get("capacity_mbps")
+    out = {}
+    for label, values in sorted(samples.items()):
+        xs = sorted(values)
+        out[label] = ([xs[0], *xs], [0.0, *((k + 1) / len(xs) for k in range(len(xs)))], capacity[label])
+    return out
+
+
 def plots(out: Path, reps: list[dict[str, Any]]) -> list[Path]:
-    """time-to-ready.png (distribution), throughput-cdf.png (per link, TCP), rtt-box.png (per link)."""
+    """time-to-ready.png (distribution), throughput-cdf.png (per link, TCP, with its capacity), rtt-box.png (per
+    link)."""
     matplotlib = require("matplotlib", "the experiment's plots")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -183,17 +204,17 @@ def plots(out: Path, reps: list[dict[str, Any]]) -> list[Path]:
     plt.close(fig)
     made.append(out / "time-to-ready.png")
 
-    per_link: dict[str, list[float]] = {}
     rtts: dict[str, list[float]] = {}
     for r in reps:
         for m in r.get("links", []):
-            if m.get("tcp_mbps") is not None:
-                per_link.setdefault(pair_label(m), []).append(m["tcp_mbps"])
             rtts.setdefault(pair_label(m), []).extend(m.get("rtt_ms", []))
+    per_link = throughput_cdf(reps)
     fig, ax = plt.subplots(figsize=(6, 4))
-    for label, values in sorted(per_link.items()):
-        xs = sorted(values)
-        ax.step(xs, [(k + 1) / len(xs) for k in range(len(xs))], where="post", label=f"{label} (n={len(xs)})")
+    for label, (xs, ys, capacity) in per_link.items():
+        line, = ax.step(xs, ys, where="post", label=f"{label} (n={len(xs) - 1})")
+        if capacity:
+            ax.axvline(capacity, color=line.get_color(), linestyle="--", linewidth=1,
+                       label=f"{label} capacity {capacity:g} Mbit/s")
     ax.set_xlabel("TCP throughput (Mbit/s, iperf3 receiver)")
     ax.set_ylabel("fraction of repetitions ≤ x")
     ax.set_ylim(0, 1.05)

@@ -55,7 +55,8 @@ def measure_links(manifest: str, execs: dict[str, NodeExec], exp: Experiment) ->
             if not dst.address:
                 raise MeasureError(f"link {link.client_id}: interface {dst.interface} has no address in the manifest")
             m = measure_pair(execs[src.node], execs[dst.node], dst.address, exp.duration, exp.pings, rate)
-            out.append({"link": link.client_id, "src": src.node, "dst": dst.node, "address": dst.address, **m})
+            out.append({"link": link.client_id, "src": src.node, "dst": dst.node, "address": dst.address,
+                        "capacity_mbps": link.capacity_kbps / 1000 if link.capacity_kbps else None, **m})
     return out
 
 
@@ -122,8 +123,8 @@ def run(exp: Experiment, out: Path | None = None, progress: bool = True) -> list
     request = pinned.pin_request(exp.request, exp.placement) if exp.placement else exp.request
     meta = {"experiment": exp.name, "repetitions": exp.repetitions, "duration_s": exp.duration,
             "pings": exp.pings, "pinned": bool(exp.placement) or exp.pin, "request": exp.request}
-    bar = tqdm(range(exp.repetitions), desc=f"experiment {exp.name}", unit="rep") if tqdm else range(exp.repetitions)
-    for rep in bar:
+    bar = tqdm(total=exp.repetitions, desc=f"experiment {exp.name}", unit="rep") if tqdm else None
+    for rep in range(exp.repetitions):
         rec = repetition(exp, rep, request)
         reps.append(rec)
         if exp.pin and exp.placement is None and rec["ok"]:
@@ -134,10 +135,15 @@ def run(exp: Experiment, out: Path | None = None, progress: bool = True) -> list
                 out.mkdir(parents=True, exist_ok=True)
                 pinned.save(exp.placement, out / "placement.json")
         ok = sum(r["ok"] for r in reps)
-        if tqdm is not None:
-            bar.set_postfix(ok=f"{ok}/{len(reps)}", ready=f"{rec['time_to_ready_s'] or 0:.2f}s")
+        if bar is not None:  # the count and ok=k/n change together: the bar never shows 1/5 beside ok=2/2
+            ready = rec["time_to_ready_s"]
+            bar.set_postfix(ok=f"{ok}/{len(reps)}", ready="-" if ready is None else f"{ready:.2f}s", refresh=False)
+            bar.update(1)
+            bar.refresh()
         if out is not None:
             report.write(out, reps, meta, with_plots=rep == exp.repetitions - 1)
+    if bar is not None:
+        bar.close()
     return reps
 
 

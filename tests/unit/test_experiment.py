@@ -1,5 +1,6 @@
 """The experiment runner's pure parts: parsing ping and iperf3 output, the topology of a manifest, pinned
-placement (record, bind a request, compare), the summary's percentiles and spread, and the files written."""
+placement (record, bind a request, compare), the summary's percentiles and spread, the files written, the
+progress bar, and the docs showing what it prints."""
 
 from __future__ import annotations
 
@@ -106,3 +107,61 @@ def test_write_makes_csv_json_and_the_three_plots(tmp_path):
     assert len((tmp_path / "links.csv").read_text().splitlines()) == 3
     for png in ("time-to-ready.png", "throughput-cdf.png", "rtt-box.png"):
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_throughput_cdf_rises_from_zero_and_carries_the_links_capacity():
+    reps = [_rep(k, tcp=t) for k, t in enumerate((9.7, 9.5, 9.6))]
+    for r in reps:
+        r["links"][0]["capacity_mbps"] = 10.0
+    xs, ys, capacity = report.throughput_cdf(reps)["lan0 n1->n2"]
+    assert xs == [9.5, 9.5, 9.6, 9.7] and ys == pytest.approx([0, 1 / 3, 2 / 3, 1])
+    assert capacity == 10.0
+    del reps[0]["links"][0]["capacity_mbps"]  # a link the request gave no capacity: none drawn
+    for r in reps[1:]:
+        r["links"][0]["capacity_mbps"] = None
+    assert report.throughput_cdf(reps)["lan0 n1->n2"][2] is None
+
+
+def test_every_percentile_the_samples_cannot_support_reads_the_same():
+    """"p95 n/a (n=5)" on one line and "p95 -" on the next said one thing two ways."""
+    reps = [_rep(k) for k in range(5)]
+    for r in reps:
+        r.update(provision_to_ready_s=0.5, node_memory_bytes={"n1": 2**20})
+    text = report.summary_text(report.summary(reps))
+    lines = [line for line in text.splitlines() if "p95" in line]
+    assert len(lines) == 3 and all("p95 n/a (n=5)" in line for line in lines), text
+    assert "p95 -" not in text
+
+
+def test_the_progress_bar_counts_a_repetition_when_it_counts_it_in_ok(monkeypatch, capsys):
+    """tqdm advanced after the loop body while ok=k/n was set inside it: `1/5 ... ok=2/2`."""
+    from experiment import runner
+
+    outcomes = iter([True, False, True])
+    monkeypatch.setattr(runner, "repetition", lambda exp, rep, request: _rep(rep, ok=next(outcomes)))
+    runner.run(runner.Experiment(None, "<rspec/>", 3, lambda nodes: {}), out=None, progress=True)
+    shown = [s for s in capsys.readouterr().err.replace("\r", "\n").splitlines() if "ok=" in s]
+    assert shown
+    for s in shown:
+        done = s.split("|")[-1].split("/")[0].strip()  # "...| 2/3 [00:00<00:00, ..., ok=1/2, ready=-]"
+        counted = s.split("ok=")[1].split("/")[1].split(",")[0].split("]")[0]
+        assert done == counted, s
+    assert any(" 3/3 " in s and "ok=2/3" in s for s in shown), shown
+
+
+def test_docs_show_every_kind_of_line_the_runner_prints():
+    """docs/experiments.md left out lines the runner prints (provision to ready, idle node memory, ...)."""
+    from pathlib import Path
+
+    reps = [_rep(k) for k in range(4)] + [_rep(4, ok=False)]
+    for r in reps[:4]:
+        r.update(provision_to_ready_s=0.5, node_memory_bytes={"n1": 2**20})
+    printed = report.summary_text(report.summary(reps)).splitlines()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "experiments.md").read_text()
+    kinds = ("repetitions ", "time to ready (", "provision to ready (", "idle node memory (", "failed at ",
+             "  rep ", "link  ", "lan0 n1->n2  ")
+    for line in printed:
+        kind = next((k for k in kinds if line.startswith(k)), None)
+        assert kind is not None, f"a line this test does not know (document it, then add it here): {line!r}"
+        assert kind in doc, f"docs/experiments.md does not show the line {line!r}"
+    assert "\nresults: " in doc and "ok=" in doc  # the last line, and the progress bar
