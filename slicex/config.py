@@ -62,9 +62,41 @@ class NetnsOptions(Section):
     public_address: str | None = Field(
         None, description="where nodes' public ports listen (the gateway; default: `host`); the substrate's "
                           "public_ports are the ports, the manifest names `public_hostname`")
+    login_ports: list[int | str] = Field(
+        [], description="TCP ports nodes' login relays listen on, `LOW-HIGH` ranges or single ports (a firewall "
+                        "opens these); none: any free port the kernel gives")
     image_quota_mb: int = Field(4096, gt=0, description="what one user's images (CreateImage) may hold, in MB")
     datasets_dir: str | None = Field(None, description="where persistent datasets are kept (default: the host's)")
     dataset_quota_mb: int = Field(10240, gt=0, description="what one user's datasets may hold together, in MB")
+
+
+    @field_validator("login_ports")
+    @classmethod
+    def _login_port_ranges(cls, value: list[int | str]) -> list[int | str]:
+        port_ranges(value)  # refused, naming the range, unless every one is a port range
+        return value
+
+    def login_port_ranges(self) -> tuple[tuple[int, int], ...]:
+        return port_ranges(self.login_ports)
+
+
+def port_ranges(values: list[int | str]) -> tuple[tuple[int, int], ...]:
+    """`["30000-30099", 30200]` -> ((30000, 30099), (30200, 30200)): sorted, each within 1-65535, low first,
+    none overlapping; ValueError naming the one that is not."""
+    out: list[tuple[int, int]] = []
+    for v in values:
+        lo, _, hi = str(v).strip().partition("-")
+        try:
+            low, high = int(lo), int(hi or lo)
+        except ValueError:
+            raise ValueError(f"{v!r} is not a port or a LOW-HIGH range of ports (e.g. 30000-30099)") from None
+        if not 1 <= low <= high <= 65535:
+            raise ValueError(f"{v!r} is not within 1-65535, low first")
+        clash = next((f"{a}-{b}" for a, b in out if low <= b and a <= high), None)
+        if clash:
+            raise ValueError(f"{v!r} overlaps {clash}")
+        out.append((low, high))
+    return tuple(sorted(out))
 
 
 class OpenStackOptions(Section):

@@ -117,11 +117,13 @@ class LoginRelay:
     """The relays into one node: its login port (from `bind:port` on the host to the node's port 22) and its
     public ports (from the gateway's address to the node's ports), each a `login_forward.py` process."""
 
-    def __init__(self, base: Path, netns: str, hostname: str, bind: str = "127.0.0.1"):
+    def __init__(self, base: Path, netns: str, hostname: str, bind: str = "127.0.0.1",
+                 ports: tuple[tuple[int, int], ...] = ()):
         self.dir = base / netns
         self.netns = netns
         self.hostname = hostname
         self.bind = bind
+        self.ports = ports  # where a new login port is taken from (slicex.yaml netns.login_ports); () any free
 
     def ensure_forward(self, port: int | None, to_port: int = 22, bind: str | None = None,
                        name: str = LOGIN) -> int:
@@ -134,6 +136,8 @@ class LoginRelay:
         pid_file = self.dir / f"{name}.pid"
         if _alive(pid_file, self.netns) and port:
             return port
+        if not port and name == LOGIN and self.ports:
+            port = free_port_in(bind, self.ports, f"node {self.hostname}: no {what}")
         sock = socket.socket(socket.AF_INET6 if ":" in bind else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -165,6 +169,23 @@ class LoginRelay:
         for pid_file in self.dir.glob("*.pid") if self.dir.is_dir() else ():
             _kill(pid_file, self.netns)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def free_port_in(bind: str, ranges: tuple[tuple[int, int], ...], what: str) -> int:
+    """The first port of `ranges` free on `bind` (a firewall opens the operator's range, not the kernel's
+    ephemeral ports); ServerError saying `what` and the range when every port is taken."""
+    for low, high in ranges:
+        for port in range(low, high + 1):
+            with socket.socket(socket.AF_INET6 if ":" in bind else socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    sock.bind((bind, port))
+                    return port
+                except OSError:
+                    continue
+    shown = ", ".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in ranges)
+    raise ServerError(f"{what}: every port of netns.login_ports ({shown}) on {bind} is taken; widen the range "
+                      f"in slicex.yaml")
 
 
 def netns_processes(ns: str) -> list[int]:

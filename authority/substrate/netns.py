@@ -115,7 +115,7 @@ class NetnsDriver:
                  install_max_bytes: int = DEFAULT_MAX_BYTES, public_address: str = "127.0.0.1",
                  public_host: str | None = None, image_quota_bytes: int = DEFAULT_MAX_USER_BYTES,
                  datasets: DatasetStore | None = None, dataset_quota_mb: int = DEFAULT_QUOTA_MB,
-                 layout: RackLayout | None = None):
+                 layout: RackLayout | None = None, login_ports: tuple[tuple[int, int], ...] = ()):
         """`switch_dir`: the run directory of an Open vSwitch shared with other deployments on this host (one
         bridge each; slicex.yaml `netns: {switch_dir: ...}`). Two ovs-vswitchd with the userspace datapath
         cannot run on one host: the second cannot create its `ovs-netdev` tap ("Device or resource busy") and
@@ -130,7 +130,8 @@ class NetnsDriver:
         (CreateImage) may hold together; `datasets` the host's persistent datasets and `dataset_quota_mb` what
         one user's may hold together. `layout`: the substrate's switches and trunks (RackLayout.of): one bridge
         per switch, each trunk a veth pair between two bridges carrying links between racks under the tags
-        negotiated for them."""
+        negotiated for them. `login_ports`: the ranges new login ports are taken from (any free port when
+        empty)."""
         self.prefix = check_prefix(prefix)
         self.bridge = f"{prefix}-br"
         self.dpid = int(hashlib.sha256(prefix.encode()).hexdigest()[:12], 16)
@@ -173,6 +174,7 @@ class NetnsDriver:
         self.rack_trunks: dict[str, int] = {}  # trunk port between two switches -> ofport of its veth end
         self.login_address = login_address  # where the login ports listen
         self.login_host = login_host or login_address  # what the manifest tells users to connect to
+        self.login_ports = login_ports  # where new login ports come from (slicex.yaml netns.login_ports)
         self.public_address = public_address  # where nodes' public ports listen
         self.public_host = public_host or public_address  # what the manifest names for them
         self._lock = threading.RLock()
@@ -780,7 +782,7 @@ class NetnsDriver:
         return self.dpid if bridge == self.bridge else self.dpid + list(dict.fromkeys(self.bridges.values())).index(bridge)
 
     def _relay(self, plan: NodePlan) -> LoginRelay:
-        return LoginRelay(self.nodes_dir, plan.netns, plan.hostname, self.login_address)
+        return LoginRelay(self.nodes_dir, plan.netns, plan.hostname, self.login_address, self.login_ports)
 
     def _counters(self, plan: NodePlan) -> dict[str, dict[str, int]]:
         """interface client_id -> the switch's counters of its port (those the switch has)."""
