@@ -77,9 +77,10 @@ class GuardedStore:
         """Read the deployment record, write `probe`'s health document, look at the disk: each "ok" or why not.
         Writes are refused from now on while any of them fails (and allowed again once all pass); a change
         is logged as an error, or as the recovery (unless `report` is off: a one-off check that prints)."""
-        checks = {"store": self._store_check(probe)}
+        disk = space_fault(self.disk) if self.disk is not None else None
+        checks = {"store": self._store_check(probe, disk)}
         if self.disk is not None:
-            checks["disk"] = (lambda f: f"{f}: {remedy(f)}" if f else "ok")(space_fault(self.disk))
+            checks["disk"] = f"{disk}: {remedy(disk)}" if disk else "ok"
         failing = "; ".join(v for v in checks.values() if v != "ok") or None
         if failing != self.fault and report:
             if failing:
@@ -90,7 +91,9 @@ class GuardedStore:
         self.fault = failing
         return checks
 
-    def _store_check(self, probe: str) -> str:
+    def _store_check(self, probe: str, disk: str | None) -> str:
+        """"ok" or why not. A write refused while `disk` names a fault (full, read-only) is put down to it
+        without the store's message, which repeats the cause the disk check gives: said once, not three times."""
         try:
             doc = self.inner.get(DEPLOYMENT_TABLE, RECORD_KEY)
         except GeniError as exc:
@@ -102,7 +105,7 @@ class GuardedStore:
         try:  # a write, not only a read: a full disk or a read-only Redis answers reads
             self.inner.put(HEALTH_TABLE, probe, {"checked_at": datetime.now(UTC).isoformat()})
         except GeniError as exc:
-            fault = space_fault(self.disk) if self.disk is not None else None
-            return f"the store {self.shown_url} refuses writes: {exc.message}" + (
-                f" ({fault}: {remedy(fault)})" if fault else "")
+            if disk:
+                return f"the store {self.shown_url} refuses writes: its disk cannot take them"
+            return f"the store {self.shown_url} refuses writes: {exc.message}"
         return "ok"

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from slicex.diskfaults import remedy, space_fault
-from slicex.errors import DbError
+from slicex.errors import DbError, GeniError, Unavailable
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS docs (tbl TEXT NOT NULL, key TEXT NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (tbl, key));
@@ -39,11 +39,15 @@ BUSY_TIMEOUT_SECONDS = 30.0
 _LAST = "\U0010ffff"  # the greatest code point: every key starting with P sorts below P + _LAST
 
 
-def _cause(path: str, exc: sqlite3.Error) -> str:
-    """SQLite's message, with what the file system says against writing there when it says something (a
-    full disk reads "disk I/O error" or "database or disk is full", a read-only one "unable to open")."""
+def _failure(what: str, path: str, exc: sqlite3.Error) -> GeniError:
+    """SQLite's error as a GENI one, with what the file system says against writing there when it says
+    something (a full disk reads "disk I/O error" or "database or disk is full", a read-only one "unable to
+    open"). That is UNAVAILABLE (11), as the store guard answers once it has noticed the disk: the aggregate
+    cannot take writes until the operator frees space, and the data are sound (DBERROR, 9, is for the rest)."""
     fault = space_fault(Path(path).parent) if path != ":memory:" else None
-    return f"{exc} ({fault}: {remedy(fault)})" if fault else str(exc)
+    if fault:
+        return Unavailable(f"{what}: {exc} ({fault}: {remedy(fault)})")
+    return DbError(f"{what}: {exc}")
 
 
 def _busy(exc: sqlite3.Error) -> bool:
@@ -64,7 +68,7 @@ class SqliteStore:
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=busy_timeout)
             self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
         except sqlite3.Error as exc:
-            raise DbError(f"cannot open SQLite store {path}: {_cause(path, exc)}") from None
+            raise _failure(f"cannot open SQLite store {path}", path, exc) from None
         while True:
             try:
                 self._prepare()
@@ -72,7 +76,7 @@ class SqliteStore:
             except sqlite3.Error as exc:
                 if not _busy(exc) or time.monotonic() + delay > deadline:
                     self._db.close()
-                    raise DbError(f"cannot open SQLite store {path}: {_cause(path, exc)}") from None
+                    raise _failure(f"cannot open SQLite store {path}", path, exc) from None
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.25)
 
@@ -97,7 +101,7 @@ class SqliteStore:
             try:
                 return fn(self._db)
             except sqlite3.Error as exc:
-                raise DbError(f"SQLite store {self.path}: {_cause(self.path, exc)}") from None
+                raise _failure(f"SQLite store {self.path}", self.path, exc) from None
 
     def _read(self, fn):
         """Run a read on a pooled connection (an in-memory store has only its one connection)."""
@@ -120,7 +124,7 @@ class SqliteStore:
                                  timeout=self._busy_timeout)
             db.execute("PRAGMA query_only=1")
         except sqlite3.Error as exc:
-            raise DbError(f"cannot open SQLite store {self.path}: {_cause(self.path, exc)}") from None
+            raise _failure(f"cannot open SQLite store {self.path}", self.path, exc) from None
         with self._lock:
             self._opened.append(db)
         return db
