@@ -55,7 +55,8 @@ setup(
                  "playwright>=1.45"],
         # `slicex experiment` plots and progress bar, scripts/omni_loop.py
         "experiment": ["matplotlib>=3.8", "tqdm>=4.60"],
-        # the netns substrate's OpenFlow controller (without it the driver pushes rules with ovs-ofctl)
+        # the netns substrate's default OpenFlow controller: without it `slicex up --substrate netns` refuses to
+        # start, unless slicex.yaml chooses `netns: {controller: ovs-ofctl}` (never a silent fallback)
         "netns": ["os-ken>=4.2"],
         # the OpenStack substrate driver (authority/substrate/openstack.py; docs/substrate-openstack.md)
         "openstack": ["openstacksdk>=3.0"],
