@@ -8,6 +8,11 @@
 # carrying VLANs 100-110, so a link sx1-sx3 crosses sx2 as a transit aggregate. Each aggregate trusts the
 # others' CAs (each root vouches for its own authority only). Aggregate i listens on PORT_BASE+10*(i-1)+0..5
 # (AM API v3 on +1, v2 on +5); the path service on PORT_BASE+30. OUT must be outside the repository.
+#
+# STITCH_MODE (environment) chooses the cables' tags, so that an sx1-sx3 link is one of the three kinds:
+#   direct      (default) every cable 100-110: one tag end to end
+#   translated  sx1-sx2 100-110, sx2-sx3 200-210 with sx2's port toward sx3 translating: no tag is common
+#   qinq        the edges' ports carry 100-110 and push/pop an S-tag of 3000-3009; sx2 carries only 3000-3010
 set -euo pipefail
 
 cmd=${1:?usage: stitch-demo.sh up|down OUT [PORT_BASE]}
@@ -46,11 +51,23 @@ EOF
 port() { echo $((BASE + 10 * ($1 - 1) + $2)); }
 urn() { echo "urn:publicid:IDN+sx$1.test+$2"; }
 
+tags() {  # tags I J: the tags (and what the port does with them) of aggregate I's cable toward J
+  case "${STITCH_MODE:-direct}:$1$2" in
+    direct:*|translated:12|translated:21) echo 'vlan_range: "100-110"' ;;
+    translated:23) echo 'vlan_range: "200-210", vlan_translation: true' ;;
+    translated:32) echo 'vlan_range: "200-210"' ;;
+    qinq:12|qinq:32) echo 'vlan_range: "100-110", qinq: true, s_vlan_range: "3000-3009"' ;;
+    qinq:21) echo 'vlan_range: "3005-3010"' ;;
+    qinq:23) echo 'vlan_range: "3000-3010"' ;;
+    *) echo "STITCH_MODE must be direct, translated or qinq, not ${STITCH_MODE}" >&2; exit 2 ;;
+  esac
+}
+
 ext() {  # ext I J: the external link of aggregate I toward aggregate J
   cat <<EOF
   - {name: to-sx$2, switch: sw1, port: to-sx$2, remote_aggregate: "$(urn "$2" authority+am)",
      remote_port: "$(urn "$2" "interface+sw1:to-sx$1")", remote_aggregate_url: "https://127.0.0.1:$(port "$2" 1)/",
-     vlan_range: "100-110", capacity_kbps: 1000000}
+     $(tags "$1" "$2"), capacity_kbps: 1000000}
 EOF
 }
 
@@ -63,7 +80,7 @@ for i in 1 2 3; do
   {
     echo "authority: sx$i.test"
     echo "switches:"
-    echo "  - {name: sw1, vlan_range: [\"100-199\"], ports: [{name: h1}, {name: h2}$(for j in $peers; do printf ', {name: to-sx%s}' "$j"; done)]}"
+    echo "  - {name: sw1, vlan_range: [$([ "${STITCH_MODE:-direct}" = direct ] && echo '"100-199"' || echo '"100-299", "3000-3010"')], ports: [{name: h1}, {name: h2}$(for j in $peers; do printf ', {name: to-sx%s}' "$j"; done)]}"
     echo "hosts:"
     echo "  - {name: pc, count: 2, cores: 8, memory_mb: 16384, interfaces: [{name: eth0, switch_port: \"sw1:h{n}\"}]}"
     echo "external_links:"
