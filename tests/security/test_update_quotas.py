@@ -1,0 +1,110 @@
+"""An experimenter cannot pass his quota through Update, on both deployments (embedded SQLite, distributed
+Redis), over mutual TLS as omni calls it.
+
+Before, under `bandwidth_kbps: 10000` a link allocated at 1,000 kbps and updated to 900,000 kbps was
+provisioned and the ledger then held 901,000 (the replaced link's capacity was never charged, the old one never
+released); under `nodes: 2` an Update adding a third node was staged and committed. Now an Update is charged for
+what it adds (new nodes and links, a replaced link's larger capacity) under the same count locks as Allocate,
+a commit ends the records of what it removed, and Cancel or an expiry ends the records of what it added."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from operations.accounting import held_now
+from slicex.home import Home
+from tests.factories import request_rspec, vm
+from tests.integration.conftest import AUTHORITY, Running, deployment
+from tests.integration.test_am_api import code, ok
+
+RSPEC_V3 = {"type": "GENI", "version": "3"}
+ALICE = f"urn:publicid:IDN+{AUTHORITY}+user+alice"
+
+
+def pair(capacity: int) -> str:
+    return request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0"])],
+                         [{"client_id": "l1", "ifaces": ["n1:if0", "n2:if0"], "capacity": capacity}])
+
+
+def triple(capacity: int, capacity2: int) -> str:
+    """pair plus n3, linked to n2 by l2."""
+    return request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0", "n2:if1"]),
+                          vm("n3", ifaces=["n3:if0"])],
+                         [{"client_id": "l1", "ifaces": ["n1:if0", "n2:if0"], "capacity": capacity},
+                          {"client_id": "l2", "ifaces": ["n2:if1", "n3:if0"], "capacity": capacity2}])
+
+
+@pytest.fixture(params=["embedded", "distributed"])
+def limited(request, pki_home: Home, tmp_path: Path) -> Iterator[Running]:
+    yield from deployment(request.param, pki_home, tmp_path,
+                          quotas={"users": {"default": {"bandwidth_kbps": 10000, "nodes": 3}}})
+
+
+def held(running: Running):
+    """What alice holds now, as the quota check counts it."""
+    return held_now(running.deployment.ledger.open_records(), ALICE, None)[0]
+
+
+def capacities(running: Running, urn: str) -> list[int]:
+    return sorted(int(s.details.get("capacity_kbps") or 0)
+                  for s in running.deployment.sm.slivers(urn, running.clock.now()) if s.kind == "link")
+
+
+def test_update_cannot_pass_a_bandwidth_or_node_quota(limited: Running):
+    alice = limited.user("alice")
+    urn, creds = alice.slice_credential("updq")
+    ok(alice.am.Allocate(urn, creds, pair(1000), {}))
+    ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
+    assert held(limited).bandwidth_kbps == 1000
+    # the reported attack: the link replaced by one of 900,000 kbps
+    reply = alice.am.Update([urn], creds, pair(900000), {})
+    assert code(reply) == 3 and "10000 kbps of bandwidth" in reply["output"] and "asked 899000" in reply["output"]
+    assert capacities(limited, urn) == [1000] and held(limited).bandwidth_kbps == 1000
+    # a third node and a link within the bandwidth, past `nodes: 3`? 2 + 1 fits; a fourth would not
+    four = request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0"]), vm("n3"), vm("n4")],
+                         [{"client_id": "l1", "ifaces": ["n1:if0", "n2:if0"], "capacity": 1000}])
+    reply = alice.am.Update([urn], creds, four, {})
+    assert code(reply) == 3 and "3 nodes" in reply["output"]
+    # a new link whose capacity together with what is held passes the limit
+    reply = alice.am.Update([urn], creds, triple(1000, 9500), {})
+    assert code(reply) == 3 and "asked 9500" in reply["output"]
+    assert capacities(limited, urn) == [1000] and held(limited).nodes == 2
+    assert limited.deployment.sm.pending_update(urn) is None
+
+
+def test_update_charges_the_difference_and_the_ledger_follows_commit_cancel_and_expiry(limited: Running):
+    alice = limited.user("alice")
+    urn, creds = alice.slice_credential("updl")
+    ok(alice.am.Allocate(urn, creds, pair(1000), {}))
+    ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
+    # 1,000 -> 8,000: 7,000 more, within 10,000; while staged both links exist, the new one counts its difference
+    ok(alice.am.Update([urn], creds, pair(8000), {}))
+    assert capacities(limited, urn) == [1000, 8000] and held(limited).bandwidth_kbps == 8000
+    ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))  # the commit ends the old link's record
+    assert capacities(limited, urn) == [8000] and held(limited).bandwidth_kbps == 8000
+    assert held(limited).vlans == 1
+    # Cancel: the added link's record ends, what was held is as before
+    ok(alice.am.Update([urn], creds, pair(9000), {}))
+    assert held(limited).bandwidth_kbps == 9000
+    ok(alice.am.Cancel([urn], creds, {}))
+    assert capacities(limited, urn) == [8000] and held(limited).bandwidth_kbps == 8000
+    # a smaller link, staged then reverted at its expiry: charged nothing more meanwhile, nothing after
+    ok(alice.am.Update([urn], creds, pair(2000), {}))
+    assert held(limited).bandwidth_kbps == 8000
+    limited.clock.advance(timedelta(minutes=11))
+    limited.deployment.sm.reap(limited.clock.now())
+    assert capacities(limited, urn) == [8000]
+    assert held(limited).bandwidth_kbps == 8000 and held(limited).vlans == 1
+    # and a smaller one committed: the quota now has room again
+    ok(alice.am.Update([urn], creds, pair(2000), {}))
+    ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
+    assert capacities(limited, urn) == [2000] and held(limited).bandwidth_kbps == 2000
+    ok(alice.am.Update([urn], creds, triple(2000, 8000), {}))  # 2,000 + 8,000 = the limit
+    ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
+    assert held(limited).bandwidth_kbps == 10000 and held(limited).nodes == 3
+    ended = {r.client_id: r.end_reason for r in limited.deployment.ledger.records() if not r.open}
+    assert ended["l1"] in ("removed by Update", "Update reverted (cancelled)", "Update reverted (expired)")
