@@ -273,6 +273,8 @@ class AggregateManager:
                "geni_error": s.error or "", "geni_client_id": s.client_id}
         if s.details.get("geni_start_time"):  # an advance reservation: when its term starts (as GCF shows it)
             out["geni_start_time"] = s.details["geni_start_time"]
+        if s.details.get("update_action"):  # a staged Update's commit will keep, add, remove, replace it
+            out["sx_update_action"] = s.details["update_action"]
         return out
 
     def _manifest(self, slice_urn: str, slivers: list[Sliver], now: datetime) -> str:
@@ -448,6 +450,10 @@ class AggregateManager:
             "slicex_update": {"methods": ["Update", "Cancel"], "geni_updating": True,
                               "update_expires_seconds": int(self.policy.allocation_lifetime.total_seconds()),
                               "changes": ["add and remove nodes and links", "change link capacity"],
+                              # per sliver of a staged Update: Status `sx_update_action`, and the manifest's
+                              # `action` attribute in this namespace
+                              "actions": ["kept", "rewired", "added", "removed", "replaced", "replacing"],
+                              "manifest_namespace": ns.UPDATE,
                               "refused": ["stitched links", "shared VLANs", "FPGA slivers",
                                           "changing a kept node's type, image or host"]},
         }

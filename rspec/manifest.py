@@ -13,7 +13,7 @@ from typing import Any
 
 from lxml import etree
 
-from rspec.namespaces import MANIFEST_XSD, PUBLIC, RSPEC3, XSI, q
+from rspec.namespaces import MANIFEST_XSD, PUBLIC, RSPEC3, UPDATE, XSI, q
 from slicex.clock import rfc3339
 from slicex.xmlsafe import parse_xml
 
@@ -58,14 +58,21 @@ def empty_manifest(now: datetime | None = None) -> str:
 
 def build_manifest(requests: Iterable[str], slivers: Iterable[SliverView], component_manager_id: str,
                    now: datetime | None = None) -> str:
-    """Merge the requests the slice's slivers came from into one manifest showing exactly `slivers`."""
-    by_client = {s.client_id: s for s in slivers}
+    """Merge the requests the slice's slivers came from into one manifest showing exactly `slivers`. During
+    a staged Update a link it replaces has two slivers under one client_id: the replaced one is shown from
+    the request it was allocated from, the replacing one from the Update's (the later request), each with
+    its own sliver_id and `update:action` (slice_manager/update.py ACTIONS)."""
+    views: dict[str, list[SliverView]] = {}
+    for s in slivers:
+        views.setdefault(s.client_id, []).append(s)
+    staged = any(v.details.get("update_action") for vs in views.values() for v in vs)
     root: etree._Element | None = None
-    seen: set[str] = set()
+    elements: dict[str, list[etree._Element]] = {}  # client_id -> its elements, in the requests' order
     for text in requests:
         req = parse_xml(text, "stored request")
         if root is None:
-            root = etree.Element(q(RSPEC3, "rspec"), nsmap=dict(req.nsmap))
+            extra = {"update": UPDATE} if staged and UPDATE not in req.nsmap.values() else {}
+            root = etree.Element(q(RSPEC3, "rspec"), nsmap={**dict(req.nsmap), **extra})
             for k, v in req.attrib.items():
                 root.set(k, v)
             root.set("type", "manifest")
@@ -76,18 +83,18 @@ def build_manifest(requests: Iterable[str], slivers: Iterable[SliverView], compo
                 if isinstance(child.tag, str) and child.tag not in (q(RSPEC3, "node"), q(RSPEC3, "link")):
                     root.append(copy.deepcopy(child))
         for el in req:
-            if el.tag not in (q(RSPEC3, "node"), q(RSPEC3, "link")):
-                continue
-            cid = el.get("client_id")
-            view = by_client.get(cid)
-            if view is None or cid in seen:
-                continue
-            seen.add(cid)
-            out = copy.deepcopy(el)
-            (_annotate_node if el.tag == q(RSPEC3, "node") else _annotate_link)(out, view, component_manager_id)
-            root.append(out)
+            if el.tag in (q(RSPEC3, "node"), q(RSPEC3, "link")) and el.get("client_id") in views:
+                elements.setdefault(el.get("client_id"), []).append(el)
     if root is None:
         return empty_manifest(now)
+    for cid, els in elements.items():
+        for view in views[cid]:
+            el = els[-1] if view.details.get("update_action") == "replacing" else els[0]
+            out = copy.deepcopy(el)
+            (_annotate_node if el.tag == q(RSPEC3, "node") else _annotate_link)(out, view, component_manager_id)
+            if view.details.get("update_action"):
+                out.set(q(UPDATE, "action"), str(view.details["update_action"]))
+            root.append(out)
     return etree.tostring(root, encoding="unicode", pretty_print=True)
 
 

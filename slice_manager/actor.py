@@ -564,6 +564,8 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
             error = error or r.reason  # e.g. a refused renewal: it still runs until its old end
         elif r.reason:
             error = r.reason
+        if alloc == up.UPDATING:  # what the staged Update's commit will do to it (slice_manager/update.py ACTIONS)
+            extra = {**extra, "update_action": rec.update}
         details = {**rec.details, **extra, "keys": list(rec.ticket.units) if rec.ticket else [],
                    "reservation": {"state": r.state, "pending": r.pending, "sequence": r.sequence,
                                    "request": r.request, "reason": r.reason}}

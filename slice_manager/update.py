@@ -38,6 +38,12 @@ STAGING, STAGED, COMMITTING, REVERTING = "staging", "staged", "committing", "rev
 waiting for Provision or Cancel or expiry; committing: Provision began (a crash here completes);
 reverting: Cancel or expiry began (a crash here completes the revert)."""
 
+ACTIONS = ("kept", "rewired", "added", "removed", "replaced", "replacing")
+"""What the commit of a staged Update does to each sliver it concerns, as Status (`sx_update_action`) and the
+manifest (`update:action`) say it: kept as it is; rewired (kept, its ports added or removed in place); added;
+removed; replaced (a link whose endpoints or capacity change: this sliver goes at the commit) and replacing (the
+new sliver of that link, under the same client_id, placed now and provisioned at the commit)."""
+
 NODE_FIXED = ("component_id", "sliver_type", "disk_image", "hardware_type", "exclusive", "fpga", "execute",
               "install")
 """What a kept node cannot change in place."""

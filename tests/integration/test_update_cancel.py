@@ -224,3 +224,47 @@ def test_update_of_an_advance_reservation_is_refused_naming_its_start(running):
     ok(alice.am.Allocate(urn, creds, two_nodes(), {"geni_start_time": start.strftime("%Y-%m-%dT%H:%M:%SZ")}))
     reply = alice.am.Update([urn], creds, three_nodes(), {})
     assert code(reply) == 1 and "advance reservation" in reply["output"]
+
+
+def test_status_and_describe_say_what_a_staged_update_will_do(running):
+    """Per sliver, in Status (`sx_update_action`) and in the manifest (`update:action`): a node left alone is
+    kept, nodes whose ports change are rewired, a node and a link left out are removed, a new node added, and
+    the link whose capacity changes has two slivers under one client_id, told apart: replaced and replacing."""
+    from rspec.namespaces import UPDATE
+
+    alice = running.user("alice")
+    urn, creds = alice.slice_credential("updsay")
+    before = request_rspec([vm("n0"), vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0", "n2:if1"]),
+                            vm("n3", ifaces=["n3:if0"])],
+                           [{"client_id": "l1", "ifaces": ["n1:if0", "n2:if0"]},
+                            {"client_id": "l2", "ifaces": ["n2:if1", "n3:if0"]}])
+    ok(alice.am.Allocate(urn, creds, before, {}))
+    ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
+    old = slivers_of(alice, urn, creds)
+    desired = request_rspec([vm("n0"), vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0"]), vm("n4")],
+                            [{"client_id": "l1", "ifaces": ["n1:if0", "n2:if0"], "capacity": 200000}])
+    ok(alice.am.Update([urn], creds, desired, {}))
+    status = ok(alice.am.Status([urn], creds, {}))["geni_slivers"]
+    said = sorted((s["geni_client_id"], s["sx_update_action"]) for s in status)
+    assert said == [("l1", "replaced"), ("l1", "replacing"), ("l2", "removed"), ("n0", "kept"), ("n1", "rewired"),
+                    ("n2", "rewired"), ("n3", "removed"), ("n4", "added")]
+    assert {s["geni_allocation_status"] for s in status} == {"geni_updating"}
+    replaced = next(s["geni_sliver_urn"] for s in status if s["sx_update_action"] == "replaced")
+    assert replaced == old["l1"]
+    manifest = ok(alice.am.Describe([urn], creds, {"geni_rspec_version": RSPEC_V3}))["geni_rspec"]
+    root = etree.fromstring(manifest.encode())
+    links = [el for el in root.iter(f"{{{RSPEC3}}}link") if el.get("client_id") == "l1"]
+    by_action = {el.get(f"{{{UPDATE}}}action"): el for el in links}
+    assert set(by_action) == {"replaced", "replacing"} and by_action["replaced"].get("sliver_id") == old["l1"]
+    assert by_action["replacing"].get("sliver_id") not in old.values()
+    capacity = {a: {p.get("capacity") for p in el.iter(f"{{{RSPEC3}}}property")} for a, el in by_action.items()}
+    assert "200000" in capacity["replacing"] and "200000" not in capacity["replaced"]
+    nodes = {el.get("client_id"): el.get(f"{{{UPDATE}}}action") for el in root.iter(f"{{{RSPEC3}}}node")}
+    assert nodes == {"n0": "kept", "n1": "rewired", "n2": "rewired", "n3": "removed", "n4": "added"}
+    # committed: nothing is updating any more, and neither says an action
+    ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
+    status = ok(alice.am.Status([urn], creds, {}))["geni_slivers"]
+    assert all("sx_update_action" not in s for s in status)
+    assert sorted(s["geni_client_id"] for s in status) == ["l1", "n0", "n1", "n2", "n4"]
+    manifest = ok(alice.am.Describe([urn], creds, {"geni_rspec_version": RSPEC_V3}))["geni_rspec"]
+    assert UPDATE not in manifest
