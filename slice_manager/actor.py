@@ -392,8 +392,9 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
                 refs = lk.details.get("interface_refs", [])
                 if cid in refs:
                     info["vlan_tag"] = lk.details.get("vlan_tag")
-                    if not info.get("ip"):
-                        info["ip"] = f"{lk.details['subnet']}.{refs.index(cid) + 1}"
+                    if not info.get("ip"):  # a link an Update replaced names the addresses it kept
+                        info["ip"] = ((lk.details.get("addresses") or {}).get(cid)
+                                      or f"{lk.details['subnet']}.{refs.index(cid) + 1}")
                         info["netmask"] = "255.255.255.0"
 
     # ---- renew, perform, delete --------------------------------------------------------------------------------

@@ -216,7 +216,35 @@ class Updates:
                 node = changes.desired.node(rec.client_id)
                 assert node is not None
                 rec.r = replace(rec.r, depends_on=tuple(self._links_of(node, recs, granted, changes.removed)))
+        self._keep_addresses(recs, granted, changes.removed, changes.desired)
         return granted, refused
+
+    def _keep_addresses(self, recs: dict[str, Record], granted: dict[str, Record], removed: tuple[str, ...],
+                        desired: Request) -> None:
+        """A link an Update replaces (its endpoints or capacity change) keeps its subnet and the addresses of
+        the interfaces it keeps; an interface new on it gets the lowest free address of that subnet, unless the
+        request gives one. The new link's `addresses` say so (kept nodes take them when rewired), and a new
+        node's interfaces on it are given theirs before it is redeemed (its driver uses the address given)."""
+        given = {i.client_id: i.ip for n in desired.nodes for i in n.interfaces if i.ip}
+        node_ips = {cid: str(info["ip"]) for rec in recs.values() if rec.kind == "node"
+                    for cid, info in (rec.details.get("interfaces") or {}).items() if info.get("ip")}
+        for new_id, old_id in self._replacements(recs, granted, removed).items():
+            new, old = granted[new_id], recs[old_id]
+            subnet = str(old.details.get("subnet") or "")
+            if not subnet:
+                continue
+            before = list(old.details.get("interface_refs") or ())
+            had = {cid: node_ips.get(cid) or (old.details.get("addresses") or {}).get(cid)
+                   or f"{subnet}.{n + 1}" for n, cid in enumerate(before)}
+            refs = list(new.details.get("interface_refs") or ())
+            taken = {had[c] for c in refs if c in had} | set(given.values())
+            free = (f"{subnet}.{n}" for n in range(1, 255) if f"{subnet}.{n}" not in taken)
+            addresses = {cid: given.get(cid) or had.get(cid) or next(free, "") for cid in refs}
+            new.details = {**new.details, "subnet": subnet, "addresses": addresses}
+            for rec in granted.values():
+                for cid, info in (rec.details.get("interfaces") or {}).items() if rec.kind == "node" else ():
+                    if addresses.get(cid) and not info.get("ip"):
+                        info["ip"], info["netmask"] = addresses[cid], info.get("netmask") or "255.255.255.0"
 
     @staticmethod
     def _orphan(part: Request, desired: Request, placed: set[str]) -> str:
@@ -247,12 +275,21 @@ class Updates:
         """A kept node's interface details after the change: the ones it keeps as bound, the new ones as the
         broker bound them (the new link's placement says where: `bindings`)."""
         before = dict(rec.details.get("interfaces") or {})
-        bound = {i: b for a in added.values() if a.kind == "link" for i, b in (a.details.get("bindings") or {}).items()}
+        links = [a for a in added.values() if a.kind == "link"]
+        bound = {i: b for a in links for i, b in (a.details.get("bindings") or {}).items()}
+        kept_on = {i: ip for a in links for i, ip in (a.details.get("addresses") or {}).items()}  # replaced links
+        moved = {i for a in links for i in (a.details.get("interface_refs") or ()) if i not in kept_on}
         out: dict[str, Any] = {}
         for ri in node.interfaces:
-            where = (before.get(ri.client_id) or bound.get(ri.client_id) or {}).get("component_id")
-            if where:  # the address the request gives, else (empty) the new link's subnet decides it
-                out[ri.client_id] = {"component_id": where, "ip": ri.ip or "", "netmask": ri.netmask or ""}
+            old = before.get(ri.client_id) or {}
+            where = (old or bound.get(ri.client_id) or {}).get("component_id")
+            if not where:
+                continue
+            # the address the request gives; else the one a replaced link keeps or gives it; else the one it
+            # has on a link the Update keeps; else (empty) its new link's subnet decides it
+            ip = ri.ip or kept_on.get(ri.client_id) or ("" if ri.client_id in moved else str(old.get("ip") or ""))
+            mask = ri.netmask or (str(old.get("netmask") or "") if ip and ip == old.get("ip") else "")
+            out[ri.client_id] = {"component_id": where, "ip": ip, "netmask": mask or ("255.255.255.0" if ip else "")}
         return out
 
     @staticmethod

@@ -268,3 +268,39 @@ def test_status_and_describe_say_what_a_staged_update_will_do(running):
     assert sorted(s["geni_client_id"] for s in status) == ["l1", "n0", "n1", "n2", "n4"]
     manifest = ok(alice.am.Describe([urn], creds, {"geni_rspec_version": RSPEC_V3}))["geni_rspec"]
     assert UPDATE not in manifest
+
+
+def addresses(user, urn: str, creds: list) -> dict[str, str]:
+    """interface client_id -> its address, from Describe's manifest."""
+    manifest = ok(user.am.Describe([urn], creds, {"geni_rspec_version": RSPEC_V3}))["geni_rspec"]
+    root = etree.fromstring(manifest.encode())
+    return {i.get("client_id"): ip.get("address") for i in root.iter(f"{{{RSPEC3}}}interface")
+            for ip in i.iter(f"{{{RSPEC3}}}ip")}
+
+
+def test_an_update_keeps_the_addresses_of_the_interfaces_it_keeps(running):
+    """Extending a link (n3 joins l1, named first) renumbered the nodes already on it (n1 10.10.0.1 ->
+    10.10.1.1): now they keep theirs and n3 gets a free address of the same subnet; then n1 leaves the link and
+    n4 joins: n4 takes the address n1 gave back, n2 and n3 keep theirs."""
+    alice = running.user("alice")
+    urn, creds, _ = provisioned_pair(alice, "updaddr")
+    before = addresses(alice, urn, creds)
+    assert set(before) == {"n1:if0", "n2:if0"} and before["n1:if0"] != before["n2:if0"]
+    subnet = before["n1:if0"].rsplit(".", 1)[0]
+    wider = request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0"]), vm("n3", ifaces=["n3:if0"])],
+                          [{"client_id": "l1", "ifaces": ["n3:if0", "n1:if0", "n2:if0"]}])
+    ok(alice.am.Update([urn], creds, wider, {}))
+    ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
+    after = addresses(alice, urn, creds)
+    assert {k: after[k] for k in before} == before
+    assert after["n3:if0"].rsplit(".", 1)[0] == subnet and after["n3:if0"] not in before.values()
+    moved = request_rspec([vm("n2", ifaces=["n2:if0"]), vm("n3", ifaces=["n3:if0"]), vm("n4", ifaces=["n4:if0"])],
+                          [{"client_id": "l1", "ifaces": ["n4:if0", "n3:if0", "n2:if0"]}])
+    ok(alice.am.Update([urn], creds, moved, {}))
+    ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
+    last = addresses(alice, urn, creds)
+    assert last == {"n2:if0": after["n2:if0"], "n3:if0": after["n3:if0"], "n4:if0": before["n1:if0"]}
+    # the authority's driver was given the same addresses the manifest shows
+    sm, now = running.deployment.sm, running.clock.now()
+    n4 = next(s for s in sm.slivers(urn, now) if s.client_id == "n4")
+    assert n4.details["interfaces"]["n4:if0"]["ip"] == before["n1:if0"]
