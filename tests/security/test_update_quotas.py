@@ -106,5 +106,5 @@ def test_update_charges_the_difference_and_the_ledger_follows_commit_cancel_and_
     ok(alice.am.Update([urn], creds, triple(2000, 8000), {}))  # 2,000 + 8,000 = the limit
     ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
     assert held(limited).bandwidth_kbps == 10000 and held(limited).nodes == 3
-    ended = {r.client_id: r.end_reason for r in limited.deployment.ledger.records() if not r.open}
-    assert ended["l1"] in ("removed by Update", "Update reverted (cancelled)", "Update reverted (expired)")
+    live = {s.urn for s in limited.deployment.sm.slivers(urn, limited.clock.now())}
+    assert {r.sliver_urn for r in limited.deployment.ledger.open_records()} == live
