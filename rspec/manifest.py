@@ -59,9 +59,10 @@ def empty_manifest(now: datetime | None = None) -> str:
 def build_manifest(requests: Iterable[str], slivers: Iterable[SliverView], component_manager_id: str,
                    now: datetime | None = None) -> str:
     """Merge the requests the slice's slivers came from into one manifest showing exactly `slivers`. During
-    a staged Update a link it replaces has two slivers under one client_id: the replaced one is shown from
-    the request it was allocated from, the replacing one from the Update's (the later request), each with
-    its own sliver_id and `update:action` (slice_manager/update.py ACTIONS)."""
+    a staged Update each element of the change says what the commit will do in `update:action`
+    (slice_manager/update.py ACTIONS), and a link it replaces, which has two slivers under one client_id (a
+    manifest's client_ids are unique), is the replaced one as allocated with an `update:replacement` child:
+    the replacing sliver's id and the new link's interface_refs and properties."""
     views: dict[str, list[SliverView]] = {}
     for s in slivers:
         views.setdefault(s.client_id, []).append(s)
@@ -88,14 +89,31 @@ def build_manifest(requests: Iterable[str], slivers: Iterable[SliverView], compo
     if root is None:
         return empty_manifest(now)
     for cid, els in elements.items():
-        for view in views[cid]:
-            el = els[-1] if view.details.get("update_action") == "replacing" else els[0]
-            out = copy.deepcopy(el)
-            (_annotate_node if el.tag == q(RSPEC3, "node") else _annotate_link)(out, view, component_manager_id)
-            if view.details.get("update_action"):
-                out.set(q(UPDATE, "action"), str(view.details["update_action"]))
-            root.append(out)
+        by_action = {str(v.details.get("update_action") or ""): v for v in views[cid]}
+        replacing = by_action.pop("replacing", None)
+        view = next(iter(by_action.values()), None) or replacing
+        assert view is not None
+        el = els[-1] if view is replacing else els[0]
+        out = copy.deepcopy(el)
+        (_annotate_node if el.tag == q(RSPEC3, "node") else _annotate_link)(out, view, component_manager_id)
+        if view.details.get("update_action"):
+            out.set(q(UPDATE, "action"), str(view.details["update_action"]))
+        if replacing is not None and view is not replacing:
+            _replacement(out, els[-1], replacing)
+        root.append(out)
     return etree.tostring(root, encoding="unicode", pretty_print=True)
+
+
+def _replacement(el: etree._Element, new: etree._Element, v: SliverView) -> None:
+    """What a link a staged Update replaces will become at the commit: the new sliver, its interface_refs and
+    properties (capacity, latency, loss as the Update asks them)."""
+    box = etree.SubElement(el, q(UPDATE, "replacement"), sliver_id=v.sliver_urn)
+    box.set("action", "replacing")
+    if v.details.get("vlan_tag") is not None:
+        box.set("vlantag", str(v.details["vlan_tag"]))
+    for child in new:
+        if child.tag in (q(RSPEC3, "interface_ref"), q(RSPEC3, "property")):
+            box.append(copy.deepcopy(child))
 
 
 def _annotate_node(el: etree._Element, v: SliverView, cm: str) -> None:

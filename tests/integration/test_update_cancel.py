@@ -229,8 +229,10 @@ def test_update_of_an_advance_reservation_is_refused_naming_its_start(running):
 def test_status_and_describe_say_what_a_staged_update_will_do(running):
     """Per sliver, in Status (`sx_update_action`) and in the manifest (`update:action`): a node left alone is
     kept, nodes whose ports change are rewired, a node and a link left out are removed, a new node added, and
-    the link whose capacity changes has two slivers under one client_id, told apart: replaced and replacing."""
+    the link whose capacity changes has two slivers under one client_id, told apart: replaced and replacing
+    (in the manifest, whose client_ids are unique, the replacing one is the replaced link's replacement)."""
     from rspec.namespaces import UPDATE
+    from rspec.validate import validate_rspec
 
     alice = running.user("alice")
     urn, creds = alice.slice_credential("updsay")
@@ -251,14 +253,18 @@ def test_status_and_describe_say_what_a_staged_update_will_do(running):
     assert {s["geni_allocation_status"] for s in status} == {"geni_updating"}
     replaced = next(s["geni_sliver_urn"] for s in status if s["sx_update_action"] == "replaced")
     assert replaced == old["l1"]
+    replacing = next(s["geni_sliver_urn"] for s in status if s["sx_update_action"] == "replacing")
     manifest = ok(alice.am.Describe([urn], creds, {"geni_rspec_version": RSPEC_V3}))["geni_rspec"]
     root = etree.fromstring(manifest.encode())
-    links = [el for el in root.iter(f"{{{RSPEC3}}}link") if el.get("client_id") == "l1"]
-    by_action = {el.get(f"{{{UPDATE}}}action"): el for el in links}
-    assert set(by_action) == {"replaced", "replacing"} and by_action["replaced"].get("sliver_id") == old["l1"]
-    assert by_action["replacing"].get("sliver_id") not in old.values()
-    capacity = {a: {p.get("capacity") for p in el.iter(f"{{{RSPEC3}}}property")} for a, el in by_action.items()}
-    assert "200000" in capacity["replacing"] and "200000" not in capacity["replaced"]
+    links = {el.get("client_id"): el for el in root.iter(f"{{{RSPEC3}}}link")}
+    assert len(list(root.iter(f"{{{RSPEC3}}}link"))) == 2  # client_ids stay unique: l1 and l2
+    assert links["l1"].get("sliver_id") == old["l1"] and links["l1"].get(f"{{{UPDATE}}}action") == "replaced"
+    assert links["l2"].get(f"{{{UPDATE}}}action") == "removed"
+    box = links["l1"].find(f"{{{UPDATE}}}replacement")
+    assert box.get("sliver_id") == replacing and replacing not in old.values()
+    assert {p.get("capacity") for p in box.iter(f"{{{RSPEC3}}}property")} == {"200000"}
+    assert "200000" not in {p.get("capacity") for p in links["l1"].findall(f"{{{RSPEC3}}}property")}
+    assert validate_rspec(manifest, "manifest") == []
     nodes = {el.get("client_id"): el.get(f"{{{UPDATE}}}action") for el in root.iter(f"{{{RSPEC3}}}node")}
     assert nodes == {"n0": "kept", "n1": "rewired", "n2": "rewired", "n3": "removed", "n4": "added"}
     # committed: nothing is updating any more, and neither says an action
