@@ -41,7 +41,7 @@ def triple(capacity: int, capacity2: int) -> str:
 @pytest.fixture(params=["embedded", "distributed"])
 def limited(request, pki_home: Home, tmp_path: Path) -> Iterator[Running]:
     yield from deployment(request.param, pki_home, tmp_path,
-                          quotas={"users": {"default": {"bandwidth_kbps": 10000, "nodes": 3}}})
+                          quotas={"users": {"default": {"bandwidth_kbps": 10000, "nodes": 4}}})
 
 
 def held(running: Running):
@@ -64,11 +64,11 @@ def test_update_cannot_pass_a_bandwidth_or_node_quota(limited: Running):
     reply = alice.am.Update([urn], creds, pair(900000), {})
     assert code(reply) == 3 and "10000 kbps of bandwidth" in reply["output"] and "asked 899000" in reply["output"]
     assert capacities(limited, urn) == [1000] and held(limited).bandwidth_kbps == 1000
-    # a third node and a link within the bandwidth, past `nodes: 3`? 2 + 1 fits; a fourth would not
-    four = request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0"]), vm("n3"), vm("n4")],
+    # three more nodes: 2 + 3 passes `nodes: 4`
+    five = request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0"]), vm("n3"), vm("n4"), vm("n5")],
                          [{"client_id": "l1", "ifaces": ["n1:if0", "n2:if0"], "capacity": 1000}])
-    reply = alice.am.Update([urn], creds, four, {})
-    assert code(reply) == 3 and "3 nodes" in reply["output"]
+    reply = alice.am.Update([urn], creds, five, {})
+    assert code(reply) == 3 and "4 nodes" in reply["output"] and "asked 3" in reply["output"]
     # a new link whose capacity together with what is held passes the limit
     reply = alice.am.Update([urn], creds, triple(1000, 9500), {})
     assert code(reply) == 3 and "asked 9500" in reply["output"]
@@ -106,5 +106,37 @@ def test_update_charges_the_difference_and_the_ledger_follows_commit_cancel_and_
     ok(alice.am.Update([urn], creds, triple(2000, 8000), {}))  # 2,000 + 8,000 = the limit
     ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
     assert held(limited).bandwidth_kbps == 10000 and held(limited).nodes == 3
+    live = {s.urn for s in limited.deployment.sm.slivers(urn, limited.clock.now())}
+    assert {r.sliver_urn for r in limited.deployment.ledger.open_records()} == live
+
+
+def test_an_update_and_an_allocate_at_once_cannot_together_pass_a_limit(limited: Running):
+    """alice's provisioned link of 1,000 kbps raised to 9,000 by Update while she Allocates a 5,000 kbps link
+    in another slice, at once (each on its own connection): under 10,000 only one is admitted (before, the
+    Update was charged nothing for the capacity, and both were)."""
+    from tests.security.test_quota_atomicity import _codes, _together
+
+    alice = limited.user("alice")
+    urn, creds = alice.slice_credential("updrace")
+    ok(alice.am.Allocate(urn, creds, pair(1000), {}))
+    ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
+    other, other_creds = alice.slice_credential("updrace2")
+    link = request_rspec([vm("m1", ifaces=["m1:if0"]), vm("m2", ifaces=["m2:if0"])],
+                         [{"client_id": "k", "ifaces": ["m1:if0", "m2:if0"], "capacity": 5000}])
+    first, second = limited.user("alice"), limited.user("alice")
+    replies = _together([lambda: first.am.Update([urn], creds, pair(9000), {}),
+                         lambda: second.am.Allocate(other, other_creds, link, {})])
+    assert sorted(_codes(replies)) == [0, 3], replies
+    assert held(limited).bandwidth_kbps in (9000, 6000)
+
+
+def test_an_update_of_allocated_slivers_is_charged_and_released_at_once(limited: Running):
+    alice = limited.user("alice")
+    urn, creds = alice.slice_credential("updnow")
+    ok(alice.am.Allocate(urn, creds, pair(1000), {}))
+    reply = alice.am.Update([urn], creds, pair(20000), {})
+    assert code(reply) == 3 and "asked 19000" in reply["output"]
+    ok(alice.am.Update([urn], creds, pair(6000), {}))  # applied at once: the old link is given back now
+    assert capacities(limited, urn) == [6000] and held(limited).bandwidth_kbps == 6000
     live = {s.urn for s in limited.deployment.sm.slivers(urn, limited.clock.now())}
     assert {r.sliver_urn for r in limited.deployment.ledger.open_records()} == live
