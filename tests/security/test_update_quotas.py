@@ -20,6 +20,7 @@ from slicex.home import Home
 from tests.factories import request_rspec, vm
 from tests.integration.conftest import AUTHORITY, Running, deployment
 from tests.integration.test_am_api import code, ok
+from tests.security.test_quota_atomicity import peer_home, peered  # noqa: F401 - pytest fixtures
 
 RSPEC_V3 = {"type": "GENI", "version": "3"}
 ALICE = f"urn:publicid:IDN+{AUTHORITY}+user+alice"
@@ -140,3 +141,21 @@ def test_an_update_of_allocated_slivers_is_charged_and_released_at_once(limited:
     assert capacities(limited, urn) == [6000] and held(limited).bandwidth_kbps == 6000
     live = {s.urn for s in limited.deployment.sm.slivers(urn, limited.clock.now())}
     assert {r.sliver_urn for r in limited.deployment.ledger.open_records()} == live
+
+
+def test_a_peers_user_cannot_pass_the_peers_quota_through_update(peered: Running, peer_home: Home):  # noqa: F811
+    """A federation peer's user holds the peer's `max_nodes: 2`; an Update adding a third node is REFUSED (7)
+    naming the rule, one replacing a link (no node, no sliver more at the commit) is admitted."""
+    from slicex.tls_xmlrpc import client
+    from tests.security.test_quota_atomicity import PEER, _slice_credential
+
+    cert, key = peer_home.user_cert("pat"), peer_home.user_key("pat")
+    urn, creds = _slice_credential(peer_home, PEER, cert, "pupd", peered.clock.now() + timedelta(days=1))
+    am = client(peered.deployment.endpoints.am_url, str(cert), str(key))
+    ok(am.Allocate(urn, creds, pair(1000), {}))
+    ok(am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
+    reply = am.Update([urn], creds, triple(1000, 1000), {})
+    assert code(reply) == 7 and "policy.max_nodes" in reply["output"]
+    ok(am.Update([urn], creds, pair(2000), {}))
+    ok(am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
+    assert capacities(peered, urn) == [2000]
