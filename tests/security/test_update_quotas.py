@@ -159,3 +159,37 @@ def test_a_peers_user_cannot_pass_the_peers_quota_through_update(peered: Running
     ok(am.Update([urn], creds, pair(2000), {}))
     ok(am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
     assert capacities(peered, urn) == [2000]
+
+
+@pytest.fixture(params=["embedded", "distributed"])
+def peered_slivers(request, pki_home: Home, tmp_path: Path, peer_home: Home) -> Iterator[Running]:  # noqa: F811
+    root = tmp_path / "testbed-a.pem"
+    root.write_bytes(peer_home.ca_cert.read_bytes())
+    yield from deployment(request.param, pki_home, tmp_path,
+                          peers={"testbed-a": {"root": str(root), "namespaces": ["a.test"],
+                                               "policy": {"max_slivers": 4}}})
+
+
+def test_a_staged_replacing_link_is_not_one_more_sliver_for_the_peer(peered_slivers: Running,
+                                                                     peer_home: Home):  # noqa: F811
+    """Under `max_slivers: 4` a peer's user holds a pair (3 slivers) and stages a capacity change of its link:
+    the peer still holds 3 (the commit or the revert drops one of the two l1), so a 1-node Allocate fits; a
+    second one does not."""
+    from slicex.tls_xmlrpc import client
+    from tests.security.test_quota_atomicity import PEER, _slice_credential
+
+    cert, key = peer_home.user_cert("pat"), peer_home.user_key("pat")
+    expires = peered_slivers.clock.now() + timedelta(days=1)
+    urn, creds = _slice_credential(peer_home, PEER, cert, "pslv", expires)
+    am = client(peered_slivers.deployment.endpoints.am_url, str(cert), str(key))
+    ok(am.Allocate(urn, creds, pair(1000), {}))
+    ok(am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
+    ok(am.Update([urn], creds, pair(2000), {}))
+    assert capacities(peered_slivers, urn) == [1000, 2000]
+    one, one_creds = _slice_credential(peer_home, PEER, cert, "pslv2", expires)
+    ok(am.Allocate(one, one_creds, request_rspec([vm("x")]), {}))
+    two, two_creds = _slice_credential(peer_home, PEER, cert, "pslv3", expires)
+    reply = am.Allocate(two, two_creds, request_rspec([vm("y")]), {})
+    assert code(reply) == 7 and "policy.max_slivers" in reply["output"]
+    ok(am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
+    assert capacities(peered_slivers, urn) == [2000]
