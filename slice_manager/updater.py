@@ -128,6 +128,7 @@ class Updates:
                 rec.update = "replacing" if rec.id in replaces else "added"
                 self._save(rec)
             self._charge(charged_to or owner, slice_urn, added, replaces, now)  # before staged: a crash reverts
+            self.fault("update:charged")
             self._put_update(pending)
             self.fault("update:staged")
             return [self._sliver(rec, now) for rec in [*recs.values(), *added.values()]] + refused

@@ -162,7 +162,7 @@ WIDER = request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0", "
                        vm("n3", ifaces=["n3:if0"])],
                       [{"client_id": "l1", "ifaces": ["n1:if0", "n2:if0"], "capacity": 5000},
                        {"client_id": "l2", "ifaces": ["n2:if1", "n3:if0"], "capacity": 2000}])
-LEDGER_COMMIT = [*COMMIT, "update:applied", "update:discharged"]
+LEDGER_COMMIT = ["update:staging", "update:charged", *COMMIT[1:], "update:applied", "update:discharged"]
 LEDGER_COMPLETES = COMPLETES | {"update:applied", "update:discharged"}
 
 
