@@ -54,6 +54,8 @@ def test_get_version_advertises_update_and_cancel(running):
     v = ok(running.user("alice").am.GetVersion())
     assert v["slicex_update"]["methods"] == ["Update", "Cancel"]
     assert "stitched links" in v["slicex_update"]["refused"] and "FPGA slivers" in v["slicex_update"]["refused"]
+    assert v["slicex_update"]["actions"] == ["kept", "rewired", "added", "removed", "replaced", "replacing"]
+    assert v["slicex_update"]["manifest_namespace"] == "http://slicex.dev/rspec/ext/update/1"
 
 
 def test_update_commit_then_cancel_restores_the_topology(running):
