@@ -452,7 +452,7 @@ class AggregateManager:
                               "changes": ["add and remove nodes and links", "change link capacity"],
                               # per sliver of a staged Update: Status `sx_update_action`, and the manifest's
                               # `action` attribute in this namespace
-                              "actions": ["kept", "rewired", "added", "removed", "replaced", "replacing"],
+                              "actions": list(sm.UPDATE_ACTIONS),
                               "manifest_namespace": ns.UPDATE,
                               "refused": ["stitched links", "shared VLANs", "FPGA slivers",
                                           "changing a kept node's type, image or host"]},

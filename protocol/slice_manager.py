@@ -16,6 +16,9 @@ ALLOCATED = "geni_allocated"
 UNALLOCATED = "geni_unallocated"
 PROVISIONED = "geni_provisioned"
 UPDATING = "geni_updating"  # a sliver of a staged Update (GENI change set C)
+UPDATE_ACTIONS = ("kept", "rewired", "added", "removed", "replaced", "replacing")
+"""What the commit of a staged Update does to each sliver it concerns (its `sx_update_action` in Status, its
+`update:action` in the manifest; slice_manager/update.py says what each means)."""
 
 PENDING_ALLOCATION = "geni_pending_allocation"
 NOTREADY = "geni_notready"
