@@ -273,6 +273,8 @@ class AggregateManager:
                "geni_error": s.error or "", "geni_client_id": s.client_id}
         if s.details.get("geni_start_time"):  # an advance reservation: when its term starts (as GCF shows it)
             out["geni_start_time"] = s.details["geni_start_time"]
+        if s.details.get("update_action"):  # a staged Update's commit will keep, add, remove, replace it
+            out["sx_update_action"] = s.details["update_action"]
         return out
 
     def _manifest(self, slice_urn: str, slivers: list[Sliver], now: datetime) -> str:
@@ -448,6 +450,10 @@ class AggregateManager:
             "slicex_update": {"methods": ["Update", "Cancel"], "geni_updating": True,
                               "update_expires_seconds": int(self.policy.allocation_lifetime.total_seconds()),
                               "changes": ["add and remove nodes and links", "change link capacity"],
+                              # per sliver of a staged Update: Status `sx_update_action`, and the manifest's
+                              # `action` attribute in this namespace
+                              "actions": list(sm.UPDATE_ACTIONS),
+                              "manifest_namespace": ns.UPDATE,
                               "refused": ["stitched links", "shared VLANs", "FPGA slivers",
                                           "changing a kept node's type, image or host"]},
         }
@@ -655,22 +661,14 @@ class AggregateManager:
         update_end = min(now + self.policy.allocation_lifetime, limit)
         named = [s.urn for s in slivers] if any(parse_urn(u).type == "sliver" for u in urns) else []
         best_effort = bool(options.get("geni_best_effort"))
+        caller = verified.effective_caller_urn
         if self.ledger is None:
-            updated = self.sm.update(slice_urn, named, request, alloc_end, update_end, now, best_effort)
-        else:  # what the Update adds counts against the owner's and project's limits like an Allocate
-            before = {s.urn for s in slivers}
-            had = {s.client_id for s in slivers}
-            added = Request(tuple(n for n in request.nodes if n.client_id not in had),
-                            tuple(lk for lk in request.links if lk.client_id not in had))
-            out: list[list[Sliver]] = []
-
-            def update(_end: datetime) -> list[Sliver]:
-                out.append(self.sm.update(slice_urn, named, request, alloc_end, update_end, now, best_effort))
-                return [s for s in out[0] if s.urn and s.urn not in before and s.allocation_state != sm.UNALLOCATED]
-
-            self.ledger.allocate(verified.effective_caller_urn, slice_urn, added, now, alloc_end, True, update,
-                                 peers=self.peers)
-            updated = out[0]
+            updated = self.sm.update(slice_urn, named, request, alloc_end, update_end, now, best_effort, caller)
+        else:  # what the Update adds (new slivers, a replaced link's larger capacity) counts against the caller's
+            # and the project's limits and the peer's policy, atomically as an Allocate (operations/ledger.py)
+            updated = self.ledger.update(caller, slice_urn, request, slivers, now, alloc_end,
+                                         lambda: self.sm.update(slice_urn, named, request, alloc_end, update_end,
+                                                                now, best_effort, caller), peers=self.peers)
         return result({"geni_rspec": self._manifest(slice_urn, self.sm.slivers(slice_urn, now), now),
                        "geni_slivers": [self._struct(s) for s in updated]})
 

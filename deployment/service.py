@@ -461,6 +461,7 @@ class EmbeddedDeployment:
         self.am.peers = self.peer_trust.gate(self.am_urn, held_slivers(self.sm.records), wanted_nodes(self.substrate))
         self.peer_trust.watch_tls(*(s.context for s in (self._am_server, self._am_v2_server) if s is not None))
         self.am.ledger = self.ledger  # usage records and service levels; the reaper ends expired usage
+        self.sm.ledger = self.ledger  # an Update's commit and revert end the usage they remove (slice_manager/updater.py)
         self.am.slice_members = slice_members_in(self.store)  # who geni_users may name besides the caller
         self.am.images = user_images(self.cfg, self.substrate.authority)  # ListImages, DeleteImage
         self.am.datasets = user_datasets(self.cfg)  # ListDatasets, DeleteDataset

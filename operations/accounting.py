@@ -69,6 +69,7 @@ class UsageRecord:
     expires: datetime | None = None  # the sliver's current end (Allocate, Provision, Renew): its end if it expires
     end: datetime | None = None  # None while the sliver lives
     end_reason: str = ""  # deleted | shut down | expired | ended (failed or released by the aggregate)
+    replaces: str = ""  # an Update's new link: the sliver it replaces at commit (counted beyond it meanwhile)
 
     @property
     def open(self) -> bool:
@@ -83,14 +84,16 @@ class UsageRecord:
                 "project": self.project, "kind": self.kind, "client_id": self.client_id,
                 "amounts": self.amounts.to_doc(), "start": rfc3339(self.start),
                 "expires": rfc3339(self.expires) if self.expires else None,
-                "end": rfc3339(self.end) if self.end else None, "end_reason": self.end_reason}
+                "end": rfc3339(self.end) if self.end else None, "end_reason": self.end_reason,
+                **({"replaces": self.replaces} if self.replaces else {})}
 
     @staticmethod
     def from_doc(d: Mapping[str, Any]) -> UsageRecord:
         return UsageRecord(d["sliver_urn"], d["slice_urn"], d["user"], d.get("project"), d.get("kind", ""),
                            d.get("client_id", ""), Amounts.from_doc(d.get("amounts", {})), parse_time(d["start"]),
                            parse_time(d["expires"]) if d.get("expires") else None,
-                           parse_time(d["end"]) if d.get("end") else None, d.get("end_reason", ""))
+                           parse_time(d["end"]) if d.get("end") else None, d.get("end_reason", ""),
+                           d.get("replaces", ""))
 
 
 def ended_at(rec: UsageRecord, now: datetime) -> datetime:
@@ -189,14 +192,28 @@ def held_over_time(records: Iterable[UsageRecord], by: str, resource: str, perio
     return out
 
 
+def beyond(amounts: Amounts, base: Amounts) -> Amounts:
+    """What `amounts` holds past `base`, resource by resource (never below zero): the charge of a link an
+    Update replaces by a larger one, or nothing for a smaller one."""
+    return Amounts(*(max(0, getattr(amounts, r) - getattr(base, r)) for r in RESOURCES))
+
+
+def counted(rec: UsageRecord, open_by_urn: Mapping[str, UsageRecord]) -> Amounts:
+    """What an open record counts against limits: all it holds, except a link an Update placed to replace one
+    still held (a staged Update), which counts only what it adds to the one it replaces. Once the commit
+    ends the replaced record it counts whole; a revert ends it and the replaced one counts as before."""
+    old = open_by_urn.get(rec.replaces) if rec.replaces else None
+    return beyond(rec.amounts, old.amounts) if old is not None else rec.amounts
+
+
 def held_now(records: Iterable[UsageRecord], user: str, project: str | None) -> tuple[Amounts, Amounts]:
     """What a user, and the project, hold in the open records (the slivers live now)."""
+    live = {rec.sliver_urn: rec for rec in records if rec.open}
     mine, theirs = Amounts(), Amounts()
-    for rec in records:
-        if not rec.open:
-            continue
+    for rec in live.values():
+        amounts = counted(rec, live)
         if rec.user == user:
-            mine = mine + rec.amounts
+            mine = mine + amounts
         if project is not None and rec.project == project:
-            theirs = theirs + rec.amounts
+            theirs = theirs + amounts
     return mine, theirs

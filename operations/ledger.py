@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
@@ -74,14 +74,17 @@ class Ledger:
         self.store.delete(OPEN, rec.sliver_urn)
         return done
 
-    def began(self, user: str, slice_urn: str, slivers: Iterable[Sliver], now: datetime) -> None:
-        """Open a record per sliver allocated. A store failure here is logged, not returned: the slivers exist,
-        and the caller must hear that they do."""
+    def began(self, user: str, slice_urn: str, slivers: Iterable[Sliver], now: datetime,
+              replaces: Mapping[str, str] | None = None) -> None:
+        """Open a record per sliver allocated (`replaces`: an Update's new link -> the sliver it replaces at
+        commit). A store failure here is logged, not returned: the slivers exist, and the caller must hear
+        that they do."""
         project = project_of(slice_urn)
         try:
             for s in slivers:
                 self._open(UsageRecord(s.urn, canonical_urn(slice_urn), user_key(user), project, s.kind, s.client_id,
-                                       sliver_amounts(s.kind, s.details), now, s.expires))
+                                       sliver_amounts(s.kind, s.details), now, s.expires,
+                                       replaces=(replaces or {}).get(s.urn, "")))
         except GeniError as exc:
             log.error("usage of slice %s not recorded: %s", slice_urn, exc.message)
 
@@ -144,6 +147,30 @@ class Ledger:
             slivers = allocate(end)
             self.began(user, slice_urn, slivers, now)
         return slivers
+
+    def update(self, user: str, slice_urn: str, desired: Request, slivers: Iterable[Sliver], now: datetime,
+               end: datetime, update: Callable[[], list[Sliver]], peers: PeerGate | None = None) -> list[Sliver]:
+        """Update through `update()` if the federation peer's policy and the user's and the project's limits
+        allow what the Update adds to the `slivers` it names (quotas.update_amounts: new nodes, links and
+        public ports, and a replaced link's larger capacity),
+        under the same count locks as Allocate, so an Update and an Allocate cannot together pass a limit.
+        The slice manager opens the records of what it adds and ends those of what a commit removes
+        (slice_manager/updater.py), each before the step that makes it final, so a crash leaves them whole."""
+        project = project_of(slice_urn)
+        lock = [k for k, limits in ((user_key(user), self.policy.for_user(user)),
+                                    (project, self.policy.for_project(project))) if k and limits.limits_amounts]
+        peer = peers.counted_as(user, slice_urn) if peers is not None else None
+        named = {s.client_id: sliver_amounts(s.kind, s.details) for s in slivers}
+        new = Request(tuple(n for n in desired.nodes if n.client_id not in named),
+                      tuple(lk for lk in desired.links if lk.client_id not in named))
+        with self._counting(lock + ([peer] if peer else [])):
+            if peers is not None:  # the peer counts slivers, nodes and cores: a replaced link adds none
+                peers.admit("Allocate", user, slice_urn, now, end, new, True)
+            if lock:
+                held_user, held_project = held_now(self.open_records(), user_key(user), project)
+                quotas.check_amounts(user_key(user), project, self.policy, held_user, held_project,
+                                     quotas.update_amounts(self.substrate, desired, named))
+            return update()
 
     def lease_end(self, slivers: Iterable[Sliver], now: datetime, end: datetime, cut: bool) -> tuple[datetime, str]:
         """The end Provision or Renew may give these slivers under their owners' and projects' lease lengths,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from operations.accounting import user_key
+from operations.accounting import beyond, user_key
 from resources import STANDARD
 from resources.kind import RESOURCES, Amounts
 from rspec.request import Request
@@ -152,6 +152,21 @@ def request_amounts(substrate: Substrate, request: Request) -> Amounts:
     federation peer gate counts it; FPGA nodes as one node and one FPGA sliver; one VLAN per link, each link's
     capacity as asked)."""
     return STANDARD.asked(substrate, request)
+
+
+def update_amounts(substrate: Substrate, desired: Request, named: Mapping[str, Amounts]) -> Amounts:
+    """What an Update to the `desired` RSpec adds to the slivers it names (`named`: client_id -> what each
+    holds): every new node (with its public ports) and new link whole, and for a link it keeps or replaces
+    what the desired one asks beyond what the old one holds (a larger capacity). A kept node cannot change
+    in place (slice_manager/update.py), so it adds nothing."""
+    out = Amounts()
+    for node in desired.nodes:
+        if node.client_id not in named:
+            out = out + request_amounts(substrate, Request((node,), ()))
+    for link in desired.links:
+        asked = request_amounts(substrate, Request((), (link,)))
+        out = out + (beyond(asked, named[link.client_id]) if link.client_id in named else asked)
+    return out
 
 
 # ---- the checks ---------------------------------------------------------------------------------------------------

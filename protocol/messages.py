@@ -193,6 +193,7 @@ class SliverDetails(TypedDict, total=False):
     packet_loss: float
     mirror_to: str  # measure:mirror: the capture interface (client_id) the link's packets are copied to
     bindings: dict[str, dict[str, str]]  # Update: a kept node's new interface -> its node and host interface
+    addresses: dict[str, str]  # Update: a link that replaced one, its interfaces' addresses (the kept ones kept)
     # added by the slice manager
     slice_urn: str
     owner: str  # the owner's user URN

@@ -16,6 +16,9 @@ ALLOCATED = "geni_allocated"
 UNALLOCATED = "geni_unallocated"
 PROVISIONED = "geni_provisioned"
 UPDATING = "geni_updating"  # a sliver of a staged Update (GENI change set C)
+UPDATE_ACTIONS = ("kept", "rewired", "added", "removed", "replaced", "replacing")
+"""What the commit of a staged Update does to each sliver it concerns (its `sx_update_action` in Status, its
+`update:action` in the manifest; slice_manager/update.py says what each means)."""
 
 PENDING_ALLOCATION = "geni_pending_allocation"
 NOTREADY = "geni_notready"
@@ -71,9 +74,10 @@ class SliceManager(Protocol):
     def delete(self, sliver_urns: list[str], now: datetime) -> list[Sliver]: ...
 
     def update(self, slice_urn: str, sliver_urns: list[str], request: Request, alloc_end: datetime,
-               update_end: datetime, now: datetime, best_effort: bool = False) -> list[Sliver]:
+               update_end: datetime, now: datetime, best_effort: bool = False, charged_to: str = "") -> list[Sliver]:
         """AM API Update (slice_manager/update.py): the named slivers (none: the slice's) become `request`;
-        with `best_effort` what does not fit is left out (its sliver struct says why) instead of refusing all."""
+        with `best_effort` what does not fit is left out (its sliver struct says why) instead of refusing all.
+        What it adds is recorded in the usage ledger against `charged_to` (the caller; default the owner)."""
         ...
 
     def cancel(self, slice_urn: str, sliver_urns: list[str], now: datetime) -> list[Sliver]:

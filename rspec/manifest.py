@@ -13,7 +13,7 @@ from typing import Any
 
 from lxml import etree
 
-from rspec.namespaces import MANIFEST_XSD, PUBLIC, RSPEC3, XSI, q
+from rspec.namespaces import MANIFEST_XSD, PUBLIC, RSPEC3, UPDATE, XSI, q
 from slicex.clock import rfc3339
 from slicex.xmlsafe import parse_xml
 
@@ -58,14 +58,22 @@ def empty_manifest(now: datetime | None = None) -> str:
 
 def build_manifest(requests: Iterable[str], slivers: Iterable[SliverView], component_manager_id: str,
                    now: datetime | None = None) -> str:
-    """Merge the requests the slice's slivers came from into one manifest showing exactly `slivers`."""
-    by_client = {s.client_id: s for s in slivers}
+    """Merge the requests the slice's slivers came from into one manifest showing exactly `slivers`. During
+    a staged Update each element of the change says what the commit will do in `update:action`
+    (slice_manager/update.py ACTIONS), and a link it replaces, which has two slivers under one client_id (a
+    manifest's client_ids are unique), is the replaced one as allocated with an `update:replacement` child:
+    the replacing sliver's id and the new link's interface_refs and properties."""
+    views: dict[str, list[SliverView]] = {}
+    for s in slivers:
+        views.setdefault(s.client_id, []).append(s)
+    staged = any(v.details.get("update_action") for vs in views.values() for v in vs)
     root: etree._Element | None = None
-    seen: set[str] = set()
+    elements: dict[str, list[etree._Element]] = {}  # client_id -> its elements, in the requests' order
     for text in requests:
         req = parse_xml(text, "stored request")
         if root is None:
-            root = etree.Element(q(RSPEC3, "rspec"), nsmap=dict(req.nsmap))
+            extra = {"update": UPDATE} if staged and UPDATE not in req.nsmap.values() else {}
+            root = etree.Element(q(RSPEC3, "rspec"), nsmap={**dict(req.nsmap), **extra})
             for k, v in req.attrib.items():
                 root.set(k, v)
             root.set("type", "manifest")
@@ -76,19 +84,36 @@ def build_manifest(requests: Iterable[str], slivers: Iterable[SliverView], compo
                 if isinstance(child.tag, str) and child.tag not in (q(RSPEC3, "node"), q(RSPEC3, "link")):
                     root.append(copy.deepcopy(child))
         for el in req:
-            if el.tag not in (q(RSPEC3, "node"), q(RSPEC3, "link")):
-                continue
-            cid = el.get("client_id")
-            view = by_client.get(cid)
-            if view is None or cid in seen:
-                continue
-            seen.add(cid)
-            out = copy.deepcopy(el)
-            (_annotate_node if el.tag == q(RSPEC3, "node") else _annotate_link)(out, view, component_manager_id)
-            root.append(out)
+            if el.tag in (q(RSPEC3, "node"), q(RSPEC3, "link")) and el.get("client_id") in views:
+                elements.setdefault(el.get("client_id"), []).append(el)
     if root is None:
         return empty_manifest(now)
+    for cid, els in elements.items():
+        by_action = {str(v.details.get("update_action") or ""): v for v in views[cid]}
+        replacing = by_action.pop("replacing", None)
+        view = next(iter(by_action.values()), None) or replacing
+        assert view is not None
+        el = els[-1] if view is replacing else els[0]
+        out = copy.deepcopy(el)
+        (_annotate_node if el.tag == q(RSPEC3, "node") else _annotate_link)(out, view, component_manager_id)
+        if view.details.get("update_action"):
+            out.set(q(UPDATE, "action"), str(view.details["update_action"]))
+        if replacing is not None and view is not replacing:
+            _replacement(out, els[-1], replacing)
+        root.append(out)
     return etree.tostring(root, encoding="unicode", pretty_print=True)
+
+
+def _replacement(el: etree._Element, new: etree._Element, v: SliverView) -> None:
+    """What a link a staged Update replaces will become at the commit: the new sliver, its interface_refs and
+    properties (capacity, latency, loss as the Update asks them)."""
+    box = etree.SubElement(el, q(UPDATE, "replacement"), sliver_id=v.sliver_urn)
+    box.set("action", "replacing")
+    if v.details.get("vlan_tag") is not None:
+        box.set("vlantag", str(v.details["vlan_tag"]))
+    for child in new:
+        if child.tag in (q(RSPEC3, "interface_ref"), q(RSPEC3, "property")):
+            box.append(copy.deepcopy(child))
 
 
 def _annotate_node(el: etree._Element, v: SliverView, cm: str) -> None:

@@ -12,6 +12,7 @@ PUBLIC = "http://slicex.dev/rspec/ext/public/1"  # public ports forwarded to nod
 MEASURE = "http://slicex.dev/rspec/ext/measure/1"  # a link's port mirror to a capture node (schemas/measure-1.xsd)
 QINQ = "http://slicex.dev/rspec/ext/qinq/1"
 CAPACITY = "http://slicex.dev/rspec/ext/capacity/1"
+UPDATE = "http://slicex.dev/rspec/ext/update/1"  # a staged Update's action per sliver (schemas/update-1.xsd)
 SLOT = "http://slicex.dev/rspec/ext/slot/1"  # ListResources slicex_find_slot: the slot found (rspec/slot.py)
 
 REQUEST_XSD = "http://www.geni.net/resources/rspec/3/request.xsd"

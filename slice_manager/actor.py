@@ -392,8 +392,9 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
                 refs = lk.details.get("interface_refs", [])
                 if cid in refs:
                     info["vlan_tag"] = lk.details.get("vlan_tag")
-                    if not info.get("ip"):
-                        info["ip"] = f"{lk.details['subnet']}.{refs.index(cid) + 1}"
+                    if not info.get("ip"):  # a link an Update replaced names the addresses it kept
+                        info["ip"] = ((lk.details.get("addresses") or {}).get(cid)
+                                      or f"{lk.details['subnet']}.{refs.index(cid) + 1}")
                         info["netmask"] = "255.255.255.0"
 
     # ---- renew, perform, delete --------------------------------------------------------------------------------
@@ -564,6 +565,8 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
             error = error or r.reason  # e.g. a refused renewal: it still runs until its old end
         elif r.reason:
             error = r.reason
+        if alloc == up.UPDATING:  # what the staged Update's commit will do to it (slice_manager/update.py ACTIONS)
+            extra = {**extra, "update_action": rec.update}
         details = {**rec.details, **extra, "keys": list(rec.ticket.units) if rec.ticket else [],
                    "reservation": {"state": r.state, "pending": r.pending, "sequence": r.sequence,
                                    "request": r.request, "reason": r.reason}}

@@ -18,10 +18,11 @@ ENDED = (rs.CLOSE_WAIT, rs.CLOSED, rs.FAILED)
 
 def held_slivers(records: Callable[[], list[Any]]) -> Callable[[], list[Held]]:
     """Live slivers from the slice manager's records (ActorSliceManager.records): neither ended, failed nor
-    being discarded."""
+    being discarded. A staged Update's replacing link is not one more: its commit releases the one it
+    replaces, its revert the replacing one."""
     def held() -> list[Held]:
         return [Held(rec.owner_urn, rec.slice_urn, rec.kind, int(rec.details.get("cores", 0) or 0))
-                for rec in records() if rec.r.state not in ENDED and not rec.discard]
+                for rec in records() if rec.r.state not in ENDED and not rec.discard and rec.update != "replacing"]
     return held
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from protocol import slice_manager as sm_protocol
 from protocol.slice_manager import UPDATING  # noqa: E402,F401 - the allocation state of a staged update's slivers
 from rspec.request import Request, RequestLink, RequestNode
 from slicex.clock import parse_time, rfc3339
@@ -37,6 +38,12 @@ STAGING, STAGED, COMMITTING, REVERTING = "staging", "staged", "committing", "rev
 """Phases of a pending update. staging: the broker is being asked (a crash here reverts); staged: placed,
 waiting for Provision or Cancel or expiry; committing: Provision began (a crash here completes);
 reverting: Cancel or expiry began (a crash here completes the revert)."""
+
+ACTIONS = sm_protocol.UPDATE_ACTIONS
+"""What the commit of a staged Update does to each sliver it concerns, as Status (`sx_update_action`) and the
+manifest (`update:action`) say it: kept as it is; rewired (kept, its ports added or removed in place); added;
+removed; replaced (a link whose endpoints or capacity change: this sliver goes at the commit) and replacing (the
+new sliver of that link, under the same client_id, placed now and provisioned at the commit)."""
 
 NODE_FIXED = ("component_id", "sliver_type", "disk_image", "hardware_type", "exclusive", "fpga", "execute",
               "install")

@@ -11,7 +11,13 @@ kept nodes are rewired at the authority (action `slicex_rewire`: the driver adds
 place), the removed slivers are closed, and the desired RSpec becomes the slice's request. Cancel, the
 update's expiry (the reaper) or a failed commit revert it: the added slivers are closed and rewired nodes put
 back. A slice manager restarted anywhere completes a commit that began and reverts anything else (`recover`
-calls `_settle_updates`)."""
+calls `_settle_updates`).
+
+Usage (operations/ledger.py, when the deployment gives one as `ledger`): the records of what an Update adds
+are opened before the update is marked staged (a replacing link's record names the link it replaces, and
+counts only what it adds to it meanwhile); a commit ends the records of what it removed, a revert those of
+what it added, each before the pending update is deleted, so a slice manager restarted after a crash that
+completes the commit or the revert leaves the ledger whole."""
 
 from __future__ import annotations
 
@@ -41,6 +47,8 @@ log = logging.getLogger("slicex.sm")
 class Updates:
     """Update, Cancel, and the commit and revert of a pending update."""
 
+    ledger: Any = None  # operations.ledger.Ledger: usage records of what an Update adds and removes (or None)
+
     # ---- the pending update record ---------------------------------------------------------------------------
     def pending_update(self, slice_urn: str) -> up.PendingUpdate | None:
         doc = self.store.get(UPDATES, slice_urn)
@@ -51,10 +59,11 @@ class Updates:
 
     # ---- Update ------------------------------------------------------------------------------------------------
     def update(self, slice_urn: str, sliver_urns: list[str], request: Request, alloc_end: datetime,
-               update_end: datetime, now: datetime, best_effort: bool = False) -> list[Sliver]:
+               update_end: datetime, now: datetime, best_effort: bool = False, charged_to: str = "") -> list[Sliver]:
         """Change the named slivers (all of the slice's when none are named) to `request`, the complete desired
         RSpec for them. Allocated slivers change at once (added ones are allocated until `alloc_end`); when
-        one is provisioned the change is staged until `update_end` (Provision commits it, Cancel reverts it)."""
+        one is provisioned the change is staged until `update_end` (Provision commits it, Cancel reverts it).
+        What it adds is recorded in the ledger against `charged_to` (default: the slivers' owner)."""
         self._catch_up(now)
         with self._on_slices([slice_urn]):
             live = [rec for rec in self.records(slice_urn) if not rec.discard
@@ -68,10 +77,10 @@ class Updates:
                                      f"({pending.phase}); Provision to commit it or Cancel it before another "
                                      f"Update")
                 recs = {u: self._require(u, now) for u in sorted(named)}
-                return self._update(slice_urn, recs, request, alloc_end, update_end, now, best_effort)
+                return self._update(slice_urn, recs, request, alloc_end, update_end, now, best_effort, charged_to)
 
     def _update(self, slice_urn: str, recs: dict[str, Record], request: Request, alloc_end: datetime,
-                update_end: datetime, now: datetime, best_effort: bool) -> list[Sliver]:
+                update_end: datetime, now: datetime, best_effort: bool, charged_to: str = "") -> list[Sliver]:
         failed = [rec for rec in recs.values() if rec.r.state == rs.FAILED or rec.r.pending != rs.NONE]
         if failed:
             rec = failed[0]
@@ -101,20 +110,47 @@ class Updates:
                              "after": self._interfaces_after(recs[rid], node, added),
                              "depends_on": self._links_of(node, recs, added, changes.removed)}
                        for rid, node in changes.rewired.items()}
+            replaces = self._replacements(recs, added, changes.removed)
             if not staged:  # allocated slivers change at once (the removed ones answer geni_unallocated)
                 self._apply(slice_urn, recs, added, changes.removed, rewired, request, request_key, now)
+                self._charge(charged_to or owner, slice_urn, added, replaces, now)
+                self._discharge(changes.removed, now, "removed by Update")
                 return [self._sliver(rec, now) for rec in [*recs.values(), *added.values()]] + refused
             pending = replace(pending, phase=up.STAGED, added=tuple(added), rewired=rewired,
                               members=tuple(dict.fromkeys([*recs, *added])), request_xml=request.xml,
                               request_key=request_key)
+            replaced = set(replaces.values())
             for rid, rec in recs.items():
-                rec.update = ("removed" if rid in changes.removed else "rewired" if rid in rewired else "kept")
+                rec.update = ("replaced" if rid in replaced else "removed" if rid in changes.removed
+                              else "rewired" if rid in rewired else "kept")
                 self._save(rec)
             for rec in added.values():
+                rec.update = "replacing" if rec.id in replaces else "added"
                 self._save(rec)
+            self._charge(charged_to or owner, slice_urn, added, replaces, now)  # before staged: a crash reverts
+            self.fault("update:charged")
             self._put_update(pending)
             self.fault("update:staged")
             return [self._sliver(rec, now) for rec in [*recs.values(), *added.values()]] + refused
+
+    @staticmethod
+    def _replacements(recs: dict[str, Record], added: dict[str, Record], removed: tuple[str, ...]) -> dict[str, str]:
+        """Each added link that replaces a removed one (same client_id: its endpoints or capacity changed) ->
+        the sliver it replaces."""
+        gone = {recs[rid].client_id: rid for rid in removed if rid in recs and recs[rid].kind == "link"}
+        return {rec.id: gone[rec.client_id] for rec in added.values() if rec.kind == "link" and rec.client_id in gone}
+
+    def _charge(self, user: str, slice_urn: str, added: dict[str, Record], replaces: dict[str, str],
+                now: datetime) -> None:
+        """Open the usage records of what an Update adds (a no-op without a ledger)."""
+        if self.ledger is not None and added:
+            self.ledger.began(user, slice_urn, [self._sliver(rec, now) for rec in added.values()], now, replaces)
+
+    def _discharge(self, sliver_ids: Iterable[str], now: datetime, reason: str) -> None:
+        """End the usage records of slivers an Update's commit removed or its revert gave back (ending one
+        already ended does nothing, so a commit or revert completed after a crash may end them again)."""
+        if self.ledger is not None:
+            self.ledger.ended(list(sliver_ids), now, reason)
 
     def _place_added(self, pending: up.PendingUpdate | None, changes: up.ChangeSet, recs: dict[str, Record],
                      owner: str, end: datetime, best_effort: bool,
@@ -181,7 +217,35 @@ class Updates:
                 node = changes.desired.node(rec.client_id)
                 assert node is not None
                 rec.r = replace(rec.r, depends_on=tuple(self._links_of(node, recs, granted, changes.removed)))
+        self._keep_addresses(recs, granted, changes.removed, changes.desired)
         return granted, refused
+
+    def _keep_addresses(self, recs: dict[str, Record], granted: dict[str, Record], removed: tuple[str, ...],
+                        desired: Request) -> None:
+        """A link an Update replaces (its endpoints or capacity change) keeps its subnet and the addresses of
+        the interfaces it keeps; an interface new on it gets the lowest free address of that subnet, unless the
+        request gives one. The new link's `addresses` say so (kept nodes take them when rewired), and a new
+        node's interfaces on it are given theirs before it is redeemed (its driver uses the address given)."""
+        given = {i.client_id: i.ip for n in desired.nodes for i in n.interfaces if i.ip}
+        node_ips = {cid: str(info["ip"]) for rec in recs.values() if rec.kind == "node"
+                    for cid, info in (rec.details.get("interfaces") or {}).items() if info.get("ip")}
+        for new_id, old_id in self._replacements(recs, granted, removed).items():
+            new, old = granted[new_id], recs[old_id]
+            subnet = str(old.details.get("subnet") or "")
+            if not subnet:
+                continue
+            before = list(old.details.get("interface_refs") or ())
+            had = {cid: node_ips.get(cid) or (old.details.get("addresses") or {}).get(cid)
+                   or f"{subnet}.{n + 1}" for n, cid in enumerate(before)}
+            refs = list(new.details.get("interface_refs") or ())
+            taken = {had[c] for c in refs if c in had} | set(given.values())
+            free = (f"{subnet}.{n}" for n in range(1, 255) if f"{subnet}.{n}" not in taken)
+            addresses = {cid: given.get(cid) or had.get(cid) or next(free, "") for cid in refs}
+            new.details = {**new.details, "subnet": subnet, "addresses": addresses}
+            for rec in granted.values():
+                for cid, info in (rec.details.get("interfaces") or {}).items() if rec.kind == "node" else ():
+                    if addresses.get(cid) and not info.get("ip"):
+                        info["ip"], info["netmask"] = addresses[cid], info.get("netmask") or "255.255.255.0"
 
     @staticmethod
     def _orphan(part: Request, desired: Request, placed: set[str]) -> str:
@@ -212,12 +276,21 @@ class Updates:
         """A kept node's interface details after the change: the ones it keeps as bound, the new ones as the
         broker bound them (the new link's placement says where: `bindings`)."""
         before = dict(rec.details.get("interfaces") or {})
-        bound = {i: b for a in added.values() if a.kind == "link" for i, b in (a.details.get("bindings") or {}).items()}
+        links = [a for a in added.values() if a.kind == "link"]
+        bound = {i: b for a in links for i, b in (a.details.get("bindings") or {}).items()}
+        kept_on = {i: ip for a in links for i, ip in (a.details.get("addresses") or {}).items()}  # replaced links
+        moved = {i for a in links for i in (a.details.get("interface_refs") or ()) if i not in kept_on}
         out: dict[str, Any] = {}
         for ri in node.interfaces:
-            where = (before.get(ri.client_id) or bound.get(ri.client_id) or {}).get("component_id")
-            if where:  # the address the request gives, else (empty) the new link's subnet decides it
-                out[ri.client_id] = {"component_id": where, "ip": ri.ip or "", "netmask": ri.netmask or ""}
+            old = before.get(ri.client_id) or {}
+            where = (old or bound.get(ri.client_id) or {}).get("component_id")
+            if not where:
+                continue
+            # the address the request gives; else the one a replaced link keeps or gives it; else the one it
+            # has on a link the Update keeps; else (empty) its new link's subnet decides it
+            ip = ri.ip or kept_on.get(ri.client_id) or ("" if ri.client_id in moved else str(old.get("ip") or ""))
+            mask = ri.netmask or (str(old.get("netmask") or "") if ip and ip == old.get("ip") else "")
+            out[ri.client_id] = {"component_id": where, "ip": ip, "netmask": mask or ("255.255.255.0" if ip else "")}
         return out
 
     @staticmethod
@@ -298,13 +371,16 @@ class Updates:
         added = {rid: recs[rid] for rid in u.added if rid in recs}
         kept = {rid: rec for rid, rec in recs.items() if rid not in u.added}
         self._apply(u.slice_urn, kept, added, u.removed, u.rewired, Request((), (), u.request_xml), u.request_key, now)
+        self.fault("update:applied")
+        self._discharge(u.removed, now, "removed by Update")
+        self.fault("update:discharged")
         self.store.delete(UPDATES, u.slice_urn)
         return [self._sliver(rec, now) for rec in recs.values() if rec.id not in u.removed]
 
     def _running(self, recs: Iterable[Record], now: datetime) -> bool:
         """Whether a node of the slice the update keeps is up (then what the update adds boots at commit)."""
         for rec in recs:
-            if rec.kind == "node" and rec.r.state in rs.HOLDS_LEASE and rec.update != "added":
+            if rec.kind == "node" and rec.r.state in rs.HOLDS_LEASE and rec.update not in ("added", "replacing"):
                 if self.authority.status(rec.ticket_id, now)[0] in (sm.READY, sm.CONFIGURING):
                     return True
         return False
@@ -335,6 +411,7 @@ class Updates:
         recs = {rid: rec for rid in u.members if (rec := self._load(rid)) is not None}
         added = {rid: recs[rid] for rid in u.added if rid in recs}
         self._abandon(added, now)
+        self._discharge(u.added, now, f"Update reverted ({u.reason})" if u.reason else "Update reverted")
         self.fault("update:reverting")
         for rid, change in u.rewired.items():
             rec = recs.get(rid)

@@ -54,6 +54,8 @@ def test_get_version_advertises_update_and_cancel(running):
     v = ok(running.user("alice").am.GetVersion())
     assert v["slicex_update"]["methods"] == ["Update", "Cancel"]
     assert "stitched links" in v["slicex_update"]["refused"] and "FPGA slivers" in v["slicex_update"]["refused"]
+    assert v["slicex_update"]["actions"] == ["kept", "rewired", "added", "removed", "replaced", "replacing"]
+    assert v["slicex_update"]["manifest_namespace"] == "http://slicex.dev/rspec/ext/update/1"
 
 
 def test_update_commit_then_cancel_restores_the_topology(running):
@@ -224,3 +226,89 @@ def test_update_of_an_advance_reservation_is_refused_naming_its_start(running):
     ok(alice.am.Allocate(urn, creds, two_nodes(), {"geni_start_time": start.strftime("%Y-%m-%dT%H:%M:%SZ")}))
     reply = alice.am.Update([urn], creds, three_nodes(), {})
     assert code(reply) == 1 and "advance reservation" in reply["output"]
+
+
+def test_status_and_describe_say_what_a_staged_update_will_do(running):
+    """Per sliver, in Status (`sx_update_action`) and in the manifest (`update:action`): a node left alone is
+    kept, nodes whose ports change are rewired, a node and a link left out are removed, a new node added, and
+    the link whose capacity changes has two slivers under one client_id, told apart: replaced and replacing
+    (in the manifest, whose client_ids are unique, the replacing one is the replaced link's replacement)."""
+    from rspec.namespaces import UPDATE
+    from rspec.validate import validate_rspec
+
+    alice = running.user("alice")
+    urn, creds = alice.slice_credential("updsay")
+    before = request_rspec([vm("n0"), vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0", "n2:if1"]),
+                            vm("n3", ifaces=["n3:if0"])],
+                           [{"client_id": "l1", "ifaces": ["n1:if0", "n2:if0"]},
+                            {"client_id": "l2", "ifaces": ["n2:if1", "n3:if0"]}])
+    ok(alice.am.Allocate(urn, creds, before, {}))
+    ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
+    old = slivers_of(alice, urn, creds)
+    desired = request_rspec([vm("n0"), vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0"]), vm("n4")],
+                            [{"client_id": "l1", "ifaces": ["n1:if0", "n2:if0"], "capacity": 200000}])
+    ok(alice.am.Update([urn], creds, desired, {}))
+    status = ok(alice.am.Status([urn], creds, {}))["geni_slivers"]
+    said = sorted((s["geni_client_id"], s["sx_update_action"]) for s in status)
+    assert said == [("l1", "replaced"), ("l1", "replacing"), ("l2", "removed"), ("n0", "kept"), ("n1", "rewired"),
+                    ("n2", "rewired"), ("n3", "removed"), ("n4", "added")]
+    assert {s["geni_allocation_status"] for s in status} == {"geni_updating"}
+    replaced = next(s["geni_sliver_urn"] for s in status if s["sx_update_action"] == "replaced")
+    assert replaced == old["l1"]
+    replacing = next(s["geni_sliver_urn"] for s in status if s["sx_update_action"] == "replacing")
+    manifest = ok(alice.am.Describe([urn], creds, {"geni_rspec_version": RSPEC_V3}))["geni_rspec"]
+    root = etree.fromstring(manifest.encode())
+    links = {el.get("client_id"): el for el in root.iter(f"{{{RSPEC3}}}link")}
+    assert len(list(root.iter(f"{{{RSPEC3}}}link"))) == 2  # client_ids stay unique: l1 and l2
+    assert links["l1"].get("sliver_id") == old["l1"] and links["l1"].get(f"{{{UPDATE}}}action") == "replaced"
+    assert links["l2"].get(f"{{{UPDATE}}}action") == "removed"
+    box = links["l1"].find(f"{{{UPDATE}}}replacement")
+    assert box.get("sliver_id") == replacing and replacing not in old.values()
+    assert {p.get("capacity") for p in box.iter(f"{{{RSPEC3}}}property")} == {"200000"}
+    assert "200000" not in {p.get("capacity") for p in links["l1"].findall(f"{{{RSPEC3}}}property")}
+    assert validate_rspec(manifest, "manifest") == []
+    nodes = {el.get("client_id"): el.get(f"{{{UPDATE}}}action") for el in root.iter(f"{{{RSPEC3}}}node")}
+    assert nodes == {"n0": "kept", "n1": "rewired", "n2": "rewired", "n3": "removed", "n4": "added"}
+    # committed: nothing is updating any more, and neither says an action
+    ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
+    status = ok(alice.am.Status([urn], creds, {}))["geni_slivers"]
+    assert all("sx_update_action" not in s for s in status)
+    assert sorted(s["geni_client_id"] for s in status) == ["l1", "n0", "n1", "n2", "n4"]
+    manifest = ok(alice.am.Describe([urn], creds, {"geni_rspec_version": RSPEC_V3}))["geni_rspec"]
+    assert UPDATE not in manifest
+
+
+def addresses(user, urn: str, creds: list) -> dict[str, str]:
+    """interface client_id -> its address, from Describe's manifest."""
+    manifest = ok(user.am.Describe([urn], creds, {"geni_rspec_version": RSPEC_V3}))["geni_rspec"]
+    root = etree.fromstring(manifest.encode())
+    return {i.get("client_id"): ip.get("address") for i in root.iter(f"{{{RSPEC3}}}interface")
+            for ip in i.iter(f"{{{RSPEC3}}}ip")}
+
+
+def test_an_update_keeps_the_addresses_of_the_interfaces_it_keeps(running):
+    """Extending a link (n3 joins l1, named first) renumbered the nodes already on it (n1 10.10.0.1 ->
+    10.10.1.1): now they keep theirs and n3 gets a free address of the same subnet; then n1 leaves the link and
+    n4 joins: n4 takes the address n1 gave back, n2 and n3 keep theirs."""
+    alice = running.user("alice")
+    urn, creds, _ = provisioned_pair(alice, "updaddr")
+    before = addresses(alice, urn, creds)
+    assert set(before) == {"n1:if0", "n2:if0"} and before["n1:if0"] != before["n2:if0"]
+    subnet = before["n1:if0"].rsplit(".", 1)[0]
+    wider = request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0"]), vm("n3", ifaces=["n3:if0"])],
+                          [{"client_id": "l1", "ifaces": ["n3:if0", "n1:if0", "n2:if0"]}])
+    ok(alice.am.Update([urn], creds, wider, {}))
+    ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
+    after = addresses(alice, urn, creds)
+    assert {k: after[k] for k in before} == before
+    assert after["n3:if0"].rsplit(".", 1)[0] == subnet and after["n3:if0"] not in before.values()
+    moved = request_rspec([vm("n2", ifaces=["n2:if0"]), vm("n3", ifaces=["n3:if0"]), vm("n4", ifaces=["n4:if0"])],
+                          [{"client_id": "l1", "ifaces": ["n4:if0", "n3:if0", "n2:if0"]}])
+    ok(alice.am.Update([urn], creds, moved, {}))
+    ok(alice.am.Provision([urn], creds, {"geni_rspec_version": RSPEC_V3}))
+    last = addresses(alice, urn, creds)
+    assert last == {"n2:if0": after["n2:if0"], "n3:if0": after["n3:if0"], "n4:if0": before["n1:if0"]}
+    # the authority's driver was given the same addresses the manifest shows
+    sm, now = running.deployment.sm, running.clock.now()
+    n4 = next(s for s in sm.slivers(urn, now) if s.client_id == "n4")
+    assert n4.details["interfaces"]["n4:if0"]["ip"] == before["n1:if0"]

@@ -155,3 +155,82 @@ def test_a_provision_that_waited_while_another_worker_reverted_the_update_commit
         w.sm._provision_update(seen, [s.urn for s in slivers], now + timedelta(hours=2), [], now)
     assert topology(w, clock) == {"n1", "n2", "l1"} and w.sm.pending_update(SLICE) is None
     converged(w, store)
+
+
+# ---- the usage ledger across a crash -----------------------------------------------------------------------
+WIDER = request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0", "n2:if1"]),
+                       vm("n3", ifaces=["n3:if0"])],
+                      [{"client_id": "l1", "ifaces": ["n1:if0", "n2:if0"], "capacity": 5000},
+                       {"client_id": "l2", "ifaces": ["n2:if1", "n3:if0"], "capacity": 2000}])
+LEDGER_COMMIT = ["update:staging", "update:charged", *COMMIT[1:], "update:applied", "update:discharged"]
+LEDGER_COMPLETES = COMPLETES | {"update:applied", "update:discharged"}
+
+
+def ledger_whole(w: World, ledger, clock: ManualClock) -> None:
+    """Every live sliver of the slice has one open usage record and no other is open; what the quota check
+    counts is what the live slivers hold."""
+    from operations.accounting import held_now, sliver_amounts, total
+
+    live = w.sm.slivers(SLICE, clock.now())
+    assert {r.sliver_urn for r in ledger.open_records()} == {s.urn for s in live}
+    assert held_now(ledger.open_records(), "o", None)[0] == total(sliver_amounts(s.kind, s.details) for s in live)
+
+
+def run_with_ledger(store, boundary: str, cancel: bool) -> None:
+    """A provisioned pair (l1 at 1,000 kbps) recorded in the ledger; an Update through the ledger that adds n3
+    and l2 and replaces l1 by one of 5,000 kbps; Provision (or Cancel) killed at `boundary`."""
+    from operations.ledger import Ledger
+
+    def hook(b: str) -> None:
+        if b == boundary:
+            raise Crash(b)
+
+    clock = ManualClock()
+    w = World(store, hook)
+    w.clock = clock
+    ledger = Ledger(store, w.sm.substrate)
+    w.sm.ledger = ledger
+    now = clock.now()
+    pair = parse_request(request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0"])],
+                                       [{"client_id": "l1", "ifaces": ["n1:if0", "n2:if0"], "capacity": 1000}]))
+    slivers = ledger.allocate("o", SLICE, pair, now, now + timedelta(minutes=10), True,
+                              lambda end: w.sm.allocate(SLICE, "o", pair, end, now))
+    ledger.extended(w.sm.provision([s.urn for s in slivers], now + timedelta(hours=2), [], now))
+    with pytest.raises(Crash):
+        ledger.update("o", SLICE, parse_request(WIDER), w.sm.slivers(SLICE, now), now, now + timedelta(minutes=10),
+                      lambda: w.sm.update(SLICE, [], parse_request(WIDER), now + timedelta(minutes=10),
+                                          now + timedelta(minutes=10), now, charged_to="o"))
+        if cancel:
+            w.sm.cancel(SLICE, [], now)
+        else:
+            ledger.extended(w.sm.provision([s.urn for s in w.sm.slivers(SLICE, now)], now + timedelta(hours=2), [],
+                                           now))
+    w.restart({"sm"})
+    w.sm.ledger = ledger
+    w.sm.recover(clock.now())
+    clock.advance(timedelta(minutes=11))  # past the update's expiry: anything uncommitted reverts
+    w.sm.reap(clock.now())
+    converged(w, store)
+    assert w.sm.pending_update(SLICE) is None
+    live = {s.client_id: s for s in w.sm.slivers(SLICE, clock.now())}
+    if boundary in LEDGER_COMPLETES:
+        assert set(live) == {"n1", "n2", "n3", "l1", "l2"} and live["l1"].details["capacity_kbps"] == 5000
+    else:
+        assert set(live) == {"n1", "n2", "l1"} and live["l1"].details["capacity_kbps"] == 1000
+    ledger_whole(w, ledger, clock)
+
+
+@pytest.mark.parametrize("boundary,cancel", [(b, False) for b in LEDGER_COMMIT] + [(b, True) for b in CANCEL])
+def test_a_crash_during_an_update_leaves_the_ledger_whole(tmp_path, boundary, cancel):
+    run_with_ledger(SqliteStore(str(tmp_path / "s.db")), boundary, cancel)
+
+
+@pytest.mark.parametrize("boundary,cancel", [(b, False) for b in LEDGER_COMMIT] + [(b, True) for b in CANCEL])
+def test_a_crash_during_an_update_leaves_the_ledger_whole_on_real_redis(boundary, cancel):
+    from slicex.store.redis_store import RedisStore
+
+    store = RedisStore(REDIS_URL, prefix=f"upd-ledger-{uuid.uuid4().hex[:8]}")
+    try:
+        run_with_ledger(store, boundary, cancel)
+    finally:
+        store.flush()

@@ -88,3 +88,30 @@ def test_update_adds_boots_cancels_and_reshapes_running_nodes(netns_home):  # no
     assert {c: container_pid(n) for c, n in ns.items()} == sshd
     ok(am.Delete([urn], cred, {}))
     assert NetnsDriver(prefix).leftovers() == []
+
+
+def test_extending_a_running_link_keeps_its_nodes_addresses(netns_home):  # noqa: F811
+    """n3 joins l1 of a running pair (named first on the link): n1 and n2 keep 10.10.0.1 and 10.10.0.2 in
+    their namespaces (before, both were renumbered into a new subnet) and n3 gets 10.10.0.3 and reaches them."""
+    home, up, prefix = netns_home
+    am_url = up.start()
+    sa_url = procs.read(home.pid_file).info["sa_url"]
+    cert, key = str(home.user_cert("alice")), str(home.user_key("alice"))
+    am, sa = client(am_url, cert, key), client(sa_url, cert, key)
+    urn = f"urn:publicid:IDN+{AUTHORITY}+slice+nsaddr"
+    cred = [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": sa.CreateSlice(urn)}]
+    ok(am.Allocate(urn, cred, pair(), {}))
+    ns = namespaces_of(ok(am.Provision([urn], cred, {"geni_users": []}))["geni_rspec"], prefix)
+    ok(am.PerformOperationalAction([urn], cred, "geni_start", {}))
+    before = {c: set(addresses(n).values()) for c, n in ns.items()}
+    assert before == {"n1": {"10.10.0.1"}, "n2": {"10.10.0.2"}}
+    wider = request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0"]), vm("n3", ifaces=["n3:if0"])],
+                          [{"client_id": "l1", "ifaces": ["n3:if0", "n1:if0", "n2:if0"]}])
+    ok(am.Update([urn], cred, wider, {}))
+    ns3 = namespaces_of(ok(am.Provision([urn], cred, {"geni_users": []}))["geni_rspec"], prefix)
+    assert {c: set(addresses(n).values()) for c, n in ns.items()} == before
+    assert set(addresses(ns3["n3"]).values()) == {"10.10.0.3"}
+    assert ping(ns3["n3"], "10.10.0.1", count=2)[0] and ping(ns3["n3"], "10.10.0.2", count=2)[0]
+    assert ping(ns["n1"], "10.10.0.2", count=2)[0]
+    ok(am.Delete([urn], cred, {}))
+    assert NetnsDriver(prefix).leftovers() == []

@@ -100,6 +100,22 @@ def test_held_now_counts_open_records_of_the_user_and_of_the_project():
     assert held_now(records, ALICE, None)[1] == Amounts()
 
 
+def test_a_replacing_link_counts_only_what_it_adds_while_the_link_it_replaces_is_held():
+    """A staged Update replacing a 1,000 kbps link by 8,000: 8,000 held (not 9,000); once the old record ends
+    (the commit) the new one counts whole; a smaller replacement adds nothing while both are held."""
+    from dataclasses import replace
+
+    old = replace(rec(end=None, cores=0, urn="old", bandwidth_kbps=1000, vlans=1), kind="link")
+    new = replace(rec(end=None, cores=0, urn="new", bandwidth_kbps=8000, vlans=1), kind="link", replaces="old")
+    assert held_now([old, new], ALICE, P1)[0].bandwidth_kbps == 8000
+    assert held_now([old, new], ALICE, P1)[0].vlans == 1 and held_now([old, new], ALICE, P1)[1].vlans == 1
+    assert held_now([replace(old, end=T0 + H), new], ALICE, P1)[0].bandwidth_kbps == 8000
+    assert held_now([old, replace(new, end=T0 + H)], ALICE, P1)[0].bandwidth_kbps == 1000
+    smaller = replace(new, amounts=Amounts(vlans=1, bandwidth_kbps=200))
+    assert held_now([old, smaller], ALICE, P1)[0].bandwidth_kbps == 1000
+    assert UsageRecord.from_doc(new.to_doc()) == new and "replaces" not in old.to_doc()
+
+
 def test_held_over_time_steps_up_and_down_inside_the_period():
     records = [rec(cores=2, start=T0, end=T0 + 2 * H), rec(cores=1, start=T0 + H, end=None, urn="b")]
     series = held_over_time(records, "user", "cores", T0, T0 + 4 * H, now=T0 + 3 * H)

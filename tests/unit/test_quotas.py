@@ -196,3 +196,23 @@ def test_concurrent_allocates_of_one_user_cannot_both_pass_the_limit(world):
         t.join()
     assert sorted(outcomes) == ["forbidden"] * 3 + ["ok"]
     assert len(ledger.open_records()) == 2 and not [k for k in store.all_claims() if k.startswith("quota-lock:")]
+
+
+def test_an_update_is_charged_for_new_nodes_and_links_and_a_replaced_links_larger_capacity():
+    from operations.quotas import update_amounts
+
+    desired = parse_request(request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0", "n2:if1"]),
+                                           vm("n3", ifaces=["n3:if0"])],
+                                          [{"client_id": "l1", "ifaces": ["n1:if0", "n2:if0"], "capacity": 900000},
+                                           {"client_id": "l2", "ifaces": ["n2:if1", "n3:if0"], "capacity": 500}]))
+    named = {"n1": Amounts(cores=1, memory_mb=1024, nodes=1), "n2": Amounts(cores=1, memory_mb=1024, nodes=1),
+             "l1": Amounts(vlans=1, bandwidth_kbps=1000)}
+    n3 = request_amounts(SUB, parse_request(request_rspec([vm("n3", ifaces=["n3:if0"])])))
+    assert update_amounts(SUB, desired, named) == n3 + Amounts(vlans=1, bandwidth_kbps=899000 + 500)
+    # a link going down and nodes kept: nothing more
+    smaller = parse_request(request_rspec([vm("n1", ifaces=["n1:if0"]), vm("n2", ifaces=["n2:if0"])],
+                                          [{"client_id": "l1", "ifaces": ["n1:if0", "n2:if0"], "capacity": 10}]))
+    assert update_amounts(SUB, smaller, named) == Amounts()
+    with pytest.raises(Forbidden, match="may hold 10000 kbps of bandwidth .holds 1000, asked 899500"):
+        check_amounts(ALICE, None, policy_from_config({"users": {"default": {"bandwidth_kbps": 10000}}}),
+                      Amounts(vlans=1, bandwidth_kbps=1000), Amounts(), update_amounts(SUB, desired, named))
