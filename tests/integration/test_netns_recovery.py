@@ -72,7 +72,9 @@ CHILD = textwrap.dedent("""
                 die()
             remove(p)
         images.remove_tree = half
-    elif step == "dataset-made":  # its file system exists, its record is being written
+    elif step == "dataset-made":  # its file system exists, its record not yet
+        DatasetStore._save = lambda *a, **k: die()
+    elif step == "dataset-recorded":  # its record is written, the directory not yet under its name
         after(DatasetStore, "_save")
     now = datetime.now(UTC)
     if step.startswith("dataset"):
@@ -199,9 +201,10 @@ def test_a_new_create_image_cut_by_kill_9_leaves_no_image_and_the_node_thawed(ho
         assert host.catalogue.remove("fresh")
 
 
-def test_a_dataset_whose_creation_was_cut_by_kill_9_can_be_made_again(host):
+@pytest.mark.parametrize("step", ["dataset-made", "dataset-recorded"])
+def test_a_dataset_whose_creation_was_cut_by_kill_9_can_be_made_again(host, step):
     with started_driver(**host.options()) as d:
-        host.cut(d.prefix, "dataset-made", "results")
+        host.cut(d.prefix, step, "results")
         # a dataset directory without its record, as a version that made it in place left it
         (host.datasets.root / "older").mkdir(mode=0o711)
         (host.datasets.root / "older" / "disk.img").write_bytes(b"")
