@@ -103,8 +103,8 @@ class DatasetStore:
         with self.locked():
             for d in sorted(self.root.iterdir()):
                 if not d.is_dir() or not (d.name.startswith(".new-") or (
-                        DATASET_NAME.fullmatch(d.name) and self.get(d.name) is None)):
-                    continue
+                        DATASET_NAME.fullmatch(d.name) and not (d / "dataset.json").exists())):
+                    continue  # a record this version cannot read is still a dataset: its data stays
                 if os.path.ismount(d / "mnt"):
                     subprocess.run(["umount", "-l", str(d / "mnt")], capture_output=True, timeout=60)
                 remove_tree(d)

@@ -331,7 +331,7 @@ class NetnsDriver:
                     if up:  # a relay that died (killed, crashed) comes back on the node's recorded port
                         status = {**status, "login_port": self._relay(plan).ensure_forward(status.get("login_port"))}
                         self._public_forwards(spec, plan)
-                except (GeniError, OSError) as exc:
+                except Exception as exc:  # noqa: BLE001 - whatever stopped it, Status says it
                     container.note_failure(f"{action} failed: {getattr(exc, 'message', None) or exc}")
                     raise
             return {**status, "state": READY if up else NOTREADY, "error": ""}
