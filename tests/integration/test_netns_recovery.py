@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -236,6 +237,9 @@ def test_a_killed_login_relay_is_restored_by_start_and_restart(host, action):
         assert _banner(port).startswith(b"SSH-")
         relay = d._relay(d._node_plan(spec))
         os.kill(int((relay.dir / "forward.pid").read_text()), signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while relay.forward_running() and time.monotonic() < deadline:  # until the kill has taken effect
+            time.sleep(0.05)
         state, error = d.status(spec, status, NOW)
         assert state == "geni_failed" and "no relay" in error
 

@@ -29,6 +29,7 @@ from protocol.messages import SliverSpec
 from slicex.errors import TooBig
 from tests.integration.netns_support import require_host, started_driver
 
+USES_HOST_NETWORK = True  # the last case's node and switch (tests/conftest.py's host-wide lock)
 ALICE = "urn:publicid:IDN+slicex.local+user+alice"
 OFFSET = uid_base(4000)  # the slice's uid range: the node's root is this host uid
 MiB = 1 << 20
