@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from authority.substrate import images
 from authority.substrate.container import lxc_missing, uid_base
 from authority.substrate.datasets import DatasetStore
 from authority.substrate.images import DEFAULT_DIR, DEFAULT_IMAGE, ImageCatalogue
@@ -184,7 +185,7 @@ def test_a_replacing_create_image_cut_by_kill_9_leaves_the_old_or_the_new_image_
         assert host.catalogue.remove("snap") and host.catalogue.get("snap") is None
 
 
-def test_a_new_create_image_cut_by_kill_9_leaves_no_image_and_the_node_thawed(host):
+def test_a_new_create_image_cut_by_kill_9_leaves_no_image_and_the_node_thawed(host, monkeypatch):
     with started_driver(**host.options()) as d:
         spec = node()
         status = started(d, spec)
@@ -196,7 +197,16 @@ def test_a_new_create_image_cut_by_kill_9_leaves_no_image_and_the_node_thawed(ho
         assert not r._container(r._node_plan(spec)).frozen()
         assert r.status(spec, status, NOW) == ("geni_ready", "")
         assert host.leftovers() == [] and host.catalogue.get("fresh") is None
+        seen = []
+        copy = images.apply_layer
+
+        def copy_and_look(*a, **k) -> None:
+            seen.append(r.status(spec, status, NOW))  # while the node is frozen for the copy
+            copy(*a, **k)
+
+        monkeypatch.setattr(images, "apply_layer", copy_and_look)
         assert r.snapshot(spec, status, "fresh", ALICE, False, NOW).name == "fresh"  # the name is free
+        assert [state for state, _error in seen] == ["geni_ready_busy"]
         assert r.status(spec, status, NOW) == ("geni_ready", "")
         r.destroy(spec, status, NOW)
         assert host.catalogue.remove("fresh")
