@@ -387,7 +387,9 @@ class NodeContainer:
             raise ServerError(f"node container {self.name} did not start: {out.stderr.strip()[-300:]} {log}")
 
     def stop(self, timeout: float = 3.0) -> None:
-        """Stop every process of the node (asked first, killed after `timeout`)."""
+        """Stop every process of the node (asked first, killed after `timeout`); a frozen node is thawed
+        first (a frozen process cannot act on a signal, not even SIGKILL)."""
+        self.thaw()
         if self.running():
             subprocess.run(["lxc-stop", "-P", str(self.lxcpath), "-n", self.name, "-t", str(int(timeout))],
                            capture_output=True, timeout=timeout + 15)
@@ -425,6 +427,48 @@ class NodeContainer:
 
     def unfreeze(self) -> None:
         subprocess.run(["lxc-unfreeze", "-P", str(self.lxcpath), "-n", self.name], capture_output=True, timeout=30)
+
+    def frozen(self) -> bool:
+        """Whether the node's processes are paused (a freezer cgroup FROZEN or FREEZING; cgroup v2's
+        `frozen 1`): a snapshot in progress, or one cut before it could thaw them."""
+        v1 = CGROUP_ROOT / "freezer" / "slicex" / self.name / "freezer.state"
+        try:
+            return v1.read_text().strip() in ("FROZEN", "FREEZING")
+        except OSError:
+            pass
+        events = CGROUP_ROOT / "slicex" / self.name / "cgroup.events"
+        try:
+            return "frozen 1" in events.read_text().splitlines()
+        except OSError:
+            return False
+
+    def thaw(self) -> bool:
+        """Thaw the node if it is frozen (what a snapshot cut by kill -9 left); whether it was. Written to
+        its cgroup directly when lxc-unfreeze cannot (its monitor died with the aggregate)."""
+        if not self.frozen():
+            return False
+        self.unfreeze()
+        if self.frozen():
+            for f, value in ((CGROUP_ROOT / "freezer" / "slicex" / self.name / "freezer.state", "THAWED"),
+                             (CGROUP_ROOT / "slicex" / self.name / "cgroup.freeze", "0")):
+                try:
+                    f.write_text(value)
+                except OSError:
+                    pass
+        return True
+
+    def note_failure(self, reason: str) -> None:
+        """Keep why the node failed to start (Status says it until a start succeeds or the node stops)."""
+        write_atomic(self.dir / "start-error", reason)
+
+    def failure(self) -> str:
+        try:
+            return (self.dir / "start-error").read_text()
+        except OSError:
+            return ""
+
+    def clear_failure(self) -> None:
+        (self.dir / "start-error").unlink(missing_ok=True)
 
     def running(self) -> bool:
         return bool(self.pids())

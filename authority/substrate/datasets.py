@@ -13,7 +13,11 @@ A node whose request names a dataset (rspec/blockstore.py) gets it mounted at it
 use, owned by the slice's owner; a later slice of the same owner sees the files. Another user's request
 naming it is refused, as is a second node while one holds it. Its files follow the slice: they are moved
 into the uid range of the slice that mounts it. Only its owner (or an operator) deletes it
-(AM API DeleteDataset, `slicex dataset delete`)."""
+(AM API DeleteDataset, `slicex dataset delete`).
+
+A new dataset is made in `<dir>/.new-<name>-<id>/` and renamed to its name once its file system and record
+exist, so a cut creation (kill -9) never holds the name; `recover` (each start of a netns deployment) removes
+such leftovers, and a dataset directory without its record (from a version that made it in place)."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import json
 import os
 import subprocess
 import time
+import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
@@ -82,10 +87,29 @@ class DatasetStore:
             return []
         return [d for p in sorted(self.root.iterdir()) if (d := self.get(p.name)) is not None]
 
-    def _save(self, d: Dataset) -> None:
-        tmp = self.root / d.name / ".dataset.json.tmp"
+    def _save(self, d: Dataset, where: Path | None = None) -> None:
+        where = where or self.root / d.name
+        tmp = where / ".dataset.json.tmp"
         tmp.write_text(json.dumps(asdict(d), indent=1) + "\n")
-        tmp.replace(self.root / d.name / "dataset.json")
+        tmp.replace(where / "dataset.json")
+
+    def recover(self) -> list[str]:
+        """Remove what a cut creation left (a `.new-*` directory, or a dataset directory without its record):
+        the Provision that made it never answered, so no one holds it, and its name is free again. Taken
+        under the lock, so no creation is running. Returns what it removed."""
+        done: list[str] = []
+        if not self.root.is_dir():
+            return done
+        with self.locked():
+            for d in sorted(self.root.iterdir()):
+                if not d.is_dir() or not (d.name.startswith(".new-") or (
+                        DATASET_NAME.fullmatch(d.name) and not (d / "dataset.json").exists())):
+                    continue  # a record this version cannot read is still a dataset: its data stays
+                if os.path.ismount(d / "mnt"):
+                    subprocess.run(["umount", "-l", str(d / "mnt")], capture_output=True, timeout=60)
+                remove_tree(d)
+                done.append(f"removed dataset directory {d.name} (a cut creation)")
+        return done
 
     def attach(self, name: str, size_mb: int | None, owner: str, base: int, holder: str, quota_mb: int,
                busy: Callable[[str], bool]) -> Path:
@@ -121,7 +145,7 @@ class DatasetStore:
         if held + size_mb > quota_mb:
             raise TooBig(f"dataset {name} of {size_mb} MB: with the {held} MB of your other datasets that passes "
                          f"the {quota_mb} MB a user's datasets may hold; delete some first (DeleteDataset)")
-        d = self.root / name
+        d = self.root / f".new-{name}-{uuid.uuid4().hex[:6]}"
         d.mkdir(mode=0o711)
         try:
             fd = os.open(d / "disk.img", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # host root's alone
@@ -132,7 +156,8 @@ class DatasetStore:
             if out.returncode != 0:
                 raise ServerError(f"dataset {name}: making its file system failed: {out.stderr.strip()[-300:]}")
             made = Dataset(name, owner, size_mb, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-            self._save(made)
+            self._save(made, d)
+            d.rename(self.root / name)  # the name is taken only by a whole dataset
             return made
         except BaseException:
             remove_tree(d)

@@ -8,6 +8,12 @@ iperf3, procps, ethtool and sudo) from the host's Debian mirror, kept under the 
     <dir>/<name>/image.json   name, suite, packages, build id, size, when built; for a user's snapshot also
                               its owner (user URN), whether it is public, and the image it was made from
 
+The directory and each image in it are root's alone (0700): an image's setuid files are host root's, so no
+other host user may reach them. An image is built in `<dir>/.build-<name>-<id>/` and published by one rename
+(a replaced image is exchanged with the new one in one step, then removed), so a cut build leaves the old
+image or the new one, never half of either; a removed image is first renamed to `.removed-<name>-<id>`.
+`recover` (each start of a netns deployment) removes what a cut build or removal left.
+
 An operator's image (`slicex image build`) has no owner and any slice may boot it. A user's image is a
 snapshot of a container node (`snapshot`, AM API CreateImage): the image the node booted with the node's own
 overlay layer applied, owners shifted back out of the slice's uid range. It is private to its owner unless
@@ -19,6 +25,8 @@ build|list|remove` manages the catalogue; the first netns `up` that finds no ima
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import fcntl
 import json
 import os
@@ -136,7 +144,7 @@ def host_mirror(sources: Path = Path("/etc/apt")) -> str:
 def locked_dir(root: Path, mode: int | None = None) -> Iterator[None]:
     """A host-wide lock on a directory (made, with `mode` when given, if missing): two `slicex up` on one host
     change an image catalogue or a dataset directory one at a time."""
-    root.mkdir(parents=True, exist_ok=True)
+    root.mkdir(parents=True, exist_ok=True, mode=0o700 if mode is None else mode)
     if mode is not None:
         root.chmod(mode)
     with open(root / ".lock", "a") as f:
@@ -154,13 +162,35 @@ class ImageCatalogue:
         self.root = Path(root)
 
     def locked(self) -> AbstractContextManager[None]:
-        return locked_dir(self.root)
+        return locked_dir(self.root, 0o700)  # root's alone: images hold host-root setuid files
 
     def list(self) -> list[NodeImage]:
+        """The published images (a build or a removal in progress, named with a leading dot, is none)."""
         if not self.root.is_dir():
             return []
-        out = [img for d in sorted(self.root.iterdir()) if (img := self._load(d)) is not None]
-        return out
+        return [img for d in sorted(self.root.iterdir()) if NAME_RE.fullmatch(d.name) and (img := self._load(d))]
+
+    def recover(self) -> list[str]:
+        """What a cut build, replacement or removal left (kill -9, a power cut), made whole: unfinished builds
+        and half-removed images go; an image moved aside by a replacement whose new image never arrived (the
+        two-rename fallback) comes back. Taken under the catalogue's lock, so no build is running. Returns
+        what it did."""
+        done: list[str] = []
+        if not self.root.is_dir():
+            return done
+        with self.locked():
+            for d in sorted(self.root.iterdir()):
+                kind, _, rest = d.name.partition("-")
+                if not d.is_dir() or kind not in (".build", ".removed", ".replaced"):
+                    continue
+                name = rest.rsplit("-", 1)[0]
+                if kind == ".replaced" and NAME_RE.fullmatch(name) and not (self.root / name).exists():
+                    d.rename(self.root / name)
+                    done.append(f"restored image {name}")
+                    continue
+                remove_tree(d)
+                done.append(f"removed {d.name}")
+        return done
 
     def get(self, name_or_urn: str) -> NodeImage | None:
         name = image_name(name_or_urn)
@@ -198,7 +228,7 @@ class ImageCatalogue:
                        mirror]
                 _run_with_progress(cmd, progress, work / "debootstrap.log")
                 _finish_image(rootfs)
-                size = _tree_size(rootfs)
+                size = logical_size(rootfs)
                 meta = {"name": name, "suite": suite, "build_id": uuid.uuid4().hex[:8], "packages": list(packages),
                         "size_bytes": size, "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                         "mirror": mirror, "description": f"Debian {suite} (minbase) with {', '.join(packages)}"}
@@ -215,7 +245,11 @@ class ImageCatalogue:
         applied and its owners moved down by `offset` (the slice's uid range), so another slice boots it like
         any catalogue image. A name the owner already holds is replaced (as ProtoGENI's CreateImage does); the
         name of an operator's or another user's image is refused. Refused, leaving nothing, when the owner's
-        snapshots would hold more than `max_user_bytes` together."""
+        snapshots would hold more than `max_user_bytes` together: sizes are logical (a sparse file counts
+        at its length, as a later copy of it might write it), checked before anything is copied, and the copy
+        of the node's files stops at what is left (`apply_layer`'s cap), so a layer that grows meanwhile
+        cannot fill the catalogue's file system either. Files of the node's own lose setuid/setgid bits and
+        file capabilities, and its device nodes are not copied (`apply_layer`)."""
         name = check_name(name.lower())
         with self.locked():
             existing = self.get(name)
@@ -229,16 +263,18 @@ class ImageCatalogue:
                                  f"other images that passes the {max_user_bytes} bytes a user's images may hold; "
                                  f"delete some first (DeleteImage)")
 
-            check_room(base.size_bytes + _tree_size(layer), "its base image and the node's own files")
+            base_size = logical_size(base.rootfs)
+            check_room(base_size + logical_size(layer), "its base image and the node's own files, holes counted")
             work = self.root / f".build-{name}-{uuid.uuid4().hex[:6]}"
             try:
-                work.mkdir()
+                work.mkdir(mode=0o700)
                 rootfs = work / "rootfs"
-                subprocess.run(["cp", "-a", "--reflink=auto", str(base.rootfs), str(rootfs)], check=True,
-                               capture_output=True)
-                apply_layer(layer, rootfs, offset)
+                subprocess.run(["cp", "-a", "--reflink=auto", "--sparse=always", str(base.rootfs), str(rootfs)],
+                               check=True, capture_output=True)
+                apply_layer(layer, rootfs, offset, cap=max_user_bytes - held - base_size,
+                            what=f"image {name} (the node's own files)")
                 _finish_image(rootfs)
-                size = _tree_size(rootfs)
+                size = logical_size(rootfs)
                 check_room(size, "measured")
                 meta = {"name": name, "suite": base.suite, "build_id": uuid.uuid4().hex[:8],
                         "packages": list(base.packages), "size_bytes": size,
@@ -254,11 +290,18 @@ class ImageCatalogue:
                     remove_tree(work)
 
     def _publish(self, work: Path, name: str) -> NodeImage:
-        """A finished build directory becomes image `name` (replacing one of that name); call it locked."""
+        """A finished build directory becomes image `name` in one step; one it replaces is exchanged with it
+        in the same step (it is then in `work`, removed after). Call it locked."""
         target = self.root / name
-        if target.exists():
-            remove_tree(target)
-        work.rename(target)
+        work.chmod(0o700)
+        if not target.exists():
+            work.rename(target)
+        elif not exchange(work, target):  # no RENAME_EXCHANGE here: move the old aside first (recover undoes)
+            aside = self.root / f".replaced-{name}-{uuid.uuid4().hex[:6]}"
+            target.rename(aside)
+            work.rename(target)
+            aside.rename(work)
+        remove_tree(work)
         img = self.get(name)
         assert img is not None
         return img
@@ -288,7 +331,9 @@ class ImageCatalogue:
             d = self.root / image_name(name)
             if not NAME_RE.fullmatch(d.name) or not (d / "image.json").exists():
                 return False
-            remove_tree(d)
+            gone = self.root / f".removed-{d.name}-{uuid.uuid4().hex[:6]}"
+            d.rename(gone)  # unlisted at once; a cut removal leaves it for `recover`
+            remove_tree(gone)
         for holder in sorted(p for p in self._shifted_root.glob("*") if p.is_dir()):
             with locked_dir(holder, 0o700):
                 self._drop_shifted(holder, d.name)
@@ -333,15 +378,22 @@ def _remove(p: Path) -> None:
         remove_tree(p)
 
 
-def apply_layer(layer: Path, target: Path, offset: int, span: int = 65536) -> None:
+def apply_layer(layer: Path, target: Path, offset: int, span: int = 65536, cap: int | None = None,
+                what: str = "the node's files") -> None:
     """Apply an overlayfs upper `layer` to `target`, a copy of its lower layer, so `target` holds what the
     merged view showed: a whiteout (a 0/0 character device, or a file marked as one) removes the entry below,
     an opaque directory replaces the one below, anything else replaces what is below. Owners move down by
     `offset`; an owner outside [offset, offset + span) becomes nobody. Nothing is followed: an entry in
     `target` is removed before it is written, so a link the node planted cannot lead a write out of `target`;
-    overlay's own attributes are not copied."""
+    overlay's own attributes are not copied.
+
+    What the node made cannot become a privilege on the host, where its owners are now host root's: its
+    files lose setuid and setgid bits, no `security.*` attribute (file capabilities) is copied, and device
+    nodes are left out. Files are copied sparse (holes stay holes), and the copy stops with TooBig once it
+    has written `cap` bytes."""
     layer, target = Path(layer), Path(target)
     made: list[tuple[Path, os.stat_result]] = []
+    budget = [cap if cap is not None else -1]
 
     def owner(i: int) -> int:
         return i - offset if offset <= i < offset + span else NOBODY
@@ -368,24 +420,83 @@ def apply_layer(layer: Path, target: Path, offset: int, span: int = 65536) -> No
                 continue
             _remove(dst)
             if stat.S_ISREG(st.st_mode):
-                shutil.copyfile(src, dst, follow_symlinks=False)
+                copy_sparse(src, dst, budget, what)
             elif stat.S_ISLNK(st.st_mode):
                 os.symlink(os.readlink(src), dst)
             elif stat.S_ISFIFO(st.st_mode):
                 os.mkfifo(dst)
-            elif stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
-                os.mknod(dst, st.st_mode, st.st_rdev)
             else:
-                continue  # a socket: meaningless once its process is gone
+                continue  # a device node (a host device once its owner is root) or a socket
             os.lchown(dst, owner(st.st_uid), owner(st.st_gid))
             if not stat.S_ISLNK(st.st_mode):
-                os.chmod(dst, mode)  # after chown, which clears setuid and setgid
+                os.chmod(dst, mode & ~(stat.S_ISUID | stat.S_ISGID))
                 for attr in os.listxattr(src, follow_symlinks=False):
                     if attr.startswith("user.") and ".overlay." not in attr:
                         os.setxattr(dst, attr, os.getxattr(src, attr, follow_symlinks=False))
             os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
     for d, st in reversed(made):  # a directory's time after what was written into it
         os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def copy_sparse(src: str, dst: Path, budget: list[int], what: str = "the copy") -> None:
+    """Copy regular file `src` to a new file `dst` (never through a link) writing only its data: holes stay
+    holes (SEEK_DATA/SEEK_HOLE; a file system without them is read whole, runs of zeros skipped).
+    `budget[0]` is what may still be written (-1: no bound); passing it raises TooBig."""
+    chunk = 1 << 20
+    fd_in = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        fd_out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            size = os.fstat(fd_in).st_size
+            pos = 0
+            while pos < size:
+                try:
+                    start = os.lseek(fd_in, pos, os.SEEK_DATA)
+                    end = os.lseek(fd_in, start, os.SEEK_HOLE)
+                except OSError as exc:
+                    if exc.errno == errno.ENXIO:  # only a hole is left
+                        break
+                    if exc.errno != errno.EINVAL:
+                        raise
+                    start, end = pos, size
+                while start < end:
+                    data = os.pread(fd_in, min(chunk, end - start), start)
+                    if not data:
+                        break
+                    if data.count(0) != len(data):
+                        if 0 <= budget[0] < len(data):
+                            raise TooBig(f"{what}: the copy passed the bytes left to its owner's images; "
+                                         f"nothing was kept (delete some images first, DeleteImage)")
+                        if budget[0] >= 0:
+                            budget[0] -= len(data)
+                        os.pwrite(fd_out, data, start)
+                    start += len(data)
+                pos = max(end, start)
+            os.ftruncate(fd_out, size)
+        finally:
+            os.close(fd_out)
+    finally:
+        os.close(fd_in)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (renameat2 RENAME_EXCHANGE); False where the kernel or file system cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, f"exchanging {a} and {b}: {os.strerror(err)}")
 
 
 def _run_with_progress(cmd: list[str], progress: ProgressFn | None, log: Path) -> None:
@@ -422,12 +533,14 @@ def _finish_image(rootfs: Path) -> None:
     (rootfs / "etc/machine-id").write_text("")
 
 
-def _tree_size(root: Path) -> int:
+def logical_size(root: Path) -> int:
+    """The bytes of a tree's files by their lengths (a sparse file at its full length, not the blocks it
+    holds): what a copy of it could write, and what an image is charged for."""
     total = 0
     for dirpath, _dirs, files in os.walk(root):
         for f in files:
             try:
-                total += os.lstat(os.path.join(dirpath, f)).st_blocks * 512
+                total += os.lstat(os.path.join(dirpath, f)).st_size
             except OSError:
                 pass
     return total

@@ -100,7 +100,7 @@ DESCRIPTION = ("netns substrate: each node is an unprivileged LXC container on t
 STATE_ROOT = Path("/var/lib")  # /var/lib/slicex-<prefix>: containers, their layers, uid-shifted image copies
 UID_RANGES_DIR = Path("/var/lib/slicex/uid-ranges")  # host-wide: deployments sharing a host never share a range
 NEEDED = ("root", "ip", "tc", "ethtool", "netns", "veth", "tbf")
-READY, NOTREADY, FAILED = "geni_ready", "geni_notready", "geni_failed"
+READY, NOTREADY, FAILED, READY_BUSY = "geni_ready", "geni_notready", "geni_failed", "geni_ready_busy"
 
 
 class NetnsDriver:
@@ -177,6 +177,7 @@ class NetnsDriver:
         self.login_ports = login_ports  # where new login ports come from (slicex.yaml netns.login_ports)
         self.public_address = public_address  # where nodes' public ports listen
         self.public_host = public_host or public_address  # what the manifest names for them
+        self.snapshotting: set[str] = set()  # namespaces of nodes frozen while an image is made of them
         self._lock = threading.RLock()
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
@@ -191,6 +192,9 @@ class NetnsDriver:
         changed = ensure_subids()
         if changed:
             log.info("netns: gave root the node uid ranges in %s", ", ".join(changed))
+        recovered = self.images.recover() + self.datasets.recover()  # what a kill -9 mid-build left
+        if recovered:
+            log.info("netns: after a cut image or dataset operation: %s", ", ".join(recovered))
         if self.images.get(self.default_image) is None:
             log.info("netns: building node image %s (debootstrap; once per host)", self.default_image)
             self.images.build(self.default_image)
@@ -317,12 +321,21 @@ class NetnsDriver:
                     if action == "geni_restart":
                         hostnet.set_up(plan.netns, i.ns_if, False)
                     hostnet.set_up(plan.netns, i.ns_if, up)
-                if up:
-                    slow = [i.ns_if for i in plan.interfaces if not hostnet.wait_carrier(plan.netns, i.ns_if)]
-                    if slow:
-                        raise ServerError(f"node {spec.client_id}: interfaces {', '.join(slow)} of namespace "
-                                          f"{plan.netns} did not come up")
-                self._node_services(spec, plan, status, up, restart=action == "geni_restart", boot=True)
+                container = self._container(plan)
+                container.clear_failure()
+                try:
+                    if up:
+                        slow = [i.ns_if for i in plan.interfaces if not hostnet.wait_carrier(plan.netns, i.ns_if)]
+                        if slow:
+                            raise ServerError(f"node {spec.client_id}: interfaces {', '.join(slow)} of namespace "
+                                              f"{plan.netns} did not come up")
+                    self._node_services(spec, plan, status, up, restart=action == "geni_restart", boot=True)
+                    if up:  # a relay that died (killed, crashed) comes back on the node's recorded port
+                        status = {**status, "login_port": self._relay(plan).ensure_forward(status.get("login_port"))}
+                        self._public_forwards(spec, plan)
+                except Exception as exc:  # noqa: BLE001 - whatever stopped it, Status says it
+                    container.note_failure(f"{action} failed: {getattr(exc, 'message', None) or exc}")
+                    raise
             return {**status, "state": READY if up else NOTREADY, "error": ""}
 
     def destroy(self, spec: SliverSpec, status: dict[str, Any], now: datetime) -> None:
@@ -350,6 +363,15 @@ class NetnsDriver:
         ns = status.get("netns") or self._node_plan(spec).netns
         if ns not in hostnet.namespaces():
             return FAILED, f"namespace {ns} is gone from the host"
+        container = self._container(self._node_plan(spec))
+        failure = container.failure()
+        if failure:
+            return FAILED, f"node {spec.client_id}: {failure}"
+        if container.frozen():
+            if ns in self.snapshotting:
+                return READY_BUSY, f"node {spec.client_id} is paused while an image is made of it"
+            return FAILED, (f"node {spec.client_id} (container {ns}) is frozen: its processes are paused (a cut "
+                            f"CreateImage; the aggregate's next start thaws it)")
         if state == READY:
             down = [d["device"] for d in status.get("interfaces", {}).values() if not hostnet.is_up(ns, d["device"])]
             if down:
@@ -418,15 +440,21 @@ class NetnsDriver:
         if base is None or status.get("uid_range") is None or not layer.is_dir():
             raise ServerError(f"node {spec.client_id}: cannot snapshot it (its image {booted or '?'} or its own "
                               f"layer is gone from this host)")
-        frozen = container.freeze()
+        self.snapshotting.add(plan.netns)
         try:
-            return self.images.snapshot(
-                name, base, layer, uid_base(int(status["uid_range"])), owner, public,
-                f"snapshot of node {spec.client_id} of {spec.details.get('slice_urn', '')} (from {base.name})",
-                self.image_quota_bytes)
+            frozen = container.freeze()
+            if not frozen and container.running():
+                raise ServerError(f"node {spec.client_id}: its processes could not be paused for the copy; retry")
+            try:
+                return self.images.snapshot(
+                    name, base, layer, uid_base(int(status["uid_range"])), owner, public,
+                    f"snapshot of node {spec.client_id} of {spec.details.get('slice_urn', '')} (from {base.name})",
+                    self.image_quota_bytes)
+            finally:
+                if frozen:
+                    container.unfreeze()
         finally:
-            if frozen:
-                container.unfreeze()
+            self.snapshotting.discard(plan.netns)
 
     # ---- reconcile -------------------------------------------------------------------------------------------
     def reconcile(self, live: Iterable[tuple[SliverSpec, dict[str, Any]]]) -> dict[str, list[str]]:
@@ -467,6 +495,8 @@ class NetnsDriver:
             removed: list[str] = []
             if self.lxcpath.is_dir():
                 for d in self.lxcpath.iterdir():
+                    if NodeContainer(self.lxcpath, d.name).thaw():  # a snapshot cut before it could
+                        log.info("netns reconcile thawed container %s (frozen by a cut CreateImage)", d.name)
                     if d.name not in keep:
                         NodeContainer(self.lxcpath, d.name).destroy()
                         self.datasets.release(d.name)

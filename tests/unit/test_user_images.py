@@ -86,7 +86,7 @@ def test_a_layer_applies_as_the_merged_view_showed_it_with_owners_moved_back(tmp
     assert (target / "root/hello").stat().st_uid == 1000 and (target / "root").stat().st_uid == 0
     assert (target / "etc/motd").read_text() == "changed\n" and not (target / "etc/gone").exists()
     assert sorted(p.name for p in (target / "opt/tool").iterdir()) == ["new"]  # opaque: the old one is gone
-    assert stat.S_IMODE((target / "usr/bin/tool").stat().st_mode) == 0o4755
+    assert stat.S_IMODE((target / "usr/bin/tool").stat().st_mode) == 0o755  # no setuid file of host root's
     assert (target / "stranger").stat().st_uid == 65534
     assert os.listxattr(target / "root/hello") == ["user.note"]  # overlay's own attributes are not copied
     assert os.listxattr(target / "opt/tool") == []
@@ -154,12 +154,12 @@ def test_a_snapshot_past_the_users_limit_is_refused_and_leaves_nothing(tmp_path)
     cat = ImageCatalogue(tmp_path / "images")
     _base(cat)
     (tmp_path / "upper").mkdir()
-    with pytest.raises(TooBig):  # the base alone is over the limit: refused before anything is copied
-        cat.snapshot("big", cat.get("debian-12"), tmp_path / "upper", OFFSET, ALICE, False, "", max_user_bytes=1024)
+    with pytest.raises(TooBig):  # the base alone (24 bytes of files) is over the limit: refused before any copy
+        cat.snapshot("big", cat.get("debian-12"), tmp_path / "upper", OFFSET, ALICE, False, "", max_user_bytes=16)
     first = cat.snapshot("one", cat.get("debian-12"), _layer(tmp_path), OFFSET, ALICE, False, "")
     with pytest.raises(TooBig):  # with what alice already holds
         cat.snapshot("two", cat.get("debian-12"), _layer(tmp_path / "2"), OFFSET, ALICE, False, "",
-                     max_user_bytes=first.size_bytes + 4096)
+                     max_user_bytes=first.size_bytes + 16)
     cat.snapshot("two", cat.get("debian-12"), _layer(tmp_path / "3"), OFFSET, BOB, False, "",
                  max_user_bytes=first.size_bytes + 8192 * 4)  # bob's own limit is untouched by alice's images
     assert sorted(p.name for p in cat.root.iterdir()) == [".lock", "debian-12", "one", "two"]
@@ -281,3 +281,35 @@ def test_a_slices_image_copies_are_kept_while_a_node_boots_from_them(tmp_path):
     _version(cat, "snap", "dddddddd")
     driver._lower(cat.get("snap"), 0)
     assert not first.exists() and not second.exists() and other.is_dir()
+
+
+@root_only
+@pytest.mark.parametrize("can_exchange", [True, False])
+def test_a_replacing_snapshot_publishes_the_new_image_whole_and_lists_it_once(tmp_path, monkeypatch, can_exchange):
+    from authority.substrate import images
+
+    if not can_exchange:  # a file system without RENAME_EXCHANGE: the old image is moved aside first
+        monkeypatch.setattr(images, "exchange", lambda a, b: False)
+    cat = ImageCatalogue(tmp_path / "images")
+    _base(cat)
+    cat.snapshot("snap", cat.get("debian-12"), _layer(tmp_path / "1"), OFFSET, ALICE, False, "first")
+    cat.snapshot("snap", cat.get("debian-12"), _layer(tmp_path / "2"), OFFSET, ALICE, False, "second")
+    assert [i.description for i in cat.list() if i.name == "snap"] == ["second"]
+    assert sorted(p.name for p in cat.root.iterdir()) == [".lock", "debian-12", "snap"]
+
+
+@root_only
+def test_recover_finishes_what_a_cut_build_replacement_or_removal_left(tmp_path):
+    cat = ImageCatalogue(tmp_path / "images")
+    _base(cat)
+    _user_image(cat, "kept", ALICE, False)
+    for leftover, name in ((".build-kept-aaaaaa", "kept"), (".removed-gone-bbbbbb", "gone"),
+                           (".replaced-kept-cccccc", "kept"), (".replaced-lost-dddddd", "lost")):
+        _user_image(cat, leftover, ALICE, False)  # a whole image's files under the leftover's name
+        (cat.root / leftover / "image.json").write_text(json.dumps({"name": name, "owner": ALICE}))
+    assert [i.name for i in cat.list()] == ["debian-12", "kept"]  # a build in progress is not listed
+    done = cat.recover()
+    assert sorted(p.name for p in cat.root.iterdir()) == [".lock", "debian-12", "kept", "lost"], done
+    assert cat.get("lost") is not None  # moved aside by a replacement whose new image never arrived
+    assert stat.S_IMODE(cat.root.stat().st_mode) == 0o700
+    assert cat.remove("lost") and cat.get("lost") is None and cat.recover() == []
