@@ -656,7 +656,8 @@ class AggregateManager:
         named = [s.urn for s in slivers] if any(parse_urn(u).type == "sliver" for u in urns) else []
         best_effort = bool(options.get("geni_best_effort"))
         if self.ledger is None:
-            updated = self.sm.update(slice_urn, named, request, alloc_end, update_end, now, best_effort)
+            updated = self.sm.update(slice_urn, named, request, alloc_end, update_end, now, best_effort,
+                                     requester=verified.effective_caller_urn)
         else:  # what the Update adds counts against the owner's and project's limits like an Allocate
             before = {s.urn for s in slivers}
             had = {s.client_id for s in slivers}
@@ -665,7 +666,8 @@ class AggregateManager:
             out: list[list[Sliver]] = []
 
             def update(_end: datetime) -> list[Sliver]:
-                out.append(self.sm.update(slice_urn, named, request, alloc_end, update_end, now, best_effort))
+                out.append(self.sm.update(slice_urn, named, request, alloc_end, update_end, now, best_effort,
+                                          requester=verified.effective_caller_urn))  # added slivers are the caller's
                 return [s for s in out[0] if s.urn and s.urn not in before and s.allocation_state != sm.UNALLOCATED]
 
             self.ledger.allocate(verified.effective_caller_urn, slice_urn, added, now, alloc_end, True, update,

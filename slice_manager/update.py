@@ -39,7 +39,7 @@ waiting for Provision or Cancel or expiry; committing: Provision began (a crash 
 reverting: Cancel or expiry began (a crash here completes the revert)."""
 
 NODE_FIXED = ("component_id", "sliver_type", "disk_image", "hardware_type", "exclusive", "fpga", "execute",
-              "install")
+              "install", "blockstores")
 """What a kept node cannot change in place."""
 
 
