@@ -36,7 +36,7 @@ def two_nodes(blockstore: dict[str, str]) -> str:
     return etree.tostring(root).decode()
 
 
-def test_a_slice_member_cannot_mount_the_slice_creators_dataset(images_home):
+def test_a_slice_member_cannot_mount_the_slice_creators_dataset(images_home):  # noqa: F811 - the fixture
     home, up, prefix, _catalogue = images_home
     am_url = up.start()
     users = people(home, am_url)
