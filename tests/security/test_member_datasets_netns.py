@@ -2,6 +2,7 @@
 Allocates is. On real container nodes, over mutual TLS: alice has a private dataset; bob, a member of her slice
 (added at the slice authority, as omni's addMemberToSliceAndSlivers does), adds a node to her slice naming her
 dataset, through Update and through Allocate. Both are refused (FORBIDDEN) and no node of the slice mounts it.
+Likewise a node he adds through Update naming her private image is refused as an image not offered to him.
 
 Before, the Update was committed: the node Update added took the slice creator as its owner, so the dataset was
 mounted in bob's node and he read alice's files (her private images were booted for him the same way)."""
@@ -85,6 +86,40 @@ def test_a_slice_member_cannot_mount_the_slice_creators_dataset(images_home):  #
             assert "alices-secret" not in out, (n.get("client_id"), rc, out)
     ok(am_a.Delete([urn], cred_a, {}))
     assert ok(am_a.DeleteDataset(DATASET, ucred_a, {})) is True
+
+
+def test_a_slice_member_cannot_boot_the_slice_creators_private_image_through_update(images_home):  # noqa: F811
+    home, up, prefix, catalogue = images_home
+    users = people(home, up.start())
+    am_a, sa_a, _alice, ucred_a = users["alice"]
+    am_b, _sa_b, bob, _ucred_b = users["bob"]
+    urn1, cred1, n1 = slice_with(am_a, sa_a, "img1", node())
+    assert inside(prefix, n1, "sh", "-c", "echo alices-image > /root/marker")[0] == 0
+    image = ok(am_a.CreateImage(urn1, "private1", n1, cred1, {"global": False}))
+    ok(am_a.Delete([urn1], cred1, {}))
+
+    chapi = procs.read(home.pid_file).info["chapi_url"]
+    ch = {name: client(f"{chapi}/SA", str(home.user_cert(name)), str(home.user_key(name))) for name in ("alice", "bob")}
+    urn = ok_ch(ch["alice"].create_slice([], {"fields": {"SLICE_NAME": "shared-img"}}))["SLICE_URN"]
+    cred_a = ok_ch(ch["alice"].get_credentials(urn, [], {}))
+    ok(am_a.Allocate(urn, cred_a, request_rspec([vm("n1")]), {}))
+    ok(am_a.Provision([urn], cred_a, {"geni_users": []}))
+    ok_ch(ch["alice"].modify_slice_membership(urn, [], {"members_to_add": [
+        {"SLICE_MEMBER": bob, "SLICE_ROLE": "MEMBER"}]}))
+    cred_b = ok_ch(ch["bob"].get_credentials(urn, [], {}))
+
+    desired = request_rspec([vm("n1"), vm("n2", image="private1")])
+    updated = am_b.Update([urn], cred_b, desired, {})
+    if code(updated) == 0:  # staged: his Provision would commit it
+        committed = am_b.Provision([urn], cred_b, {"geni_users": []})
+        assert code(committed) != 0, committed
+    else:
+        assert code(updated) == 1 and "not offered" in updated["output"], updated
+    slivers = ok(am_a.Status([urn], cred_a, {}))["geni_slivers"]
+    assert len(slivers) == 1, slivers  # only alice's n1: nothing booted her image for him
+    ok(am_a.Delete([urn], cred_a, {}))
+    assert ok(am_a.DeleteImage(image, ucred_a, {})) is True
+    assert catalogue.get("private1") is None
 
 
 def ok_ch(reply: dict):
