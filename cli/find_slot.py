@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import xmlrpc.client
@@ -30,14 +31,33 @@ from slicex.tls_xmlrpc import client
 RSPEC_V3 = {"type": "GENI", "version": "3"}
 NO_SLOT = {24, 25, 26}  # VLAN_UNAVAILABLE, INSUFFICIENT_BANDWIDTH, INSUFFICIENT_NODES: nothing fits in the window
 UNITS = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(days=1), "w": timedelta(weeks=1)}
+LONGEST = timedelta(days=3660)
+"""The longest --hours or --within the command sends (ten years): far past any aggregate's booking horizon
+(am.max_lease, which refuses a longer question itself, naming it), short enough that no arithmetic on it
+overflows."""
 
 
 def span(text: str) -> timedelta:
-    """A length of time: 90m, 36h, 2d, 1w, or a number of hours."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([mhdw]?)\s*", text)
+    """A length of time: 90m, 36h, 2d, 1w, or a number of hours; at most LONGEST."""
+    m = re.fullmatch(r"\s*(\d{1,12}(?:\.\d{1,12})?)\s*([mhdw]?)\s*", text)
     if not m or float(m.group(1)) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a length of time (e.g. 90m, 36h, 2d, 1w)")
-    return float(m.group(1)) * UNITS[m.group(2) or "h"]
+    unit = UNITS[m.group(2) or "h"]
+    if float(m.group(1)) > LONGEST / unit:
+        raise argparse.ArgumentTypeError(f"{text!r} is longer than {LONGEST.days} days, more than any aggregate books")
+    return float(m.group(1)) * unit
+
+
+def hours(text: str) -> float:
+    """--hours: a positive, finite number of hours, at most LONGEST."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of hours") from None
+    if not (math.isfinite(value) and 0 < value <= LONGEST / timedelta(hours=1)):
+        raise argparse.ArgumentTypeError(f"--hours must be positive and at most {LONGEST / timedelta(hours=1):g} "
+                                         f"({LONGEST.days} days), not {text!r}")
+    return value
 
 
 def question(rspec: str, hours: float, after: datetime | None, within: timedelta | None,
@@ -75,10 +95,14 @@ def cmd_find_slot(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"slicex find-slot: cannot read {args.request}: {exc}", file=sys.stderr)
         return 2
-    if args.hours <= 0:
-        print("slicex find-slot: --hours must be positive", file=sys.stderr)
+    if not 0 < args.hours <= LONGEST / timedelta(hours=1):
+        print(f"slicex find-slot: --hours must be positive and at most {LONGEST.days} days", file=sys.stderr)
         return 2
-    option = question(rspec, args.hours, args.after, args.within, datetime.now(UTC).replace(microsecond=0))
+    try:
+        option = question(rspec, args.hours, args.after, args.within, datetime.now(UTC).replace(microsecond=0))
+    except OverflowError:
+        print("slicex find-slot: --after plus --within is past the last time a calendar can name", file=sys.stderr)
+        return 2
     if args.omni_options:
         Path(args.omni_options).write_text(json.dumps({"slicex_find_slot": option}, indent=1) + "\n")
         print(f"wrote {args.omni_options}: omni -V3 -a AM_URL listresources --optionsfile {args.omni_options}")
@@ -126,7 +150,7 @@ def add_command(sub: argparse._SubParsersAction) -> None:
                     "ends in it. Then Allocate with geni_start_time and geni_end_time as printed. Exit 0: a slot; "
                     "1: none in the window (what is short, from when); 2: a wrong question or no answer.")
     p.add_argument("request", help="request RSpec (GENI v3)")
-    p.add_argument("--hours", type=float, required=True, help="how long the whole request is needed")
+    p.add_argument("--hours", type=hours, required=True, help="how long the whole request is needed")
     p.add_argument("--after", type=when, help="earliest start: an RFC 3339 time or a date (default: now)")
     p.add_argument("--within", type=span, help="search window from --after (or now): 90m, 36h, 2d, 1w (default: "
                                                "up to the aggregate's booking horizon, am.max_lease)")

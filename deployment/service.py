@@ -95,7 +95,13 @@ def deployment_substrate(cfg: SlicexConfig) -> Substrate:
     the catalogue holds)."""
     from dataclasses import replace
 
+    from resources.public_port import host_ports_offered
+
     substrate = load_substrate(cfg.substrate) if cfg.substrate else default_substrate(cfg.authority)
+    clash = host_ports_offered(substrate, own_ports(cfg))
+    if clash:
+        raise SubstrateError(f"{cfg.substrate or 'the built-in substrate'}: public_ports would hand nodes ports of "
+                             f"this host: {'; '.join(clash)}; give public_ports a range of its own")
     if cfg.substrate_driver == "openstack" and substrate.public_ports:
         raise SubstrateError(f"{cfg.substrate}: public_ports are forwarded by the netns driver (and shown by the "
                              f"emulated one); the openstack driver has no gateway: remove public_ports")
@@ -105,6 +111,22 @@ def deployment_substrate(cfg: SlicexConfig) -> Substrate:
 
     catalogue, default_image = node_images(cfg.netns)
     return replace(substrate, images=offered_images(catalogue, substrate.authority, default_image))
+
+
+def own_ports(cfg: SlicexConfig) -> dict[int, str]:
+    """The TCP ports this deployment's servers and its store listen on (port -> which)."""
+    from urllib.parse import urlsplit
+
+    ports = {cfg.sa_port: "sa_port", cfg.am_port: "am_port", cfg.am_v2_endpoint_port() or 0: "am_v2_port",
+             cfg.chapi_endpoint_port(): "chapi_port", cfg.broker_port: "broker_port",
+             cfg.authority_port: "authority_port", cfg.dashboard_port or 0: "dashboard_port",
+             cfg.scs.port if cfg.scs else 0: "scs.port"}
+    if cfg.store and cfg.store.startswith("redis"):
+        try:
+            ports[urlsplit(cfg.store).port or 6379] = "the Redis store"
+        except ValueError:
+            pass  # the store's own parser says what is wrong with it
+    return {p: what for p, what in ports.items() if p}
 
 
 class AdvertisedImages:

@@ -74,10 +74,10 @@ class SliceManager(Protocol):
     def delete(self, sliver_urns: list[str], now: datetime) -> list[Sliver]: ...
 
     def update(self, slice_urn: str, sliver_urns: list[str], request: Request, alloc_end: datetime,
-               update_end: datetime, now: datetime, best_effort: bool = False, charged_to: str = "") -> list[Sliver]:
+               update_end: datetime, now: datetime, best_effort: bool = False, requester: str = "") -> list[Sliver]:
         """AM API Update (slice_manager/update.py): the named slivers (none: the slice's) become `request`;
         with `best_effort` what does not fit is left out (its sliver struct says why) instead of refusing all.
-        What it adds is recorded in the usage ledger against `charged_to` (the caller; default the owner)."""
+        What it adds is the `requester`'s (the caller's images and datasets, as at Allocate) and charged to him."""
         ...
 
     def cancel(self, slice_urn: str, sliver_urns: list[str], now: datetime) -> list[Sliver]:

@@ -28,6 +28,22 @@ def offered_ports(substrate: Substrate) -> list[int]:
     return [p for lo, hi in substrate.public_ports for p in range(lo, hi + 1)]
 
 
+FIRST_UNPRIVILEGED = 1024
+"""Ports below are the host's own services (sshd's 22 first of all): never a node's public port."""
+
+
+def host_ports_offered(substrate: Substrate, own: Mapping[int, str]) -> list[str]:
+    """What the operator's public range would hand to nodes that belongs to the host: privileged ports and
+    `own` (port -> what listens there: the deployment's servers, its Redis). A node's relay bound there
+    first (the service restarting, or the aggregate starting after its nodes were adopted) would answer that
+    service's clients; so such a range is refused at start, naming each."""
+    out = [f"{lo}-{hi} (ports below {FIRST_UNPRIVILEGED} are the host's services, sshd's 22 among them)"
+           for lo, hi in substrate.public_ports if lo < FIRST_UNPRIVILEGED]
+    out += [f"{port} ({what})" for port, what in sorted(own.items())
+            if port and any(lo <= port <= hi for lo, hi in substrate.public_ports)]
+    return out
+
+
 def ranges_text(substrate: Substrate) -> str:
     return ", ".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in substrate.public_ports) or "none"
 

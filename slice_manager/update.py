@@ -46,7 +46,7 @@ removed; replaced (a link whose endpoints or capacity change: this sliver goes a
 new sliver of that link, under the same client_id, placed now and provisioned at the commit)."""
 
 NODE_FIXED = ("component_id", "sliver_type", "disk_image", "hardware_type", "exclusive", "fpga", "execute",
-              "install")
+              "install", "blockstores")
 """What a kept node cannot change in place."""
 
 

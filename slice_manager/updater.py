@@ -59,11 +59,13 @@ class Updates:
 
     # ---- Update ------------------------------------------------------------------------------------------------
     def update(self, slice_urn: str, sliver_urns: list[str], request: Request, alloc_end: datetime,
-               update_end: datetime, now: datetime, best_effort: bool = False, charged_to: str = "") -> list[Sliver]:
+               update_end: datetime, now: datetime, best_effort: bool = False, requester: str = "") -> list[Sliver]:
         """Change the named slivers (all of the slice's when none are named) to `request`, the complete desired
         RSpec for them. Allocated slivers change at once (added ones are allocated until `alloc_end`); when
         one is provisioned the change is staged until `update_end` (Provision commits it, Cancel reverts it).
-        What it adds is recorded in the ledger against `charged_to` (default: the slivers' owner)."""
+        Added slivers are the `requester`'s (the caller), as an Allocate's are: they boot his images, mount
+        his datasets, never the slice creator's private ones, and are charged to him in the ledger (none given:
+        the slivers' owner)."""
         self._catch_up(now)
         with self._on_slices([slice_urn]):
             live = [rec for rec in self.records(slice_urn) if not rec.discard
@@ -77,10 +79,10 @@ class Updates:
                                      f"({pending.phase}); Provision to commit it or Cancel it before another "
                                      f"Update")
                 recs = {u: self._require(u, now) for u in sorted(named)}
-                return self._update(slice_urn, recs, request, alloc_end, update_end, now, best_effort, charged_to)
+                return self._update(slice_urn, recs, request, alloc_end, update_end, now, best_effort, requester)
 
     def _update(self, slice_urn: str, recs: dict[str, Record], request: Request, alloc_end: datetime,
-                update_end: datetime, now: datetime, best_effort: bool, charged_to: str = "") -> list[Sliver]:
+                update_end: datetime, now: datetime, best_effort: bool, requester: str = "") -> list[Sliver]:
         failed = [rec for rec in recs.values() if rec.r.state == rs.FAILED or rec.r.pending != rs.NONE]
         if failed:
             rec = failed[0]
@@ -97,7 +99,7 @@ class Updates:
         if changes.empty:
             return [self._sliver(rec, now) for rec in recs.values()]
         staged = any(rec.provisioned or rec.r.state in rs.HOLDS_LEASE for rec in recs.values())
-        owner = next(iter(recs.values())).owner_urn
+        owner = requester or next(iter(recs.values())).owner_urn
         request_key = f"{slice_urn}#{rfc3339(now)}-update-{uuid.uuid4().hex[:8]}"
         pending = up.PendingUpdate(slice_urn, up.STAGING, update_end, (), changes.removed, {}, tuple(recs),
                                    request.xml, since=now, owner=self.name)
@@ -113,7 +115,7 @@ class Updates:
             replaces = self._replacements(recs, added, changes.removed)
             if not staged:  # allocated slivers change at once (the removed ones answer geni_unallocated)
                 self._apply(slice_urn, recs, added, changes.removed, rewired, request, request_key, now)
-                self._charge(charged_to or owner, slice_urn, added, replaces, now)
+                self._charge(owner, slice_urn, added, replaces, now)
                 self._discharge(changes.removed, now, "removed by Update")
                 return [self._sliver(rec, now) for rec in [*recs.values(), *added.values()]] + refused
             pending = replace(pending, phase=up.STAGED, added=tuple(added), rewired=rewired,
@@ -127,7 +129,7 @@ class Updates:
             for rec in added.values():
                 rec.update = "replacing" if rec.id in replaces else "added"
                 self._save(rec)
-            self._charge(charged_to or owner, slice_urn, added, replaces, now)  # before staged: a crash reverts
+            self._charge(owner, slice_urn, added, replaces, now)  # before staged: a crash reverts
             self.fault("update:charged")
             self._put_update(pending)
             self.fault("update:staged")

@@ -76,4 +76,7 @@ def _parse(text: object) -> datetime:
             raise BadArgs(f"{text!r} is not an RFC 3339 time (e.g. 2030-01-01T12:00:00Z)") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return when.astimezone(UTC).replace(microsecond=0)
+    try:
+        return when.astimezone(UTC).replace(microsecond=0)
+    except OverflowError:  # 0001-01-01T00:00:00+01:00 is before the first time a datetime holds
+        raise BadArgs(f"{text!r} is outside the years 1-9999 in UTC") from None

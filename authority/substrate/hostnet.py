@@ -8,6 +8,7 @@ import fcntl
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -59,6 +60,12 @@ def capabilities() -> dict[str, str]:
             caps[qdisc] = "ok" if r.returncode == 0 else (
                 f"the kernel has no {qdisc} qdisc (sch_{qdisc}): {r.stderr.strip()}")
             run(["tc", "-n", ns, "qdisc", "del", "dev", "lo", "root"], check=False)
+        if caps["veth"] == "ok":  # what every node interface gets (shape_and_police): sch_htb, cls_u32
+            try:
+                shape_and_police(ns, "p0", None)
+                caps["broadcast_policer"] = "ok"
+            except ServerError as exc:
+                caps["broadcast_policer"] = f"no broadcast policer (sch_htb, cls_u32): {exc}"
     finally:
         run(["ip", "netns", "del", ns], check=False)
     return caps
@@ -211,6 +218,48 @@ def shape(ns: str | None, ifname: str, tbf: list[str] | None) -> None:
         run(base + ["qdisc", "del", "dev", ifname, "root"], check=False)
     else:
         run(base + ["qdisc", "replace", "dev", ifname, "root", *tbf])
+
+
+BROADCAST_KBPS = 1000
+"""What a node interface may send to broadcast and multicast addresses (ARP, IPv6 neighbour discovery, mDNS),
+kbit/s: plenty for address resolution, far below what costs the shared userspace switch a core (bench/
+broadcast.py: an unpoliced flood of small frames took a third of another slice's TCP throughput)."""
+BROADCAST_QUEUE = 32  # frames waiting for the policer's tokens; beyond, a flood is dropped where it starts
+
+
+def shape_and_police(ns: str, ifname: str, tbf: list[str] | None, broadcast_kbps: int = BROADCAST_KBPS) -> None:
+    """A node interface's egress (its namespace's end, which the node's root cannot change): the link's token
+    bucket if it has one (root qdisc `tbf`, as `shape` makes it), and beneath it an HTB whose class for frames
+    to a group address (the I/G bit of the destination MAC, classified by u32: broadcast and every multicast)
+    holds them to `broadcast_kbps` with a short queue; everything else passes unlimited (the tbf above, if any,
+    is the link's limit). Built afresh each time (idempotent)."""
+    base = ["tc", "-n", ns]
+    run(base + ["qdisc", "del", "dev", ifname, "root"], check=False)
+    if tbf is not None:
+        run(base + ["qdisc", "add", "dev", ifname, "root", "handle", "1:", *tbf])
+        run(base + ["qdisc", "add", "dev", ifname, "parent", "1:1", "handle", "10:", "htb", "default", "20"])
+    else:
+        run(base + ["qdisc", "add", "dev", ifname, "root", "handle", "10:", "htb", "default", "20"])
+    rate = f"{broadcast_kbps}kbit"
+    run(base + ["class", "add", "dev", ifname, "parent", "10:", "classid", "10:10", "htb", "rate", rate, "ceil", rate])
+    run(base + ["class", "add", "dev", ifname, "parent", "10:", "classid", "10:20", "htb", "rate", "100gbit", "burst",
+                "1mb", "cburst", "1mb"])
+    run(base + ["qdisc", "add", "dev", ifname, "parent", "10:10", "handle", "11:", "pfifo", "limit",
+                str(BROADCAST_QUEUE)])
+    run(base + ["filter", "add", "dev", ifname, "parent", "10:", "protocol", "all", "prio", "1", "u32", "match",
+                "u8", "0x01", "0x01", "at", "-14", "flowid", "10:10"])
+
+
+def broadcast_policer(ns: str, ifname: str) -> dict[str, int] | None:
+    """The broadcast class of a node interface (`shape_and_police`): its rate (bit/s), and the frames it sent
+    and dropped; None when the interface has none."""
+    out = run(["tc", "-n", ns, "-s", "class", "show", "dev", ifname, "classid", "10:10"], check=False).stdout
+    rate = re.search(r"\brate (\d+)([KMG]?)bit", out)
+    sent = re.search(r"Sent \d+ bytes (\d+) pkt \(dropped (\d+)", out)
+    if "htb" not in out or rate is None or sent is None:
+        return None
+    scale = {"": 1, "K": 1000, "M": 1000_000, "G": 1000_000_000}[rate.group(2)]
+    return {"rate_bps": int(rate.group(1)) * scale, "sent": int(sent.group(1)), "dropped": int(sent.group(2))}
 
 
 def qdisc(ns: str | None, ifname: str) -> str:

@@ -99,7 +99,7 @@ DESCRIPTION = ("netns substrate: each node is an unprivileged LXC container on t
                "share the host's kernel")
 STATE_ROOT = Path("/var/lib")  # /var/lib/slicex-<prefix>: containers, their layers, uid-shifted image copies
 UID_RANGES_DIR = Path("/var/lib/slicex/uid-ranges")  # host-wide: deployments sharing a host never share a range
-NEEDED = ("root", "ip", "tc", "ethtool", "netns", "veth", "tbf")
+NEEDED = ("root", "ip", "tc", "ethtool", "netns", "veth", "tbf", "broadcast_policer")
 READY, NOTREADY, FAILED, READY_BUSY = "geni_ready", "geni_notready", "geni_failed", "geni_ready_busy"
 
 
@@ -703,7 +703,9 @@ class NetnsDriver:
         if i.address:
             hostnet.set_address(plan.netns, i.ns_if, i.address)
         tbf = tbf_args(i.rate_kbps) if i.rate_kbps else None
-        hostnet.shape(plan.netns, i.ns_if, tbf)
+        # the node's end: its link's rate, and its broadcast and multicast policed (a flood would take the shared
+        # userspace switch's CPU from every slice: bench/broadcast.py)
+        hostnet.shape_and_police(plan.netns, i.ns_if, tbf)
         hostnet.set_up(plan.netns, i.ns_if, up)
         # on its rack's switch (another host's namespace when that switch runs there); an interface on no link
         # is a port of no segment: no rule moves its frames (a mirror may copy to it)

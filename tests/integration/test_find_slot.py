@@ -1,6 +1,6 @@
 """Find a slot over the AM API on both deployments (mutual TLS, a ManualClock): with the aggregate filled now
 and for hours by other slices, ListResources with slicex_find_slot answers the earliest window; an Allocate
-with that geni_start_time gets it and one a minute before is refused. Bad questions get BADARGS/OUTOFRANGE,
+with that geni_start_time gets it and one a minute before is refused. Bad questions (past the bounds too) get BADARGS,
 a window without room the error of what is short, saying from when."""
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def test_a_window_without_room_is_the_error_of_what_is_short_and_from_when(runni
     ({"duration_seconds": 3600, "earliest_start": "tomorrow"}, 1, "RFC 3339"),
     ({"duration_seconds": 7200, "latest_end": "+1h"}, 1, "RFC 3339"),
     ({"duration_seconds": 3600, "hours": 6}, 1, "unknown field"),
-    ({"duration_seconds": 400 * 24 * 3600}, 19, "max_lease"),
+    ({"duration_seconds": 400 * 24 * 3600}, 1, "am.max_lease"),
 ])
 def test_bad_questions_get_clear_geni_codes(running: Running, question, expected, words):
     alice = running.user("alice")

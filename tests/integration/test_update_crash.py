@@ -199,7 +199,7 @@ def run_with_ledger(store, boundary: str, cancel: bool) -> None:
     with pytest.raises(Crash):
         ledger.update("o", SLICE, parse_request(WIDER), w.sm.slivers(SLICE, now), now, now + timedelta(minutes=10),
                       lambda: w.sm.update(SLICE, [], parse_request(WIDER), now + timedelta(minutes=10),
-                                          now + timedelta(minutes=10), now, charged_to="o"))
+                                          now + timedelta(minutes=10), now, requester="o"))
         if cancel:
             w.sm.cancel(SLICE, [], now)
         else:
