@@ -150,7 +150,10 @@ class OwnedStore:
 
     def put(self, table: str, key: str, doc: dict[str, Any], due: float | None = None) -> None:
         self._table(table, write=True)
-        self.inner.put(table, key, doc, due)
+        if due is None:
+            self.inner.put(table, key, doc)
+        else:
+            self.inner.put(table, key, doc, due=due)
 
     def delete(self, table: str, key: str) -> bool:
         self._table(table, write=True)
