@@ -9,7 +9,6 @@ import os
 import uuid
 from datetime import timedelta
 
-import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
