@@ -314,15 +314,15 @@ class Authority:
         if doc is not None and int(doc.get("version", 0)) >= LAYOUT_VERSION:
             return 0
         ids = [d["lease"]["id"] for d in self.store.scan(LEASES)]
+        if not ids:  # nothing to file (a new store: starting writes nothing)
+            return 0
         for lease_id in ids:
             with self._lease_lock(lease_id):
                 current = self._doc(lease_id)
                 if current is not None:
                     self._put(lease_id, current)
         self.store.put(LAYOUT, "leases", {"version": LAYOUT_VERSION})
-        if ids:
-            log.info("authority %s: %d leases filed in the time index (layout %d)", self.name, len(ids),
-                     LAYOUT_VERSION)
+        log.info("authority %s: %d leases filed in the time index (layout %d)", self.name, len(ids), LAYOUT_VERSION)
         return len(ids)
 
     # ---- redeem ----------------------------------------------------------------------------------------------

@@ -126,8 +126,9 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
         # nothing process-wide is held across an actor call or a blocking store round trip. The reaper takes
         # a slice only when no call holds it, and a call settles its own reservations with the clock.
         self._slices = KeyedLocks()
-        self._guard = threading.Lock()  # in-memory bookkeeping only: _claimed_here, _available
+        self._guard = threading.Lock()  # in-memory bookkeeping only: _beat_at, _claimed_here, _available
         self._reaping = threading.RLock()  # one reap at a time
+        self._beat_at: datetime | None = None  # when this slice manager last wrote its heartbeat
         self._claimed_here: set[str] = set()  # reservations whose store lock a thread of this process holds
         self._available: tuple[str, frozenset[str]] = ("", frozenset())  # the broker's last availability answer
         self.migrate(datetime.now(UTC))  # records of an older layout (once per store); the time only names locks' holders

@@ -190,8 +190,10 @@ class Records:
         doc = self.store.get(LAYOUT, "records")
         if doc is not None and int(doc.get("version", 0)) >= LAYOUT_VERSION:
             return 0
-        indexed = {(d["slice_urn"], d["id"]) for d in self.store.scan(SLIVERS_OF)}
         rids = [d["id"] for d in self.store.scan(RESERVATIONS)]
+        if not rids:  # nothing to file (a new store: starting writes nothing)
+            return 0
+        indexed = {(d["slice_urn"], d["id"]) for d in self.store.scan(SLIVERS_OF)}
         filed = 0
         with self._holding(rids, now, strict=False) as mine:
             for rid in mine:
@@ -205,9 +207,8 @@ class Records:
                 filed += 1
         if len(mine) == len(set(rids)):
             self.store.put(LAYOUT, "records", {"version": LAYOUT_VERSION})
-        if rids:
-            log.info("slice manager records on layout %d: %d of %d filed in the time index", LAYOUT_VERSION,
-                     filed, len(rids))
+        log.info("slice manager records on layout %d: %d of %d filed in the time index", LAYOUT_VERSION, filed,
+                 len(rids))
         return filed
 
     def due_records(self, now: datetime, limit: int | None = None) -> list[Record]:

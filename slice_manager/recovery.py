@@ -42,7 +42,17 @@ class Recovery:
 
     # ---- who works on which reservation ---------------------------------------------------------------------
     def _heartbeat(self, now: datetime) -> None:
+        with self._guard:
+            self._beat_at = now
         self.store.put(INSTANCES, self.name, {"name": self.name, "at": rfc3339(now)})
+
+    def _beat(self, now: datetime) -> None:
+        """The heartbeat of a call that takes reservation locks, at most once a tick (the reaper beats on its
+        own ticks): other workers leave this one's reservations alone while it is heard of."""
+        with self._guard:
+            due = self._beat_at is None or now - self._beat_at >= self.tick or now < self._beat_at
+        if due:
+            self._heartbeat(now)
 
     def _dead(self, owner: str, now: datetime) -> bool:
         doc = self.store.get(INSTANCES, owner)
@@ -75,6 +85,7 @@ class Recovery:
     def _holding(self, rids: Iterable[str], now: datetime, strict: bool = True):
         """Hold the locks of `rids` for the duration; strict: all or Busy, else yield the ones taken."""
         taken: list[str] = []
+        self._beat(now)
         try:
             for rid in dict.fromkeys(rids):
                 other = self._take(rid, now)
