@@ -197,7 +197,7 @@ class RedisStore:
     def scan(self, table: str, prefix: str = "") -> list[dict[str, Any]]:
         if prefix:  # a range of the table's key index: only the matching documents are read
             self._index_keys()
-            start = prefix.encode()  # UTF-8 orders as code points do; no key's bytes go above 0xff
+            start = prefix.encode()  # UTF-8 never holds byte 0xff: every key with the prefix sorts below prefix+0xff
             keys = self._call(lambda: self._r.zrangebylex(self._k(table), b"[" + start, b"(" + start + b"\xff"))
             texts = self._call(lambda: self._r.hmget(self._t(table), keys)) if keys else []
             return [json.loads(t) for t in texts if t is not None]  # None: deleted between the two reads
