@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from protocol import slice_manager as sm
@@ -121,17 +121,17 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
         self.images = images
         self.fault = fault or (lambda boundary: None)
         self.run_actor_clocks = run_actor_clocks  # in-process actors: run their clocks from the reaper
-        self.tick = tick  # the actor clock's tick: calls catch up with the clock at most once per tick
+        self.tick = tick  # the period of the deployment's clock, which runs `reap` (no call does)
         # Concurrency: a call holds its slice's in-process lock (sm_locks) and its reservations' store locks;
         # nothing process-wide is held across an actor call or a blocking store round trip. The reaper takes
         # a slice only when no call holds it, and a call settles its own reservations with the clock.
         self._slices = KeyedLocks()
-        self._guard = threading.Lock()  # in-memory bookkeeping only: _reaped_at, _claimed_here, _available
-        self._reaping = threading.RLock()  # one reap at a time; calls skip theirs while another runs
-        self._reaped_at: datetime | None = None
+        self._guard = threading.Lock()  # in-memory bookkeeping only: _beat_at, _claimed_here, _available
+        self._reaping = threading.RLock()  # one reap at a time
+        self._beat_at: datetime | None = None  # when this slice manager last wrote its heartbeat
         self._claimed_here: set[str] = set()  # reservations whose store lock a thread of this process holds
         self._available: tuple[str, frozenset[str]] = ("", frozenset())  # the broker's last availability answer
-        self._index_records()  # records a slice manager before the per-slice index left
+        self.migrate(datetime.now(UTC))  # records of an older layout (once per store); the time only names locks' holders
 
     # ---- SliceManager: allocate -----------------------------------------------------------------------------
     def allocate(self, slice_urn: str, owner_urn: str, request: Request, end: datetime,
@@ -144,9 +144,8 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
         if start is not None and end <= start:  # e.g. a service level's lease length cut the end (operations/quotas.py)
             raise OutOfRange(f"an advance reservation from {rfc3339(start)} cannot end at {rfc3339(end)}, before it "
                           f"starts (is the lease length your service level allows shorter than the wait?)")
-        self._catch_up(now)
         with self._on_slices([slice_urn]):
-            check_same_slice(slice_urn, slice_uuid, (rec.slice_uuid for rec in self.records(slice_urn)
+            check_same_slice(slice_urn, slice_uuid, (rec.slice_uuid for rec in self._settle_slice(slice_urn, now)
                                                      if not rec.discard and rec.r.state not in (rs.CLOSE_WAIT,
                                                                                                 rs.CLOSED)))
             return self._allocate(slice_urn, owner_urn, request, end, now, start, slice_uuid)
@@ -279,7 +278,6 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
     # ---- provision -------------------------------------------------------------------------------------------
     def provision(self, sliver_urns: list[str], end: datetime, users: list[dict[str, Any]],
                   now: datetime) -> list[Sliver]:
-        self._catch_up(now)
         with self._on_slices(self._slices_of(sliver_urns)):
             for slice_urn in sorted(self._slices_of(sliver_urns)):
                 pending = self.pending_update(slice_urn)
@@ -399,7 +397,6 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
 
     # ---- renew, perform, delete --------------------------------------------------------------------------------
     def renew(self, sliver_urns: list[str], end: datetime, now: datetime, best_effort: bool) -> list[Sliver]:
-        self._catch_up(now)
         with self._on_slices(self._slices_of(sliver_urns)), self._holding(sliver_urns, now):
             self._settle(sliver_urns, now)
             return self._renew(sliver_urns, end, now, best_effort)
@@ -435,7 +432,6 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
         if action not in sm.ACTIONS:
             raise Unsupported(f"operational action {action!r} is not supported here; supported: "
                               f"{', '.join(sm.ACTIONS)}")
-        self._catch_up(now)
         with self._on_slices(self._slices_of(sliver_urns)), self._holding(sliver_urns, now):
             self._settle(sliver_urns, now)
             return self._perform(sliver_urns, action, now, best_effort, users)
@@ -507,7 +503,6 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
         return type(exc)(told)
 
     def delete(self, sliver_urns: list[str], now: datetime) -> list[Sliver]:
-        self._catch_up(now)
         with self._on_slices(self._slices_of(sliver_urns)), self._holding(sliver_urns, now):
             self._settle(sliver_urns, now)
             return self._delete(sliver_urns, now)
@@ -574,20 +569,13 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
                       rec.component_id, rec.owner_urn, details, rec.slice_uuid)
 
     def slivers(self, slice_urn: str, now: datetime) -> list[Sliver]:
-        self._catch_up(now)
         with self._on_slices([slice_urn]):
-            recs = self.records(slice_urn)
-            due = [rec.id for rec in recs if self._needs_work(rec, now)]
-            if due:
-                with self._holding(due, now, strict=False) as mine:
-                    self._settle(mine, now)
-                recs = self.records(slice_urn)
+            recs = self._settle_slice(slice_urn, now)
             return sorted((self._sliver(rec, now) for rec in recs
                            if rec.r.state not in (rs.CLOSE_WAIT, rs.CLOSED) and not rec.discard),
                           key=lambda s: s.client_id)
 
     def sliver(self, sliver_urn: str, now: datetime) -> Sliver | None:
-        self._catch_up(now)
         with self._on_slices(self._slices_of([sliver_urn])):
             rec = self._load(sliver_urn)
             if rec is not None and self._needs_work(rec, now):

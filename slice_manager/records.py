@@ -5,6 +5,7 @@ authority keep their own."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,6 +28,13 @@ SLIVERS_OF = "sm-slice-slivers"  # "<slice>#<sliver>" → the sliver: one slice'
 ENDED = "sm-ended"  # slice → why its last slivers ended on their own (expiry, failure): for a clear Status
 ENDED_KEPT = timedelta(days=1)
 UPDATES = "sm-updates"  # slice → its pending Update (slice_manager/update.py PendingUpdate)
+LAYOUT = "sm-layout"  # "records" → the layout version of the slice manager's records (`migrate`)
+LAYOUT_VERSION = 2  # 2: every record filed in the store's time index under `due_at`
+AT_ONCE = 0.0
+"""The time index's place for work due at once (an outbox to deliver, an operation pending): before any time."""
+
+
+log = logging.getLogger("slicex.sm")
 
 
 class Crash(BaseException):
@@ -119,6 +127,26 @@ class Record:
         return self.ticket.id if self.ticket else f"{self.group}/{self.id}"
 
 
+def due_at(rec: Record) -> float | None:
+    """When the clock next has work on `rec` (seconds since the epoch, AT_ONCE for now), None for never: the
+    time it is filed under in the store's time index, so the reaper reads only what fell due. `_needs_work` is
+    exactly `due_at(rec) <= now`: messages to deliver and pending operations at once (a live call holds them;
+    the reaper takes the rest), a held ticket or lease at its end, an advance reservation at its start, a
+    failure at the end of its term."""
+    r = rec.r
+    if rec.outbox or r.pending != rs.NONE:
+        return AT_ONCE
+    times: list[float] = []
+    if r.end is not None and r.state in rs.HOLDS_TICKET:
+        times.append(r.end.timestamp())
+    if r.state == rs.TICKETED and r.start is not None and not rec.details.get("started"):
+        times.append(r.start.timestamp())
+    if r.state == rs.FAILED:
+        end = r.end or r.want_end
+        times.append(end.timestamp() if end is not None else AT_ONCE)
+    return min(times, default=None)
+
+
 def _error(type_name: str, message: str) -> GeniError:
     return errors.error_named(type_name, message)
 
@@ -127,6 +155,7 @@ class Records:
     """Loading and saving records (a mixin of ActorSliceManager: `self.store`)."""
 
     store: Store
+    _holding: Any  # Recovery's reservation locks (a mixin of ActorSliceManager)
 
     def _load(self, rid: str) -> Record | None:
         d = self.store.get(RESERVATIONS, rid)
@@ -146,19 +175,48 @@ class Records:
             if not rec.indexed:  # written before the record: a stored record is always found by its slice
                 self._index(rec.slice_urn, rec.id)
                 rec.indexed = True
-            self.store.put(RESERVATIONS, rec.id, rec.to_doc())
+            self.store.put(RESERVATIONS, rec.id, rec.to_doc(), due=due_at(rec))
 
     def _index(self, slice_urn: str, rid: str) -> None:
         self.store.put(SLIVERS_OF, _index_key(slice_urn, rid), {"slice_urn": slice_urn, "id": rid})
 
-    def _index_records(self) -> int:
-        """Index records a slice manager without the per-slice index stored (start-up); returns how many."""
+    def migrate(self, now: datetime) -> int:
+        """Bring records a slice manager of an older layout stored to this one, once per store (start-up): each
+        is named by its slice's index and filed in the time index, re-read under its lock so that a record
+        another worker changes meanwhile is never overwritten with what was read before. Returns how many
+        records were filed (0 when the store is on this layout already: then nothing else is read). The store
+        is marked done only when every record was; a record another live worker holds is left to it (its next
+        save files it) and the next start tries again."""
+        doc = self.store.get(LAYOUT, "records")
+        if doc is not None and int(doc.get("version", 0)) >= LAYOUT_VERSION:
+            return 0
+        rids = [d["id"] for d in self.store.scan(RESERVATIONS)]
+        if not rids:  # nothing to file (a new store: starting writes nothing)
+            return 0
         indexed = {(d["slice_urn"], d["id"]) for d in self.store.scan(SLIVERS_OF)}
-        missing = [(d["slice_urn"], d["id"]) for d in self.store.scan(RESERVATIONS)
-                   if (d["slice_urn"], d["id"]) not in indexed]
-        for slice_urn, rid in missing:
-            self._index(slice_urn, rid)
-        return len(missing)
+        filed = 0
+        with self._holding(rids, now, strict=False) as mine:
+            for rid in mine:
+                d = self.store.get(RESERVATIONS, rid)
+                if d is None:
+                    continue
+                rec = Record.from_doc(d)
+                if (rec.slice_urn, rec.id) not in indexed:
+                    self._index(rec.slice_urn, rec.id)
+                self.store.put(RESERVATIONS, rec.id, d, due=due_at(rec))
+                filed += 1
+        if len(mine) == len(set(rids)):
+            self.store.put(LAYOUT, "records", {"version": LAYOUT_VERSION})
+        log.info("slice manager records on layout %d: %d of %d filed in the time index", LAYOUT_VERSION, filed,
+                 len(rids))
+        return filed
+
+    def due_records(self, now: datetime, limit: int | None = None) -> list[Record]:
+        """The records the clock has work on at `now`, earliest first, read through the time index (an entry
+        whose record changed since it was read is checked again against the record)."""
+        until = now.timestamp()
+        recs = (self._load(rid) for rid, _at in self.store.due(RESERVATIONS, until, limit))
+        return [rec for rec in recs if rec is not None and (d := due_at(rec)) is not None and d <= until]
 
     def records(self, slice_urn: str | None = None) -> list[Record]:
         """Every record, or one slice's: through its index, so a call costs the same however many slivers

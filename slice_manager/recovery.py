@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from protocol.api import BrokerApi
 from slice_manager import reservation as rs
-from slice_manager.records import INSTANCES, Record
+from slice_manager.records import INSTANCES, Record, due_at
 from slicex.clock import parse_time, rfc3339
 from slicex.errors import (
     Busy,
@@ -28,6 +28,8 @@ LIVENESS = timedelta(minutes=2)
 """A slice manager that has not been heard of for this long is presumed dead: others take over its work."""
 SLICE_WAIT = 120.0
 """Seconds a call waits for another call on the same slice in this process (actor calls time out sooner)."""
+REAP_BATCH = 2000
+"""Records one reaper pass takes from the time index at most (earliest first); the next tick takes the rest."""
 WORKER_WAIT = 3.0
 """Seconds a call waits for a sliver another AM worker holds before it is Busy: another worker's reaper takes
 a sliver's lock for a moment, which is no reason to refuse a call."""
@@ -40,7 +42,17 @@ class Recovery:
 
     # ---- who works on which reservation ---------------------------------------------------------------------
     def _heartbeat(self, now: datetime) -> None:
+        with self._guard:
+            self._beat_at = now
         self.store.put(INSTANCES, self.name, {"name": self.name, "at": rfc3339(now)})
+
+    def _beat(self, now: datetime) -> None:
+        """The heartbeat of a call that takes reservation locks, at most once a tick (the reaper beats on its
+        own ticks): other workers leave this one's reservations alone while it is heard of."""
+        with self._guard:
+            due = self._beat_at is None or now - self._beat_at >= self.tick or now < self._beat_at
+        if due:
+            self._heartbeat(now)
 
     def _dead(self, owner: str, now: datetime) -> bool:
         doc = self.store.get(INSTANCES, owner)
@@ -73,6 +85,7 @@ class Recovery:
     def _holding(self, rids: Iterable[str], now: datetime, strict: bool = True):
         """Hold the locks of `rids` for the duration; strict: all or Busy, else yield the ones taken."""
         taken: list[str] = []
+        self._beat(now)
         try:
             for rid in dict.fromkeys(rids):
                 other = self._take(rid, now)
@@ -146,6 +159,17 @@ class Recovery:
         """The slices these slivers belong to (unknown ones: none; the call says SEARCHFAILED for them)."""
         return {rec.slice_urn for u in dict.fromkeys(sliver_urns) if (rec := self._load(u)) is not None}
 
+    def _settle_slice(self, slice_urn: str, now: datetime) -> list[Record]:
+        """Apply the clock to the records of one slice whose in-process lock the caller holds (those another
+        AM worker holds are its to settle), and return the slice's records as they are then."""
+        recs = self.records(slice_urn)
+        due = [rec.id for rec in recs if self._needs_work(rec, now)]
+        if not due:
+            return recs
+        with self._holding(due, now, strict=False) as mine:
+            self._settle(mine, now)
+        return self.records(slice_urn)
+
     def _settle(self, rids: Iterable[str], now: datetime) -> None:
         """Apply the clock to a call's own reservations (whose locks it holds) before it acts: the reaper
         skips a slice while a call on it runs, and a call must not act on what the clock already ended."""
@@ -158,7 +182,9 @@ class Recovery:
     def recover(self, now: datetime) -> list[str]:
         """Finish what a previous slice manager over this store left: deliver every outbox message again
         (actors answer repeats with the same result), then end whatever is still pending past its deadline,
-        giving back what it may hold. Returns the slivers that ended.
+        giving back what it may hold, and whatever the clock ended. Returns the slivers that ended. Only the
+        records the time index says are due are read (`due_records`): at start-up, unfinished work and what
+        expired meanwhile; on a tick, what fell due since.
 
         A slice that a call of this process is working on is skipped (the call settles its own reservations,
         the next tick gets the rest): the reaper never waits for a call, and no call waits for the reaper's
@@ -166,9 +192,8 @@ class Recovery:
         self._heartbeat(now)
         self._drop_leftover_locks()
         due: dict[str, list[str]] = {}
-        for rec in self.records():
-            if self._needs_work(rec, now):
-                due.setdefault(rec.slice_urn, []).append(rec.id)
+        for rec in self.due_records(now, REAP_BATCH):
+            due.setdefault(rec.slice_urn, []).append(rec.id)
         ended: list[str] = []
         for slice_urn, rids in due.items():
             if not self._slices.acquire(slice_urn):
@@ -213,12 +238,11 @@ class Recovery:
                     rec.r, msgs = rs.on_term_start(rec.r, False, why, now)
                     rec.outbox += [m for m in msgs if m not in rec.outbox]
 
-    @classmethod
-    def _needs_work(cls, rec: Record, now: datetime) -> bool:
-        if rec.outbox or rec.r.pending != rs.NONE or rs.on_tick(rec.r, now)[0] != rec.r or cls._starting(rec, now):
-            return True
-        end = rec.r.end or rec.r.want_end
-        return rec.r.state == rs.FAILED and (end is None or end <= now)
+    @staticmethod
+    def _needs_work(rec: Record, now: datetime) -> bool:
+        """Whether the clock has work on `rec` at `now` (records.py `due_at`, the time it is filed under)."""
+        due = due_at(rec)
+        return due is not None and due <= now.timestamp()
 
     def _recover(self, rids: set[str], now: datetime) -> list[str]:
         recs = {rid: rec for rid in rids if (rec := self._load(rid)) is not None}
@@ -238,29 +262,15 @@ class Recovery:
                 self._save(rec)
         return [rid for rid, rec in recs.items() if rec.r.terminal and before[rid] != rec.r.state]
 
-    def _catch_up(self, now: datetime) -> None:
-        """Before a call acts, apply what the clock did since the last tick (expiry, timeouts, undelivered
-        releases). Once per tick is enough: the reaper runs every tick too, and scanning every reservation
-        on every call made the AM slower the more slivers it held. A call never waits for a reap another
-        thread is running (its actor calls may be for other slices): the call settles its own slivers."""
-        with self._guard:
-            due = self._reaped_at is None or now - self._reaped_at >= self.tick or now < self._reaped_at
-        if due and self._reaping.acquire(blocking=False):
-            try:
-                self._reap(now)
-            finally:
-                self._reaping.release()
-
     def reap(self, now: datetime) -> list[str]:
         """The slice manager's clock: deliver what is still in outboxes, time out pending operations, close
         reservations whose term ended, forget closed ones; in-process actors run their clocks too. Returns
-        the slivers that ended on this tick."""
+        the slivers that ended on this tick. Only the deployment's clock thread calls it: no request runs a
+        reaper (a call settles its own slice's reservations: `_settle`, `_settle_slice`)."""
         with self._reaping:
             return self._reap(now)
 
     def _reap(self, now: datetime) -> list[str]:
-        with self._guard:
-            self._reaped_at = now
         ended = self.recover(now)
         if self.run_actor_clocks:
             for clock in (getattr(self.broker, "tick", None), getattr(self.authority, "reap", None)):

@@ -66,9 +66,8 @@ class Updates:
         Added slivers are the `requester`'s (the caller), as an Allocate's are: they boot his images, mount
         his datasets, never the slice creator's private ones, and are charged to him in the ledger (none given:
         the slivers' owner)."""
-        self._catch_up(now)
         with self._on_slices([slice_urn]):
-            live = [rec for rec in self.records(slice_urn) if not rec.discard
+            live = [rec for rec in self._settle_slice(slice_urn, now) if not rec.discard
                     and rec.r.state not in (rs.CLOSE_WAIT, rs.CLOSED)]
             named = set(sliver_urns) or {rec.id for rec in live}
             with self._holding(sorted(named), now):  # another AM worker's Update of these waits or is Busy
@@ -438,7 +437,6 @@ class Updates:
     def cancel(self, slice_urn: str, sliver_urns: list[str], now: datetime) -> list[Sliver]:
         """Cancel the slice's pending Update (every sliver back as before it) or, with none pending, the named
         allocated slivers' Allocate (as Delete). SEARCHFAILED when there is nothing to cancel."""
-        self._catch_up(now)
         with self._on_slices([slice_urn]):
             u = self.pending_update(slice_urn)
             if u is not None and u.phase in (up.STAGING, up.STAGED):

@@ -50,7 +50,8 @@ _UNITS_READ = ((Actor.SLICE_MANAGER, "`usage_keys`: the operator dashboard's and
 
 OWNERSHIP: tuple[Holding, ...] = (
     # ---- slice manager
-    Holding("sm-reservations", Actor.SLICE_MANAGER, "reservations with their outboxes"),
+    Holding("sm-reservations", Actor.SLICE_MANAGER, "reservations with their outboxes, each filed in the time "
+            "index when the clock next has work on it (the reaper reads only what fell due)"),
     Holding("sm-slice-slivers", Actor.SLICE_MANAGER, "`<slice>#<sliver>` → the sliver: a call reads its own "
             "slice's reservations with a key-prefix scan; written before the reservation, removed after it"),
     Holding("sm-requests", Actor.SLICE_MANAGER, "requests (for manifests; keyed `<slice>#…`)"),
@@ -58,6 +59,7 @@ OWNERSHIP: tuple[Holding, ...] = (
     Holding("sm-instances", Actor.SLICE_MANAGER, "heartbeats of the slice managers sharing the store"),
     Holding("sm-ended", Actor.SLICE_MANAGER, "why a slice's slivers ended (geni_error after they are gone)"),
     Holding("sm-updates", Actor.SLICE_MANAGER, "a slice's pending Update (staged, committing or reverting)"),
+    Holding("sm-layout", Actor.SLICE_MANAGER, "the layout version of its records (migrated once at start)"),
     Holding("sm-lock", Actor.SLICE_MANAGER, "reservation → the slice manager working on it", claims=True),
     # ---- broker
     Holding("delegations", Actor.BROKER, "per broker and authority: delegated pools and label sets with the "
@@ -71,7 +73,10 @@ OWNERSHIP: tuple[Holding, ...] = (
     *(Holding(kind, Actor.BROKER, "unit → ticket group (the broker's current promises)", claims=True,
               readers=_UNITS_READ) for kind in UNIT_KINDS),
     # ---- authority
-    Holding("authority-leases", Actor.AUTHORITY, "leases with the driver's record and the sliver spec"),
+    Holding("authority-leases", Actor.AUTHORITY, "leases with the driver's record and the sliver spec, each "
+            "filed in the time index under its end (the reaper reads only expired ones)"),
+    Holding("authority-layout", Actor.AUTHORITY, "the layout version of its lease table (migrated once at "
+            "start)"),
     Holding("authority-delegations", Actor.AUTHORITY, "per authority and broker: what it delegated (tickets "
             "are checked against it)"),
     Holding("authority-message-numbers", Actor.AUTHORITY, "per authority and broker: the number of its last "
@@ -143,9 +148,12 @@ class OwnedStore:
         self._table(table, write=False)
         return self.inner.get(table, key)
 
-    def put(self, table: str, key: str, doc: dict[str, Any]) -> None:
+    def put(self, table: str, key: str, doc: dict[str, Any], due: float | None = None) -> None:
         self._table(table, write=True)
-        self.inner.put(table, key, doc)
+        if due is None:
+            self.inner.put(table, key, doc)
+        else:
+            self.inner.put(table, key, doc, due=due)
 
     def delete(self, table: str, key: str) -> bool:
         self._table(table, write=True)
@@ -154,6 +162,10 @@ class OwnedStore:
     def scan(self, table: str, prefix: str = "") -> list[dict[str, Any]]:
         self._table(table, write=False)
         return self.inner.scan(table, prefix)
+
+    def due(self, table: str, until: float, limit: int | None = None) -> list[tuple[str, float]]:
+        self._table(table, write=False)
+        return self.inner.due(table, until, limit)
 
     def claim(self, key: str, owner: str) -> bool:
         self._claims([key], write=True)

@@ -1,7 +1,9 @@
 """Redis store: shared state for several processes (AM API workers, actors on other hosts).
 
 Same behaviour as the SQLite store (tests/integration/test_store_contract.py runs one contract against both).
-Documents are one hash per table; a claim is a key whose value is its owner, each owner has a set of its
+Documents are one hash per table, with two sorted sets beside it written in the same MULTI transaction as the
+document: its keys (score 0, so a key-prefix scan is a lexicographic range: it reads only the matching keys)
+and its time index (score: the document's `due`). A claim is a key whose value is its owner, each owner has a set of its
 claims and each claim namespace a hash of its claims (key → owner). `claim_all`, `release` and `release_owner` are Lua scripts, so each is atomic across every
 client of the server: two workers can never both win a key. A server that does not answer is
 UNAVAILABLE (11) or TIMEDOUT (8) with the URL (password removed) in the message, never a crash."""
@@ -79,6 +81,21 @@ return n
 """
 """Index the claims a store written before namespace indexes holds (once per store: the marker key says it
 was done; `flush` removes it with everything else)."""
+_KEYS_ONCE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+local n = 0
+for i, table in ipairs(redis.call('KEYS', ARGV[1])) do
+  local name = string.sub(table, #ARGV[2] + 1)
+  for j, key in ipairs(redis.call('HKEYS', table)) do
+    redis.call('ZADD', ARGV[3] .. name, 0, key)
+    n = n + 1
+  end
+end
+redis.call('SET', KEYS[1], '1')
+return n
+"""
+"""Index the document keys of a store written before key indexes (once per store, like `_INDEX_ONCE`): one
+script, so no put or delete of another client lands between reading a table and indexing it."""
 
 
 def redact(url: str) -> str:
@@ -121,13 +138,21 @@ class RedisStore:
         self._release = self._r.register_script(_RELEASE)
         self._release_owner = self._r.register_script(_RELEASE_OWNER)
         self._index_once = self._r.register_script(_INDEX_ONCE)
+        self._keys_once = self._r.register_script(_KEYS_ONCE)
         self._indexed = False  # whether this client made sure the namespace indexes cover every claim
+        self._keys_indexed = False  # whether it made sure the key indexes cover every document
 
     def _call(self, fn):
         return redis_call(self._shown, fn)
 
     def _t(self, table: str) -> str:
         return f"{self.prefix}:doc:{table}"
+
+    def _k(self, table: str) -> str:
+        return f"{self.prefix}:keys:{table}"
+
+    def _d(self, table: str) -> str:
+        return f"{self.prefix}:due:{table}"
 
     def _c(self, key: str) -> str:
         return f"{self.prefix}:claim:{key}"
@@ -151,20 +176,45 @@ class RedisStore:
         raw = self._call(lambda: self._r.hget(self._t(table), key))
         return json.loads(raw) if raw else None
 
-    def put(self, table: str, key: str, doc: dict[str, Any]) -> None:
+    def put(self, table: str, key: str, doc: dict[str, Any], due: float | None = None) -> None:
         text = json.dumps(doc, sort_keys=True)
-        self._call(lambda: self._r.hset(self._t(table), key, text))
+        pipe = self._r.pipeline(transaction=True)  # MULTI/EXEC: the document and its index entries, or none
+        pipe.hset(self._t(table), key, text)
+        pipe.zadd(self._k(table), {key: 0})
+        if due is None:
+            pipe.zrem(self._d(table), key)
+        else:
+            pipe.zadd(self._d(table), {key: due})
+        self._call(pipe.execute)
 
     def delete(self, table: str, key: str) -> bool:
-        return bool(self._call(lambda: self._r.hdel(self._t(table), key)))
+        pipe = self._r.pipeline(transaction=True)
+        pipe.hdel(self._t(table), key)
+        pipe.zrem(self._k(table), key)
+        pipe.zrem(self._d(table), key)
+        return bool(self._call(pipe.execute)[0])
 
     def scan(self, table: str, prefix: str = "") -> list[dict[str, Any]]:
-        if prefix:  # matched in the server: only the matching documents travel and are decoded
-            pattern = _glob_escape(prefix) + "*"
-            items = self._call(lambda: dict(self._r.hscan_iter(self._t(table), match=pattern, count=1000)))
-        else:
-            items = self._call(lambda: self._r.hgetall(self._t(table)))
+        if prefix:  # a range of the table's key index: only the matching documents are read
+            self._index_keys()
+            start = prefix.encode()  # UTF-8 never holds byte 0xff: every key with the prefix sorts below prefix+0xff
+            keys = self._call(lambda: self._r.zrangebylex(self._k(table), b"[" + start, b"(" + start + b"\xff"))
+            texts = self._call(lambda: self._r.hmget(self._t(table), keys)) if keys else []
+            return [json.loads(t) for t in texts if t is not None]  # None: deleted between the two reads
+        items = self._call(lambda: self._r.hgetall(self._t(table)))
         return [json.loads(items[k]) for k in sorted(items)]
+
+    def due(self, table: str, until: float, limit: int | None = None) -> list[tuple[str, float]]:
+        found = self._call(lambda: self._r.zrangebyscore(self._d(table), "-inf", until, start=0,
+                                                         num=-1 if limit is None else limit, withscores=True))
+        return [(k, float(at)) for k, at in found]
+
+    def _index_keys(self) -> None:
+        """Make sure the key indexes cover documents a store made before them holds (once per client)."""
+        if not self._keys_indexed:
+            self._call(lambda: self._keys_once(keys=[f"{self.prefix}:keys-indexed"],
+                                               args=[_glob_escape(self._t("")) + "*", self._t(""), self._k("")]))
+            self._keys_indexed = True
 
     # ---- claims ----------------------------------------------------------------------------------------------
     def claim(self, key: str, owner: str) -> bool:

@@ -25,10 +25,14 @@ from slicex.diskfaults import remedy, space_fault
 from slicex.errors import DbError, GeniError, Unavailable
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS docs (tbl TEXT NOT NULL, key TEXT NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (tbl, key));
+CREATE TABLE IF NOT EXISTS docs (tbl TEXT NOT NULL, key TEXT NOT NULL, doc TEXT NOT NULL, due REAL,
+                                 PRIMARY KEY (tbl, key));
 CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS claims_owner ON claims (owner);
 """
+_DUE_INDEX = "CREATE INDEX IF NOT EXISTS docs_due ON docs (tbl, due) WHERE due IS NOT NULL"
+"""The time index: a document's `due` lives in its own row, so it is written in the same statement as the
+document (no crash can separate them) and read in time order without touching the other rows."""
 
 
 _CLAIM_ALL = """INSERT OR IGNORE INTO claims (key, owner) SELECT value, :owner FROM json_each(:keys)
@@ -91,6 +95,9 @@ class SqliteStore:
         try:
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 self._db.execute(statement)
+            if "due" not in {row[1] for row in self._db.execute("PRAGMA table_info(docs)")}:
+                self._db.execute("ALTER TABLE docs ADD COLUMN due REAL")  # a store made before the time index
+            self._db.execute(_DUE_INDEX)
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")
@@ -133,10 +140,10 @@ class SqliteStore:
         row = self._read(lambda db: db.execute("SELECT doc FROM docs WHERE tbl=? AND key=?", (table, key)).fetchone())
         return json.loads(row[0]) if row else None
 
-    def put(self, table: str, key: str, doc: dict[str, Any]) -> None:
+    def put(self, table: str, key: str, doc: dict[str, Any], due: float | None = None) -> None:
         text = json.dumps(doc, sort_keys=True)
-        self._run(lambda db: db.execute("INSERT OR REPLACE INTO docs (tbl, key, doc) VALUES (?, ?, ?)",
-                                        (table, key, text)))
+        self._run(lambda db: db.execute("INSERT OR REPLACE INTO docs (tbl, key, doc, due) VALUES (?, ?, ?, ?)",
+                                        (table, key, text, due)))
 
     def delete(self, table: str, key: str) -> bool:
         cur = self._run(lambda db: db.execute("DELETE FROM docs WHERE tbl=? AND key=?", (table, key)))
@@ -151,6 +158,13 @@ class SqliteStore:
             rows = self._read(lambda db: db.execute("SELECT doc FROM docs WHERE tbl=? ORDER BY key",
                                                     (table,)).fetchall())
         return [json.loads(r[0]) for r in rows]
+
+    def due(self, table: str, until: float, limit: int | None = None) -> list[tuple[str, float]]:
+        """The partial index on (tbl, due): only the rows due by `until` are read, earliest first."""
+        rows = self._read(lambda db: db.execute(
+            "SELECT key, due FROM docs WHERE tbl=? AND due IS NOT NULL AND due<=? ORDER BY due, key LIMIT ?",
+            (table, until, -1 if limit is None else limit)).fetchall())
+        return [(k, float(d)) for k, d in rows]
 
     def claim(self, key: str, owner: str) -> bool:
         return self.claim_all([key], owner)

@@ -167,7 +167,7 @@ def test_pages_render_from_the_snapshot_while_the_slice_manager_is_stopped(dash)
 
     def stopped(*args, **kwargs):
         raise AssertionError("the dashboard called the slice manager")
-    for name in ("records", "slivers", "sliver", "usage_keys", "reservations", "reap", "_on_slices", "_catch_up"):
+    for name in ("records", "slivers", "sliver", "usage_keys", "reservations", "reap", "_on_slices"):
         setattr(d.sm, name, stopped)
     for path in ("", "slices", "reservations", "actors", "api/state", "topology.svg"):
         status, _, body = get(d.dashboard_url + path)

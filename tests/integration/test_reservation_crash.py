@@ -27,6 +27,7 @@ from slice_manager.actor import ActorSliceManager, Crash
 from slicex.clock import ManualClock
 from slicex.store.sqlite_store import SqliteStore
 from tests.factories import three_node_lan
+from tests.store_indexes import assert_indexes_match
 
 SLICE = "urn:publicid:IDN+t.org+slice+crash"
 SUB = default_substrate("t.org")
@@ -92,6 +93,7 @@ def converged(w: World, store) -> None:
     for r in records:
         if r.r.state == rs.FAILED:
             assert r.r.reason, "a failure without a reason"
+    assert_indexes_match(store)  # a kill at any boundary leaves the time and key indexes with the documents
     for s in w.sm.slivers(SLICE, w.clock.now()):  # what users see is what is held
         rec = next(r for r in records if r.id == s.urn)
         assert (s.allocation_state == "geni_provisioned") == (rec.r.state in rs.HOLDS_LEASE or rec.provisioned)

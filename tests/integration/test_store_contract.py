@@ -333,3 +333,77 @@ def test_claims_written_before_namespace_indexes_are_found():
     finally:
         old.flush()
         old.close()
+
+
+def test_time_index_lists_what_fell_due_earliest_first(store):
+    """`put` with `due` files a document in its table's time index; `due(table, until)` reads only those filed
+    at or before `until`, earliest first; a put without `due` and a delete take it out."""
+    store.put("t", "late", {"k": 1}, due=300.0)
+    store.put("t", "early", {"k": 2}, due=100.0)
+    store.put("t", "never", {"k": 3})
+    store.put("u", "other", {"k": 4}, due=50.0)  # another table's index
+    assert store.due("t", 99.0) == []
+    assert store.due("t", 100.0) == [("early", 100.0)]
+    assert store.due("t", 1e12) == [("early", 100.0), ("late", 300.0)]
+    assert store.due("t", 1e12, limit=1) == [("early", 100.0)]
+    store.put("t", "late", {"k": 1}, due=50.0)  # filed again: moved, not duplicated
+    assert store.due("t", 1e12) == [("late", 50.0), ("early", 100.0)]
+    store.put("t", "late", {"k": 1})  # written without a time: out of the index, the document kept
+    assert store.due("t", 1e12) == [("early", 100.0)] and store.get("t", "late") == {"k": 1}
+    assert store.delete("t", "early") and store.due("t", 1e12) == []
+    assert store.due("u", 1e12) == [("other", 50.0)] and store.due("empty", 1e12) == []
+    assert [d["k"] for d in store.scan("t")] == [1, 3]
+
+
+def test_time_index_survives_reopening(stores):
+    first = stores.open()
+    first.put("t", "a", {"k": 1}, due=10.0)
+    second = stores.open()
+    assert second.due("t", 10.0) == [("a", 10.0)]
+
+
+def test_sqlite_store_of_the_layout_before_the_time_index_is_migrated_on_open(tmp_path):
+    """A file written by a slicex before the time index (its `docs` table has no `due` column) opens with the
+    column and its index added: every document is kept, and the index works."""
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE docs (tbl TEXT NOT NULL, key TEXT NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (tbl, key));
+        CREATE TABLE claims (key TEXT PRIMARY KEY, owner TEXT NOT NULL);
+        CREATE INDEX claims_owner ON claims (owner);
+        INSERT INTO docs VALUES ('t', 'a', '{"k": 1}');
+        INSERT INTO claims VALUES ('core:pc1:0', 'g1');""")
+    db.commit()
+    db.close()
+    store = SqliteStore(str(path))
+    try:
+        assert store.get("t", "a") == {"k": 1} and store.due("t", 1e12) == []
+        assert store.all_claims() == {"core:pc1:0": "g1"}
+        store.put("t", "a", {"k": 1}, due=5.0)
+        assert store.due("t", 5.0) == [("a", 5.0)]
+    finally:
+        store.close()
+    again = SqliteStore(str(path))  # opened again: nothing is added twice
+    try:
+        assert again.due("t", 5.0) == [("a", 5.0)]
+    finally:
+        again.close()
+
+
+def test_documents_written_before_key_indexes_are_found_by_prefix():
+    """A Redis store written by slicex before tables had key indexes (documents in the table's hash only): the
+    first prefix scan indexes them, and later writes keep the index."""
+    old = redis_store()
+    try:
+        old._r.hset(old._t("t"), mapping={"s1#a": '{"k": "a"}', "s2#b": '{"k": "b"}'})
+        fresh = redis_store(old.prefix)
+        assert [d["k"] for d in fresh.scan("t", "s1#")] == ["a"]
+        fresh.delete("t", "s1#a")
+        fresh.put("t", "s1#c", {"k": "c"})
+        assert [d["k"] for d in fresh.scan("t", "s1")] == ["c"] and [d["k"] for d in fresh.scan("t", "s2")] == ["b"]
+        fresh.close()
+    finally:
+        old.flush()
+        old.close()
