@@ -229,7 +229,8 @@ def host_driver(cfg: SlicexConfig, home: Home) -> Any:
                        install_sources=list(opts.install_sources), install_max_bytes=opts.install_max_mb * 2**20,
                        public_address=opts.public_address or cfg.host, public_host=cfg.advertised_host(),
                        image_quota_bytes=opts.image_quota_mb * 2**20, datasets=node_datasets(opts),
-                       dataset_quota_mb=opts.dataset_quota_mb,
+                       dataset_quota_mb=opts.dataset_quota_mb, layers_dir=path(opts.layers_dir),
+                       layers_reserve_mb=opts.layers_reserve_mb,
                        layout=RackLayout.of(substrate, opts.switch_hosts) if substrate else None)  # a bridge per switch
 
 

@@ -65,6 +65,10 @@ class NetnsOptions(Section):
     image_quota_mb: int = Field(4096, gt=0, description="what one user's images (CreateImage) may hold, in MB")
     datasets_dir: str | None = Field(None, description="where persistent datasets are kept (default: the host's)")
     dataset_quota_mb: int = Field(10240, gt=0, description="what one user's datasets may hold together, in MB")
+    layers_dir: str | None = Field(None, description="where nodes' disks (their writable layers) live (default: "
+                                   "`layers` in state_dir); best a file system of its own")
+    layers_reserve_mb: int = Field(2048, ge=0, description="MB kept free on the layers' file system: a node is made "
+                                   "only while the nodes' disks fit its free space less this")
 
 
 class OpenStackOptions(Section):
