@@ -899,7 +899,8 @@ def _node_lines(home: Home) -> list[str]:
         n = NodeContainer(lxcpath, name).summary()
         lines.append(f"  {n['hostname'] or '?':<12} {name}  {'running' if n['running'] else 'stopped':<8} "
                      f"cores {n.get('cores', '?')} (cpus {n.get('cpus', '?')}), memory {n.get('memory_mb', '?')} MB "
-                     f"(using {int(n.get('memory_bytes', 0)) / 2**20:.1f} MB), pids {n.get('pids', '?')}, "
+                     f"(using {int(n.get('memory_bytes', 0)) / 2**20:.1f} MB), disk {n.get('disk_gb', '?')} GB "
+                     f"(using {int(n.get('disk_used_bytes', 0)) / 2**20:.1f} MB), pids {n.get('pids', '?')}, "
                      f"cpu {int(n.get('cpu_ns', 0)) / 1e9:.1f} s")
     return lines
 

@@ -134,7 +134,7 @@ def _annotate_node(el: etree._Element, v: SliverView, cm: str) -> None:
         for old in el.findall(q(SERVICES_EXT, "container")):
             el.remove(old)
         box = etree.SubElement(el, q(SERVICES_EXT, "container"), nsmap={"sx": SERVICES_EXT})
-        for attr in ("image", "cores", "memory_mb", "cpus", "pids", "memory_bytes"):
+        for attr in ("image", "cores", "memory_mb", "cpus", "pids", "memory_bytes", "disk_gb", "disk_used_bytes"):
             if machine.get(attr) not in (None, ""):
                 box.set(attr, str(machine[attr]))
     results = d.get("execute") or []

@@ -101,6 +101,7 @@ class QuotaLimits(Section):
     bandwidth_kbps: int | None = Field(None, ge=0, description="kbps of link bandwidth")
     fpgas: int | None = Field(None, ge=0, description="FPGA slivers")
     public_ports: int | None = Field(None, ge=0, description="public ports of the gateway")
+    disk_gb: int | None = Field(None, ge=0, description="GB of node disk (the sliver types' disk_gb)")
     lease_hours: float | None = Field(None, ge=0, description="the longest lease, in hours")
 
 
