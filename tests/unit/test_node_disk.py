@@ -1,0 +1,77 @@
+"""A node's disk, without a host: the authority's admission arithmetic (a node is made only while the disks of
+the nodes there fit the layers' file system's free space less the reserve), the sizes a placement books, and
+the memory a node is said to use without the page cache of its files."""
+
+from __future__ import annotations
+
+import pytest
+
+from authority.substrate.container import disk_admission, memory_in_use, node_limits
+from resources import STANDARD
+from resources.compute import DISK_CHUNK_GB, Compute, disk
+from resources.kind import Constraints
+from rspec.request import parse_request
+from rspec.substrate import default_substrate
+from slicex.errors import BadArgs, InsufficientNodes
+from tests.factories import request_rspec, vm
+
+GIB = 2**30
+
+
+def test_a_node_fits_while_free_space_less_promises_and_reserve_holds_it():
+    assert disk_admission(10, promised_bytes=0, free_bytes=20 * GIB, reserve_bytes=2 * GIB) is None
+    assert disk_admission(10, promised_bytes=8 * GIB, free_bytes=20 * GIB, reserve_bytes=2 * GIB) is None
+
+
+def test_a_node_is_refused_when_the_disks_already_promised_leave_too_little_naming_the_numbers():
+    why = disk_admission(10, promised_bytes=9 * GIB, free_bytes=20 * GIB, reserve_bytes=2 * GIB)
+    assert why is not None
+    assert "10 GB" in why and "20.0 GiB free" in why and "9.0 GiB" in why and "2.0 GiB kept free" in why
+    assert "9.0 GiB left" in why
+
+
+def test_the_reserve_alone_can_refuse_a_node():
+    assert disk_admission(1, promised_bytes=0, free_bytes=3 * GIB, reserve_bytes=2 * GIB + 1) is not None
+    assert disk_admission(1, promised_bytes=0, free_bytes=3 * GIB, reserve_bytes=2 * GIB) is None
+
+
+def test_node_limits_carry_the_disk_size_and_refuse_a_nonsense_one():
+    assert node_limits({"cores": 1, "memory_mb": 256, "disk_gb": 3}, "k", 2).disk_gb == 3
+    assert node_limits({"cores": 1, "memory_mb": 256}, "k", 2).disk_gb == 10
+    with pytest.raises(BadArgs, match="disk"):
+        node_limits({"cores": 1, "memory_mb": 256, "disk_gb": "many"}, "k", 2)
+    with pytest.raises(BadArgs, match="GB of disk"):
+        node_limits({"cores": 1, "memory_mb": 256, "disk_gb": -1}, "k", 2)
+
+
+def test_memory_in_use_leaves_out_the_page_cache_of_files_but_not_shared_memory():
+    stat = "cache 900\nrss 100\nshmem 50\ntotal_active_file 300\ntotal_inactive_file 550\n"
+    assert memory_in_use(1000, stat) == 150  # anonymous memory and the 50 of tmpfs stay counted
+    assert memory_in_use(1000, "active_file 100\ninactive_file 200\n") == 700  # cgroup v2's names
+    assert memory_in_use(100, "total_inactive_file 500\n") == 0
+
+
+def _placed(request_xml: str, taken: set[str]):
+    sub = default_substrate()
+    node = parse_request(request_xml).nodes[0]
+    return sub, node, STANDARD.place_node(sub, node, taken, Constraints())
+
+
+def test_a_vm_books_its_sizes_disk_on_its_host_as_units_of_their_own():
+    sub, node, p = _placed(request_rspec([vm("a", sliver_type="m1.medium")], []), set())
+    disks = [k for k in p.keys if k.startswith("disk:")]
+    assert len(disks) == 40 // DISK_CHUNK_GB and all(k.startswith(f"disk:{p.component_id}:") for k in disks)
+    assert p.details["disk_gb"] == 40
+    assert STANDARD.held("node", p.details).disk_gb == 40
+    assert Compute().asked(sub, node).disk_gb == 40
+    assert "disk" in STANDARD.unit_kinds
+
+
+def test_a_host_whose_disk_is_booked_takes_no_more_vms_though_cores_are_free():
+    sub = default_substrate()
+    full = {disk(h.component_id, i) for h in sub.hosts for i in range(h.disk_gb // DISK_CHUNK_GB)}
+    node = parse_request(request_rspec([vm("a")], [])).nodes[0]
+    with pytest.raises(InsufficientNodes, match="GB of disk"):
+        STANDARD.place_node(sub, node, full, Constraints())
+    needs = STANDARD.node_needs(sub, node, full)
+    assert {"resource": "disk_gb", "site": "rack1", "asked": 10, "available": 0} in needs
