@@ -353,7 +353,7 @@ class NodeContainer:
     """One node's container under `lxcpath/<name>/`: `config`, `lxc.log`, `fs/` (the node's layer file system,
     mounted from `<layers>/<name>.img`: its upper and work directories), `lower` (a link to the image copy it
     boots), `rootfs/` (the overlay of both, mounted by the host), `layer` (a link to the layer's file, so it is
-    found again whatever the configuration says later), `services.pid`; and `<state>/host/<name>/` (on the
+    found again whatever the configuration says later), `services.pid`; and `<state>/host/<digest>/` (on the
     deployment's tmpfs when the driver mounted it; mounted read-only at /run/slicex)."""
 
     def __init__(self, lxcpath: Path, name: str, layers: Path | None = None):
@@ -363,7 +363,8 @@ class NodeContainer:
         self.fs = self.dir / "fs"
         self.rootfs = self.dir / "rootfs"
         self.host_root = self.lxcpath.parent / "host"
-        self.host_dir = self.host_root / name
+        # named by a digest: the node's mount table shows this name (its path on that tmpfs), not the deployment's
+        self.host_dir = self.host_root / hashlib.sha256(name.encode()).hexdigest()[:16]
         self.layer = Path(layers or self.lxcpath.parent / "layers") / f"{name}.img"
 
     # ---- definition ------------------------------------------------------------------------------------------
