@@ -217,8 +217,9 @@ class Compute:
                                   "disk_gb": size.disk_gb})
         free = ", ".join(f"{h.name}: {free_cores(h, taken)} cores free"
                          + (f", {free_disk_gb(h, taken)} GB of disk" if h.disk_gb else "") for h in candidates)
+        disk_part = f", {size.disk_gb} GB of disk" if any(h.disk_gb for h in candidates) else ""
         raise InsufficientNodes(f"node {node.client_id}: asked for a {size.name} VM ({size.cores} cores, "
-                                f"{size.memory_mb} MB, {size.disk_gb} GB of disk) on "
+                                f"{size.memory_mb} MB{disk_part}) on "
                                 f"{'host ' + node.component_id if node.component_id else 'any host'}; "
                                 f"nothing fits ({free or 'no VM hosts'})")
 
