@@ -384,6 +384,11 @@ def _up(home: Home, args: argparse.Namespace) -> int:
     except GeniError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2
+    from deployment.service import shared_disk_note
+
+    note = shared_disk_note(home.config(), home)
+    if note:
+        print(note, file=sys.stderr)
     if not args.detach:
         return _run_foreground(home, print_config=args.print_config, distributed=args.distributed,
                                init_store=args.init_store, workers=args.workers)

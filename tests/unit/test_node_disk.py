@@ -7,12 +7,15 @@ from __future__ import annotations
 import pytest
 
 from authority.substrate.container import disk_admission, memory_in_use, node_limits
+from deployment.service import shared_disk_note
 from resources import STANDARD
 from resources.compute import DISK_CHUNK_GB, Compute, disk
 from resources.kind import Constraints
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
+from slicex.config import parse_config
 from slicex.errors import BadArgs, InsufficientNodes
+from slicex.home import Home
 from tests.factories import request_rspec, vm
 
 GIB = 2**30
@@ -75,3 +78,17 @@ def test_a_host_whose_disk_is_booked_takes_no_more_vms_though_cores_are_free():
         STANDARD.place_node(sub, node, full, Constraints())
     needs = STANDARD.node_needs(sub, node, full)
     assert {"resource": "disk_gb", "site": "rack1", "asked": 10, "available": 0} in needs
+
+
+def test_up_says_when_the_store_shares_a_file_system_with_the_node_disks(tmp_path):
+    home = Home(tmp_path / "home")
+    home.root.mkdir()
+    shared = parse_config({"substrate_driver": "netns", "store": f"sqlite:///{home.root / 'state.db'}",
+                           "netns": {"prefix": "t0000", "layers_dir": str(tmp_path / "layers")}}, "slicex.yaml")
+    note = shared_disk_note(shared, home)
+    assert note is not None and str(tmp_path / "layers") in note and "state.db" in note
+    assert "layers_reserve_mb (2048 MB)" in note
+    apart = shared.model_copy(update={"netns": shared.netns.model_copy(update={"layers_dir": "/dev/shm/x"})})
+    assert shared_disk_note(apart, home) is None  # a file system of its own (a tmpfs here)
+    emulated = shared.model_copy(update={"substrate_driver": "emulated"})
+    assert shared_disk_note(emulated, home) is None
