@@ -14,7 +14,7 @@ from resources.kind import Constraints
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slicex.config import parse_config
-from slicex.errors import BadArgs, InsufficientNodes
+from slicex.errors import BadArgs, Forbidden, InsufficientNodes
 from slicex.home import Home
 from tests.factories import request_rspec, vm
 
@@ -92,3 +92,14 @@ def test_up_says_when_the_store_shares_a_file_system_with_the_node_disks(tmp_pat
     assert shared_disk_note(apart, home) is None  # a file system of its own (a tmpfs here)
     emulated = shared.model_copy(update={"substrate_driver": "emulated"})
     assert shared_disk_note(emulated, home) is None
+
+
+def test_a_disk_quota_refuses_what_would_pass_it_naming_the_limit():
+    from operations.quotas import check_amounts, policy_from_config
+    from resources.kind import Amounts
+
+    alice = "urn:publicid:IDN+t.org+user+alice"
+    policy = policy_from_config({"users": {"default": {"disk_gb": 30}}})
+    check_amounts(alice, None, policy, Amounts(disk_gb=20), Amounts(), Amounts(disk_gb=10, nodes=1))
+    with pytest.raises(Forbidden, match="may hold 30 GB of node disk \\(holds 20, asked 20\\)"):
+        check_amounts(alice, None, policy, Amounts(disk_gb=20), Amounts(), Amounts(disk_gb=20, nodes=1))
