@@ -414,11 +414,30 @@ class NodeContainer:
         if not self.layer.exists():
             make_layer(self.layer, size_gb)
         self.fs.mkdir(exist_ok=True)
-        if not os.path.ismount(self.fs):
-            out = subprocess.run(["mount", "-o", LAYER_MOUNT_OPTIONS, str(self.layer), str(self.fs)],
-                                 capture_output=True, text=True, timeout=60)
+        if os.path.ismount(self.fs):
+            return
+        if any(self.fs.iterdir()):  # a node made before nodes had disks: its layer moves onto its disk
+            moving = self.dir / ".fs.new"
+            if os.path.ismount(moving):
+                unmount(moving)  # a move cut before: made again
+            moving.mkdir(exist_ok=True)
+            self._mount_disk(moving)
+            out = subprocess.run(["cp", "-a", f"{self.fs}/.", f"{moving}/"], capture_output=True, text=True,
+                                 timeout=3600)
+            unmount(moving)
             if out.returncode != 0:
-                raise ServerError(f"node {self.name}: mounting its disk failed: {out.stderr.strip()[-300:]}")
+                raise ServerError(f"node {self.name}: moving its layer onto its {size_gb} GB disk failed: "
+                                  f"{out.stderr.strip()[-300:]}")
+            remove_tree(self.fs)
+            remove_tree(moving)
+            self.fs.mkdir()
+        self._mount_disk(self.fs)
+
+    def _mount_disk(self, point: Path) -> None:
+        out = subprocess.run(["mount", "-o", LAYER_MOUNT_OPTIONS, str(self.layer), str(point)],
+                             capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            raise ServerError(f"node {self.name}: mounting its disk failed: {out.stderr.strip()[-300:]}")
 
     def mount_root(self, lower: Path) -> None:
         """The node's root: an overlay of `lower` (through the link `lower`) and its layer, mounted by the

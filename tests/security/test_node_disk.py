@@ -214,9 +214,32 @@ def test_sigkill_while_a_node_is_created_or_deleted_leaks_no_loop_device_mount_o
         child.stdin.write("go\n")
         child.stdin.flush()
         _kill_when(child, lambda: not os.path.ismount(container.rootfs))
+    assert "done" not in child.stdout.read()  # cut in the middle, not after
     restarted = NetnsDriver(driver.prefix)
     restarted.start()
     restarted.reconcile([])
     assert loop_devices(restarted.layers_dir) == []
     assert mounts_under(restarted.lxcpath) == []
     assert restarted.leftovers() == []
+
+
+def test_a_node_made_before_nodes_had_disks_keeps_its_layer_on_its_new_disk(tmp_path: Path):
+    """An upgrade: a node whose upper layer is a plain host directory is adopted; its files move onto a disk
+    of its size, its root shows them, and destroying it leaves no loop device or mount."""
+    from authority.substrate.container import NodeContainer, NodeLimits
+
+    lower = tmp_path / "image"
+    (lower / "etc").mkdir(parents=True)
+    (lower / "etc" / "from-image").write_text("image\n")
+    c = NodeContainer(tmp_path / "state" / "lxc", "tzzzz-000000000001")
+    (c.fs / "upper").mkdir(parents=True)
+    (c.fs / "upper" / "written-by-the-node").write_text("kept\n")
+    try:
+        c.define("n1", lower, 100_000_000, "tzzzz-000000000001", NodeLimits(1, 256, "0", disk_gb=1))
+        assert os.path.ismount(c.fs) and (c.fs / "upper" / "written-by-the-node").read_text() == "kept\n"
+        assert (c.rootfs / "written-by-the-node").read_text() == "kept\n"
+        assert (c.rootfs / "etc" / "from-image").read_text() == "image\n"
+        assert not (c.dir / ".fs.new").exists()
+    finally:
+        c.destroy()
+    assert loop_devices(c.layer) == [] and mounts_under(c.dir) == [] and not c.layer.exists()
