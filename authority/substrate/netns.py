@@ -652,7 +652,8 @@ class NetnsDriver:
 
     def _mount_host_files(self) -> None:
         """The tmpfs the host hands its nodes' files from (/run/slicex, LXC's init): a node's mount table names
-        a bind mount's source by its path on its own file system, here `/<node>`, not a host path."""
+        a bind mount's source by its path on its own file system, here `/<digest of the node's name>`, not a
+        host path. Lost with the host's memory at a reboot: the restart's reconcile writes each node's again."""
         self.host_files.mkdir(exist_ok=True)
         if not os.path.ismount(self.host_files):
             hostnet.run(["mount", "-t", "tmpfs", "-o", HOST_TMPFS_OPTIONS, "slicex",
