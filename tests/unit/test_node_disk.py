@@ -103,3 +103,20 @@ def test_a_disk_quota_refuses_what_would_pass_it_naming_the_limit():
     check_amounts(alice, None, policy, Amounts(disk_gb=20), Amounts(), Amounts(disk_gb=10, nodes=1))
     with pytest.raises(Forbidden, match="may hold 30 GB of node disk \\(holds 20, asked 20\\)"):
         check_amounts(alice, None, policy, Amounts(disk_gb=20), Amounts(), Amounts(disk_gb=20, nodes=1))
+
+
+def test_a_hosts_disk_is_advertised_beside_its_cores_and_memory_and_survives_ndl():
+    from datetime import UTC, datetime
+
+    from lxml import etree
+
+    from rspec.advertisement import Usage, build_advertisement
+    from rspec.ndl import substrate_from_advertisement, substrate_from_graph, substrate_graph
+
+    sub = default_substrate()
+    ad = build_advertisement(sub, Usage(), datetime(2030, 1, 1, tzinfo=UTC))
+    computes = [e for e in etree.fromstring(ad.encode()).iter() if etree.QName(e).localname == "compute"]
+    assert any(e.get("disk_gb") == "1000" and e.get("cores") == "16" for e in computes)  # a host
+    assert any(e.get("disk_gb") == "10" and e.get("cores") == "1" for e in computes)  # a sliver type
+    assert [h.disk_gb for h in substrate_from_graph(substrate_graph(sub)).hosts] == [h.disk_gb for h in sub.hosts]
+    assert [h.disk_gb for h in substrate_from_advertisement(ad).hosts] == [h.disk_gb for h in sub.hosts]
