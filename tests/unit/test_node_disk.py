@@ -120,3 +120,23 @@ def test_a_hosts_disk_is_advertised_beside_its_cores_and_memory_and_survives_ndl
     assert any(e.get("disk_gb") == "10" and e.get("cores") == "1" for e in computes)  # a sliver type
     assert [h.disk_gb for h in substrate_from_graph(substrate_graph(sub)).hosts] == [h.disk_gb for h in sub.hosts]
     assert [h.disk_gb for h in substrate_from_advertisement(ad).hosts] == [h.disk_gb for h in sub.hosts]
+
+
+def test_slicex_status_lists_each_nodes_disk_beside_its_memory(tmp_path):
+    import yaml
+
+    from authority.substrate.container import NodeContainer
+    from cli.main import _node_lines
+
+    home = Home(tmp_path / "home")
+    home.root.mkdir()
+    state = tmp_path / "state"
+    home.config_file.write_text(yaml.safe_dump({"substrate_driver": "netns",
+                                                "netns": {"prefix": "t0001", "state_dir": str(state)}}))
+    c = NodeContainer(state / "lxc", "t0001-000000000001")
+    c.dir.mkdir(parents=True)
+    (c.dir / "config").write_text("lxc.uts.name = n1\n")
+    c.host_dir.mkdir(parents=True)
+    (c.host_dir / "limits").write_text("cores=1\nmemory_mb=256\ncpus=0\npids=1024\ndisk_gb=3\n")
+    (line,) = [x for x in _node_lines(home) if "t0001-000000000001" in x]
+    assert "memory 256 MB (using 0.0 MB), disk 3 GB (using 0.0 MB)" in line
