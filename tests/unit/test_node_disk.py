@@ -140,3 +140,9 @@ def test_slicex_status_lists_each_nodes_disk_beside_its_memory(tmp_path):
     (c.host_dir / "limits").write_text("cores=1\nmemory_mb=256\ncpus=0\npids=1024\ndisk_gb=3\n")
     (line,) = [x for x in _node_lines(home) if "t0001-000000000001" in x]
     assert "memory 256 MB (using 0.0 MB), disk 3 GB (using 0.0 MB)" in line
+
+
+def test_metrics_count_the_disk_units_each_site_offers():
+    from operations.metrics import Sites
+
+    assert Sites.of(default_substrate()).totals[("rack1", "disk")] == 3 * 1000 // DISK_CHUNK_GB
