@@ -116,6 +116,33 @@ def test_a_slice_user_filling_the_node_disk_gets_enospc_and_another_slice_still_
         assert NetnsDriver(prefix).leftovers() == []
 
 
+def test_provision_of_a_node_whose_disk_the_layers_cannot_hold_is_insufficient(tmp_path: Path):
+    """Through the AM API: with the reserve leaving less than the node's 1 GB, Provision answers 26 naming the
+    numbers and nothing of the node is left on the host."""
+    prefix = new_prefix()
+    (tmp_path / "substrate.yaml").write_text(SUBSTRATE)
+    layers = tmp_path / "layers"
+    layers.mkdir()
+    st = os.statvfs(layers)
+    reserve_mb = st.f_bavail * st.f_frsize // 2**20 - 512
+    home = make_home(tmp_path / "home", substrate_driver="netns", substrate=str(tmp_path / "substrate.yaml"),
+                     netns={"prefix": prefix, "layers_dir": str(layers), "layers_reserve_mb": reserve_mb},
+                     sa_port=0, am_port=0)
+    with up_then_down(home, prefix) as up:
+        am_url = up.start()
+        cert, key = str(home.user_cert("alice")), str(home.user_key("alice"))
+        urn = f"urn:publicid:IDN+{AUTHORITY}+slice+diskfull"
+        cred = [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": client(
+            procs.read(home.pid_file).info["sa_url"], cert, key).CreateSlice(urn)}]
+        am = client(am_url, cert, key)
+        ok(am.Allocate(urn, cred, request_rspec([vm("n1", sliver_type="small-disk")], []), {}))
+        refused = am.Provision([urn], cred, {"geni_users": []})
+        assert refused["code"]["geni_code"] == 26, refused
+        assert "a node disk of 1 GB does not fit" in refused["output"] and "GiB free" in refused["output"]
+        assert str(layers) not in refused["output"]
+        assert NetnsDriver(prefix, layers_dir=layers)._layer_files() == []
+
+
 # ---- on the driver ----------------------------------------------------------------------------------------------
 @pytest.fixture
 def driver():
