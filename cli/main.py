@@ -384,6 +384,11 @@ def _up(home: Home, args: argparse.Namespace) -> int:
     except GeniError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2
+    from deployment.service import shared_disk_note
+
+    note = shared_disk_note(home.config(), home)
+    if note:
+        print(note, file=sys.stderr)
     if not args.detach:
         return _run_foreground(home, print_config=args.print_config, distributed=args.distributed,
                                init_store=args.init_store, workers=args.workers)
@@ -905,7 +910,8 @@ def _node_lines(home: Home) -> list[str]:
         n = NodeContainer(lxcpath, name).summary()
         lines.append(f"  {n['hostname'] or '?':<12} {name}  {'running' if n['running'] else 'stopped':<8} "
                      f"cores {n.get('cores', '?')} (cpuset {n.get('cpuset', '?')}), memory {n.get('memory_mb', '?')} MB "
-                     f"(using {int(n.get('memory_bytes', 0)) / 2**20:.1f} MB), pids {n.get('pids', '?')}, "
+                     f"(using {int(n.get('memory_bytes', 0)) / 2**20:.1f} MB), disk {n.get('disk_gb', '?')} GB "
+                     f"(using {int(n.get('disk_used_bytes', 0)) / 2**20:.1f} MB), pids {n.get('pids', '?')}, "
                      f"cpu {int(n.get('cpu_ns', 0)) / 1e9:.1f} s")
     return lines
 

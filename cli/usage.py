@@ -18,7 +18,7 @@ from slicex.clock import parse_time, rfc3339
 from slicex.errors import BadArgs, GeniError
 from slicex.home import Home
 
-HEADINGS = ("slivers", "core-h", "mem GB-h", "node-h", "VLAN-h", "Mbps-h", "FPGA-h")
+HEADINGS = ("slivers", "core-h", "mem GB-h", "node-h", "VLAN-h", "Mbps-h", "FPGA-h", "disk GB-h")
 
 
 def when(text: str) -> datetime:

@@ -252,7 +252,55 @@ def host_driver(cfg: SlicexConfig, home: Home) -> Any:
                        public_address=opts.public_address or cfg.host, public_host=cfg.advertised_host(),
                        image_quota_bytes=opts.image_quota_mb * 2**20, datasets=node_datasets(opts),
                        dataset_quota_mb=opts.dataset_quota_mb, login_ports=opts.login_port_ranges(),
+                       layers_dir=path(opts.layers_dir), layers_reserve_mb=opts.layers_reserve_mb,
                        layout=RackLayout.of(substrate, opts.switch_hosts) if substrate else None)  # a bridge per switch
+
+
+def layers_dir(cfg: SlicexConfig, home: Home) -> Any:
+    """Where this deployment's netns nodes keep their disks (netns.layers_dir, else `layers` in the state dir)."""
+    from pathlib import Path
+
+    from authority.substrate.netns import STATE_ROOT
+
+    state = Path(cfg.netns.state_dir or STATE_ROOT / f"slicex-{netns_prefix(cfg, home)}")
+    return Path(cfg.netns.layers_dir) if cfg.netns.layers_dir else state / "layers"
+
+
+def shared_disk_note(cfg: SlicexConfig, home: Home) -> str | None:
+    """On the netns substrate, what `slicex up` says when the aggregate's own state (its home: the store, logs,
+    the CA) shares a file system with the nodes' disks: nodes may then fill it up to the layers' reserve (the
+    authority admits a node only while the nodes' disks fit its free space less netns.layers_reserve_mb), so
+    a file system of its own for netns.layers_dir is safer (docs/operator-guide.md)."""
+    if cfg.substrate_driver != "netns":
+        return None
+    from pathlib import Path
+
+    paths = [home.root]
+    if str(cfg.store).startswith("sqlite:///"):
+        db = Path(str(cfg.store)[len("sqlite:///"):])  # sqlite:////abs/state.db, or relative to the home
+        paths.append(db if db.is_absolute() else home.root / db)
+    layers = layers_dir(cfg, home)
+    shared = [p for p in paths if same_file_system(p, layers)]
+    if not shared:
+        return None
+    return (f"note: the nodes' disks ({layers}) share a file system with {', '.join(map(str, shared))}; nodes "
+            f"are admitted only while their disks fit its free space less netns.layers_reserve_mb "
+            f"({cfg.netns.layers_reserve_mb} MB), but a file system of its own for netns.layers_dir keeps the "
+            f"aggregate's state apart from what nodes write (docs/operator-guide.md, \"Node disks\")")
+
+
+def same_file_system(a: Any, b: Any) -> bool:
+    """Whether two paths (or their nearest existing parents) are on one file system."""
+    import os
+    from pathlib import Path
+
+    def device(p: Path) -> int:
+        p = Path(p).absolute()
+        while not p.exists() and p != p.parent:
+            p = p.parent
+        return os.stat(p).st_dev
+
+    return device(a) == device(b)
 
 
 def openstack_driver(cfg: SlicexConfig, home: Home) -> Any:

@@ -125,9 +125,10 @@ class UsageRow:
     vlan_hours: float
     mbps_hours: float
     fpga_hours: float
+    disk_gb_hours: float = 0.0
 
     COLUMNS = ("who", "slivers", "core_hours", "memory_gb_hours", "node_hours", "vlan_hours", "mbps_hours",
-               "fpga_hours")
+               "fpga_hours", "disk_gb_hours")
 
     def values(self) -> tuple[Any, ...]:
         return tuple(getattr(self, c) for c in self.COLUMNS)
@@ -154,9 +155,10 @@ def aggregate(records: Iterable[UsageRecord], by: str, period_from: datetime, pe
         if hours <= 0:
             continue
         a = rec.amounts
-        row = sums.setdefault(key, [0.0] * 7)
+        row = sums.setdefault(key, [0.0] * 8)
         for i, value in enumerate((1, a.cores * hours, a.memory_mb / 1024 * hours, a.nodes * hours,
-                                   a.vlans * hours, a.bandwidth_kbps / 1000 * hours, a.fpgas * hours)):
+                                   a.vlans * hours, a.bandwidth_kbps / 1000 * hours, a.fpgas * hours,
+                                   a.disk_gb * hours)):
             row[i] += value
     rows = [UsageRow(who, int(v[0]), *(round(x, 6) for x in v[1:])) for who, v in sums.items()]
     return sorted(rows, key=lambda r: (-r.core_hours, -r.node_hours, r.who))

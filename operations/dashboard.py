@@ -61,7 +61,7 @@ HERE = Path(__file__).resolve().parent
 CSP = ("default-src 'none'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; script-src 'self'; "
        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 UNIT_LABELS = {"core": "cores", "mem": "memory (512 MB units)", "node": "bare-metal nodes",
-               "bw": "bandwidth (100 Mb/s units)", "vlan": "VLAN tags"}
+               "disk": "disk (10 GB units)", "bw": "bandwidth (100 Mb/s units)", "vlan": "VLAN tags"}
 
 
 @dataclass(frozen=True)

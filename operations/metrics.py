@@ -27,7 +27,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from protocol import reservations as rs
 from resources import STANDARD
-from resources.compute import MEM_CHUNK_MB
+from resources.compute import DISK_CHUNK_GB, MEM_CHUNK_MB
 from resources.vlan import BW_CHUNK_KBPS
 from rspec.substrate import Substrate
 
@@ -36,7 +36,7 @@ log = logging.getLogger("slicex.metrics")
 AM_METHODS = ("GetVersion", "ListResources", "Describe", "Allocate", "Renew", "Provision", "Status",
               "PerformOperationalAction", "Delete", "Shutdown")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-UNIT_KINDS = ("core", "mem", "node", "bw", "vlan", "fpga", "router")  # counted per site (not stitching wires)
+UNIT_KINDS = ("core", "mem", "disk", "node", "bw", "vlan", "fpga", "router")  # counted per site (not stitching wires)
 
 
 # ---- what a scrape reads (pure) -------------------------------------------------------------------------------
@@ -95,6 +95,8 @@ class Sites:
             else:
                 totals[(h.site, "core")] += h.cores
                 totals[(h.site, "mem")] += h.memory_mb // MEM_CHUNK_MB
+                if h.disk_gb >= DISK_CHUNK_GB:
+                    totals[(h.site, "disk")] += h.disk_gb // DISK_CHUNK_GB
             for i in h.interfaces:
                 of_bin[i.component_id] = h.site
                 totals[(h.site, "bw")] += i.bandwidth_kbps // BW_CHUNK_KBPS

@@ -26,7 +26,8 @@ from slicex.urn import parse_urn
 
 LIMITS = (*RESOURCES, "lease_hours")
 NOUNS = {"cores": "cores", "memory_mb": "MB of memory", "nodes": "nodes", "vlans": "VLANs",
-         "bandwidth_kbps": "kbps of bandwidth", "fpgas": "FPGA slivers", "public_ports": "public ports"}
+         "bandwidth_kbps": "kbps of bandwidth", "fpgas": "FPGA slivers", "public_ports": "public ports",
+         "disk_gb": "GB of node disk"}
 DEFAULT = "default"
 
 
@@ -41,6 +42,7 @@ class Limits:
     bandwidth_kbps: int | None = None
     fpgas: int | None = None
     public_ports: int | None = None
+    disk_gb: int | None = None
     lease: timedelta | None = None
 
     @property

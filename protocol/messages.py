@@ -167,6 +167,7 @@ class SliverDetails(TypedDict, total=False):
     host: str  # host name
     cores: int
     memory_mb: int
+    disk_gb: int  # the node's disk (its writable layer), from its VM size
     interfaces: dict[str, dict[str, str]]  # request interface client_id -> component_id, ip, netmask
     execute: list[dict[str, str]]  # post-boot commands: shell, command
     install: list[dict[str, str]]  # tar archives to unpack: url, install_path

@@ -2,7 +2,7 @@
 named, how a demand for it is sized and placed, what a dry run says when it does not fit, what an authority
 delegates of it and what a sliver of it counts against quotas:
 
-  compute.py         VMs (cores, memory) and bare-metal nodes      core:, mem:, node:
+  compute.py         VMs (cores, memory, disk), bare-metal nodes   core:, mem:, disk:, node:
   vlan.py            links inside the aggregate (tags, bandwidth)  vlan:, bw:<host interface>
   stitching_port.py  external ports of stitched links              wire:, bw:<port>
   fpga.py            whole FPGAs and virtual routers                fpga:, router:

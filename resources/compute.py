@@ -1,7 +1,8 @@
 """Compute: VMs on shared hosts (cores and memory chunks) and bare-metal nodes (a whole host).
 
 Units: `core:<host>:<i>` one core of a VM host, `mem:<host>:<i>` one MEM_CHUNK_MB of its memory,
-`node:<host>` a whole bare-metal host. A demand is sized here (bare metal, or one of the substrate's VM
+`disk:<host>:<i>` one DISK_CHUNK_GB of the disk its VMs share (only on hosts whose substrate entry gives
+`disk_gb`), `node:<host>` a whole bare-metal host. A demand is sized here (bare metal, or one of the substrate's VM
 sizes) the same for the broker's placement, the quotas and the federation peer gate."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from rspec.substrate import Host, Substrate, VmSize
 from slicex.errors import BadArgs, InsufficientNodes
 
 MEM_CHUNK_MB = 512
+DISK_CHUNK_GB = 10  # a VM size's disk is booked in these (rounded up)
 BARE_METAL_TYPES = {"raw-pc", "raw", "bare-metal", "baremetal"}
 VM_ALIASES = {"emulab-xen", "emulab-openvz", "xen-vm", "default-vm", "XOSmall", "vm", "docker-container"}
 
@@ -26,6 +28,14 @@ def core(host: str, i: int) -> str:
 
 def mem(host: str, i: int) -> str:
     return f"mem:{host}:{i}"
+
+
+def disk(host: str, i: int) -> str:
+    return f"disk:{host}:{i}"
+
+
+def disk_chunks(disk_gb: int) -> int:
+    return -(-disk_gb // DISK_CHUNK_GB)
 
 
 def whole(host: str) -> str:
@@ -75,18 +85,32 @@ def _first_free(keys: Iterable[str], used: Set[str], need: int) -> list[str] | N
 
 
 def host_keys(host: Host, size: VmSize, used: Set[str]) -> tuple[str, ...] | None:
-    """Free core and memory keys for one VM of `size` on `host`, or None if it does not fit."""
+    """Free core, memory and disk keys for one VM of `size` on `host`, or None if it does not fit (disk only
+    where the host books it)."""
     cid = host.component_id
     cores = _first_free((core(cid, i) for i in range(host.cores)), used, size.cores)
     if cores is None:
         return None
     chunks = -(-size.memory_mb // MEM_CHUNK_MB)
     mems = _first_free((mem(cid, i) for i in range(host.memory_mb // MEM_CHUNK_MB)), used, chunks)
-    return None if mems is None else tuple(cores + mems)
+    if mems is None:
+        return None
+    disks: list[str] = []
+    if host.disk_gb:
+        found = _first_free((disk(cid, i) for i in range(host.disk_gb // DISK_CHUNK_GB)), used,
+                            disk_chunks(size.disk_gb))
+        if found is None:
+            return None
+        disks = found
+    return tuple(cores + mems + disks)
 
 
 def free_cores(host: Host, taken: Set[str]) -> int:
     return sum(1 for i in range(host.cores) if core(host.component_id, i) not in taken)
+
+
+def free_disk_gb(host: Host, taken: Set[str]) -> int:
+    return DISK_CHUNK_GB * sum(1 for i in range(host.disk_gb // DISK_CHUNK_GB) if disk(host.component_id, i) not in taken)
 
 
 def free_mb(host: Host, taken: Set[str]) -> int:
@@ -110,7 +134,7 @@ class Compute:
     """VMs and bare-metal nodes (every node that is not another kind's)."""
 
     name = "compute"
-    unit_kinds = ("core", "mem", "node")
+    unit_kinds = ("core", "mem", "disk", "node")
 
     def claims(self, node: RequestNode) -> bool:
         return node.fpga is None
@@ -128,6 +152,9 @@ class Compute:
                 pools.append(Pool(f"core:{cid}", "core", tuple(core(cid, i) for i in range(h.cores)), cid))
                 pools.append(Pool(f"mem:{cid}", "mem", tuple(mem(cid, i) for i in range(h.memory_mb // MEM_CHUNK_MB)),
                                   cid))
+                if h.disk_gb >= DISK_CHUNK_GB:
+                    pools.append(Pool(f"disk:{cid}", "disk",
+                                      tuple(disk(cid, i) for i in range(h.disk_gb // DISK_CHUNK_GB)), cid))
         return Offer(tuple(pools))
 
     def place(self, substrate: Substrate, node: RequestNode, taken: Set[str], given: Constraints) -> Placement:
@@ -186,10 +213,13 @@ class Compute:
                                  {"exclusive": False, "sliver_type": node.sliver_type or size.name,
                                   "vm_size": size.name,
                                   "disk_image": image or (substrate.images[0].urn if substrate.images else ""),
-                                  "host": h.name, "cores": size.cores, "memory_mb": size.memory_mb})
-        free = ", ".join(f"{h.name}: {free_cores(h, taken)} cores free" for h in candidates)
+                                  "host": h.name, "cores": size.cores, "memory_mb": size.memory_mb,
+                                  "disk_gb": size.disk_gb})
+        free = ", ".join(f"{h.name}: {free_cores(h, taken)} cores free"
+                         + (f", {free_disk_gb(h, taken)} GB of disk" if h.disk_gb else "") for h in candidates)
+        disk_part = f", {size.disk_gb} GB of disk" if any(h.disk_gb for h in candidates) else ""
         raise InsufficientNodes(f"node {node.client_id}: asked for a {size.name} VM ({size.cores} cores, "
-                                f"{size.memory_mb} MB) on "
+                                f"{size.memory_mb} MB{disk_part}) on "
                                 f"{'host ' + node.component_id if node.component_id else 'any host'}; "
                                 f"nothing fits ({free or 'no VM hosts'})")
 
@@ -213,6 +243,9 @@ class Compute:
                         "available": max((free_cores(h, taken) for h in here), default=0)})
             out.append({"resource": "memory_mb", "site": site, "asked": size.memory_mb,
                         "available": max((free_mb(h, taken) for h in here), default=0)})
+            if any(h.disk_gb for h in here):
+                out.append({"resource": "disk_gb", "site": site, "asked": size.disk_gb,
+                            "available": max((free_disk_gb(h, taken) for h in here if h.disk_gb), default=0)})
         return out
 
     def asked(self, substrate: Substrate, node: RequestNode) -> Amounts:
@@ -221,11 +254,12 @@ class Compute:
             pick = bare_metal_for(substrate, node)
             return Amounts(cores=pick.cores if pick else 0, memory_mb=pick.memory_mb if pick else 0, nodes=1)
         size = vm_size_for(substrate, node)
-        return Amounts(cores=size.cores, memory_mb=size.memory_mb, nodes=1)
+        return Amounts(cores=size.cores, memory_mb=size.memory_mb, nodes=1, disk_gb=size.disk_gb)
 
     def held(self, details: Mapping[str, Any]) -> Amounts:
-        """Its cores and memory (a bare-metal node the whole host's)."""
-        return Amounts(cores=int(details.get("cores") or 0), memory_mb=int(details.get("memory_mb") or 0), nodes=1)
+        """Its cores, memory and disk (a bare-metal node the whole host's cores and memory)."""
+        return Amounts(cores=int(details.get("cores") or 0), memory_mb=int(details.get("memory_mb") or 0), nodes=1,
+                       disk_gb=int(details.get("disk_gb") or 0))
 
     def bin_of(self, key: str) -> str:
         kind, _, rest = key.partition(":")

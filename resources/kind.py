@@ -16,7 +16,7 @@ from rspec.substrate import Substrate
 class Amounts:
     """What one sliver (or a sum of them) holds, as quotas and accounting count it: cores, memory (MB), nodes
     (VMs, bare metal and FPGA nodes), VLAN tags, reserved bandwidth (kbps), FPGA slivers (a whole FPGA or
-    a virtual router) and public ports of the gateway."""
+    a virtual router), public ports of the gateway and disk (GB: the nodes' writable layers)."""
 
     cores: int = 0
     memory_mb: int = 0
@@ -25,6 +25,7 @@ class Amounts:
     bandwidth_kbps: int = 0
     fpgas: int = 0
     public_ports: int = 0
+    disk_gb: int = 0
 
     def __add__(self, other: Amounts) -> Amounts:
         return Amounts(*(getattr(self, f) + getattr(other, f) for f in RESOURCES))

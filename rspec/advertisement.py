@@ -277,7 +277,8 @@ def _host_node(root, h: Host, available: bool, cm: str, sites: Mapping[str, Site
     etree.SubElement(node, _T_HARDWARE_TYPE, name=h.hardware_type)
     if h.site:
         etree.SubElement(node, _T_SITE_REF, name=h.site)
-    etree.SubElement(node, _T_CAP_COMPUTE, cores=str(h.cores), memory_mb=str(h.memory_mb))
+    disk = {"disk_gb": str(h.disk_gb)} if h.disk_gb else {}
+    etree.SubElement(node, _T_CAP_COMPUTE, cores=str(h.cores), memory_mb=str(h.memory_mb), **disk)
     node.extend([t.__deepcopy__(None) for t in sliver_types])  # lxml's C copy, without copy.deepcopy's memo
     etree.SubElement(node, _T_AVAILABLE, now="true" if available else "false")
     _location(node, sites, h.site)

@@ -280,6 +280,8 @@ def substrate_graph(sub: Substrate) -> Graph:
         order += 1
         b.g.add((d, RDF.type, COMP.ServerCloud if not h.exclusive else SX.BareMetalNode))
         b.compute(d, h.cores, h.memory_mb)
+        if h.disk_gb:
+            b.g.add((d, SX.diskGB, _int(h.disk_gb)))
         for k, i in enumerate(h.interfaces):
             b.interface(d, k, i.component_id, i.bandwidth_kbps, i.role)
             if i.switch_port:
@@ -387,7 +389,7 @@ def substrate_from_advertisement(ad: str | bytes, source: str = "advertisement")
                                  i.get("role") or "experimental")
                        for i in n.findall(q(RSPEC3, "interface")))
         hosts.append(Host(name, cid, int(compute.get("cores")), int(compute.get("memory_mb")), hardware,
-                          n.get("exclusive") == "true", ifaces, site))
+                          n.get("exclusive") == "true", ifaces, site, int(compute.get("disk_gb", 0))))
         for st in n.findall(q(RSPEC3, "sliver_type")):
             c = st.find(q(CAPACITY, "compute"))
             if c is not None and st.get("name") not in sizes:
@@ -513,7 +515,7 @@ def _substrate_from_graph(g: Graph, dom, authority: str) -> Substrate:
                            for i in interfaces(d))
             hosts.append(Host(name, str(d), int(_one(g, d, COMP.numCPUCores)), int(_one(g, d, COMP.memoryCapacity)),
                               str(_one(g, d, SX.hardwareType)), bool(_one(g, d, SX.exclusive).toPython()), ifaces,
-                              site))
+                              site, int(_one(g, d, SX.diskGB, 0))))
     statics = []
     for n, sw in enumerate(switches):
         used = _one(g, URIRef(sw.component_id), LAYER.usedLabelSet)

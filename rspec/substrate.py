@@ -79,6 +79,7 @@ class Host:
     exclusive: bool = False
     interfaces: tuple[Interface, ...] = ()
     site: str = ""
+    disk_gb: int = 0  # what its VMs' disks may take together (0: disk is not booked on this host)
 
 
 @dataclass(frozen=True)
@@ -230,7 +231,7 @@ def default_substrate(authority: str = "slicex.local") -> Substrate:
     for i in range(1, 4):
         name = f"pc{i}"
         hosts.append(Host(name, _urn(authority, "node", name), cores=16, memory_mb=65536, hardware_type="pc",
-                          exclusive=False,
+                          exclusive=False, disk_gb=1000,
                           interfaces=tuple(Interface(f"eth{j}", _urn(authority, "interface", f"{name}:eth{j}"),
                                                      10_000_000, _urn(authority, "interface", f"sw1:{name}-eth{j}"))
                                            for j in range(2)),
@@ -271,7 +272,7 @@ class _LineLoader(yaml.SafeLoader):
 TOP_KEYS = {"authority", "description", "provisioning_seconds", "am_url", "sites", "hosts", "switches", "trunks",
             "vm_sizes", "images", "external_links", "static_vlans", "fpga_boards", "public_ports"}
 SITE_KEYS = {"name", "description", "country", "latitude", "longitude"}
-HOST_KEYS = {"name", "cores", "memory_mb", "hardware_type", "exclusive", "interfaces", "site", "count"}
+HOST_KEYS = {"name", "cores", "memory_mb", "disk_gb", "hardware_type", "exclusive", "interfaces", "site", "count"}
 IFACE_KEYS = {"name", "bandwidth_kbps", "switch_port", "role"}
 SWITCH_KEYS = {"name", "ports", "vlan_range", "site"}
 PORT_KEYS = {"name", "bandwidth_kbps"}
@@ -575,7 +576,7 @@ def _hosts(r: _Reader, data: dict[str, Any], auth: str, port_ids: set[str], chec
             hosts.append(Host(name, _urn(auth, "node", name), r.number(h, "cores", 8, f"host {name}"),
                               r.number(h, "memory_mb", 16384, f"host {name}"),
                               r.text(h, "hardware_type", "raw-pc" if exclusive else "pc"), exclusive, tuple(ifaces),
-                              site))
+                              site, r.number(h, "disk_gb", 0, f"host {name}", minimum=0)))
     return hosts
 
 

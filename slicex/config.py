@@ -68,6 +68,10 @@ class NetnsOptions(Section):
     image_quota_mb: int = Field(4096, gt=0, description="what one user's images (CreateImage) may hold, in MB")
     datasets_dir: str | None = Field(None, description="where persistent datasets are kept (default: the host's)")
     dataset_quota_mb: int = Field(10240, gt=0, description="what one user's datasets may hold together, in MB")
+    layers_dir: str | None = Field(None, description="where nodes' disks (their writable layers) live (default: "
+                                   "`layers` in state_dir); best a file system of its own")
+    layers_reserve_mb: int = Field(2048, ge=0, description="MB kept free on the layers' file system: a node is made "
+                                   "only while the nodes' disks fit its free space less this")
 
 
     @field_validator("login_ports")
@@ -129,6 +133,7 @@ class QuotaLimits(Section):
     bandwidth_kbps: int | None = Field(None, ge=0, description="kbps of link bandwidth")
     fpgas: int | None = Field(None, ge=0, description="FPGA slivers")
     public_ports: int | None = Field(None, ge=0, description="public ports of the gateway")
+    disk_gb: int | None = Field(None, ge=0, description="GB of node disk (the sliver types' disk_gb)")
     lease_hours: float | None = Field(None, ge=0, description="the longest lease, in hours")
 
 

@@ -114,6 +114,10 @@ class InsufficientNodes(GeniError):
     code = 26
 
 
+class InsufficientDisk(InsufficientNodes):
+    """A node's disk does not fit the file system its layer would live on (the authority's admission)."""
+
+
 class PortUnavailable(Unavailable):
     """A public port asked for is held by another sliver, or none of the operator's range is free (UNAVAILABLE:
     GENI has no code of its own for it)."""

@@ -16,7 +16,7 @@ import types
 import typing
 from typing import Any
 
-UNIT_KINDS = ("core", "mem", "node", "bw", "vlan", "wire", "fpga", "router", "pport")
+UNIT_KINDS = ("core", "mem", "disk", "node", "bw", "vlan", "wire", "fpga", "router", "pport")
 """The first segment of every unit key: the broker's claim namespaces in the store. Each resource kind
 (resources/) names the units of its own segments; other claims in a store (locks, lease markers, slice
 names) are not inventory. tests/unit/test_resource_kinds.py keeps this list equal to the kinds' own."""

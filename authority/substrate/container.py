@@ -5,7 +5,11 @@ What a node gets (docs/substrate-netns.md, "What a node is"):
   Open vSwitch ports, tc shaping and reconcile are unchanged). That namespace belongs to the host's user
   namespace, so root in the container cannot change its interfaces, addresses or qdiscs.
 - a copy-on-write root: an overlay whose lower layer is the slice's uid-shifted copy of a catalogue image
-  (images.py) and whose upper layer is the node's own;
+  (images.py) and whose upper layer is the node's own, on a file system of the sliver type's disk size (an
+  ext4 in a sparse file under the operator's layers directory, loop-mounted by the host): a node that fills it
+  gets ENOSPC in that node alone, and `df /` in the node shows its own size. The host mounts the overlay
+  itself with paths relative to the node's directory, and the files it hands the node come from a small
+  tmpfs of the deployment, so the node's mount table names no host path;
 - its uids 0..65535 mapped to a host range no other slice holds (`UidRanges`), so a slice's root and users
   are host uids of that slice alone;
 - CPU (CFS quota and a cpuset, so `nproc` says the cores it got), memory and pids limits from the sliver type;
@@ -46,6 +50,11 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "pids")
 MOUNT_POINT = "run/slicex"  # where the host directory appears inside the node
 DEFAULT_PIDS = 1024
+DEFAULT_DISK_GB = 10  # a node whose placement names no disk size (the substrate's VM sizes all do)
+# the node's layer file system: no reserved blocks (the node may use all it booked), inode tables and journal
+# left for the kernel and never initialised in the background (a sparse file keeps only what was written)
+MKFS_LAYER = ("mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard")
+LAYER_MOUNT_OPTIONS = "loop,nosuid,nodev,noatime,noinit_itable"
 
 
 # ---- the pure part -------------------------------------------------------------------------------------------
@@ -58,45 +67,70 @@ class NodeLimits:
     memory_mb: int
     cpuset: str  # the host CPUs it may run on ("0,1"): as many as the cores rounded up
     pids: int = DEFAULT_PIDS
+    disk_gb: int = DEFAULT_DISK_GB  # the size of the node's own layer (its writable root file system)
 
     @property
     def cfs_quota_us(self) -> int:
         return max(1000, int(self.cores * 100_000))
 
     def to_doc(self) -> dict[str, object]:
-        return {"cores": self.cores, "memory_mb": self.memory_mb, "cpuset": self.cpuset, "pids": self.pids}
+        return {"cores": self.cores, "memory_mb": self.memory_mb, "cpuset": self.cpuset, "pids": self.pids,
+                "disk_gb": self.disk_gb}
 
 
 def node_limits(details: Mapping, key: str, host_cpus: int, pids: int = DEFAULT_PIDS) -> NodeLimits:
-    """Limits from a node's details (`cores`, `memory_mb` from the broker's placement). The cpuset starts at
-    a CPU chosen from `key`, so nodes spread over the host's CPUs."""
+    """Limits from a node's details (`cores`, `memory_mb`, `disk_gb` from the broker's placement). The cpuset
+    starts at a CPU chosen from `key`, so nodes spread over the host's CPUs."""
     try:
         cores = float(details.get("cores") or 1)
         memory_mb = int(details.get("memory_mb") or 1024)
+        disk_gb = int(details.get("disk_gb") or DEFAULT_DISK_GB)
     except (TypeError, ValueError):
-        raise BadArgs(f"node limits: cores {details.get('cores')!r} and memory_mb {details.get('memory_mb')!r} "
-                      f"must be numbers") from None
-    if cores <= 0 or memory_mb < 16:
-        raise BadArgs(f"node limits: {cores} cores and {memory_mb} MB cannot run a node")
+        raise BadArgs(f"node limits: cores {details.get('cores')!r}, memory_mb {details.get('memory_mb')!r} and "
+                      f"disk_gb {details.get('disk_gb')!r} must be numbers") from None
+    if cores <= 0 or memory_mb < 16 or disk_gb < 1:
+        raise BadArgs(f"node limits: {cores} cores, {memory_mb} MB and {disk_gb} GB of disk cannot run a node")
     n = min(max(1, math.ceil(cores)), max(1, host_cpus))
     first = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % max(1, host_cpus)
     cpuset = ",".join(str(c) for c in sorted((first + i) % max(1, host_cpus) for i in range(n)))
-    return NodeLimits(cores, memory_mb, cpuset, pids)
+    return NodeLimits(cores, memory_mb, cpuset, pids, disk_gb)
+
+
+def disk_admission(asked_gb: int, promised_bytes: int, free_bytes: int, reserve_bytes: int) -> str | None:
+    """Why a node of `asked_gb` may not be made on a layers file system with `free_bytes` free (None: it fits).
+    `promised_bytes`: what the nodes already there may still write (each one's size less what its layer
+    holds), so the file system's free space is never promised twice; `reserve_bytes` stays free for the
+    aggregate (its store, logs and images when they share the file system)."""
+    asked = asked_gb * 2**30
+    room = free_bytes - reserve_bytes - promised_bytes
+    if asked <= room:
+        return None
+    gib = 2**30
+    return (f"a node disk of {asked_gb} GB does not fit: the node layers' file system has {free_bytes / gib:.1f} GiB "
+            f"free, {promised_bytes / gib:.1f} GiB of it promised to the nodes already there and "
+            f"{reserve_bytes / gib:.1f} GiB kept free for the aggregate ({max(0, room) / gib:.1f} GiB left)")
 
 
 def uid_base(index: int) -> int:
     return UID_RANGES_START + index * UID_RANGE_SIZE
 
 
-def container_config(name: str, hostname: str, lower: Path, fs: Path, base: int, netns_path: str, host_dir: Path,
+def overlay_options() -> str:
+    """The root overlay's options, relative to the node's directory (the mount runs there): what the node's
+    mount table shows of them."""
+    return "lowerdir=lower,upperdir=fs/upper,workdir=fs/work,nodev"
+
+
+def container_config(name: str, hostname: str, rootfs: Path, base: int, netns_path: str, host_dir: Path,
                      limits: NodeLimits, log_file: Path, cgroup_v1: bool = True,
-                     mounts: Sequence[tuple[Path, str]] = ()) -> str:
-    """The LXC configuration of one node (pure). Unprivileged (an id map), sharing the driver's network
-    namespace, no sysfs of its own (a read-only view of its own cgroups instead), a read-only /run/slicex,
-    and the host directories of `mounts` (its datasets: host path, absolute mountpoint in the node)."""
+                     mounts: Sequence[tuple[Path, str]] = (), init: Path = LXC_INIT) -> str:
+    """The LXC configuration of one node (pure). Unprivileged (an id map), its root the overlay the host
+    mounted at `rootfs`, sharing the driver's network namespace, no sysfs of its own (a read-only view of its
+    own cgroups instead), a read-only /run/slicex, and the host directories of `mounts` (its datasets: host
+    path, absolute mountpoint in the node)."""
     lines = [
         f"lxc.uts.name = {hostname}",
-        f"lxc.rootfs.path = overlayfs:{lower}:{fs / 'upper'}",
+        f"lxc.rootfs.path = dir:{rootfs}",
         f"lxc.idmap = u 0 {base} {UID_RANGE_SIZE}",
         f"lxc.idmap = g 0 {base} {UID_RANGE_SIZE}",
         f"lxc.namespace.share.net = {netns_path}",
@@ -108,7 +142,7 @@ def container_config(name: str, hostname: str, lower: Path, fs: Path, base: int,
         "lxc.cap.drop = sys_module sys_rawio sys_time mac_admin mac_override",
         "lxc.mount.entry = tmpfs sys tmpfs rw,nosuid,nodev,noexec,size=64k,mode=755,create=dir 0 0",
         f"lxc.mount.entry = {host_dir} {MOUNT_POINT} none bind,ro,nosuid,nodev,create=dir 0 0",
-        f"lxc.mount.entry = {LXC_INIT} usr/sbin/init.lxc none bind,ro,create=file 0 0",
+        f"lxc.mount.entry = {init} usr/sbin/init.lxc none bind,ro,create=file 0 0",
         *(f"lxc.mount.entry = {host} {inside.lstrip('/')} none bind,nosuid,nodev,create=dir 0 0"
           for host, inside in mounts),
         f"lxc.init.cmd = /usr/sbin/init.lxc -n {name} -- /bin/sh /{MOUNT_POINT}/init",
@@ -316,29 +350,45 @@ class UidRanges:
 
 
 class NodeContainer:
-    """One node's container under `lxcpath/<name>/`: `config`, `lxc.log`, `fs/` (upper and work layers,
-    owned by the node's root, 0700), `host/` (mounted read-only at /run/slicex), `services.pid`."""
+    """One node's container under `lxcpath/<name>/`: `config`, `lxc.log`, `fs/` (the node's layer file system,
+    mounted from `<layers>/<name>.img`: its upper and work directories), `lower` (a link to the image copy it
+    boots), `rootfs/` (the overlay of both, mounted by the host), `layer` (a link to the layer's file, so it is
+    found again whatever the configuration says later), `services.pid`; and `<state>/host/<digest>/` (on the
+    deployment's tmpfs when the driver mounted it; mounted read-only at /run/slicex)."""
 
-    def __init__(self, lxcpath: Path, name: str):
+    def __init__(self, lxcpath: Path, name: str, layers: Path | None = None):
         self.lxcpath = Path(lxcpath)
         self.name = name
         self.dir = self.lxcpath / name
         self.fs = self.dir / "fs"
-        self.host_dir = self.dir / "host"
+        self.rootfs = self.dir / "rootfs"
+        self.host_root = self.lxcpath.parent / "host"
+        # named by a digest: the node's mount table shows this name (its path on that tmpfs), not the deployment's
+        self.host_dir = self.host_root / hashlib.sha256(name.encode()).hexdigest()[:16]
+        self.layer = Path(layers or self.lxcpath.parent / "layers") / f"{name}.img"
 
     # ---- definition ------------------------------------------------------------------------------------------
     def define(self, hostname: str, lower: Path, base: int, netns: str, limits: NodeLimits,
                mounts: Sequence[tuple[Path, str]] = ()) -> None:
-        """Write the node's configuration, layers and host directory (idempotent; the upper layer is kept)."""
+        """Write the node's configuration, layer file system, root overlay and host directory (idempotent: a
+        layer that exists is kept, with what the node wrote)."""
         self.lxcpath.mkdir(parents=True, exist_ok=True)
         self.lxcpath.chmod(0o711)
         self.dir.mkdir(exist_ok=True)
         self.dir.chmod(0o711)
-        self.fs.mkdir(exist_ok=True)
-        for d in (self.fs, self.fs / "upper", self.fs / "work"):
+        self.mount_layer(limits.disk_gb)
+        for d in (self.fs / "upper", self.fs / "work"):
             d.mkdir(exist_ok=True)
             os.chown(d, base, base)
         self.fs.chmod(0o700)
+        self.mount_root(lower)
+        self.host_root.mkdir(exist_ok=True)
+        self.host_root.chmod(0o711)
+        init = self.host_root / ".init.lxc"  # the node's mount table names this file by its path on that tmpfs
+        if not init.exists():
+            tmp = self.host_root / f".init.lxc.{os.getpid()}.tmp"
+            shutil.copy2(LXC_INIT, tmp)
+            tmp.replace(init)
         self.host_dir.mkdir(exist_ok=True)
         self.host_dir.chmod(0o755)
         (self.host_dir / "keys").mkdir(exist_ok=True)
@@ -349,8 +399,82 @@ class NodeContainer:
         if not (self.host_dir / "users").exists():
             write_atomic(self.host_dir / "users", "")
         write_atomic(self.dir / "config", container_config(
-            self.name, hostname, lower, self.fs, base, f"/run/netns/{netns}", self.host_dir, limits,
-            self.dir / "lxc.log", cgroup_v1(), mounts))
+            self.name, hostname, self.rootfs, base, f"/run/netns/{netns}", self.host_dir, limits,
+            self.dir / "lxc.log", cgroup_v1(), mounts, init))
+
+    def mount_layer(self, size_gb: int) -> None:
+        """The node's layer file system made (once, `size_gb`) and mounted at `fs/`. It is made under a
+        temporary name and renamed, so a cut leaves no half-made one; the link `layer` is written first, so a
+        cut after it still finds the file to remove."""
+        self.layer.parent.mkdir(parents=True, exist_ok=True)
+        self.layer.parent.chmod(0o700)
+        link = self.dir / "layer"
+        if not link.is_symlink():
+            link.symlink_to(self.layer)
+        if not self.layer.exists():
+            make_layer(self.layer, size_gb)
+        self.fs.mkdir(exist_ok=True)
+        if os.path.ismount(self.fs):
+            return
+        if any(self.fs.iterdir()):  # a node made before nodes had disks: its layer moves onto its disk
+            moving = self.dir / ".fs.new"
+            if os.path.ismount(moving):
+                unmount(moving)  # a move cut before: made again
+            moving.mkdir(exist_ok=True)
+            self._mount_disk(moving)
+            out = subprocess.run(["cp", "-a", f"{self.fs}/.", f"{moving}/"], capture_output=True, text=True,
+                                 timeout=3600)
+            unmount(moving)
+            if out.returncode != 0:
+                raise ServerError(f"node {self.name}: moving its layer onto its {size_gb} GB disk failed: "
+                                  f"{out.stderr.strip()[-300:]}")
+            remove_tree(self.fs)
+            remove_tree(moving)
+            self.fs.mkdir()
+        self._mount_disk(self.fs)
+
+    def _mount_disk(self, point: Path) -> None:
+        out = subprocess.run(["mount", "-o", LAYER_MOUNT_OPTIONS, str(self.layer), str(point)],
+                             capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            raise ServerError(f"node {self.name}: mounting its disk failed: {out.stderr.strip()[-300:]}")
+
+    def mount_root(self, lower: Path) -> None:
+        """The node's root: an overlay of `lower` (through the link `lower`) and its layer, mounted by the
+        host with paths relative to the node's directory (what the node's mount table shows)."""
+        link = self.dir / "lower"
+        if os.path.ismount(self.rootfs):
+            if link.is_symlink() and os.readlink(link) == str(lower):
+                return
+            unmount(self.rootfs)  # booted from another copy before (a stopped node defined again)
+        tmp = self.dir / ".lower.tmp"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(lower)
+        tmp.replace(link)
+        self.rootfs.mkdir(exist_ok=True)
+        out = subprocess.run(["mount", "-t", "overlay", "overlay", "-o", overlay_options(), "rootfs"],
+                             cwd=self.dir, capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            raise ServerError(f"node {self.name}: mounting its root failed: {out.stderr.strip()[-300:]}")
+
+    def lower(self) -> Path | None:
+        """The image copy the node's root is made from (None before it is defined)."""
+        try:
+            return Path(os.readlink(self.dir / "lower"))
+        except OSError:
+            return None
+
+    def release_layer(self) -> None:
+        """Unmount the node's root and layer, detach every loop device of its layer's file and remove the
+        file (a stopped node's; nothing of it may remain after a delete, or a crash in the middle of one)."""
+        for point in mounts_under(self.dir):
+            unmount(point)
+        link = self.dir / "layer"
+        layer = Path(os.readlink(link)) if link.is_symlink() else self.layer
+        for image in dict.fromkeys((layer, self.layer)):
+            detach_loops(image)
+            image.unlink(missing_ok=True)
+            image.with_name(f".{image.name}.tmp").unlink(missing_ok=True)
 
     def users(self) -> dict[str, int]:
         try:
@@ -414,7 +538,9 @@ class NodeContainer:
 
     def destroy(self) -> None:
         self.stop(timeout=1)
+        self.release_layer()
         remove_tree(self.dir)
+        remove_tree(self.host_dir)
 
     def freeze(self) -> bool:
         """Pause every process of a running node (its files stop changing while they are read); whether it
@@ -488,7 +614,9 @@ class NodeContainer:
         return out
 
     def usage(self) -> dict[str, int]:
-        """What the node uses now: memory (bytes) and CPU time (ns), from its cgroups."""
+        """What the node uses now: memory (bytes, without the page cache of its files: the kernel drops that
+        before it counts against the limit), CPU time (ns), from its cgroups; its disk (bytes used of its
+        layer's size)."""
         out = {}
         for key, ctrl, f in (("memory_bytes", "memory", "memory.usage_in_bytes"),
                              ("cpu_ns", "cpuacct", "cpuacct.usage")):
@@ -497,6 +625,16 @@ class NodeContainer:
                 out[key] = int((d / f).read_text()) if d else 0
             except (OSError, ValueError):
                 out[key] = 0
+        d = self._cgroup("memory")
+        try:
+            stat = (d / "memory.stat").read_text() if d else ""
+        except OSError:
+            stat = ""
+        out["memory_bytes"] = memory_in_use(out["memory_bytes"], stat)
+        if os.path.ismount(self.fs):
+            st = os.statvfs(self.fs)
+            out["disk_bytes"] = st.f_blocks * st.f_frsize
+            out["disk_used_bytes"] = (st.f_blocks - st.f_bfree) * st.f_frsize
         return out
 
     def summary(self) -> dict[str, object]:
@@ -615,6 +753,81 @@ def cgroup_pids(d: Path) -> set[int]:
         except (OSError, ValueError):
             pass
     return out
+
+
+def memory_in_use(usage: int, stat: str) -> int:
+    """A cgroup's memory use without its reclaimable page cache: `usage` (memory.usage_in_bytes) less the
+    file pages on its LRU lists (cgroup v1 memory.stat `total_active_file` + `total_inactive_file`, or v2's
+    `active_file` + `inactive_file`). Not `cache`: that holds tmpfs and shared memory too, which stay until
+    removed."""
+    fields = dict(line.split(None, 1) for line in stat.splitlines() if " " in line)
+
+    def get(*names: str) -> int:
+        for n in names:
+            if n in fields and fields[n].strip().isdigit():
+                return int(fields[n])
+        return 0
+
+    files = get("total_active_file", "active_file") + get("total_inactive_file", "inactive_file")
+    return max(0, usage - files)
+
+
+def make_layer(image: Path, size_gb: int) -> None:
+    """A sparse file of `size_gb` with an empty ext4 file system, host root's alone, made under a temporary name
+    and renamed into place."""
+    tmp = image.with_name(f".{image.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.truncate(size_gb * 2**30)
+    out = subprocess.run([*MKFS_LAYER, str(tmp)], capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise ServerError(f"making a node disk of {size_gb} GB failed: {out.stderr.strip()[-300:]}")
+    tmp.replace(image)
+
+
+def mounts_under(root: Path) -> list[Path]:
+    """The host's mount points at or below `root`, deepest (and latest) first."""
+    root_s = str(root)
+    out = []
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        parts = line.split()
+        if len(parts) > 4:
+            point = parts[4].encode().decode("unicode_escape")  # \040 for a space, as the kernel writes it
+            if point == root_s or point.startswith(root_s + "/"):
+                out.append(Path(point))
+    return list(reversed(sorted(out, key=lambda p: len(p.parts))))
+
+
+def unmount(point: Path) -> None:
+    """Unmount `point` (detached lazily if something still holds it, so the name is free at once)."""
+    if subprocess.run(["umount", str(point)], capture_output=True, timeout=60).returncode != 0:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True, timeout=60)
+
+
+def loop_devices(backing: Path) -> list[str]:
+    """The loop devices whose backing file is `backing`, or a file under it when it is a directory (a file
+    deleted while attached is still found: losetup lists it with " (deleted)")."""
+    out = subprocess.run(["losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE"], capture_output=True,
+                         text=True, timeout=30)
+    found = []
+    b = str(backing)
+    for line in out.stdout.splitlines():
+        name, _, back = line.strip().partition(" ")
+        back = back.strip().removesuffix(" (deleted)")
+        if back == b or back.startswith(b + "/"):
+            found.append(name)
+    return found
+
+
+def detach_loops(backing: Path) -> None:
+    for dev in loop_devices(backing):
+        subprocess.run(["losetup", "-d", dev], capture_output=True, timeout=30)
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:

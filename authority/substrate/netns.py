@@ -49,10 +49,15 @@ from authority.substrate.container import (
     UidRanges,
     assign_uids,
     cgroup_pids,
+    detach_loops,
+    disk_admission,
     ensure_subids,
+    loop_devices,
     lxc_missing,
+    mounts_under,
     node_limits,
     uid_base,
+    unmount,
 )
 from authority.substrate.datasets import DEFAULT_QUOTA_MB, DatasetStore
 from authority.substrate.execute import NodeServices, services_of, verdict
@@ -88,7 +93,7 @@ from authority.substrate.openflow import DEFAULT_CONTROLLER, FlowProgrammer, Ofc
 from authority.substrate.ovs import OvsSwitch, default_run_dir
 from protocol.messages import REWIRE, SliverSpec
 from rspec.blockstore import Blockstore
-from slicex.errors import BadArgs, GeniError, ServerError, Unsupported
+from slicex.errors import BadArgs, GeniError, InsufficientDisk, ServerError, Unsupported
 
 log = logging.getLogger("slicex.netns")
 
@@ -100,6 +105,8 @@ DESCRIPTION = ("netns substrate: each node is an unprivileged LXC container on t
 STATE_ROOT = Path("/var/lib")  # /var/lib/slicex-<prefix>: containers, their layers, uid-shifted image copies
 UID_RANGES_DIR = Path("/var/lib/slicex/uid-ranges")  # host-wide: deployments sharing a host never share a range
 NEEDED = ("root", "ip", "tc", "ethtool", "netns", "veth", "tbf", "broadcast_policer")
+DEFAULT_LAYERS_RESERVE_MB = 2048  # kept free on the node layers' file system (slicex.yaml netns.layers_reserve_mb)
+HOST_TMPFS_OPTIONS = "size=64m,mode=711,nosuid,nodev"  # the files the host hands its nodes
 READY, NOTREADY, FAILED, READY_BUSY = "geni_ready", "geni_notready", "geni_failed", "geni_ready_busy"
 
 
@@ -115,7 +122,8 @@ class NetnsDriver:
                  install_max_bytes: int = DEFAULT_MAX_BYTES, public_address: str = "127.0.0.1",
                  public_host: str | None = None, image_quota_bytes: int = DEFAULT_MAX_USER_BYTES,
                  datasets: DatasetStore | None = None, dataset_quota_mb: int = DEFAULT_QUOTA_MB,
-                 layout: RackLayout | None = None, login_ports: tuple[tuple[int, int], ...] = ()):
+                 layout: RackLayout | None = None, login_ports: tuple[tuple[int, int], ...] = (),
+                 layers_dir: Path | None = None, layers_reserve_mb: int = DEFAULT_LAYERS_RESERVE_MB):
         """`switch_dir`: the run directory of an Open vSwitch shared with other deployments on this host (one
         bridge each; slicex.yaml `netns: {switch_dir: ...}`). Two ovs-vswitchd with the userspace datapath
         cannot run on one host: the second cannot create its `ovs-netdev` tap ("Device or resource busy") and
@@ -131,7 +139,9 @@ class NetnsDriver:
         one user's may hold together. `layout`: the substrate's switches and trunks (RackLayout.of): one bridge
         per switch, each trunk a veth pair between two bridges carrying links between racks under the tags
         negotiated for them. `login_ports`: the ranges new login ports are taken from (any free port when
-        empty)."""
+        empty). `layers_dir`: where nodes' disks (their layer file systems) live (default
+        `<state_dir>/layers`); a node is made only while the disks of the nodes there fit its file system's
+        free space less `layers_reserve_mb`."""
         self.prefix = check_prefix(prefix)
         self.bridge = f"{prefix}-br"
         self.dpid = int(hashlib.sha256(prefix.encode()).hexdigest()[:12], 16)
@@ -158,6 +168,9 @@ class NetnsDriver:
         self.state_dir = Path(state_dir or STATE_ROOT / f"slicex-{prefix}")
         self.lxcpath = self.state_dir / "lxc"
         self.bases_dir = self.state_dir / "bases"  # per uid range, the image copies shifted into it
+        self.layers_dir = Path(layers_dir or self.state_dir / "layers")  # nodes' disks: <netns>.img each
+        self.layers_reserve_bytes = layers_reserve_mb * 2**20
+        self.host_files = self.state_dir / "host"  # a tmpfs: what the host hands its nodes (/run/slicex)
         self.images = images or ImageCatalogue()
         self.default_image = default_image
         self.uid_ranges = UidRanges(uid_ranges_dir or UID_RANGES_DIR)
@@ -200,6 +213,7 @@ class NetnsDriver:
             self.images.build(self.default_image)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir.chmod(0o711)
+        self._mount_host_files()
         self.netem = caps.get("netem") == "ok"
         self.ovs.start()
         self.flows.start()
@@ -244,7 +258,10 @@ class NetnsDriver:
             shutil.rmtree(self.nodes_dir, ignore_errors=True)  # node directories went with their slivers
             if self.lxcpath.is_dir():
                 for d in self.lxcpath.iterdir():
-                    NodeContainer(self.lxcpath, d.name).destroy()
+                    NodeContainer(self.lxcpath, d.name, self.layers_dir).destroy()
+            self._remove_layers(keep=set())
+            for point in mounts_under(self.state_dir):
+                unmount(point)
             for owner in self._owned_ranges():
                 self.uid_ranges.release(owner)
             shutil.rmtree(self.state_dir, ignore_errors=True)
@@ -271,6 +288,7 @@ class NetnsDriver:
             accts = accounts(spec.details.get("logins") or ())
             image = self._image(spec)
             limits = self._limits(spec, plan)
+            self._admit_disk(spec, plan, limits)
             owner = self._owner(spec)
             try:
                 index = self.uid_ranges.claim(owner)
@@ -498,9 +516,10 @@ class NetnsDriver:
                     if NodeContainer(self.lxcpath, d.name).thaw():  # a snapshot cut before it could
                         log.info("netns reconcile thawed container %s (frozen by a cut CreateImage)", d.name)
                     if d.name not in keep:
-                        NodeContainer(self.lxcpath, d.name).destroy()
+                        NodeContainer(self.lxcpath, d.name, self.layers_dir).destroy()
                         self.datasets.release(d.name)
                         removed.append(f"container {d.name}")
+            removed += [f"node disk {f}" for f in self._remove_layers(keep)]
             for ns in sorted(hostnet.namespaces()):
                 if ns.startswith(self.prefix + "-") and ns not in keep:
                     self._relay_of(ns).remove()
@@ -564,6 +583,9 @@ class NetnsDriver:
             out += [f"node directory {d}" for d in self.nodes_dir.iterdir()]
         if self.lxcpath.is_dir():
             out += [f"container {d.name}" for d in self.lxcpath.iterdir()]
+        out += [f"node disk {f}" for f in self._layer_files()]
+        out += [f"loop device {dev}" for f in self._layer_files() for dev in loop_devices(f)]
+        out += [f"mount {m}" for m in mounts_under(self.lxcpath)]
         out += [f"cgroup {d}" for d in self.cgroups()]
         out += [f"uid range {i} ({owner})" for i, owner in self.uid_ranges.claims().items()
                 if owner.startswith(self.prefix + " ")]
@@ -654,12 +676,62 @@ class NetnsDriver:
     def _booted_from(self, lower: Path) -> bool:
         """Whether a node of this deployment has `lower` under its root (an owner may replace an image while
         nodes booted from the old build run)."""
-        mark = f"overlayfs:{lower}:"
-        return any(mark in (d / "config").read_text(errors="replace") for d in self.lxcpath.iterdir()
-                   if (d / "config").is_file()) if self.lxcpath.is_dir() else False
+        return any(NodeContainer(self.lxcpath, d.name, self.layers_dir).lower() == lower
+                   for d in self.lxcpath.iterdir()) if self.lxcpath.is_dir() else False
 
     def _container(self, plan: NodePlan) -> NodeContainer:
-        return NodeContainer(self.lxcpath, plan.netns)
+        return NodeContainer(self.lxcpath, plan.netns, self.layers_dir)
+
+    def _mount_host_files(self) -> None:
+        """The tmpfs the host hands its nodes' files from (/run/slicex, LXC's init): a node's mount table names
+        a bind mount's source by its path on its own file system, here `/<digest of the node's name>`, not a
+        host path. Lost with the host's memory at a reboot: the restart's reconcile writes each node's again."""
+        self.host_files.mkdir(exist_ok=True)
+        if not os.path.ismount(self.host_files):
+            hostnet.run(["mount", "-t", "tmpfs", "-o", HOST_TMPFS_OPTIONS, "slicex",
+                         str(self.host_files)], check=True)
+
+    def _layer_files(self) -> list[Path]:
+        """This deployment's node disks (and half-made ones) in the layers directory."""
+        if not self.layers_dir.is_dir():
+            return []
+        return sorted(f for f in self.layers_dir.iterdir()
+                      if f.name.lstrip(".").startswith(self.prefix + "-") and ".img" in f.name)
+
+    def _remove_layers(self, keep: set[str]) -> list[Path]:
+        """Detach and remove this deployment's node disks whose node is not in `keep` (a crash between making a
+        disk and recording its node, or in the middle of a delete); the files removed."""
+        out = []
+        for f in self._layer_files():
+            if f.name.lstrip(".").split(".img", 1)[0] in keep:
+                continue
+            for point in [m for m in mounts_under(self.lxcpath) if m.name == "fs"
+                          and m.parent.name == f.name.lstrip(".").split(".img", 1)[0]]:
+                unmount(point)
+            detach_loops(f)
+            f.unlink(missing_ok=True)
+            out.append(f)
+        return out
+
+    def _admit_disk(self, spec: SliverSpec, plan: NodePlan, limits: NodeLimits) -> None:
+        """Refuse a node whose disk does not fit the layers' file system with what the disks already there may
+        still write and the reserve (INSUFFICIENT, naming the numbers). Nodes of every deployment whose disks
+        are in this directory are counted."""
+        if self._container(plan).layer.exists():
+            return  # made already (a retried create): its disk was admitted then
+        self.layers_dir.mkdir(parents=True, exist_ok=True)
+        st = os.statvfs(self.layers_dir)
+        promised = 0
+        for f in self.layers_dir.glob("*.img"):
+            try:
+                fs = f.stat()
+            except OSError:
+                continue
+            promised += max(0, fs.st_size - fs.st_blocks * 512)
+        why = disk_admission(limits.disk_gb, promised, st.f_bavail * st.f_frsize, self.layers_reserve_bytes)
+        if why is not None:
+            raise InsufficientDisk(f"node {spec.client_id}: {why}; delete nodes or ask for a smaller sliver type "
+                                   f"(operators: slicex.yaml netns.layers_dir and layers_reserve_mb)")
 
     def _attach(self, spec: SliverSpec, plan: NodePlan, index: int) -> list[tuple[Path, str]]:
         """Mount the datasets the node's request names (made on first use, its owner's alone): (host path,

@@ -45,10 +45,10 @@ ATTACKS = [
 
 
 def _node(slice_urn: str, sliver: str, client_id: str, vlan: int, ip: str, cores: float, memory_mb: int,
-          user: tuple[str, str], execute: list[str] | None = None) -> SliverSpec:
+          user: tuple[str, str], execute: list[str] | None = None, disk_gb: int = 10) -> SliverSpec:
     ref = f"{client_id}:if0"
     return SliverSpec(sliver, "node", client_id, labels=(("vlan", vlan),), details={
-        "slice_urn": slice_urn, "cores": cores, "memory_mb": memory_mb,
+        "slice_urn": slice_urn, "cores": cores, "memory_mb": memory_mb, "disk_gb": disk_gb,
         "interfaces": {ref: {"component_id": "x", "ip": ip, "netmask": "255.255.255.0"}},
         "logins": [{"username": "alice", "urn": user[0], "keys": [user[1]]}],
         "execute": [{"shell": "sh", "command": c} for c in execute or ()]})
@@ -70,7 +70,7 @@ class Nodes:
         self.specs = {
             "lan_a": _lan("urn:sa:lan", 1500, ["a1:if0", "a2:if0"]),
             "a1": _node("urn:slice:a", "urn:sa:a1", "a1", 1500, "10.10.0.1", 0.5, 128, (ALICE, a_key), attacks),
-            "a2": _node("urn:slice:a", "urn:sa:a2", "a2", 1500, "10.10.0.2", 1, 256, (ALICE, a_key)),
+            "a2": _node("urn:slice:a", "urn:sa:a2", "a2", 1500, "10.10.0.2", 1, 256, (ALICE, a_key), disk_gb=1),
             "lan_b": _lan("urn:sb:lan", 1501, ["b1:if0"]),
             "b1": _node("urn:slice:b", "urn:sb:b1", "b1", 1501, "10.10.0.3", 1, 256, (ALICE, b_key)),
         }
@@ -190,6 +190,19 @@ def test_a_node_reaches_neither_the_host_nor_another_slice(nodes):
 def _host_ipv4() -> list[str]:
     out = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True).stdout
     return [line.split()[3].split("/")[0] for line in out.splitlines()]
+
+
+def test_a_node_filling_its_disk_gets_enospc_there_and_another_slice_writes_on(nodes):
+    """Issue 34: a slice user (no sudo) writes until its node's 1 GB disk is full; the write fails inside that
+    node (ENOSPC), `df /` shows the node's own size, and bob's node keeps writing."""
+    size = int(nodes.ssh("a2", "df -B1 --output=size / | tail -1").stdout)
+    assert size <= 2**30
+    out = nodes.ssh("a2", "dd if=/dev/zero of=$HOME/fill bs=1M count=3000 2>&1; echo rc=$?", timeout=120)
+    try:
+        assert "No space left on device" in out.stdout and "rc=1" in out.stdout, out.stdout
+        assert nodes.ssh("b1", "echo ok > $HOME/after && cat $HOME/after", key="bob").stdout.strip() == "ok"
+    finally:
+        nodes.ssh("a2", "rm -f $HOME/fill")
 
 
 def test_the_nodes_root_cannot_change_its_interfaces_addresses_or_qdiscs(nodes):

@@ -146,3 +146,9 @@ def test_totals_equal_the_area_under_the_held_over_time_steps(spans, period, now
     for r in records:
         clipped = overlap(r.start, r.end or now, lo, hi)
         assert timedelta(0) <= clipped <= hi - lo
+
+
+def test_a_nodes_disk_is_counted_and_reported_in_gb_hours():
+    assert sliver_amounts("node", {"cores": 1, "memory_mb": 256, "disk_gb": 20}).disk_gb == 20
+    (row,) = aggregate([rec(disk_gb=20)], "user", T0, T0 + 2 * H, T0 + 2 * H)
+    assert row.disk_gb_hours == 20.0 and row.values()[-1] == 20.0

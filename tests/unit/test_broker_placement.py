@@ -104,7 +104,8 @@ def test_the_slice_manager_sends_demands_and_the_broker_chooses_the_units(tmp_pa
     for n in ("n1", "n2", "n3"):
         host = recs[n].details["host"]
         assert recs[n].component_id == SUB.host(host).component_id
-        assert all(u.startswith((f"core:{recs[n].component_id}:", f"mem:{recs[n].component_id}:"))
+        assert all(u.startswith((f"core:{recs[n].component_id}:", f"mem:{recs[n].component_id}:",
+                                 f"disk:{recs[n].component_id}:"))
                    for u in recs[n].ticket.units)
     tag = recs["lan0"].details["vlan_tag"]
     assert dict(recs["lan0"].ticket.labels) == {"vlan": tag} and f"vlan:{SUB.switches[0].component_id}:{tag}" in claims

@@ -49,7 +49,7 @@ def substrate(cores: Sequence[int] = (2, 4, 8), tags: tuple[tuple[int, int], ...
     """VM hosts pc1, pc2, ... with these cores (2 GB of memory per core), the bare-metal nodes, one switch with
     these tags, and a VM size per core count (`c<n>`: n cores, 2 GB)."""
     vm_hosts = [h for h in BASE.hosts if not h.exclusive]
-    hosts = [replace(h, cores=c, memory_mb=c * 2048) for h, c in zip(vm_hosts, cores, strict=False)]
+    hosts = [replace(h, cores=c, memory_mb=c * 2048, disk_gb=0) for h, c in zip(vm_hosts, cores, strict=False)]
     return replace(BASE, hosts=tuple(hosts) + tuple(h for h in BASE.hosts if h.exclusive),
                    switches=tuple(replace(s, vlan_range=tags) for s in BASE.switches),
                    vm_sizes=tuple(VmSize(f"c{n}", n, 2048) for n in range(1, 10)))

@@ -77,7 +77,7 @@ def test_a_blockstore_without_a_dataset_or_twice_on_one_mountpoint_is_refused():
 
 
 def test_the_node_binds_its_datasets_at_their_mountpoints():
-    cfg = container_config("c", "n1", Path("/l"), Path("/fs"), BASE1, "/run/netns/x", Path("/h"),
+    cfg = container_config("c", "n1", Path("/rootfs"), BASE1, "/run/netns/x", Path("/h"),
                            NodeLimits(1, 512, "0"), Path("/log"), mounts=[(Path("/ds/d1/mnt"), "/mydata")])
     assert "lxc.mount.entry = /ds/d1/mnt mydata none bind,nosuid,nodev,create=dir 0 0" in cfg.splitlines()
 

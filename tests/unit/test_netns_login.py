@@ -76,17 +76,18 @@ def test_limits_follow_the_sliver_type_and_nproc_gets_its_cores():
 
 
 def test_container_config_is_unprivileged_in_the_nodes_namespace_with_its_limits():
-    cfg = container_config("x1-ab", "n1", Path("/l"), Path("/c/fs"), uid_base(3), "/run/netns/x1-ab", Path("/c/host"),
-                           NodeLimits(1.5, 256, "0,1"), Path("/c/lxc.log")).splitlines()
+    cfg = container_config("x1-ab", "n1", Path("/c/rootfs"), uid_base(3), "/run/netns/x1-ab", Path("/c/host"),
+                           NodeLimits(1.5, 256, "0,1"), Path("/c/lxc.log"), init=Path("/h/.init.lxc")).splitlines()
     base = 100_000_000 + 3 * UID_RANGE_SIZE
     assert f"lxc.idmap = u 0 {base} {UID_RANGE_SIZE}" in cfg and f"lxc.idmap = g 0 {base} {UID_RANGE_SIZE}" in cfg
     assert "lxc.namespace.share.net = /run/netns/x1-ab" in cfg
-    assert "lxc.rootfs.path = overlayfs:/l:/c/fs/upper" in cfg
+    assert "lxc.rootfs.path = dir:/c/rootfs" in cfg  # the overlay the host mounted (overlay_options)
+    assert "lxc.mount.entry = /h/.init.lxc usr/sbin/init.lxc none bind,ro,create=file 0 0" in cfg
     assert "lxc.cgroup.cpu.cfs_quota_us = 150000" in cfg and "lxc.cgroup.memory.limit_in_bytes = 256M" in cfg
     assert "lxc.cgroup.cpuset.cpus = 0,1" in cfg
     assert any(line.startswith("lxc.mount.entry = /c/host run/slicex none bind,ro") for line in cfg)
     assert not any("sys:" in line or "sysfs" in line for line in cfg)  # no host sysfs in a node
-    v2 = container_config("x", "n", Path("/l"), Path("/f"), uid_base(0), "/n", Path("/h"), NodeLimits(1, 64, "0"),
+    v2 = container_config("x", "n", Path("/f"), uid_base(0), "/n", Path("/h"), NodeLimits(1, 64, "0"),
                           Path("/g"), cgroup_v1=False)
     assert "lxc.cgroup2.memory.max = 64M" in v2 and "lxc.cgroup2.cpu.max = 100000 100000" in v2
 

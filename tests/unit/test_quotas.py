@@ -68,11 +68,12 @@ def test_a_wrong_config_names_the_key(section, says):
 
 # ---- pure checks --------------------------------------------------------------------------------------------------
 def test_a_request_counts_vm_sizes_bare_metal_links_and_capacity():
-    assert request_amounts(SUB, parse_request(three_node_lan())) == Amounts(cores=3, memory_mb=3072, nodes=3, vlans=1)
+    assert request_amounts(SUB, parse_request(three_node_lan())) == Amounts(cores=3, memory_mb=3072, nodes=3, vlans=1, disk_gb=30)
     medium = parse_request(request_rspec([vm("a", sliver_type="m1.medium", ifaces=["a:0"]),
                                           vm("b", ifaces=["b:0"])],
                                          [{"client_id": "l", "ifaces": ["a:0", "b:0"], "capacity": 20000}]))
-    assert request_amounts(SUB, medium) == Amounts(cores=3, memory_mb=5120, nodes=2, vlans=1, bandwidth_kbps=20000)
+    assert request_amounts(SUB, medium) == Amounts(cores=3, memory_mb=5120, nodes=2, vlans=1, bandwidth_kbps=20000,
+                                                  disk_gb=50)
 
 
 def test_the_refusal_names_each_limit_passed_with_what_is_held_and_asked():
@@ -137,7 +138,7 @@ def test_records_open_at_allocate_and_end_at_delete_shutdown_and_expiry(world):
     now = clock.now()
     lan = allocate(ledger, asm, ALICE, SLICE, three_node_lan(), now)
     by_kind = {r.client_id: r for r in ledger.open_records()}
-    assert by_kind["n1"].amounts == Amounts(cores=1, memory_mb=1024, nodes=1)
+    assert by_kind["n1"].amounts == Amounts(cores=1, memory_mb=1024, nodes=1, disk_gb=10)
     assert by_kind["lan0"].amounts == Amounts(vlans=1) and by_kind["n1"].user == ALICE
     assert by_kind["n1"].project == PROJ and by_kind["n1"].expires == now + 10 * MIN
 

@@ -273,11 +273,11 @@ def test_a_slices_image_copies_are_kept_while_a_node_boots_from_them(tmp_path):
     assert other.is_dir() and first.is_dir()
     node = driver.lxcpath / "tq1-node"
     node.mkdir(parents=True)
-    (node / "config").write_text(f"lxc.rootfs.path = overlayfs:{first}:/fs/upper\n")
+    (node / "lower").symlink_to(first)  # the image copy its root is made from (NodeContainer.mount_root)
     _version(cat, "snap", "cccccccc")  # alice replaced her image while the node runs on the first build
     second = driver._lower(cat.get("snap"), 0)
     assert second.is_dir() and first.is_dir() and other.is_dir()
-    (node / "config").unlink()  # that node is gone
+    (node / "lower").unlink()  # that node is gone
     _version(cat, "snap", "dddddddd")
     driver._lower(cat.get("snap"), 0)
     assert not first.exists() and not second.exists() and other.is_dir()
