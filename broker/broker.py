@@ -178,6 +178,7 @@ class Broker:
         self._claimed = _Flags()  # ticket id -> its units are claimed in the store
         self._copy = ClaimCopy(self.store, UNIT_KINDS)  # the store's unit claims, kept in step by its counters
         self._out_units: dict[tuple[str, frozenset[str]], frozenset[str]] = {}  # reclaimed pools -> their units
+        self._delegation_cache: tuple[tuple[tuple[str, str], ...], list[dict[str, Any]]] | None = None
         self._substrates: dict[str, Substrate] = {}  # authority -> the substrate description it delegated
         # bookings made under the lock whose signed tickets are written to the store after it (signing and
         # writing outside the lock keep the other callers' placements moving): `_load` keeps them
@@ -323,11 +324,25 @@ class Broker:
     def delegations(self, authority: str = "") -> list[dict[str, Any]]:
         """The signed delegation documents this broker accepted (from `authority`, or from every one), oldest
         first: what it was given, with the signature that shows who gave it."""
-        return [s for d in self.store.scan(DELEGATIONS) if d.get("broker") == self.name
-                and (not authority or d.get("authority") == authority) for s in d.get("signed", [])]
+        return [s for d in self._delegation_records() if not authority or d.get("authority") == authority
+                for s in d.get("signed", [])]
 
     def delegated(self) -> list[str]:
-        return sorted(p for d in self.store.scan(DELEGATIONS) if d["broker"] == self.name for p in d["prefixes"])
+        return sorted(p for d in self._delegation_records() for p in d["prefixes"])
+
+    def _delegation_records(self) -> list[dict[str, Any]]:
+        """This broker's delegation records (each carries the whole substrate and the signed documents: 150 KB
+        and more), decoded once per change: the small out-of-service copies carry the serial of the record
+        they were written with, so an unchanged record costs a read of its copy. A record read while its
+        copy was being rewritten is kept under its own serial and read again at the next question."""
+        copies = self.store.scan(OUT_OF_SERVICE, f"{self.name}|")
+        serials = tuple(sorted((c["authority"], str(c.get("serial", ""))) for c in copies))
+        cached = self._delegation_cache
+        if cached is not None and cached[0] == serials and all(serial for _a, serial in serials):
+            return cached[1]
+        docs = [d for d in self.store.scan(DELEGATIONS, f"{self.name}|") if d.get("broker") == self.name]
+        self._delegation_cache = (tuple(sorted((d["authority"], str(d.get("serial", ""))) for d in docs)), docs)
+        return docs
 
     def reclaim(self, order: SignedReclaim, now: datetime | None = None) -> tuple[list[str], list[str]]:
         """The authority takes back delegated inventory (e.g. a host going into maintenance), by an order signed
@@ -388,13 +403,14 @@ class Broker:
     @staticmethod
     def _out_of_service_doc(doc: Mapping[str, Any]) -> dict[str, Any]:
         return {"broker": doc["broker"], "authority": doc["authority"], "reclaimed": list(doc.get("reclaimed", [])),
-                "draining": list(doc.get("draining", []))}
+                "draining": list(doc.get("draining", [])), "serial": doc.get("serial", "")}
 
     def _write_delegation(self, authority: str, doc: dict[str, Any], taking_out: bool) -> None:
         """Write the delegation record and its out-of-service copy in the order that errs on the safe side if
         the process dies between the two writes: names leave service in the copy first (`taking_out`, a
         reclaim) and come back to it last (a delegation)."""
         key = f"{self.name}|{authority}"
+        doc["serial"] = uuid.uuid4().hex  # the record's version: what readers' caches are keyed by
         if taking_out:
             self.store.put(OUT_OF_SERVICE, key, self._out_of_service_doc(doc))
         self.store.put(DELEGATIONS, key, doc)
@@ -406,6 +422,9 @@ class Broker:
         written and changes nothing: bring the copy in line with the record (it can only have been too
         cautious: names out of service that came back)."""
         key = f"{self.name}|{authority}"
+        if doc.get("delegation") and not doc.get("serial"):  # written before records had serials
+            self._write_delegation(authority, doc, taking_out=False)
+            return
         copy = self.store.get(OUT_OF_SERVICE, key)  # none: placement reads the record itself
         if copy is not None and copy != self._out_of_service_doc(doc):
             self.store.put(OUT_OF_SERVICE, key, self._out_of_service_doc(doc))

@@ -87,8 +87,8 @@ class ClaimCopy:
     def sync(self) -> list[str]:
         """Read again the pools whose store counter differs from the copy's count (one read of the counters;
         each differing pool's claims). Returns the pools read."""
-        stored, mine = self.stored_counts(), self.counts()
-        stale = sorted(c for c in stored.keys() | mine.keys() if stored.get(c, 0) != mine.get(c, 0))
+        kept, mine = self.stored_counts(), self.counts()
+        stale = sorted(c for c in kept.keys() | mine.keys() if kept.get(c, 0) != mine.get(c, 0))
         for c in stale:
             for k in list(self.by_counter.get(c, ())):
                 self._remove(k)
@@ -100,9 +100,9 @@ class ClaimCopy:
         """Start-up: the store's counters against the claims themselves (just read by `reload`); counters
         that disagree (a store whose counters were lost or never kept) are rebuilt from the claims. Returns
         counter → (kept, counted) of those that disagreed."""
-        stored, counted = self.stored_counts(), self.counts()
-        wrong = {c: (stored.get(c, 0), counted.get(c, 0)) for c in stored.keys() | counted.keys()
-                 if stored.get(c, 0) != counted.get(c, 0)}
+        kept, counted = self.stored_counts(), self.counts()
+        wrong = {c: (kept.get(c, 0), counted.get(c, 0)) for c in kept.keys() | counted.keys()
+                 if kept.get(c, 0) != counted.get(c, 0)}
         if wrong:
             log.warning("claim counters disagreed with the claims for %d pools (e.g. %s); recounted from the "
                         "claims", len(wrong), next(iter(sorted(wrong))))
