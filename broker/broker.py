@@ -194,9 +194,9 @@ class Broker:
         return now or _utcnow()
 
     # ---- state from the store --------------------------------------------------------------------------------
-    def _load(self, claims: bool = True) -> None:
-        """Rebuild calendar and claim flags from the store (start-up, and after losing a race), and with
-        `claims` the copy of the store's unit claims."""
+    def _load(self) -> None:
+        """Rebuild calendar, claim flags and the copy of the store's unit claims from the store (start-up,
+        after losing a race, and before an advance placement or a find-slot question)."""
         cal = Calendar()
         docs = [d for d in self.store.scan(DELEGATIONS) if d.get("broker") == self.name]
         substrates: dict[str, Substrate] = {}
@@ -228,8 +228,7 @@ class Broker:
                 continue
             claimed.setdefault(tid, self._claimed.get(tid, True))
         self.calendar, self._claimed, self._substrates = cal, claimed, substrates
-        if claims:
-            self._copy.reload()
+        self._copy.reload()
 
     def _put_ticket(self, t: Ticket, booked: Sequence[str], claimed: bool, state: str = "active",
                     reason: str = "", placement: Mapping[str, Any] | None = None) -> None:
@@ -437,8 +436,7 @@ class Broker:
         """Units the broker cannot promise for `term`: promised during it, being reclaimed, or claimed in the
         store by any broker process on it. The broker's own view, for its policy (not a message)."""
         with self._lock:
-            self._copy.sync()
-            return self.calendar.unavailable(term) | set(self._copy.owner)
+            return self.calendar.unavailable(term) | set(self._unit_claims())
 
     # ---- availability (a query message) ------------------------------------------------------------------------
     def _bump(self) -> None:
@@ -461,14 +459,12 @@ class Broker:
         with self._lock:
             version = self.version()
             if term is not None and term.start > now:
-                self._load(claims=False)  # advance bookings other broker processes on this store made are in the
-                # store only; claims: the counters say which pools to read again
+                self._load()  # advance bookings other broker processes on this store made are in the store only
                 return {"version": version, "unchanged": False,
                         "units": sorted(self.calendar.unavailable(term) | self._claimed_during(term, ""))}
             if known and version == known:
                 return {"version": version, "unchanged": True}
-            self._copy.sync()
-            in_use = set(self._copy.owner) | self.calendar.unavailable(Term(now, now + timedelta(seconds=1)))
+            in_use = set(self._unit_claims()) | self.calendar.unavailable(Term(now, now + timedelta(seconds=1)))
             return {"version": version, "unchanged": False, "units": sorted(in_use)}
 
     def _unit_claims(self) -> dict[str, str]:
@@ -481,8 +477,7 @@ class Broker:
         a claim whose ticket this broker knows to end before the term starts is left out; any other claim
         (another broker's, or an ended ticket not yet relinquished) counts."""
         out: set[str] = set()
-        self._copy.sync()
-        claims = self._copy.owner
+        claims = self._copy.owner  # read by `_load` just before
         for key in (k for k, o in list(claims.items()) if o != group):
             owner = claims[key]
             mine = [h for h in self.calendar.holders_ever(key) if h.rsplit("/", 1)[0] == owner]
@@ -542,11 +537,11 @@ class Broker:
         now = self._now(now)
         future = term.start > now  # an advance reservation: booked now, claimed by `tick` when it starts
         if dry_run:
-            with self._lock:
+            with self._lock:  # the view of what is unavailable reads the live calendar and claims
                 used = self._used(term, authority, substrate, future=future)
-            shortfalls: list[Shortfall] = []
-            placed = plan(substrate, request, used, image_policy, parts, self.policy, shortfalls=shortfalls,
-                          kept=demands.kept, subnets=demands.subnets)
+                shortfalls: list[Shortfall] = []
+                placed = plan(substrate, request, used, image_policy, parts, self.policy, shortfalls=shortfalls,
+                              kept=demands.kept, subnets=demands.subnets)
             return PlaceAnswer(report=report(substrate, request, placed, shortfalls))
         explicit_group = group is not None
         group = group or f"ticket:{uuid.uuid4().hex}"
@@ -561,8 +556,10 @@ class Broker:
                 for tid in self.calendar.holders_of(group):
                     self.calendar.release(tid)  # part of an earlier attempt cut short: placed again as a whole
             if future:
-                self._load(claims=False)  # advance bookings are not claimed in the store: see other processes'
-                # ones (claims: the counters say which pools to read again)
+                # advance bookings are not claimed in the store: see other processes' ones, and every claim (no
+                # claim race at booking time would catch a claim the counters hid, as it does for a term
+                # starting now: one released and another taken in the same pool)
+                self._load()
             for _attempt in range(PLACE_ATTEMPTS):
                 try:
                     placed = plan(substrate, request, self._used(term, authority, substrate, group, future),
@@ -599,9 +596,7 @@ class Broker:
         substrate = self.substrate_of(authority)
         now = self._now(now)
         with self._lock:
-            self._load(claims=False)  # advance bookings other broker processes on this store made are in the
-            # store only; claims: the counters say which pools to read again
-            self._copy.sync()
+            self._load()  # advance bookings other broker processes on this store made are in the store only
             claims = dict(self._copy.owner)
             # a claim the calendar explains ends with its booking; any other holds its unit whatever the time
             held = {k for k, owner in claims.items()
