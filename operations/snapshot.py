@@ -354,7 +354,7 @@ def publishers_for(store: Store, sm: PublishedSliceManager | None = None, broker
                    heartbeat: float = HEARTBEAT_SECONDS) -> list[Publisher]:
     """Publishers for the actors this process runs (pass only in-process actors, never remote proxies)."""
     out = []
-    if sm is not None:
+    if sm is not None:  # rebuilt every tick (its state has no version yet: `token=` takes one when it has)
         out.append(Publisher(store, sm.name, "slice-manager", lambda now: slice_manager_state(sm, now), heartbeat))
     if broker is not None:
         out.append(Publisher(store, f"broker:{broker.name}", "broker", lambda now: broker_state(broker, now),
