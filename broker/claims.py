@@ -17,7 +17,7 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 
-from slicex.store import counter_of, namespace_of
+from slicex.store import counter_of
 
 log = logging.getLogger("slicex.broker")
 
@@ -79,10 +79,10 @@ class ClaimCopy:
             self._add(k, o)
 
     def counts(self) -> dict[str, int]:
-        return {c: len(keys) for c, keys in self.by_counter.items() if namespace_of(c + ":") in self.kinds}
+        return {c: len(keys) for c, keys in self.by_counter.items() if c.partition(":")[0] in self.kinds}
 
     def stored_counts(self) -> dict[str, int]:
-        return {c: n for c, n in self.store.claim_counts().items() if namespace_of(c + ":") in self.kinds}
+        return {c: n for c, n in self.store.claim_counts().items() if c.partition(":")[0] in self.kinds}
 
     def sync(self) -> list[str]:
         """Read again the pools whose store counter differs from the copy's count (one read of the counters;
