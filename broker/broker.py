@@ -30,7 +30,8 @@ from typing import Any
 
 from cryptography import x509
 
-from broker.calendar import Calendar, CalendarError, common_free_labels
+from broker.calendar import Calendar, CalendarError, Unavailable, common_free_labels
+from broker.claims import ClaimCopy, ClaimedByOthers
 from broker.delegation import claim, reclaim
 from broker.placement import SHORT, Shortfall, plan, report
 from broker.policy import FirstFit, Policy, choose_label
@@ -112,6 +113,43 @@ def _utcnow() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
 
+class _Flags(dict[str, bool]):
+    """Ticket id → whether its units are claimed in the store, with the set of those not claimed yet (advance
+    tickets: `tick` looks at them alone, not at every ticket)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting: set[str] = set()
+
+    def __setitem__(self, tid: str, claimed: bool) -> None:
+        super().__setitem__(tid, claimed)
+        (self.waiting.discard if claimed else self.waiting.add)(tid)
+
+    def setdefault(self, tid: str, claimed: bool = True) -> bool:  # type: ignore[override]
+        if tid not in self:
+            self[tid] = claimed
+        return self[tid]
+
+    def pop(self, tid: str, default: bool | None = None) -> bool | None:  # type: ignore[override]
+        self.waiting.discard(tid)
+        return super().pop(tid, default)
+
+
+class _Unpromisable(Unavailable):
+    """What a placement may not choose (the calendar's promises, others' claims, reclaimed inventory), asked
+    unit by unit, with the claim counters for the policy's ranking (`free_in`)."""
+
+    def __init__(self, calendar: Calendar, term: Term, also, copy: ClaimCopy, group: str):
+        super().__init__(calendar, term, also)
+        self.copy = copy
+        self.group = group
+
+    def free_in(self, counter: str, total: int) -> int:
+        """Units of a pool not claimed by others, from the counters (a ranking's estimate: the planner still
+        asks each unit it takes)."""
+        return total - self.copy.held_by_others(counter, self.group)
+
+
 def _out_of_service(delegation_doc: Mapping[str, Any]) -> set[str]:
     """The pools and label sets of a broker's record of one authority that are reclaimed or draining."""
     return set(delegation_doc.get("reclaimed", [])) | set(delegation_doc.get("draining", []))
@@ -137,7 +175,10 @@ class Broker:
         self.authority = authority  # whose inventory its tickets name (when there is one)
         self._lock = threading.RLock()
         self.calendar = Calendar()
-        self._claimed: dict[str, bool] = {}  # ticket id -> its units are claimed in the store
+        self._claimed = _Flags()  # ticket id -> its units are claimed in the store
+        self._copy = ClaimCopy(self.store, UNIT_KINDS)  # the store's unit claims, kept in step by its counters
+        self._out_units: dict[tuple[str, frozenset[str]], frozenset[str]] = {}  # reclaimed pools -> their units
+        self._delegation_cache: tuple[tuple[tuple[str, str], ...], list[dict[str, Any]]] | None = None
         self._substrates: dict[str, Substrate] = {}  # authority -> the substrate description it delegated
         # bookings made under the lock whose signed tickets are written to the store after it (signing and
         # writing outside the lock keep the other callers' placements moving): `_load` keeps them
@@ -145,6 +186,7 @@ class Broker:
         self._swept: datetime | None = None  # when `tick` last forgot relinquished tickets
         self.fault = lambda boundary: None  # fault injection (tests): called at internal boundaries
         self._load()
+        self._copy.verify()
 
     def _now(self, now: datetime | None) -> datetime:
         if self.clock is not None:
@@ -153,7 +195,8 @@ class Broker:
 
     # ---- state from the store --------------------------------------------------------------------------------
     def _load(self) -> None:
-        """Rebuild calendar and claim flags from the store (start-up, and after losing a race)."""
+        """Rebuild calendar, claim flags and the copy of the store's unit claims from the store (start-up,
+        after losing a race, and before an advance placement or a find-slot question)."""
         cal = Calendar()
         docs = [d for d in self.store.scan(DELEGATIONS) if d.get("broker") == self.name]
         substrates: dict[str, Substrate] = {}
@@ -167,7 +210,7 @@ class Broker:
             claim(cal, export_prefixes(d["authority"], self.name, [p for p in d.get("prefixes", []) if p not in named]))
             cal.draining |= set(d.get("draining", []))
         cal.open_inventory = not docs
-        claimed: dict[str, bool] = {}
+        claimed = _Flags()
         for td in self.store.scan(TICKETS):
             if td.get("broker") != self.name or td.get("state") != "active":
                 continue
@@ -185,6 +228,7 @@ class Broker:
                 continue
             claimed.setdefault(tid, self._claimed.get(tid, True))
         self.calendar, self._claimed, self._substrates = cal, claimed, substrates
+        self._copy.reload()
 
     def _put_ticket(self, t: Ticket, booked: Sequence[str], claimed: bool, state: str = "active",
                     reason: str = "", placement: Mapping[str, Any] | None = None) -> None:
@@ -279,11 +323,25 @@ class Broker:
     def delegations(self, authority: str = "") -> list[dict[str, Any]]:
         """The signed delegation documents this broker accepted (from `authority`, or from every one), oldest
         first: what it was given, with the signature that shows who gave it."""
-        return [s for d in self.store.scan(DELEGATIONS) if d.get("broker") == self.name
-                and (not authority or d.get("authority") == authority) for s in d.get("signed", [])]
+        return [s for d in self._delegation_records() if not authority or d.get("authority") == authority
+                for s in d.get("signed", [])]
 
     def delegated(self) -> list[str]:
-        return sorted(p for d in self.store.scan(DELEGATIONS) if d["broker"] == self.name for p in d["prefixes"])
+        return sorted(p for d in self._delegation_records() for p in d["prefixes"])
+
+    def _delegation_records(self) -> list[dict[str, Any]]:
+        """This broker's delegation records (each carries the whole substrate and the signed documents: 150 KB
+        and more), decoded once per change: the small out-of-service copies carry the serial of the record
+        they were written with, so an unchanged record costs a read of its copy. A record read while its
+        copy was being rewritten is kept under its own serial and read again at the next question."""
+        copies = self.store.scan(OUT_OF_SERVICE, f"{self.name}|")
+        serials = tuple(sorted((c["authority"], str(c.get("serial", ""))) for c in copies))
+        cached = self._delegation_cache
+        if cached is not None and cached[0] == serials and all(serial for _a, serial in serials):
+            return cached[1]
+        docs = [d for d in self.store.scan(DELEGATIONS, f"{self.name}|") if d.get("broker") == self.name]
+        self._delegation_cache = (tuple(sorted((d["authority"], str(d.get("serial", ""))) for d in docs)), docs)
+        return docs
 
     def reclaim(self, order: SignedReclaim, now: datetime | None = None) -> tuple[list[str], list[str]]:
         """The authority takes back delegated inventory (e.g. a host going into maintenance), by an order signed
@@ -344,13 +402,14 @@ class Broker:
     @staticmethod
     def _out_of_service_doc(doc: Mapping[str, Any]) -> dict[str, Any]:
         return {"broker": doc["broker"], "authority": doc["authority"], "reclaimed": list(doc.get("reclaimed", [])),
-                "draining": list(doc.get("draining", []))}
+                "draining": list(doc.get("draining", [])), "serial": doc.get("serial", "")}
 
     def _write_delegation(self, authority: str, doc: dict[str, Any], taking_out: bool) -> None:
         """Write the delegation record and its out-of-service copy in the order that errs on the safe side if
         the process dies between the two writes: names leave service in the copy first (`taking_out`, a
         reclaim) and come back to it last (a delegation)."""
         key = f"{self.name}|{authority}"
+        doc["serial"] = uuid.uuid4().hex  # the record's version: what readers' caches are keyed by
         if taking_out:
             self.store.put(OUT_OF_SERVICE, key, self._out_of_service_doc(doc))
         self.store.put(DELEGATIONS, key, doc)
@@ -362,6 +421,9 @@ class Broker:
         written and changes nothing: bring the copy in line with the record (it can only have been too
         cautious: names out of service that came back)."""
         key = f"{self.name}|{authority}"
+        if doc.get("delegation") and not doc.get("serial"):  # written before records had serials
+            self._write_delegation(authority, doc, taking_out=False)
+            return
         copy = self.store.get(OUT_OF_SERVICE, key)  # none: placement reads the record itself
         if copy is not None and copy != self._out_of_service_doc(doc):
             self.store.put(OUT_OF_SERVICE, key, self._out_of_service_doc(doc))
@@ -415,8 +477,8 @@ class Broker:
         a claim whose ticket this broker knows to end before the term starts is left out; any other claim
         (another broker's, or an ended ticket not yet relinquished) counts."""
         out: set[str] = set()
-        claims = self._unit_claims()
-        for key in (k for k, o in claims.items() if o != group):
+        claims = self._copy.owner  # read by `_load` just before
+        for key in (k for k, o in list(claims.items()) if o != group):
             owner = claims[key]
             mine = [h for h in self.calendar.holders_ever(key) if h.rsplit("/", 1)[0] == owner]
             if not mine or any(self.calendar.bookings[h].term.end > term.start for h in mine):
@@ -434,20 +496,33 @@ class Broker:
         return sub
 
     def _used(self, term: Term, authority: str, substrate: Substrate, group: str = "",
-              future: bool = False) -> set[str]:
+              future: bool = False) -> Unavailable:
         """What the policy must not choose: promised over the term, claimed in the store by anyone but `group`
         (claims of an earlier attempt of this very request, cut short by a crash, are its own to take again),
-        and inventory the authority reclaimed or is reclaiming. For a `future` term (an advance reservation) a claim whose
-        ticket ends before the term starts does not count."""
+        and inventory the authority reclaimed or is reclaiming. For a `future` term (an advance reservation) a
+        claim whose ticket ends before the term starts does not count. A view asked unit by unit: the store's
+        claim counters are read (pools that changed behind this process's back are read again), not every
+        claim, and the calendar answers from each unit's own bookings."""
+        self._copy.sync()
+        ends_before = None
         if future:
-            claimed = self._claimed_during(term, group)
-        else:
-            claimed = {k for k, owner in self._unit_claims().items() if owner != group}
-        out = self.calendar.unavailable(term) | claimed
+            def ends_before(unit: str, owner: str) -> bool:
+                mine = [h for h in self.calendar.holders_ever(unit) if h.rsplit("/", 1)[0] == owner]
+                return bool(mine) and all(self.calendar.bookings[h].term.end <= term.start for h in mine)
+        also: list[Any] = [ClaimedByOthers(self._copy, group, ends_before)]
         taken_out = self._taken_out(authority or self.authority)
         if taken_out:
-            out |= units_under(STANDARD.pools(substrate), taken_out)  # no substrate document to build
-        return out
+            also.append(self._out_of_service_units(authority or self.authority, taken_out))
+        return _Unpromisable(self.calendar, term, also, self._copy, group)
+
+    def _out_of_service_units(self, authority: str, taken_out: set[str]) -> frozenset[str]:
+        """Every unit of the pools taken out (built once per set of names: no substrate document to build)."""
+        key = (authority, frozenset(taken_out))
+        units = self._out_units.get(key)
+        if units is None:
+            units = frozenset(units_under(STANDARD.pools(self.substrate_of(authority)), taken_out))
+            self._out_units = {key: units}
+        return units
 
     def place(self, holder: str, demands: Demands, term: Term, now: datetime, group: str | None = None,
               dry_run: bool = False, authority: str = "") -> PlaceAnswer:
@@ -462,11 +537,11 @@ class Broker:
         now = self._now(now)
         future = term.start > now  # an advance reservation: booked now, claimed by `tick` when it starts
         if dry_run:
-            with self._lock:
+            with self._lock:  # the view of what is unavailable reads the live calendar and claims
                 used = self._used(term, authority, substrate, future=future)
-            shortfalls: list[Shortfall] = []
-            placed = plan(substrate, request, used, image_policy, parts, self.policy, shortfalls=shortfalls,
-                          kept=demands.kept, subnets=demands.subnets)
+                shortfalls: list[Shortfall] = []
+                placed = plan(substrate, request, used, image_policy, parts, self.policy, shortfalls=shortfalls,
+                              kept=demands.kept, subnets=demands.subnets)
             return PlaceAnswer(report=report(substrate, request, placed, shortfalls))
         explicit_group = group is not None
         group = group or f"ticket:{uuid.uuid4().hex}"
@@ -478,10 +553,13 @@ class Broker:
                 if self._granted(group, list(rids.values())):
                     return self._placed(group, list(rids.values()))
                 self._refuse_relinquished(group, list(rids.values()))
-                for tid in [t for t in self.calendar.bookings if t.rsplit("/", 1)[0] == group]:
+                for tid in self.calendar.holders_of(group):
                     self.calendar.release(tid)  # part of an earlier attempt cut short: placed again as a whole
             if future:
-                self._load()  # advance bookings are not claimed in the store: see other processes' ones
+                # advance bookings are not claimed in the store: see other processes' ones, and every claim (no
+                # claim race at booking time would catch a claim the counters hid, as it does for a term
+                # starting now: one released and another taken in the same pool)
+                self._load()
             for _attempt in range(PLACE_ATTEMPTS):
                 try:
                     placed = plan(substrate, request, self._used(term, authority, substrate, group, future),
@@ -506,8 +584,9 @@ class Broker:
         tickets = self._publish(pending)
         booked = {u for p in pending for u in p.booked}
         for key in self.store.claims_of(group):  # an earlier, crashed attempt chose other units
-            if key not in booked:
-                self.store.release(key, group)
+            if key not in booked and self.store.release(key, group):
+                with self._lock:
+                    self._copy.released([key], group)
         return PlaceAnswer(tickets, {rid: dict(where.get(rid) or {}) for rid in rids.values()})
 
     def find_slot(self, holder: str, demands: Demands, query: SlotQuery, now: datetime | None = None,
@@ -518,7 +597,7 @@ class Broker:
         now = self._now(now)
         with self._lock:
             self._load()  # advance bookings other broker processes on this store made are in the store only
-            claims = self._unit_claims()
+            claims = dict(self._copy.owner)
             # a claim the calendar explains ends with its booking; any other holds its unit whatever the time
             held = {k for k, owner in claims.items()
                     if not any(h.rsplit("/", 1)[0] == owner for h in self.calendar.holders_ever(k))}
@@ -584,6 +663,7 @@ class Broker:
                 raise Busy(f"broker {self.name}: {len(lost)} of {len(keys)} units were promised to someone "
                            f"else meanwhile (e.g. {lost[0] if lost else '?'}); ask again")
         if started:
+            self._copy.claimed(keys, group)
             self.fault("broker:claimed")
         pending = []
         for rid, c in choices.items():
@@ -752,9 +832,10 @@ class Broker:
         with self._lock:
             released = 0
             self._remember_relinquished(f"{group}/*", now)
-            for tid in [t for t in self.calendar.bookings if t.rsplit("/", 1)[0] == group]:
+            for tid in self.calendar.holders_of(group):
                 released += self._drop(tid, ())
             released += self.store.release_owner(group)
+            self._copy.released_owner(group)
             self._bump()
             return released
 
@@ -768,16 +849,20 @@ class Broker:
         self.store.delete(TICKETS, tid)
         self.fault("broker:relinquishing")
         keys = set(units) | (booking.units if booking else set()) | set(doc.get("booked", []) if doc else [])
-        released = sum(1 for k in keys if self.store.release(k, group))
+        gone = [k for k in keys if self.store.release(k, group)]
+        released = len(gone)
         with self._lock:
+            self._copy.released(gone, group)
             self.calendar.release(tid)
             self._claimed.pop(tid, None)
             self._unpublished.pop(tid, None)
             # claims of the group no live ticket of it books (a crashed attempt chose other units)
-            live = any(t.rsplit("/", 1)[0] == group for t in self.calendar.bookings)
+            live = bool(self.calendar.holders_of(group))
         self._bump()
         if not live:
             released += self.store.release_owner(group)
+            with self._lock:
+                self._copy.released_owner(group)
         return released
 
     def tick(self, now: datetime) -> dict[str, list[str]]:
@@ -787,13 +872,15 @@ class Broker:
         now = self._now(now)
         with self._lock:
             started, failed = [], []
-            for tid, b in list(self.calendar.bookings.items()):
-                if not self._claimed.get(tid, True) and b.term.start <= now:
+            for tid in sorted(self._claimed.waiting):  # advance tickets only, not every ticket
+                b = self.calendar.bookings.get(tid)
+                if b is not None and b.term.start <= now:
                     group = tid.rsplit("/", 1)[0]
                     doc = self.store.get(TICKETS, tid)
                     held = [k for k in sorted(b.units) if self.store.owner_of(k) not in (None, group)]
                     self._evict_ended(held, now)
                     if self.store.claim_all(sorted(b.units), group):
+                        self._copy.claimed(b.units, group)
                         self._claimed[tid] = True
                         if doc:
                             doc["claimed"] = True
@@ -808,7 +895,7 @@ class Broker:
                                        f"{tid} its unit {lost[0] if lost else '?'} was held by someone else")
                             self.store.put(TICKETS, tid, doc)
                         failed.append(tid)
-            expired = [b.holder for b in self.calendar.bookings.values() if b.term.end + EXPIRY_GRACE <= now]
+            expired = self.calendar.ending_by(now - EXPIRY_GRACE)  # the interval index, not every booking
             for tid in expired:
                 self._drop(tid, ())
             if started or failed:

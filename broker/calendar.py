@@ -14,7 +14,8 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -45,6 +46,10 @@ class Calendar:
     _busy: dict[str, set[int]] = field(default_factory=dict, repr=False)  # pool -> indices with bookings
     _index: dict[str, tuple[str, int]] = field(default_factory=dict, repr=False)  # unit -> (pool, index)
     _bins: tuple | None = field(default=None, repr=False)
+    # the interval index: every booking by its end, so a question about a term reads the bookings that end
+    # after it starts (find-slot's start times, the expiry sweep), never the whole calendar
+    _ends: list[tuple[datetime, str]] = field(default_factory=list, repr=False)
+    _groups: dict[str, set[str]] = field(default_factory=dict, repr=False)  # claim group -> its holders
 
     def copy(self) -> Calendar:
         """An independent copy to read while the broker goes on booking (pools, label sets and bookings are
@@ -52,7 +57,8 @@ class Calendar:
         return Calendar(dict(self.pools), dict(self.label_sets), dict(self.bookings), set(self.draining),
                         self.open_inventory, {u: list(spans) for u, spans in self._by_unit.items()},
                         {p: list(idle) for p, idle in self._idle.items()},
-                        {p: set(busy) for p, busy in self._busy.items()}, dict(self._index))
+                        {p: set(busy) for p, busy in self._busy.items()}, dict(self._index), None,
+                        list(self._ends), {g: set(h) for g, h in self._groups.items()})
 
     # ---- inventory ---------------------------------------------------------------------------------------
     def add_pool(self, pool: Pool) -> None:
@@ -125,6 +131,28 @@ class Calendar:
     def holders_ever(self, unit: str) -> list[str]:
         return [h for _s, _e, h in self._by_unit.get(unit, ())]
 
+    def is_unavailable(self, unit: str, term: Term) -> bool:
+        """Whether `unit` cannot be booked over `term` (what `unavailable` holds, for one unit: reads only its
+        own bookings)."""
+        spans = self._by_unit.get(unit)
+        if spans and any(s < term.end and term.start < e for s, e, _ in spans):
+            return True
+        return bool(self.draining) and self.owner_name(unit) in self.draining
+
+    def holders_of(self, group: str) -> list[str]:
+        """The holders of a claim group (`<group>/<reservation>`), from the group index."""
+        return sorted(self._groups.get(group, ()))
+
+    def ending_by(self, t: datetime) -> list[str]:
+        """Holders whose term ends at or before `t`, earliest first (the interval index, not a sweep)."""
+        return [h for _e, h in self._ends[:bisect.bisect_right(self._ends, (t, "\U0010ffff"))]]
+
+    def ends_within(self, after: datetime, until: datetime) -> list[datetime]:
+        """The ends of bookings in (after, until], in order."""
+        lo = bisect.bisect_right(self._ends, (after, "\U0010ffff"))
+        hi = bisect.bisect_right(self._ends, (until, "\U0010ffff"))
+        return [e for e, _h in self._ends[lo:hi]]
+
     def is_free(self, unit: str, term: Term, ignore: str | None = None) -> bool:
         return all(h == ignore for h in self.holders(unit, term))
 
@@ -166,8 +194,14 @@ class Calendar:
         return [u for u in self.units_of(name) if any(e > after for _s, e, _h in self._by_unit.get(u, ()))]
 
     def unavailable(self, term: Term) -> set[str]:
-        """Every unit that cannot be booked over `term`: promised at some time in it, or draining."""
-        out = {u for u, spans in self._by_unit.items() if any(s < term.end and term.start < e for s, e, _ in spans)}
+        """Every unit that cannot be booked over `term`: promised at some time in it, or draining. Reads the
+        bookings that end after the term starts (the interval index)."""
+        first = bisect.bisect_right(self._ends, (term.start, "\U0010ffff"))
+        out: set[str] = set()
+        for _e, h in self._ends[first:]:
+            b = self.bookings[h]
+            if b.term.start < term.end:
+                out |= b.units
         for name in self.draining:
             out.update(self.units_of(name))
         return out
@@ -223,12 +257,14 @@ class Calendar:
 
     def expire(self, now: datetime) -> list[Booking]:
         """Drop bookings whose term has ended; return them."""
-        gone = [b for b in self.bookings.values() if b.term.end <= now]
+        gone = [self.bookings[h] for h in self.ending_by(now)]
         for b in gone:
             self.release(b.holder)
         return gone
 
     def _reindex(self, b: Booking) -> None:
+        bisect.insort(self._ends, (b.term.end, b.holder))
+        self._groups.setdefault(b.holder.rsplit("/", 1)[0], set()).add(b.holder)
         for u in b.units:
             self._by_unit.setdefault(u, []).append((b.term.start, b.term.end, b.holder))
             hit = self._index.get(u)
@@ -238,6 +274,15 @@ class Calendar:
                 idle.pop(bisect.bisect_left(idle, hit[1]))
 
     def _unindex(self, b: Booking) -> None:
+        i = bisect.bisect_left(self._ends, (b.term.end, b.holder))
+        if i < len(self._ends) and self._ends[i] == (b.term.end, b.holder):
+            del self._ends[i]
+        group = b.holder.rsplit("/", 1)[0]
+        held = self._groups.get(group)
+        if held is not None:
+            held.discard(b.holder)
+            if not held:
+                del self._groups[group]
         for u in b.units:
             spans = [s for s in self._by_unit.get(u, ()) if s[2] != b.holder]
             if spans:
@@ -248,6 +293,37 @@ class Calendar:
             if hit is not None:
                 self._busy[hit[0]].discard(hit[1])
                 bisect.insort(self._idle[hit[0]], hit[1])
+
+
+class Unavailable(AbstractSet[str]):
+    """What cannot be booked over `term`: the calendar's promises and draining pools, and whatever `also` holds
+    (claims in the store, reclaimed inventory), asked one unit at a time. The placement asks a few hundred
+    units; building the whole set (reading every booking and claim) happens only if someone iterates it."""
+
+    def __init__(self, calendar: Calendar, term: Term, also: Sequence[AbstractSet[str]] = ()):
+        self.calendar = calendar
+        self.term = term
+        self.also = tuple(a for a in also if a)
+        self._all: set[str] | None = None
+
+    def __contains__(self, unit: object) -> bool:
+        if not isinstance(unit, str):
+            return False
+        return self.calendar.is_unavailable(unit, self.term) or any(unit in a for a in self.also)
+
+    def _materialized(self) -> set[str]:
+        if self._all is None:
+            out = self.calendar.unavailable(self.term)
+            for a in self.also:
+                out |= set(a)
+            self._all = out
+        return self._all
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._materialized())
+
+    def __len__(self) -> int:
+        return len(self._materialized())
 
 
 def _span(term: Term) -> str:

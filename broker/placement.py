@@ -14,7 +14,8 @@ skipped, and `report` turns the result into asked-vs-available by resource and s
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Iterator, Mapping, Set
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,38 @@ class Shortfall:
     blocked_by: tuple[str, ...] = ()
 
 
+class Taken(AbstractSet[str]):
+    """The units a plan may not choose: `used` (what the broker cannot promise, possibly a view asked one unit
+    at a time) plus what the plan took so far. Never copies `used`: a placement over a full aggregate reads
+    the few units it tries, not every claim."""
+
+    def __init__(self, used: Set[str]):
+        self.used = used
+        self.added: set[str] = set()
+
+    def __contains__(self, unit: object) -> bool:
+        return unit in self.added or unit in self.used
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.added
+        yield from (u for u in self.used if u not in self.added)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def update(self, units: Iterable[str]) -> None:
+        self.added.update(units)
+
+    def free_in(self, counter: str, total: int) -> int | None:
+        """Free units of a pool as the broker's counters have them (None: `used` keeps none), less what
+        this plan took of it: what a policy ranks hosts by without asking every unit."""
+        free_in = getattr(self.used, "free_in", None)
+        free = free_in(counter, total) if free_in is not None else None
+        if free is None:
+            return None
+        return free - sum(1 for u in self.added if u.rpartition(":")[0] == counter)
+
+
 def plan(substrate: Substrate, request: Request, used: Set[str], image_policy: str = "reject",
          bitstream_parts: Mapping[str, str] | None = None, policy: Any = None,
          shortfalls: list[Shortfall] | None = None, kinds: Kinds = STANDARD,
@@ -60,7 +93,7 @@ def plan(substrate: Substrate, request: Request, used: Set[str], image_policy: s
     on their host as a new node's would be, and the link's placement says so under `bindings`), `subnets`
     the link subnets the slice already uses."""
     given = Constraints(image_policy, dict(bitstream_parts or {}), policy)
-    taken: set[str] = set(used)
+    taken = Taken(used)
     placements: list[Placement] = []
     iface_on: dict[str, str] = {}  # request iface client_id -> the host interface it was bound to
     owner: dict[str, str] = {}  # request iface client_id -> its node

@@ -7,12 +7,14 @@ first that fits. Pure: the caller says what is free."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence, Set
+import heapq
+from collections.abc import Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Protocol
 
-from resources.compute import free_cores
+from resources.compute import core, free_cores
 from rspec.substrate import Host
+from slicex.store import counter_of
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ class _Ranking:
     def key(self, b: BinView, demand: Mapping[str, int]) -> tuple:
         raise NotImplementedError
 
-    def order(self, hosts: Sequence[Host], used: Set[str]) -> list[Host]:
+    def order(self, hosts: Sequence[Host], used: Set[str]) -> Sequence[Host]:
         """The planner's entry point (broker.placement.plan): every host, in the order to try them."""
         return order(self, hosts, used)
 
@@ -70,11 +72,61 @@ class WorstFit(_Ranking):
         return (-b.leftover(demand), b.index)
 
 
-def order(policy: Policy, hosts: Sequence[Host], used: Set[str]) -> list[Host]:
+def _free_of(host: Host, used: Set[str]) -> int:
+    """A host's free cores: from the broker's counters when `used` keeps them (broker/placement.py `Taken`),
+    else counted unit by unit."""
+    free_in = getattr(used, "free_in", None)
+    free = free_in(counter_of(core(host.component_id, 0)), host.cores) if free_in is not None else None
+    return free_cores(host, used) if free is None else free
+
+
+class _Ordered(Sequence[Host]):
+    """Hosts in a policy's order, produced as the planner walks them: it stops at the first that fits, so
+    only the hosts it tries are weighed. First-fit walks inventory order, trying last the hosts the counters
+    say are full (they cannot fit; the planner's refusal still names them); the other policies pop a heap of
+    (policy key, host) built from the counters. Walked again (a refusal lists every host), it answers the
+    same order."""
+
+    def __init__(self, policy: Policy, hosts: Sequence[Host], used: Set[str]):
+        self.policy, self.hosts, self.used = policy, hosts, used
+        self._walked: list[Host] | None = None
+
+    def _walk(self) -> Iterator[Host]:
+        if isinstance(self.policy, FirstFit):
+            full: list[Host] = []
+            for h in self.hosts:
+                if _free_of(h, self.used) <= 0:
+                    full.append(h)
+                else:
+                    yield h
+            yield from full
+            return
+        heap = [(self.policy.key(BinView(h.component_id, {"core": _free_of(h, self.used)}, {"core": h.cores}, i),
+                                 {"core": 0}), i) for i, h in enumerate(self.hosts)]
+        heapq.heapify(heap)
+        while heap:
+            yield self.hosts[heapq.heappop(heap)[1]]
+
+    def __iter__(self) -> Iterator[Host]:
+        if self._walked is not None:
+            yield from self._walked
+            return
+        walked: list[Host] = []
+        for h in self._walk():
+            walked.append(h)
+            yield h
+        self._walked = walked
+
+    def __len__(self) -> int:
+        return len(self.hosts)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return list(self)[i]
+
+
+def order(policy: Policy, hosts: Sequence[Host], used: Set[str]) -> Sequence[Host]:
     """Hosts in the order the planner should try them (all of them, fitting or not) under `policy`."""
-    views = [BinView(h.component_id, {"core": free_cores(h, used)}, {"core": h.cores}, i) for i, h in enumerate(hosts)]
-    ranked = sorted(views, key=lambda b: policy.key(b, {"core": 0}))
-    return [hosts[b.index] for b in ranked]
+    return _Ordered(policy, hosts, used)
 
 
 POLICIES: dict[str, type] = {"first-fit": FirstFit, "best-fit": BestFit, "worst-fit": WorstFit}

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Set
 from datetime import datetime, timedelta
 from typing import Any
 
-from broker.calendar import Calendar
+from broker.calendar import Calendar, Unavailable
 from broker.placement import Shortfall, plan, report
 from protocol.messages import SlotAnswer, SlotQuery
 from resources import STANDARD, Kinds
@@ -73,18 +73,16 @@ def candidate_starts(calendar: Calendar, window: Term, duration: timedelta) -> l
     """The start times worth weighing, in order: the window's start and every end of a booking that leaves
     room for `duration` before the window ends."""
     last = window.end - duration
-    ends = {whole_second(b.term.end) for b in calendar.bookings.values()}
+    ends = {whole_second(e) for e in calendar.ends_within(window.start - timedelta(seconds=1), last)}
     return sorted({window.start} | {e for e in ends if window.start < e <= last})
 
 
 def unavailable(calendar: Calendar, term: Term, now: datetime, held: Set[str] = frozenset(),
-                held_now: Set[str] = frozenset()) -> set[str]:
+                held_now: Set[str] = frozenset()) -> Set[str]:
     """What the placement must not choose over `term`, as `Broker.place` reckons it: promised during it, held
-    whatever the time, and (a term starting now) everything claimed in the store now."""
-    out = calendar.unavailable(term) | set(held)
-    if term.start <= now:
-        out |= held_now
-    return out
+    whatever the time, and (a term starting now) everything claimed in the store now. Asked unit by unit
+    (broker/calendar.py `Unavailable`): each start weighed reads only the bookings of the units it tries."""
+    return Unavailable(calendar, term, (held, held_now) if term.start <= now else (held,))
 
 
 def find_slot(substrate: Substrate, request: Request, calendar: Calendar, query: SlotQuery, now: datetime,

@@ -338,6 +338,10 @@ def warm_caches() -> None:
 
 
 STORE_CHECK_SECONDS = 1.0
+LEDGER_SWEEP_SECONDS = 60.0
+"""How often the reaper ends the usage of slivers gone without its seeing them end (another worker's reaper,
+a failure): the ledger's reconcile reads every open usage record, so it runs on the ticks that ended slivers
+and at this pace otherwise, not on every tick."""
 
 
 def guarded(store: Store | None, cfg: SlicexConfig) -> Any:
@@ -522,6 +526,7 @@ class EmbeddedDeployment:
                                    self.cfg.metrics_interval_seconds)
         self._checks: dict[str, str] = {}  # the store guard's last verdict (health(), the reaper's tick)
         self._checked_at = 0.0
+        self._reconciled_at = float("-inf")  # when the ledger last ended the usage of slivers gone
         self.metrics.watch_health(lambda: self._checks)
         self.am = AggregateManager(AmIdentity(self.am_urn, self.advertised.am_url, self.cfg.advertised_host(),
                                               self.driver.description, v2_url=self.advertised.am_v2_url),
@@ -639,7 +644,11 @@ class EmbeddedDeployment:
                 gone = self.sm.reap(self.clock.now())
                 if gone:
                     log.info("reaped %d expired slivers", len(gone))
-                self.ledger.reconcile(self.sm.records, self.clock.now())  # usage of slivers gone ends
+                if gone or time.monotonic() - self._reconciled_at >= LEDGER_SWEEP_SECONDS:
+                    # usage of slivers gone ends: on the tick they ended, and at a slow sweep for the ones
+                    # another process ended (not every tick: it reads every open usage record)
+                    self._reconciled_at = time.monotonic()
+                    self.ledger.reconcile(self.sm.records, self.clock.now())
         except Exception:  # noqa: BLE001 - the reaper must keep running
             log.exception("reaper failed; will retry next tick")
         if self.store.fault is None:  # the dashboard's snapshots: when changed, else every few seconds

@@ -56,6 +56,8 @@ class PublishedBroker(BrokerApi, Protocol):
 
     def delegated(self) -> list[str]: ...
 
+    def version(self) -> str: ...
+
 
 class PublishedAuthority(AuthorityApi, Protocol):
     """An in-process authority as its snapshot reads it: its messages plus its leases and its driver."""
@@ -283,7 +285,10 @@ class Publisher:
 
     def __init__(self, store: Store, name: str, role: str, build: Callable[[datetime], dict[str, Any]],
                  heartbeat: float = HEARTBEAT_SECONDS, history_step: float = HISTORY_STEP_SECONDS,
-                 monotonic: Callable[[], float] = time.monotonic):
+                 monotonic: Callable[[], float] = time.monotonic, token: Callable[[], Any] | None = None):
+        """`token`: a cheap answer that changes whenever the state `build` reads changes (the broker's
+        version); while it is unchanged the state is not built again, and a heartbeat republishes the last
+        state."""
         self.store = scoped(store, Actor.OPERATIONS)
         self.name = name
         self.role = role
@@ -295,15 +300,28 @@ class Publisher:
         self._published = float("-inf")
         self._sampled = float("-inf")
         self._history: list[dict[str, Any]] | None = None  # read back from the store on first use
+        self.token = token
+        self._token: Any = None  # the token the last published state was built at
+        self._last: dict[str, Any] | None = None  # the last document published
 
     def publish(self, now: datetime) -> bool:
         """Build the state and write it if it changed or the heartbeat is due; True if written. Errors
         propagate (the caller's tick logs them and tries again)."""
+        token = self.token() if self.token is not None else None
+        if token is not None and token == self._token and self._last is not None:
+            if self.monotonic() - self._published < self.heartbeat:
+                return False  # unchanged: nothing built, nothing written
+            self._last = {**self._last, "published_at": rfc3339(now)}
+            self.store.put(SNAPSHOTS, self.name, self._last)
+            self._published = self.monotonic()
+            return True
         state = self.build(now)
         point = state.pop("point", None)
         digest = hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()
         mono = self.monotonic()
         if digest == self._digest and mono - self._published < self.heartbeat:
+            if self._last is not None:
+                self._token = token  # the state published is the one this token names
             return False
         if point is not None:
             if self._history is None:
@@ -320,6 +338,7 @@ class Publisher:
             doc["history"] = self._history
         self.store.put(SNAPSHOTS, self.name, doc)
         self._digest, self._published = digest, mono
+        self._token, self._last = token, doc
         return True
 
     def tick(self, now: datetime) -> None:
@@ -335,11 +354,11 @@ def publishers_for(store: Store, sm: PublishedSliceManager | None = None, broker
                    heartbeat: float = HEARTBEAT_SECONDS) -> list[Publisher]:
     """Publishers for the actors this process runs (pass only in-process actors, never remote proxies)."""
     out = []
-    if sm is not None:
+    if sm is not None:  # rebuilt every tick (its state has no version yet: `token=` takes one when it has)
         out.append(Publisher(store, sm.name, "slice-manager", lambda now: slice_manager_state(sm, now), heartbeat))
     if broker is not None:
         out.append(Publisher(store, f"broker:{broker.name}", "broker", lambda now: broker_state(broker, now),
-                             heartbeat))
+                             heartbeat, token=broker.version))
     if authority is not None:
         cache = StatusCache(authority)
 

@@ -19,6 +19,15 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 
+def counter_of(key: str) -> str:
+    """The free-capacity counter a claim of `key` counts in: its text before the last ":" (the pool of a unit
+    `<pool>:<index>`: `core:<host>:3` counts in `core:<host>`, `vlan:<switch>:100` in `vlan:<switch>`); ""
+    for a key without one (not counted). Every store keeps, per counter, how many claims it holds, updated
+    atomically with the claims themselves, so a broker reads a pool's use without reading its claims."""
+    head, sep, _last = key.rpartition(":")
+    return head if sep else ""
+
+
 def namespace_of(key: str) -> str:
     """The claim namespace of `key`: its text before the first ":" ("" when it has none)."""
     kind, sep, _rest = key.partition(":")
@@ -39,6 +48,9 @@ class Store(Protocol):
     def claims_of(self, owner: str) -> list[str]: ...
     def claims_in(self, namespaces: Iterable[str]) -> dict[str, str]: ...
     def all_claims(self, prefix: str = "") -> dict[str, str]: ...
+    def claim_counts(self, prefix: str = "") -> dict[str, int]: ...
+    def claims_under(self, counter: str) -> dict[str, str]: ...
+    def recount_claims(self, repair: bool = False) -> dict[str, int]: ...
     def close(self) -> None: ...
 
 

@@ -206,6 +206,25 @@ class OwnedStore:
                     if h.owner == self.actor or any(r == self.actor for r, _ in h.readers)]
         return {k: o for k, o in self.inner.claims_in(readable).items() if k.startswith(prefix)}
 
+    def _readable(self) -> set[str]:
+        return {h.name for h in _NAMESPACES.values()
+                if h.owner == self.actor or any(r == self.actor for r, _ in h.readers)}
+
+    def claim_counts(self, prefix: str = "") -> dict[str, int]:
+        """The claim counters of the namespaces this actor may read."""
+        readable = self._readable()
+        return {c: n for c, n in self.inner.claim_counts(prefix).items() if namespace_of(c + ":") in readable}
+
+    def claims_under(self, counter: str) -> dict[str, str]:
+        self._claims([counter + ":"], write=False)
+        return self.inner.claims_under(counter)
+
+    def recount_claims(self, repair: bool = False) -> dict[str, int]:
+        """Recomputed counters of the namespaces this actor may read (a repair rebuilds every counter, which
+        changes no claim)."""
+        readable = self._readable()
+        return {c: n for c, n in self.inner.recount_claims(repair).items() if namespace_of(c + ":") in readable}
+
     def close(self) -> None:
         self.inner.close()
 

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 
 from slicex.errors import DbError, TimedOut, Unavailable
+from slicex.store import counter_of
 
 # Every script's ARGV: owner, the claim key prefix, the namespace index prefix, then its own. A claim is a key
 # whose value is its owner, a member of its owner's set, and a field of its namespace's hash (field: the claim
@@ -29,7 +30,22 @@ local function index_of(key)
   return ARGV[3] .. (string.match(k, '^([^:]*):') or ''), k
 end
 """
-_CLAIM_ALL = _NAMESPACE_OF + """
+# Claim counters (slicex.store.counter_of): ARGV[5] is the hash counter → claims it holds, ARGV[6] the prefix of
+# each counter's hash of its claims (key → owner), so `claims_under` reads one pool. A counter moves only when
+# its hash gains or loses the field, in the same script as the claim: claiming twice counts once.
+_COUNTERS = """
+local function counted(k, owner)
+  local c = string.match(k, '^(.*):[^:]*$')
+  if c and redis.call('HSET', ARGV[6] .. c, k, owner) == 1 then redis.call('HINCRBY', ARGV[5], c, 1) end
+end
+local function uncounted(k)
+  local c = string.match(k, '^(.*):[^:]*$')
+  if c and redis.call('HDEL', ARGV[6] .. c, k) == 1 then
+    if redis.call('HINCRBY', ARGV[5], c, -1) <= 0 then redis.call('HDEL', ARGV[5], c) end
+  end
+end
+"""
+_CLAIM_ALL = _NAMESPACE_OF + _COUNTERS + """
 for i, key in ipairs(KEYS) do
   local owner = redis.call('GET', key)
   if owner and owner ~= ARGV[1] then return 0 end
@@ -39,26 +55,29 @@ for i, key in ipairs(KEYS) do
   redis.call('SADD', ARGV[4], key)
   local ns, k = index_of(key)
   redis.call('HSET', ns, k, ARGV[1])
+  counted(k, ARGV[1])
 end
 return 1
 """
-_RELEASE = _NAMESPACE_OF + """
+_RELEASE = _NAMESPACE_OF + _COUNTERS + """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('SREM', ARGV[4], KEYS[1])
   local ns, k = index_of(KEYS[1])
   redis.call('HDEL', ns, k)
+  uncounted(k)
   return 1
 end
 return 0
 """
-_RELEASE_OWNER = _NAMESPACE_OF + """
+_RELEASE_OWNER = _NAMESPACE_OF + _COUNTERS + """
 local n = 0
 for i, key in ipairs(redis.call('SMEMBERS', ARGV[4])) do
   if redis.call('GET', key) == ARGV[1] then
     redis.call('DEL', key)
     local ns, k = index_of(key)
     redis.call('HDEL', ns, k)
+    uncounted(k)
     n = n + 1
   end
 end
@@ -96,6 +115,23 @@ return n
 """
 """Index the document keys of a store written before key indexes (once per store, like `_INDEX_ONCE`): one
 script, so no put or delete of another client lands between reading a table and indexing it."""
+_COUNT_ALL = _NAMESPACE_OF + _COUNTERS + """
+if ARGV[7] ~= 'force' and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+redis.call('DEL', ARGV[5])
+for i, key in ipairs(redis.call('KEYS', ARGV[8])) do redis.call('DEL', key) end
+local n = 0
+for i, key in ipairs(redis.call('KEYS', ARGV[4])) do
+  local owner = redis.call('GET', key)
+  if owner then
+    counted(string.sub(key, #ARGV[2] + 1), owner)
+    n = n + 1
+  end
+end
+redis.call('SET', KEYS[1], '1')
+return n
+"""
+"""Count the claims of a store written before claim counters (once per store, as `_INDEX_ONCE`), or recount
+every counter from the claims (`force`: a repair)."""
 
 
 def redact(url: str) -> str:
@@ -141,6 +177,8 @@ class RedisStore:
         self._keys_once = self._r.register_script(_KEYS_ONCE)
         self._indexed = False  # whether this client made sure the namespace indexes cover every claim
         self._keys_indexed = False  # whether it made sure the key indexes cover every document
+        self._count_all = self._r.register_script(_COUNT_ALL)
+        self._counted = False  # whether this client made sure the claim counters cover every claim
 
     def _call(self, fn):
         return redis_call(self._shown, fn)
@@ -165,7 +203,13 @@ class RedisStore:
 
     def _args(self, owner: str, last: str) -> list[str]:
         """ARGV of the claim scripts: owner, claim key prefix, namespace index prefix, then the script's own."""
-        return [owner, self._c(""), self._n(""), last]
+        return [owner, self._c(""), self._n(""), last, self._counts(), self._pool("")]
+
+    def _counts(self) -> str:
+        return f"{self.prefix}:claim-counts"
+
+    def _pool(self, counter: str) -> str:
+        return f"{self.prefix}:pool:{counter}"
 
     def ping(self) -> None:
         """Raise Unavailable/TimedOut unless the server answers (start-up checks)."""
@@ -265,6 +309,37 @@ class RedisStore:
         owners = self._call(lambda: self._r.mget(keys))
         n = len(self._c(""))
         return {k[n:]: o for k, o in zip(keys, owners, strict=True) if o is not None}
+
+    # ---- claim counters ----------------------------------------------------------------------------------------
+    def _count_once(self, force: bool = False) -> None:
+        if self._counted and not force:
+            return
+        self._call(lambda: self._count_all(keys=[f"{self.prefix}:counted"],
+                                           args=[*self._args("", _glob_escape(self._c("")) + "*"),
+                                                 "force" if force else "", _glob_escape(self._pool("")) + "*"]))
+        self._counted = True
+
+    def claim_counts(self, prefix: str = "") -> dict[str, int]:
+        """Counter → claims it holds (counters starting with `prefix`): one hash, kept by the claim scripts."""
+        self._count_once()
+        counts = self._call(lambda: self._r.hgetall(self._counts()))
+        return {c: int(n) for c, n in counts.items() if c.startswith(prefix) and int(n) > 0}
+
+    def claims_under(self, counter: str) -> dict[str, str]:
+        self._count_once()
+        return dict(self._call(lambda: self._r.hgetall(self._pool(counter))))
+
+    def recount_claims(self, repair: bool = False) -> dict[str, int]:
+        """Every counter recomputed from the claims themselves (a scan of the keyspace: start-up checks and
+        tests); with `repair`, the kept counters and each counter's hash are rebuilt from them in one script."""
+        if repair:
+            self._count_once(force=True)
+        counts: dict[str, int] = {}
+        for key in self.all_claims():
+            c = counter_of(key)
+            if c:
+                counts[c] = counts.get(c, 0) + 1
+        return counts
 
     # ---- housekeeping ----------------------------------------------------------------------------------------
     def flush(self) -> int:

@@ -23,6 +23,7 @@ from typing import Any
 
 from slicex.diskfaults import remedy, space_fault
 from slicex.errors import DbError, GeniError, Unavailable
+from slicex.store import counter_of
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS docs (tbl TEXT NOT NULL, key TEXT NOT NULL, doc TEXT NOT NULL, due REAL,
@@ -38,6 +39,27 @@ document (no crash can separate them) and read in time order without touching th
 _CLAIM_ALL = """INSERT OR IGNORE INTO claims (key, owner) SELECT value, :owner FROM json_each(:keys)
 WHERE NOT EXISTS (SELECT 1 FROM claims WHERE key IN (SELECT value FROM json_each(:keys)) AND owner != :owner)"""
 _COUNT_MINE = "SELECT COUNT(*) FROM claims WHERE owner = :owner AND key IN (SELECT value FROM json_each(:keys))"
+
+# ---- claim counters: per counter (slicex.store.counter_of, a unit's pool), how many claims it holds --------------
+def _counter_sql(key: str) -> str:
+    """SQL for `counter_of(key)`: the text before the last ":" (rtrim strips every character but ":" from the
+    right, then one more for the ":" itself)."""
+    return f"substr({key}, 1, length(rtrim({key}, replace({key}, ':', ''))) - 1)"
+
+
+_COUNTS_TABLE = "CREATE TABLE IF NOT EXISTS claim_counts (counter TEXT PRIMARY KEY, n INTEGER NOT NULL)"
+_COUNTS_TRIGGERS = (
+    # triggers run inside the statement that claims or releases: the counts change in the same transaction
+    f"""CREATE TRIGGER IF NOT EXISTS claim_counted AFTER INSERT ON claims WHEN instr(NEW.key, ':') > 0 BEGIN
+  INSERT INTO claim_counts (counter, n) VALUES ({_counter_sql('NEW.key')}, 1)
+  ON CONFLICT (counter) DO UPDATE SET n = n + 1;
+END""",
+    f"""CREATE TRIGGER IF NOT EXISTS claim_uncounted AFTER DELETE ON claims WHEN instr(OLD.key, ':') > 0 BEGIN
+  UPDATE claim_counts SET n = n - 1 WHERE counter = {_counter_sql('OLD.key')};
+  DELETE FROM claim_counts WHERE counter = {_counter_sql('OLD.key')} AND n <= 0;
+END""",
+)
+_RECOUNT = f"SELECT {_counter_sql('key')} AS c, COUNT(*) FROM claims WHERE instr(key, ':') > 0 GROUP BY c"
 
 BUSY_TIMEOUT_SECONDS = 30.0
 _LAST = "\U0010ffff"  # the greatest code point: every key starting with P sorts below P + _LAST
@@ -98,6 +120,7 @@ class SqliteStore:
             if "due" not in {row[1] for row in self._db.execute("PRAGMA table_info(docs)")}:
                 self._db.execute("ALTER TABLE docs ADD COLUMN due REAL")  # a store made before the time index
             self._db.execute(_DUE_INDEX)
+            self._prepare_claim_counts()
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")
@@ -217,6 +240,48 @@ class SqliteStore:
         rows = self._read(lambda db: db.execute("SELECT key, owner FROM claims WHERE key>=? AND key<?",
                                                 (prefix, prefix + _LAST)).fetchall())
         return {k: o for k, o in rows}
+
+    # ---- claim counters ----------------------------------------------------------------------------------------
+    def _prepare_claim_counts(self) -> None:
+        """The counters' table and triggers (inside `_prepare`'s transaction). A store made before counters
+        existed gets them counted from its claims here, once, before any other opener can claim."""
+        new = self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='claim_counts'").fetchone() \
+            is None
+        self._db.execute(_COUNTS_TABLE)
+        for trigger in _COUNTS_TRIGGERS:
+            self._db.execute(trigger)
+        if new:
+            self._db.execute(f"INSERT INTO claim_counts (counter, n) {_RECOUNT}")
+
+    def claim_counts(self, prefix: str = "") -> dict[str, int]:
+        """Counter → claims it holds (counters starting with `prefix`), as the triggers keep them."""
+        rows = self._read(lambda db: db.execute("SELECT counter, n FROM claim_counts WHERE counter>=? AND counter<?",
+                                                (prefix, prefix + _LAST)).fetchall())
+        return {c: n for c, n in rows if n > 0}
+
+    def claims_under(self, counter: str) -> dict[str, str]:
+        """The claims one counter counts (a range of the primary key)."""
+        rows = self._read(lambda db: db.execute("SELECT key, owner FROM claims WHERE key>? AND key<?",
+                                                (counter + ":", counter + ":" + _LAST)).fetchall())
+        return {k: o for k, o in rows if counter_of(k) == counter}
+
+    def recount_claims(self, repair: bool = False) -> dict[str, int]:
+        """Every counter recomputed from the claims themselves (a full read: start-up checks and tests); with
+        `repair`, the kept counters are replaced by the recomputed ones in one transaction."""
+        def recount(db: sqlite3.Connection) -> dict[str, int]:
+            if not repair:
+                return {c: n for c, n in db.execute(_RECOUNT).fetchall()}
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                counts = {c: n for c, n in db.execute(_RECOUNT).fetchall()}
+                db.execute("DELETE FROM claim_counts")
+                db.executemany("INSERT INTO claim_counts (counter, n) VALUES (?, ?)", counts.items())
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            return counts
+        return self._run(recount) if repair else self._read(recount)
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,153 @@
+"""The broker's copy of the store's unit claims, kept in step by the store's claim counters.
+
+Every broker process on a store must not promise a unit another one claimed. Reading every claim at every
+placement made each placement cost as much as the whole aggregate's use; instead the broker keeps the claims
+in memory (read once at start), applies its own claims and releases to the copy, and before a placement asks
+the store only for its counters (slicex.store `claim_counts`: per pool, how many claims it holds, kept
+atomically with the claims). A pool whose counter differs from the copy's count is read again, that pool
+alone (`claims_under`). What the counters cannot show (another process released one unit and claimed
+another of the same pool between two placements) the store's atomic `claim_all` still refuses; the broker
+then reads every claim again (`reload`) and places again.
+
+Plain data over a store; the broker holds its lock around every call."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
+
+from slicex.store import counter_of
+
+log = logging.getLogger("slicex.broker")
+
+
+class ClaimCopy:
+    """Unit → ticket group, by pool counter and by owner, as the store holds them (`kinds`: the unit
+    namespaces, resources' UNIT_KINDS)."""
+
+    def __init__(self, store, kinds: Iterable[str]):
+        self.store = store
+        self.kinds = frozenset(kinds)
+        self.owner: dict[str, str] = {}
+        self.by_counter: dict[str, set[str]] = {}
+        self.by_owner: dict[str, set[str]] = {}
+
+    # ---- the copy --------------------------------------------------------------------------------------------
+    def _add(self, key: str, owner: str) -> None:
+        old = self.owner.get(key)
+        if old == owner:
+            return
+        if old is not None:
+            self._remove(key)
+        self.owner[key] = owner
+        self.by_counter.setdefault(counter_of(key), set()).add(key)
+        self.by_owner.setdefault(owner, set()).add(key)
+
+    def _remove(self, key: str) -> None:
+        owner = self.owner.pop(key, None)
+        if owner is None:
+            return
+        for index, name in ((self.by_counter, counter_of(key)), (self.by_owner, owner)):
+            keys = index.get(name)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del index[name]
+
+    def claimed(self, keys: Iterable[str], owner: str) -> None:
+        """The store granted `owner` these keys."""
+        for k in keys:
+            self._add(k, owner)
+
+    def released(self, keys: Iterable[str], owner: str) -> None:
+        """The store released these keys of `owner`."""
+        for k in keys:
+            if self.owner.get(k) == owner:
+                self._remove(k)
+
+    def released_owner(self, owner: str) -> None:
+        for k in list(self.by_owner.get(owner, ())):
+            self._remove(k)
+
+    # ---- in step with the store ------------------------------------------------------------------------------
+    def reload(self) -> None:
+        """Every unit claim read again (start-up, and after a lost claim race)."""
+        claims = self.store.claims_in(self.kinds)
+        self.owner, self.by_counter, self.by_owner = {}, {}, {}
+        for k, o in claims.items():
+            self._add(k, o)
+
+    def counts(self) -> dict[str, int]:
+        return {c: len(keys) for c, keys in self.by_counter.items() if c.partition(":")[0] in self.kinds}
+
+    def stored_counts(self) -> dict[str, int]:
+        return {c: n for c, n in self.store.claim_counts().items() if c.partition(":")[0] in self.kinds}
+
+    def sync(self) -> list[str]:
+        """Read again the pools whose store counter differs from the copy's count (one read of the counters;
+        each differing pool's claims). Returns the pools read."""
+        kept, mine = self.stored_counts(), self.counts()
+        stale = sorted(c for c in kept.keys() | mine.keys() if kept.get(c, 0) != mine.get(c, 0))
+        for c in stale:
+            for k in list(self.by_counter.get(c, ())):
+                self._remove(k)
+            for k, o in self.store.claims_under(c).items():
+                self._add(k, o)
+        return stale
+
+    def verify(self) -> dict[str, tuple[int, int]]:
+        """Start-up: the store's counters against the claims themselves (just read by `reload`); counters
+        that disagree (a store whose counters were lost or never kept) are rebuilt from the claims. Returns
+        counter → (kept, counted) of those that disagreed."""
+        kept, counted = self.stored_counts(), self.counts()
+        wrong = {c: (kept.get(c, 0), counted.get(c, 0)) for c in kept.keys() | counted.keys()
+                 if kept.get(c, 0) != counted.get(c, 0)}
+        if wrong:
+            log.warning("claim counters disagreed with the claims for %d pools (e.g. %s); recounted from the "
+                        "claims", len(wrong), next(iter(sorted(wrong))))
+            self.store.recount_claims(repair=True)
+        return wrong
+
+    # ---- questions -------------------------------------------------------------------------------------------
+    def held_by_others(self, counter: str, group: str) -> int:
+        """Claims of a pool held by anyone but `group`."""
+        keys = self.by_counter.get(counter, ())
+        mine = self.by_owner.get(group, ())
+        return len(keys) - (sum(1 for k in mine if counter_of(k) == counter) if mine else 0)
+
+
+class ClaimedByOthers(AbstractSet[str]):
+    """The units the copy says are claimed by anyone but `group`, asked one at a time; with `explained`,
+    a claim is left out when its unit's booking by the same group ends before a future term (the claim
+    ends with it)."""
+
+    def __init__(self, copy: ClaimCopy, group: str, ends_before=None):
+        self.copy = copy
+        self.group = group
+        self.ends_before = ends_before  # (unit, owner) -> True when that claim cannot hold during the term
+
+    def __contains__(self, unit: object) -> bool:
+        owner = self.copy.owner.get(unit) if isinstance(unit, str) else None
+        if owner is None or owner == self.group:
+            return False
+        return not (self.ends_before is not None and self.ends_before(unit, owner))
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k in list(self.copy.owner) if k in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __bool__(self) -> bool:
+        return bool(self.copy.owner)
+
+
+def counts_of(claims: Mapping[str, str]) -> dict[str, int]:
+    """Counter → claims, recomputed from a claims mapping (start-up checks, tests)."""
+    out: dict[str, int] = {}
+    for k in claims:
+        c = counter_of(k)
+        if c:
+            out[c] = out.get(c, 0) + 1
+    return out

@@ -1,0 +1,139 @@
+"""Operators' views cost nothing until something changes: the broker's dashboard snapshot is built again only
+when its version changes (a heartbeat republishes the last one), and its delegation records (the whole
+substrate and the signed documents) are decoded once per change, not at every tick."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from broker.broker import DELEGATIONS, Broker
+from operations.snapshot import SNAPSHOTS, publishers_for
+from protocol.messages import demands_of
+from resources import export_substrate
+from rspec.request import parse_request
+from rspec.substrate import default_substrate
+from slicex.clock import ManualClock
+from slicex.store.sqlite_store import SqliteStore
+from slicex.term import Term
+from slicex.ticket import SignedDelegation, SignedReclaim, sign_delegation, sign_reclaim
+from tests.factories import request_rspec, vm
+
+SUB = default_substrate("t.org")
+AUTH = "urn:publicid:IDN+t.org+authority+am"
+KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+AUTH_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+MIN = timedelta(minutes=1)
+T0 = ManualClock().now()
+
+
+def granted(sequence: int) -> SignedDelegation:
+    body = export_substrate(SUB, AUTH, "broker").to_doc()
+    return sign_delegation(SignedDelegation(AUTH, "broker", T0, body, sequence), AUTH_KEY)
+
+
+class Counting:
+    """A store that counts scans per table (and forwards everything)."""
+
+    def __init__(self, store):
+        self._store, self.scans = store, {}
+
+    def scan(self, table, prefix=""):
+        self.scans[table] = self.scans.get(table, 0) + 1
+        return self._store.scan(table, prefix)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def place_one(broker: Broker, name: str, now):
+    request = parse_request(request_rspec([vm(name)]))
+    return broker.place("sm", demands_of(request, {name: f"r-{name}"}), Term(now, now + 10 * MIN), now)
+
+
+def test_the_brokers_snapshot_is_built_only_when_its_version_changes(tmp_path):
+    store = SqliteStore(str(tmp_path / "s.db"))
+    broker = Broker("broker", store, KEY, authority=AUTH)
+    broker.accept(export_substrate(SUB, AUTH, "broker"))
+    now = ManualClock().now()
+    built: list[int] = []
+    real = broker.tickets
+    broker.tickets = lambda: (built.append(1), real())[1]  # type: ignore[method-assign]
+    mono = [0.0]
+    publisher = publishers_for(store, broker=broker, heartbeat=5.0)[0]
+    publisher.monotonic = lambda: mono[0]
+    assert publisher.publish(now) and len(built) == 1
+    for k in range(1, 4):  # ticks with nothing changed: nothing built, nothing written
+        mono[0] = k
+        assert not publisher.publish(now + k * timedelta(seconds=1))
+    assert len(built) == 1
+    place_one(broker, "a", now)  # a promise: the version changes, the state is built again
+    mono[0] = 4
+    assert publisher.publish(now + 4 * timedelta(seconds=1)) and len(built) == 2
+    assert store.get(SNAPSHOTS, "broker:broker")["state"]["ticket_states"] == {"active": 1}
+    mono[0] = 10  # the heartbeat: the last state again, with the time it was published, still not built
+    assert publisher.publish(now + 10 * timedelta(seconds=1)) and len(built) == 2
+    doc = store.get(SNAPSHOTS, "broker:broker")
+    assert doc["state"]["ticket_states"] == {"active": 1} and doc["published_at"].endswith(":10Z")
+
+
+def test_the_delegation_records_are_decoded_once_per_change(tmp_path):
+    store = SqliteStore(str(tmp_path / "s.db"))
+    broker = Broker("broker", store, KEY, authority=AUTH, authority_keys={AUTH: AUTH_KEY.public_key()})
+    broker.accept(granted(1))
+    counting = Counting(broker.store)
+    broker.store = counting
+    first = (broker.delegations(), broker.delegated())
+    for _ in range(5):  # ticks of the dashboard's publisher: the small copy is read, the record is not
+        assert (broker.delegations(), broker.delegated()) == first
+    assert counting.scans.get(DELEGATIONS, 0) == 1
+    host = SUB.hosts[1].component_id
+    names = [p for p in first[1] if host in p]
+    broker.reclaim(sign_reclaim(SignedReclaim(AUTH, "broker", T0, tuple(names), 2), AUTH_KEY), T0)  # the record changes: read again, once
+    after = broker.delegated()
+    assert not set(names) & set(after) and set(after) < set(first[1])
+    assert broker.delegated() == after and counting.scans[DELEGATIONS] == 2
+
+
+def test_a_record_written_before_serials_gets_one_when_its_delegation_is_sent_again(tmp_path):
+    store = SqliteStore(str(tmp_path / "s.db"))
+    broker = Broker("broker", store, KEY, authority=AUTH, authority_keys={AUTH: AUTH_KEY.public_key()})
+    signed = granted(1)
+    broker.accept(signed)
+    for table in (DELEGATIONS, "broker-out-of-service"):  # as an older version wrote them
+        doc = store.get(table, f"broker|{AUTH}")
+        del doc["serial"]
+        store.put(table, f"broker|{AUTH}", doc)
+    broker.accept(signed)  # the authority's resend at start: changes nothing, and gives the record a serial
+    counting = Counting(broker.store)
+    broker.store = counting
+    broker.delegated()
+    broker.delegated()
+    assert counting.scans.get(DELEGATIONS, 0) == 1
+
+
+def test_the_reaper_ends_usage_on_the_ticks_that_ended_slivers_and_at_a_slow_sweep(monkeypatch):
+    """The ledger's reconcile reads every open usage record: it runs when the reaper ended slivers, and at
+    LEDGER_SWEEP_SECONDS otherwise (slivers another process ended), not on every tick."""
+    from types import SimpleNamespace
+
+    from deployment import service
+
+    mono = [100.0]
+    monkeypatch.setattr(service.time, "monotonic", lambda: mono[0])
+    ended: list[list[str]] = [[], [], ["s1"], [], []]
+    reconciled: list[float] = []
+    deployment = SimpleNamespace(
+        _checked_at=mono[0], _reconciled_at=float("-inf"), publishers=[], clock=ManualClock(),
+        store=SimpleNamespace(fault=None), _check_store=lambda: None,
+        sm=SimpleNamespace(reap=lambda now: ended.pop(0), records=lambda: []),
+        ledger=SimpleNamespace(reconcile=lambda records, now: reconciled.append(mono[0])))
+    for _ in range(5):
+        mono[0] += 0.5
+        service.EmbeddedDeployment._tick(deployment)
+    assert reconciled == [100.5, 101.5]  # the first tick (start), the tick that ended s1; not the others
+    mono[0] += service.LEDGER_SWEEP_SECONDS
+    ended.append([])
+    service.EmbeddedDeployment._tick(deployment)
+    assert len(reconciled) == 3  # the slow sweep
