@@ -64,21 +64,27 @@ def accounts(logins: Iterable[Mapping]) -> list[Account]:
     return [Account(n, urn, tuple(dict.fromkeys(keys))) for n, (urn, keys) in by_name.items()]
 
 
+def _cmdline(pid: int) -> str:
+    """The command line of `pid`. It reads empty while the process is inside execve (`ip netns exec` replacing
+    itself with the relay, just after it was started), so an empty one is read again for a moment."""
+    deadline = time.monotonic() + 0.5
+    while True:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if raw or time.monotonic() > deadline:
+            return raw.replace(b"\0", b" ").decode(errors="replace")
+        time.sleep(0.005)
+
+
 def _alive(pid_file: Path, marker: str) -> int | None:
     """The pid in `pid_file` if that process runs and its command line names `marker` (never a reused pid)."""
     try:
         pid = int(pid_file.read_text().split()[0])
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return None  # a zombie (our own unreaped child) is not running
+        cmdline = _cmdline(pid)
     except (OSError, ValueError, IndexError):
         return None
-    if marker not in cmdline:
-        return None
-    try:  # a zombie (our own unreaped child) is not running
-        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-            return None
-    except (OSError, IndexError):
-        return None
-    return pid
+    return pid if marker in cmdline else None
 
 
 def _kill(pid_file: Path, marker: str, timeout: float = 3.0) -> None:
