@@ -5,7 +5,8 @@ redis://..., `slicex up --distributed --workers 1`: AM, broker and authority pro
 generated emulated substrate of --hosts VM hosts (default 1,000: --racks 10 racks, 32 cores and 128 GB each, a
 top-of-rack switch per rack trunked to one core switch). The store is filled to each L in turn, outside the
 timed window, through the AM API over mutual TLS (CreateSlice, Allocate, Provision of a slice of 1-3 nodes, the
-node count cycling 1, 2, 3) by --fill-clients client threads at once, each on a kept-alive connection. Filling
+node count cycling 1, 2, 3) by --fill-clients client threads at once, each on a kept-alive connection (a
+progress bar on stderr; --quiet: none). Filling
 goes through the AM API, not the slice manager's Python API, because the AM API is what operators' users call
 and the one interface the changes of issue 33 keep; concurrent clients overlap one slice's TLS and parsing
 with another's slice manager work. Then, at each L:
@@ -33,7 +34,8 @@ against L (matplotlib, the `experiment` extra). The figures come from a shared m
 --store redis://HOST:PORT/DB FLUSHES that database before and after the run.
 
 Run: .venv/bin/python bench/scale.py [--hosts 1000] [--racks 10] [--live 0,1000,10000] [--samples 40]
-     [--store redis://127.0.0.1:6379/N] [--json FILE] [--plot FILE] [--fill-minutes M] [--quick]"""
+     [--store redis://127.0.0.1:6379/N] [--json FILE] [--plot FILE [--compare LABEL=EARLIER.jsonl]]
+     [--fill-minutes M] [--quick]"""
 
 from __future__ import annotations
 
@@ -426,7 +428,7 @@ PLOTTED = (("lifecycle cycle (1 node) server CPU", "p50", "lifecycle cycle, serv
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
-    """One small panel per cost against L, a line per store."""
+    """One small panel per cost against L, a line per store (and per earlier run given with --compare)."""
     from experiment.report import require
 
     matplotlib = require("matplotlib", "--plot")
@@ -434,14 +436,15 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     plt = require("matplotlib.pyplot", "--plot")
     fig, axes = plt.subplots(2, 4, figsize=(12, 5.2))
     for ax, (what, field, label) in zip(axes.flat, PLOTTED, strict=True):
-        for store in dict.fromkeys(r["store"] for r in rows):
+        for line in dict.fromkeys(_line(r) for r in rows):
             points = sorted((r["live_slices"], r[field]) for r in rows
-                            if r["store"] == store and r["what"] == what and r.get(field) is not None)
+                            if _line(r) == line and r["what"] == what and r.get(field) is not None)
             if points:
-                ax.plot(*zip(*points, strict=True), marker="o", label=store)
+                ax.plot(*zip(*points, strict=True), marker="o", label=line)
         ax.set_title(label, fontsize=9)
         ax.set_xlabel("live slices", fontsize=8)
         ax.tick_params(labelsize=7)
+        ax.set_xlim(left=0)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     axes.flat[0].legend(fontsize=7)
@@ -449,6 +452,19 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=72)
     plt.close(fig)
+
+
+def _line(row: dict) -> str:
+    """A plotted line's label: the store, and the run's label for a run read with --compare."""
+    return f"{row['store']}, {row['run']}" if row.get("run") else row["store"]
+
+
+def earlier(path: Path, label: str) -> list[dict]:
+    """The rows of an earlier run's --json FILE, labelled for the plot."""
+    try:
+        return [{**json.loads(line), "run": label} for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SystemExit(f"--compare {path}: not the JSON lines of an earlier run ({exc})") from None
 
 
 # ---- main -----------------------------------------------------------------------------------------------------
@@ -504,6 +520,9 @@ def main(argv: list[str] | None = None) -> int:
                                    "flushed before and after (default: the embedded deployment on SQLite)")
     p.add_argument("--json", metavar="FILE", help="also write the JSON lines to FILE")
     p.add_argument("--plot", metavar="FILE", help="write a PNG of each cost against L to FILE")
+    p.add_argument("--compare", metavar="FILE", action="append", default=[],
+                   help="an earlier run's --json FILE, drawn beside this run on the plot (LABEL=FILE names its "
+                        "line; repeatable)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--quick", action="store_true",
                    help="a small run: --hosts 50 --racks 5 --live 0,50 --samples 20 --list-samples 3 "
@@ -521,8 +540,14 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--hosts, --samples, --list-samples, --fill-clients and --idle-seconds must be positive")
     if args.store and not args.store.startswith(("redis://", "rediss://")):
         p.error(f"--store {args.store}: a redis:// URL (the embedded deployment on SQLite is the default)")
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    print(f"Testbed scale (measured; {machine()}; started {started}; {args.hosts} hosts in {args.racks} racks; "
+    compared = []
+    for spec in args.compare:
+        label, _, name = spec.rpartition("=")
+        compared += earlier(Path(name), label or Path(name).stem)
+    if compared and not args.plot:
+        p.error("--compare draws an earlier run beside this one on the plot: give --plot FILE too")
+    started, where = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), machine()
+    print(f"Testbed scale (measured; {where}; started {started}; {args.hosts} hosts in {args.racks} racks; "
           f"{'redis, distributed' if args.store else 'SQLite, embedded'})", flush=True)
     rows = run(args, targets)
     report(rows, ["live_slices", "live_slivers", "what", "unit", "samples", "p50", "p95", "mean", "value",
@@ -532,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     if args.plot:
-        plot(rows, Path(args.plot), f"slicex scale: {args.hosts} hosts, {started} ({machine()})")
+        plot(rows + compared, Path(args.plot), f"slicex scale: {args.hosts} hosts, {started} ({where})")
     return 0
 
 

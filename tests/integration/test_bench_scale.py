@@ -45,3 +45,19 @@ def test_the_scale_bench_refuses_a_shrinking_list_of_live_slice_counts():
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "scale.py"), "--live", "100,50"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 2 and "ascending" in out.stderr
+
+
+def test_an_earlier_run_is_drawn_beside_this_one_under_its_label(tmp_path: Path):
+    sys.path.insert(0, str(ROOT))
+    from bench.scale import _line, earlier, plot
+
+    before = tmp_path / "before.jsonl"
+    row = {"bench": "scale", "store": "sqlite (embedded)", "live_slices": 0, "what": "idle server CPU", "value": 3.0}
+    before.write_text(json.dumps(row) + "\n")
+    rows = earlier(before, "main")
+    assert [_line(r) for r in [row, *rows]] == ["sqlite (embedded)", "sqlite (embedded), main"]
+    plot([row, *rows], tmp_path / "both.png", "two runs")
+    assert (tmp_path / "both.png").read_bytes()[:4] == b"\x89PNG"
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "scale.py"), "--compare", f"main={before}"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 2 and "--plot" in out.stderr
