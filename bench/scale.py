@@ -447,7 +447,9 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
         ax.set_xlim(left=0)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-    axes.flat[0].legend(fontsize=7)
+    drawn = next((ax for ax in axes.flat if ax.get_legend_handles_labels()[0]), None)
+    if drawn is not None:  # one legend, on the first panel with a line
+        drawn.legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=72)
