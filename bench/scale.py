@@ -220,19 +220,37 @@ class Server:
 
 
 # ---- a client -------------------------------------------------------------------------------------------------
+IDLE_SECONDS = 50  # under the servers' 60 s idle timeout (slicex/tls_xmlrpc.py): reconnect before they close
+
+
 class Client:
-    """One user's AM API client on a kept-alive connection, with a slice credential per slice it made."""
+    """One user's AM API client on a kept-alive connection (opened again before the server's idle timeout
+    would close it), with a slice credential per slice it made."""
 
     def __init__(self, server: Server):
+        self.server = server
         self.am, self.sa = server.caller(), server.caller(sa=True)
+        self.used = {"am": time.monotonic(), "sa": time.monotonic()}
+
+    def _fresh(self, which: str) -> _Caller:
+        if time.monotonic() - self.used[which] > IDLE_SECONDS:
+            setattr(self, which, self.server.caller(sa=which == "sa"))
+        self.used[which] = time.monotonic()
+        return getattr(self, which)
+
+    def sa_call(self, method: str, *args: object) -> object:
+        answer = self._fresh("sa")(method, *args)
+        self.used["sa"] = time.monotonic()
+        return answer
 
     def credential(self, name: str) -> tuple[str, list[dict]]:
         urn = f"urn:publicid:IDN+{AUTH}+slice+{name}"
-        return urn, [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": self.sa("CreateSlice", urn)}]
+        return urn, [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": self.sa_call("CreateSlice", urn)}]
 
     def call(self, method: str, *args: object) -> dict:
         """An AM API call that must succeed (a failed one stops the bench with its reason)."""
-        reply = self.am(method, *args)
+        reply = self._fresh("am")(method, *args)
+        self.used["am"] = time.monotonic()
         code = reply.get("code", {}).get("geni_code") if isinstance(reply, dict) else None
         if code != 0:
             raise RuntimeError(f"{method}: geni_code {code}: {str(reply.get('output', ''))[:300]}")
@@ -346,7 +364,7 @@ def measure(server: Server, live: int, args: argparse.Namespace, filled: float, 
     status_describe(server, client, args, row, idle_rate)
     listed_cpu, listed_wall = [], []
     creds = [{"geni_type": "geni_sfa", "geni_version": "3",
-              "geni_value": client.sa("CreateUserCredential", (server.home / f"{USER}-cert.pem").read_text())}]
+              "geni_value": client.sa_call("CreateUserCredential", (server.home / f"{USER}-cert.pem").read_text())}]
     for _ in range(args.list_samples):
         cpu, wall = timed(server, client.call, "ListResources", creds,
                           {"geni_rspec_version": RSPEC_V3, "geni_available": True})
@@ -470,8 +488,11 @@ def earlier(path: Path, label: str) -> list[dict]:
 
 
 # ---- main -----------------------------------------------------------------------------------------------------
-def run(args: argparse.Namespace, targets: list[int]) -> list[dict]:
-    rows: list[dict] = []
+def run(args: argparse.Namespace, targets: list[int], rows: list[dict]) -> None:
+    """Fill and measure at each L, appending to `rows` (and to --json FILE as each L is done, so a run that
+    stops part way keeps what it measured)."""
+    if args.json:
+        Path(args.json).write_text("")
     with tempfile.TemporaryDirectory(prefix="slicex-scale-") as tmp:
         if args.store:
             _flush(args.store)
@@ -488,14 +509,17 @@ def run(args: argparse.Namespace, targets: list[int]) -> list[dict]:
                     print(f"fill stopped at {live} live slices of {target} (--fill-minutes {args.fill_minutes})",
                           file=sys.stderr)
                 print(f"measuring at {live} live slices", file=sys.stderr, flush=True)
-                rows += measure(server, live, args, live - before, fill_s)
+                measured = measure(server, live, args, live - before, fill_s)
+                rows += measured
+                if args.json:
+                    with open(args.json, "a") as out:
+                        out.writelines(json.dumps(r, sort_keys=True) + "\n" for r in measured)
                 if live < target:
                     break
         finally:
             server.stop()
             if args.store:
                 _flush(args.store)
-    return rows
 
 
 def _flush(url: str) -> None:
@@ -551,16 +575,22 @@ def main(argv: list[str] | None = None) -> int:
     started, where = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), machine()
     print(f"Testbed scale (measured; {where}; started {started}; {args.hosts} hosts in {args.racks} racks; "
           f"{'redis, distributed' if args.store else 'SQLite, embedded'})", flush=True)
-    rows = run(args, targets)
+    rows: list[dict] = []
+    try:
+        run(args, targets, rows)
+    finally:  # what was measured is printed even when a later L failed
+        show(rows, args, started, where, compared)
+    return 0
+
+
+def show(rows: list[dict], args: argparse.Namespace, started: str, where: str, compared: list[dict]) -> None:
+    """The table, the JSON lines and the plot."""
     report(rows, ["live_slices", "live_slivers", "what", "unit", "samples", "p50", "p95", "mean", "value",
                   "load_avg"], title="server CPU and wall per call, ms (p50/p95 where n supports them); model: "
                                      "derived, not measured", json_lines=False)
     emit(rows)
-    if args.json:
-        Path(args.json).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-    if args.plot:
+    if args.plot and rows:
         plot(rows + compared, Path(args.plot), f"slicex scale: {args.hosts} hosts, {started} ({where})")
-    return 0
 
 
 if __name__ == "__main__":
