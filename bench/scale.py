@@ -11,7 +11,9 @@ goes through the AM API, not the slice manager's Python API, because the AM API 
 and the one interface the changes of issue 33 keep; concurrent clients overlap one slice's TLS and parsing
 with another's slice manager work. Then, at each L:
   slicex up      the deployment is stopped and started again on the filled store: seconds from starting it
-                 to the first GetVersion answered, and the resident memory (RSS, all its processes) then
+                 to the first GetVersion answered and to the first Allocate placed (the distributed
+                 deployment answers before its broker holds the substrate), the resident memory (RSS, all its
+                 processes) then
   idle CPU       server CPU milliseconds per second over --idle-seconds with no calls
   lifecycle      --samples cycles of a 1-node Allocate, Provision, Status, Delete (one client, one at a time):
                  server CPU per cycle, its wall time, Allocate's wall time
@@ -345,6 +347,7 @@ def measure(server: Server, live: int, args: argparse.Namespace, filled: float, 
                      **extra})
 
     row("slicex up to GetVersion answered", "s", value=up_s, load_avg_before=round(load, 2))
+    row("slicex up to the first Allocate placed", "s", value=up_s + placeable(server))
     row("RSS after up", "MB", value=rss)
     if fill_s:
         row("fill rate (slices made to reach this L)", "slices/s", value=filled / fill_s if fill_s else None,
@@ -377,6 +380,24 @@ def measure(server: Server, live: int, args: argparse.Namespace, filled: float, 
     row("store bytes per live sliver", "bytes", value=stored / slivers if slivers else None)
     row("RSS at the end (sum of each process's peak)", "MB", value=server.rss_mb("VmHWM"))
     return rows
+
+
+def placeable(server: Server, limit: float = 1800) -> float:
+    """Seconds until a 1-node Allocate is placed (then deleted). The distributed deployment answers GetVersion
+    before its authority has delegated the substrate to its broker; until then Allocate says so (geni_code 7)."""
+    client, t0 = Client(server), time.perf_counter()
+    urn, creds = client.credential("ready")
+    while True:
+        try:
+            client.call("Allocate", urn, creds, request(1), {})
+            break
+        except RuntimeError as exc:
+            if "delegated no substrate" not in str(exc) or time.perf_counter() - t0 > limit:
+                raise
+            time.sleep(0.2)
+    elapsed = time.perf_counter() - t0
+    client.call("Delete", [urn], creds, {})
+    return elapsed
 
 
 def lifecycle(server: Server, client: Client, args: argparse.Namespace, row, idle_rate: float) -> None:
