@@ -520,7 +520,7 @@ def run(args: argparse.Namespace, targets: list[int], rows: list[dict]) -> None:
         server = Server(Path(tmp), args.hosts, args.racks, args.store)
         try:
             server.start()
-            live = 0
+            live, empty = 0, None
             for target in targets:
                 t0 = time.perf_counter()
                 before = live
@@ -531,6 +531,16 @@ def run(args: argparse.Namespace, targets: list[int], rows: list[dict]) -> None:
                           file=sys.stderr)
                 print(f"measuring at {live} live slices", file=sys.stderr, flush=True)
                 measured = measure(server, live, args, live - before, fill_s)
+                stored = next(r["value"] for r in measured if r["what"] == "store")
+                if live == 0:
+                    empty = stored
+                elif empty is not None:  # what the slices added, without the substrate's and the actors' own
+                    first = measured[0]
+                    measured.append({**{k: first[k] for k in ("bench", "store", "hosts", "live_slices",
+                                                              "live_slivers")},
+                                     "what": "store bytes per live sliver above L=0", "unit": "bytes",
+                                     "samples": 1, "value": (stored - empty) / first["live_slivers"],
+                                     "load_avg": round(os.getloadavg()[0], 2)})
                 rows += measured
                 if args.json:
                     with open(args.json, "a") as out:

@@ -38,6 +38,9 @@ def test_the_scale_bench_measures_every_cost_at_every_live_slice_count(tmp_path:
         assert at["lifecycle cycle server CPU net of idle (model: mean - idle rate x mean wall)"]["model"] is True
         per_sliver = at["store bytes per live sliver"]["value"]
         assert per_sliver is None if live == 0 else per_sliver == at["store"]["value"] / 99
+    added = next(r for r in rows if r["what"] == "store bytes per live sliver above L=0")
+    stores = {r["live_slices"]: r["value"] for r in rows if r["what"] == "store"}
+    assert added["live_slices"] == 50 and added["value"] == (stores[50] - stores[0]) / 99
     assert "live_slices" in out.stdout.splitlines()[2]  # the table's header, under the machine and the title
 
 
