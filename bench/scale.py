@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -347,7 +348,7 @@ def measure(server: Server, live: int, args: argparse.Namespace, filled: float, 
                      **extra})
 
     row("slicex up to GetVersion answered", "s", value=up_s, load_avg_before=round(load, 2))
-    row("slicex up to the first Allocate placed", "s", value=up_s + placeable(server))
+    row("slicex up to the first Allocate placed", "s", value=up_s + placeable(server, args.ready_seconds))
     row("RSS after up", "MB", value=rss)
     if fill_s:
         row("fill rate (slices made to reach this L)", "slices/s", value=filled / fill_s if fill_s else None,
@@ -382,9 +383,10 @@ def measure(server: Server, live: int, args: argparse.Namespace, filled: float, 
     return rows
 
 
-def placeable(server: Server, limit: float = 1800) -> float:
+def placeable(server: Server, limit: float) -> float:
     """Seconds until a 1-node Allocate is placed (then deleted). The distributed deployment answers GetVersion
-    before its authority has delegated the substrate to its broker; until then Allocate says so (geni_code 7)."""
+    before its authority has delegated the substrate to its broker; until then Allocate says so (geni_code 7).
+    Past `limit` seconds the bench stops with the authority's last word on its delegation."""
     client, t0 = Client(server), time.perf_counter()
     urn, creds = client.credential("ready")
     while True:
@@ -392,12 +394,24 @@ def placeable(server: Server, limit: float = 1800) -> float:
             client.call("Allocate", urn, creds, request(1), {})
             break
         except RuntimeError as exc:
-            if "delegated no substrate" not in str(exc) or time.perf_counter() - t0 > limit:
+            if "delegated no substrate" not in str(exc):
                 raise
+            if time.perf_counter() - t0 > limit:
+                said = [line for line in _lines(server.home / "logs" / "authority.log") if "delegat" in line]
+                raise RuntimeError(f"no Allocate placed {limit:.0f} s after `slicex up` answered: {exc}; the "
+                                   f"authority's log: {said[-1].strip() if said else '(nothing on delegation)'}"
+                                   ) from None
             time.sleep(0.2)
     elapsed = time.perf_counter() - t0
     client.call("Delete", [urn], creds, {})
     return elapsed
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
 
 
 def lifecycle(server: Server, client: Client, args: argparse.Namespace, row, idle_rate: float) -> None:
@@ -573,6 +587,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fill-clients", type=int, default=4, help="client threads filling at once (default 4)")
     p.add_argument("--fill-minutes", type=float, default=None,
                    help="stop a fill after this long and measure at the L reached (default: no limit)")
+    p.add_argument("--ready-seconds", type=float, default=300,
+                   help="how long after answering GetVersion the deployment may take to place an Allocate "
+                        "(default 300)")
     p.add_argument("--store", help="redis://HOST:PORT/DB: `slicex up --distributed` on that Redis database, "
                                    "flushed before and after (default: the embedded deployment on SQLite)")
     p.add_argument("--json", metavar="FILE", help="also write the JSON lines to FILE")
@@ -607,6 +624,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Testbed scale (measured; {where}; started {started}; {args.hosts} hosts in {args.racks} racks; "
           f"{'redis, distributed' if args.store else 'SQLite, embedded'})", flush=True)
     rows: list[dict] = []
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `slicex up` stopped and Redis flushed on kill too
     try:
         run(args, targets, rows)
     finally:  # what was measured is printed even when a later L failed
