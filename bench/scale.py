@@ -20,7 +20,7 @@ with another's slice manager work. Then, at each L:
   Status/Describe  --samples calls of each on one provisioned 3-node slice: server CPU and wall time per call
   ListResources  --list-samples calls (geni_available): wall time and server CPU per call
   store          bytes the store holds (SQLite: the database file with its WAL; Redis: MEMORY USAGE of every
-                 key in the database) per live sliver
+                 key in the database), per live sliver, and per live sliver above what it held at L = 0
 Server CPU is the deployment's processes' own CPU clocks (clock_gettime of each process's CPU-time clock, all
 threads, nanoseconds), read just before and after each call; it includes whatever the server's background
 threads (the reaper's tick) did meanwhile, which "net of idle" (a model, labelled so) takes away at the idle
@@ -32,7 +32,9 @@ one JSON object per measurement per line (also to --json FILE), and with --plot 
 against L (matplotlib, the `experiment` extra). The figures come from a shared machine when the load average
 (printed beside every row) says so.
 
---fill-minutes caps each fill: when it runs out the bench measures at the L it reached and stops there.
+--fill-minutes caps each fill: when it runs out the bench measures at the L it reached and stops there. A
+deployment that places no Allocate --ready-seconds after it answers stops the bench with its authority's last
+word on delegating the substrate (today's distributed deployment cannot delegate 1,000 hosts: docs/architecture.md).
 --store redis://HOST:PORT/DB FLUSHES that database before and after the run.
 
 Run: .venv/bin/python bench/scale.py [--hosts 1000] [--racks 10] [--live 0,1000,10000] [--samples 40]
@@ -605,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
                                    "flushed before and after (default: the embedded deployment on SQLite)")
     p.add_argument("--json", metavar="FILE", help="also write the JSON lines to FILE")
     p.add_argument("--plot", metavar="FILE", help="write a PNG of each cost against L to FILE")
-    p.add_argument("--compare", metavar="FILE", action="append", default=[],
+    p.add_argument("--compare", metavar="[LABEL=]FILE", action="append", default=[],
                    help="an earlier run's --json FILE, drawn beside this run on the plot (LABEL=FILE names its "
                         "line; repeatable)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -638,6 +640,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `slicex up` stopped and Redis flushed on kill too
     try:
         run(args, targets, rows)
+    except RuntimeError as exc:  # a call that failed, or a deployment that never served: its reason, no traceback
+        print(f"bench/scale.py: {exc}", file=sys.stderr)
+        return 1
     finally:  # what was measured is printed even when a later L failed
         show(rows, args, started, where, compared)
     return 0
