@@ -47,10 +47,22 @@ def _key(r: Running, role: str):
     return load_signing_key({"broker": h.broker_key, "am": h.am_key, "authority": h.authority_key}[role].read_bytes())
 
 
+def _one_more_unit(pool: dict) -> dict:
+    """A pool document granting one unit more than signed: a counted pool's count raised (its next unit), a
+    listed pool's list grown."""
+    if "count" in pool:
+        return {**pool, "count": pool["count"] + 1}
+    return {**pool, "units": [*pool["units"], f"{pool['units'][-1]}9"]}
+
+
+def _forged_unit(pool: dict) -> str:
+    """The unit `_one_more_unit` adds."""
+    return f"{pool['name']}:{pool['count']}" if "count" in pool else f"{pool['units'][-1]}9"
+
+
 def _forgeries(r: Running, genuine: SignedDelegation) -> dict[str, SignedDelegation]:
     body = genuine.body
-    pool = body["pools"][0]
-    bigger = {**body, "pools": [{**pool, "units": [*pool["units"], f"{pool['units'][-1]}9"]}, *body["pools"][1:]]}
+    bigger = {**body, "pools": [_one_more_unit(body["pools"][0]), *body["pools"][1:]]}
     return {
         "unsigned": replace(genuine, signature=""),
         "tampered unit list": replace(genuine, body=bigger),
@@ -80,7 +92,7 @@ def test_forged_delegations_are_refused_and_change_nothing(distributed: Running)
     r = distributed
     broker = _broker(r, "authority")
     (held,) = [SignedDelegation.from_doc(d) for d in broker.delegations(AM)]
-    forged_unit = f"{held.body['pools'][0]['units'][-1]}9"
+    forged_unit = _forged_unit(held.body["pools"][0])
     before = (broker.delegations(), r.actors[0].actor.delegated(), r.actors[0].actor.version())
     for what, forged in _forgeries(r, held).items():
         with pytest.raises(GeniError, match=re.escape(REASONS[what])) as refused:

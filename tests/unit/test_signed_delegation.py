@@ -112,15 +112,24 @@ def test_an_unsigned_delegation_is_refused_and_changes_nothing():
     assert state(b) == before and b.delegations() == []
 
 
-def test_a_tampered_unit_list_is_refused_and_changes_nothing():
+def _one_more_unit(pool: dict) -> dict:
+    """A pool document granting one unit more: a counted pool's count raised, a listed pool's list grown."""
+    if "count" in pool:
+        return {**pool, "count": pool["count"] + 1}
+    return {**pool, "units": [*pool["units"], pool["units"][-1] + "-extra"]}
+
+
+@pytest.mark.parametrize("form", ["count", "units"])
+def test_a_tampered_unit_list_is_refused_and_changes_nothing(form):
     b = broker()
     authority().export_to(b)
     before = state(b)
     good = signed(export_substrate(SUB, AUTH, "broker"))
     body = good.body
-    pool = body["pools"][0]
-    extra = {**pool, "units": [*pool["units"], pool["units"][-1] + "-extra"]}
-    tampered = replace(good, body={**body, "pools": [extra, *body["pools"][1:]]})
+    at = next(i for i, p in enumerate(body["pools"]) if form in p and (p.get("units") or p.get("count")))
+    pools = list(body["pools"])
+    pools[at] = _one_more_unit(pools[at])
+    tampered = replace(good, body={**body, "pools": pools})
     with pytest.raises(CredentialInvalid, match=r"not signed by authority .* \(or was altered\)"):
         b.accept(tampered)
     with pytest.raises(CredentialInvalid, match="or was altered"):
