@@ -44,6 +44,7 @@ from slicex.errors import (
     Refused,
     SearchFailed,
     ServerError,
+    TooBig,
     Unavailable,
     Unsupported,
 )
@@ -73,6 +74,9 @@ DELEGATED = "authority-delegations"
 the authority's own record, so a ticket is checked against what it gave, not what a broker says it has."""
 NUMBERED = "authority-message-numbers"
 """The last number each authority gave a message (delegation or reclaim order) to each broker (same key)."""
+DELEGATION_STATUS = "authority-delegation-status"
+"""Whether each authority's delegation at its start reached its broker (same key): "delegated", "retrying"
+with the last error, or "refused" with why it is not retried (`Delegator`; `slicex status` shows it)."""
 LAYOUT = "authority-layout"  # "leases" → the layout version of the lease table (`migrate`)
 LAYOUT_VERSION = 2  # 2: every lease filed in the store's time index under its end
 NUMBER_EPOCH = 1_577_836_800  # 2020-01-01T00:00:00Z; a message's number is at least the seconds since then
@@ -511,7 +515,9 @@ class Delegator:
     """Delegates an authority's inventory to its broker when the authority starts (`export_to`), retrying
     with backoff until the broker answers: in the distributed deployment the authority may start before its
     broker, or the broker may be restarting. One attempt runs at once (`start` returns after it), the rest in
-    a background thread until one succeeds or `stop` is called."""
+    a background thread until one succeeds or `stop` is called. A delegation too large for one request
+    (TooBig) is never retried: sending it again cannot succeed, so it is logged as an error and recorded
+    (DELEGATION_STATUS, which `slicex status` shows) with its size and the limit."""
 
     def __init__(self, authority: Authority, broker: BrokerApi, first_delay: float = 0.5, max_delay: float = 30.0):
         self.authority = authority
@@ -520,26 +526,39 @@ class Delegator:
         self.max_delay = max_delay
         self.done = threading.Event()  # set once the broker accepted
         self.last_error = ""
+        self.refused = ""  # why the delegation can never be sent as it is (no more attempts); "" otherwise
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def attempt(self) -> bool:
-        """Delegate once; False (with `last_error`) when the broker did not take it."""
+        """Delegate once; False (with `last_error`, and `refused` when retrying cannot help) when the broker
+        did not take it."""
         try:
             self.authority.export_to(self.broker)
+        except TooBig as exc:
+            self.last_error = self.refused = exc.message
+            log.error("authority %s cannot delegate its inventory to broker %s: %s. It will not retry: split the "
+                      "substrate over more aggregates (each its own authority) so each delegation fits",
+                      self.authority.name, self._to(), exc.message)
+            self._note("refused", exc.message)
+            return False
         except (GeniError, OSError) as exc:
             self.last_error = getattr(exc, "message", None) or str(exc)
+            self._note("retrying", self.last_error)
             return False
         self.last_error = ""
         self.done.set()
-        log.info("authority %s delegated its inventory to broker %s", self.authority.name,
-                 self.authority._broker_name(self.broker))
+        self._note("delegated", "")
+        log.info("authority %s delegated its inventory to broker %s", self.authority.name, self._to())
         return True
 
     def start(self) -> bool:
-        """Delegate now; when that fails, keep trying in the background. True if the first attempt succeeded."""
+        """Delegate now; when that fails, keep trying in the background (unless it was refused for good). True
+        if the first attempt succeeded."""
         if self.attempt():
             return True
+        if self.refused:
+            return False
         log.warning("authority %s could not delegate to its broker yet (%s); retrying", self.authority.name,
                     self.last_error)
         self._thread = threading.Thread(target=self._retry, name="authority-delegation", daemon=True)
@@ -549,7 +568,7 @@ class Delegator:
     def _retry(self) -> None:
         delay = self.first_delay
         while not self._stop.wait(delay):
-            if self.attempt():
+            if self.attempt() or self.refused:
                 return
             log.warning("authority %s: delegation to its broker failed (%s); next try in %.1f s",
                         self.authority.name, self.last_error, min(delay * 2, self.max_delay))
@@ -559,3 +578,22 @@ class Delegator:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+    def _to(self) -> str:
+        return self.authority._broker_name(self.broker)
+
+    def _note(self, state: str, error: str) -> None:
+        """Record the delegation's state for the operator (a store outage must not stop the attempts)."""
+        store = self.authority.store
+        if store is None:
+            return
+        key = f"{self.authority.name}|{self._to()}"
+        try:
+            old = store.get(DELEGATION_STATUS, key)
+            if old is not None and (old.get("state"), old.get("error")) == (state, error):
+                return  # each retry failing alike writes nothing
+            store.put(DELEGATION_STATUS, key, {"authority": self.authority.name, "broker": self._to(),
+                                               "state": state, "error": error,
+                                               "at": self.authority._issued().strftime("%Y-%m-%dT%H:%M:%SZ")})
+        except (GeniError, OSError) as exc:
+            log.warning("authority %s: could not record its delegation's state (%s)", self.authority.name, exc)

@@ -69,12 +69,13 @@ SIZE = "small"  # every node of every slice: 1 core, 2 GB (20,000 of them fit 1,
 
 
 # ---- the substrate ------------------------------------------------------------------------------------------
-def substrate_doc(hosts: int, racks: int) -> dict[str, Any]:
+def substrate_doc(hosts: int, racks: int, authority: str = AUTH) -> dict[str, Any]:
     """A substrate file's document: `hosts` VM hosts (32 cores, 128 GB) spread over `racks` racks, each rack's
-    hosts cabled to its top-of-rack switch, every ToR trunked to one core switch."""
+    hosts cabled to its top-of-rack switch, every ToR trunked to one core switch (also the tests' generated
+    substrate: tests/unit/test_delegation_compact.py)."""
     racks = max(1, min(racks, hosts))
     per_rack = [hosts // racks + (1 if r < hosts % racks else 0) for r in range(racks)]
-    doc: dict[str, Any] = {"authority": AUTH, "description": f"generated: {hosts} VM hosts in {racks} racks",
+    doc: dict[str, Any] = {"authority": authority, "description": f"generated: {hosts} VM hosts in {racks} racks",
                            "provisioning_seconds": 1, "sites": [], "switches": [], "trunks": [], "hosts": [],
                            "vm_sizes": [{"name": SIZE, "cores": 1, "memory_mb": 2048, "disk_gb": 20},
                                         {"name": "large", "cores": 8, "memory_mb": 16384, "disk_gb": 100}],

@@ -887,10 +887,43 @@ def cmd_status(args: argparse.Namespace) -> int:
     store_ok, store_text = _store_status(home)
     good = good and store_ok
     print(f"store:      {store_text}")
+    if store_ok:
+        delegation_ok, lines = _delegation_lines(home)
+        good = good and delegation_ok
+        for line in lines:
+            print(line)
     for line in _node_lines(home):
         print(line)
     print(f"users:      {', '.join(home.users()) or 'none'}")
     return 0 if good else 3
+
+
+def _delegation_lines(home: Home) -> tuple[bool, list[str]]:
+    """Whether the authority's delegation at start reached its broker (authority/actor.py `Delegator`): until
+    it has, nothing can be placed; one refused for good (too large for a request) fails the status."""
+    from authority.actor import DELEGATION_STATUS
+    from slicex.store import open_store
+
+    try:
+        store = open_store(str(home.config().store))
+        try:
+            docs = store.scan(DELEGATION_STATUS)
+        finally:
+            store.close()
+    except Exception as exc:  # noqa: BLE001 - status reports whatever is wrong
+        return True, [f"delegation: unknown ({type(exc).__name__}: {exc})"]
+    lines, good = [], True
+    for d in docs:
+        state = d.get("state", "")
+        if state == "delegated":
+            text = f"delegated to its broker at {d.get('at')}"
+        elif state == "refused":
+            good = False
+            text = f"REFUSED at {d.get('at')}, not retried: {d.get('error')}"
+        else:
+            text = f"not delegated yet, retrying (since {d.get('at')}: {d.get('error')})"
+        lines.append(f"delegation: {text}")
+    return good, lines
 
 
 def _node_lines(home: Home) -> list[str]:

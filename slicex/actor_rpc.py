@@ -21,8 +21,17 @@ from cryptography import x509
 
 from slicex import logs, pki
 from slicex.endpoint import Caller, Endpoint, Faults, arity_of, method
-from slicex.errors import Forbidden, GeniError, RpcError, ServerError, TimedOut, Unavailable, Unsupported
-from slicex.tls_xmlrpc import SafeTransport, TlsXmlRpcServer, client_context, server_context
+from slicex.errors import (
+    Forbidden,
+    GeniError,
+    RpcError,
+    ServerError,
+    TimedOut,
+    TooBig,
+    Unavailable,
+    Unsupported,
+)
+from slicex.tls_xmlrpc import MAX_BODY_BYTES, SafeTransport, TlsXmlRpcServer, client_context, server_context
 
 _ERRORS = {cls.code: cls for cls in GeniError.__subclasses__()}
 Handlers = dict[str, Callable[..., Any]]
@@ -125,12 +134,28 @@ class _PinnedConnection(http.client.HTTPSConnection):
             raise PeerIdentityError(f"its certificate names {urn or 'no URN'}, not {self.peer_urn}")
 
 
-class _PinnedTransport(SafeTransport):
-    """xmlrpc transport whose connections refuse a server that is not `peer_urn`."""
+class RequestTooLarge(Exception):
+    """A request larger than an actor server accepts (`ActorServer`: slicex.tls_xmlrpc's MAX_BODY_BYTES)."""
 
-    def __init__(self, context: ssl.SSLContext, peer_urn: str, timeout: float):
+    def __init__(self, size: int, limit: int):
+        super().__init__(f"{size} bytes")
+        self.size, self.limit = size, limit
+
+
+class _PinnedTransport(SafeTransport):
+    """xmlrpc transport whose connections refuse a server that is not `peer_urn`, and that never sends a
+    request larger than the actor servers accept (the server would refuse it only after reading it, and a
+    body beyond what it drains ends in a cut connection, which reads as an outage to retry)."""
+
+    def __init__(self, context: ssl.SSLContext, peer_urn: str, timeout: float, max_body: int = MAX_BODY_BYTES):
         super().__init__(context, timeout)
         self.peer_urn = peer_urn
+        self.max_body = max_body
+
+    def request(self, host: Any, handler: str, request_body: bytes, verbose: bool = False) -> Any:
+        if len(request_body) > self.max_body:
+            raise RequestTooLarge(len(request_body), self.max_body)
+        return super().request(host, handler, request_body, verbose)
 
     def make_connection(self, host: Any) -> http.client.HTTPSConnection:
         if self._connection and host == self._connection[0]:
@@ -156,6 +181,9 @@ class ActorClient:
     def call(self, method: str, *args: Any) -> Any:
         try:
             return self._call(method, *args)
+        except RequestTooLarge as exc:
+            raise TooBig(f"the {method} request to the {self.name} actor at {self.url} is {exc.size} bytes; actor "
+                         f"servers accept at most {exc.limit} bytes per request; not sent") from None
         except xmlrpc.client.Fault as fault:
             cls = _ERRORS.get(fault.faultCode, RpcError)
             raise cls(fault.faultString) from None
@@ -184,8 +212,8 @@ class ActorClient:
                 self.url, transport=_PinnedTransport(self._context, self.peer_urn, self._timeout), allow_none=True)
         try:
             return getattr(proxy, method)(*with_request_id(args))
-        except xmlrpc.client.Fault:
-            raise  # the connection is fine: the actor answered
+        except (xmlrpc.client.Fault, RequestTooLarge):
+            raise  # the connection is fine: the actor answered, or nothing was sent
         except BaseException:
             self._local.proxy = None  # a broken connection is not reused
             raise

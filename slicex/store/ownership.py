@@ -79,6 +79,9 @@ OWNERSHIP: tuple[Holding, ...] = (
             "start)"),
     Holding("authority-delegations", Actor.AUTHORITY, "per authority and broker: what it delegated (tickets "
             "are checked against it)"),
+    Holding("authority-delegation-status", Actor.AUTHORITY, "per authority and broker: whether its delegation "
+            "at start was taken, is being retried or was refused for good, and why",
+            readers=((Actor.DEPLOYMENT, "`slicex status`"),)),
     Holding("authority-message-numbers", Actor.AUTHORITY, "per authority and broker: the number of its last "
             "signed delegation or reclaim"),
     Holding("leased", Actor.AUTHORITY, "`leased:<unit>` → lease id (the authority's leases)", claims=True),
