@@ -147,10 +147,10 @@ class _PinnedTransport(SafeTransport):
     request larger than the actor servers accept (the server would refuse it only after reading it, and a
     body beyond what it drains ends in a cut connection, which reads as an outage to retry)."""
 
-    def __init__(self, context: ssl.SSLContext, peer_urn: str, timeout: float, max_body: int = MAX_BODY_BYTES):
+    def __init__(self, context: ssl.SSLContext, peer_urn: str, timeout: float, max_body: int | None = None):
         super().__init__(context, timeout)
         self.peer_urn = peer_urn
-        self.max_body = max_body
+        self.max_body = MAX_BODY_BYTES if max_body is None else max_body
 
     def request(self, host: Any, handler: str, request_body: bytes, verbose: bool = False) -> Any:
         if len(request_body) > self.max_body:
