@@ -34,7 +34,7 @@ against L (matplotlib, the `experiment` extra). The figures come from a shared m
 
 --fill-minutes caps each fill: when it runs out the bench measures at the L it reached and stops there. A
 deployment that places no Allocate --ready-seconds after it answers stops the bench with its authority's last
-word on delegating the substrate (today's distributed deployment cannot delegate 1,000 hosts: docs/architecture.md).
+word on delegating the substrate (a delegation too large for one actor request is refused: docs/architecture.md).
 --store redis://HOST:PORT/DB FLUSHES that database before and after the run.
 
 Run: .venv/bin/python bench/scale.py [--hosts 1000] [--racks 10] [--live 0,1000,10000] [--samples 40]
