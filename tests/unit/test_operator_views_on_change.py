@@ -137,3 +137,106 @@ def test_the_reaper_ends_usage_on_the_ticks_that_ended_slivers_and_at_a_slow_swe
     ended.append([])
     service.EmbeddedDeployment._tick(deployment)
     assert len(reconciled) == 3  # the slow sweep
+
+
+def counted(obj, name: str) -> list[int]:
+    """Count the calls of `obj.name` without arguments (every record or lease; a slice's own are not counted)."""
+    calls: list[int] = []
+    real = getattr(obj, name)
+
+    def wrapper(*a, **k):
+        if not a and not k:
+            calls.append(1)
+        return real(*a, **k)
+    setattr(obj, name, wrapper)
+    return calls
+
+
+def embedded(tmp_path):
+    from authority.substrate.emulated import EmulatedDriver
+    from deployment.actors import ActorKeys, embedded_slice_manager
+
+    store = SqliteStore(str(tmp_path / "s.db"))
+    return store, embedded_slice_manager(store, SUB, EmulatedDriver(SUB), keys=ActorKeys.given(KEY))
+
+
+def test_the_slice_managers_snapshot_is_built_only_when_its_records_change(tmp_path):
+    """No record written and no unit taken: the records are not read again, however many ticks pass; an
+    Allocate (its records and the broker's claims) and an operator's Shutdown each build it once more."""
+    store, asm = embedded(tmp_path)
+    now = ManualClock().now()
+    slivers = asm.allocate("urn:publicid:IDN+t.org+slice+s1", "urn:o", parse_request(request_rspec([vm("a")])),
+                           now + 10 * MIN, now)
+    reads = counted(asm, "records")
+    mono = [0.0]
+    publisher = publishers_for(store, asm, asm.broker, heartbeat=5.0)[0]
+    publisher.monotonic = lambda: mono[0]
+    assert publisher.publish(now) and len(reads) == 1
+    for k in range(1, 12):  # ticks, and two heartbeats, with nothing changed
+        mono[0] = k
+        publisher.publish(now + k * timedelta(seconds=1))
+    assert len(reads) == 1
+    asm.allocate("urn:publicid:IDN+t.org+slice+s2", "urn:o", parse_request(request_rspec([vm("b")])),
+                 now + 10 * MIN, now)
+    mono[0] = 12
+    assert publisher.publish(now) and len(reads) == 2
+    assert set(store.get(SNAPSHOTS, asm.name)["state"]["slices"]) == {"urn:publicid:IDN+t.org+slice+s1",
+                                                                       "urn:publicid:IDN+t.org+slice+s2"}
+    mono[0] = 13
+    assert not publisher.publish(now) and len(reads) == 2
+    asm.shutdown(slivers[0].slice_urn, now)
+    mono[0] = 14
+    assert publisher.publish(now) and len(reads) == 3
+    assert store.get(SNAPSHOTS, asm.name)["state"]["slices"]["urn:publicid:IDN+t.org+slice+s1"]["shut_down"]
+
+
+def test_a_slice_managers_snapshot_with_operations_pending_is_built_every_tick(tmp_path):
+    """The ages of pending operations move on their own: such a state is built again until none is pending."""
+    store, asm = embedded(tmp_path)
+    now = ManualClock().now()
+    pending = [{"state": "Nascent", "pending": "Ticketing", "count": 1, "oldest_seconds": 0.0}]
+    states = iter([pending, pending, [], []])
+    publisher = publishers_for(store, asm, asm.broker, heartbeat=5.0)[0]
+    real = publisher.build
+    publisher.build = lambda when: {**real(when), "pending": next(states)}
+    reads = counted(asm, "records")
+    mono = [0.0]
+    publisher.monotonic = lambda: mono[0]
+    for k in range(4):
+        mono[0] = k
+        publisher.publish(now)
+    assert len(reads) == 3  # built while pending, and once more to see that none is; then no more
+
+
+def test_the_authoritys_snapshot_is_built_when_its_leases_change_or_at_the_driver_refresh(tmp_path):
+    from operations.snapshot import DRIVER_REFRESH_SECONDS
+
+    store, asm = embedded(tmp_path)
+    now = ManualClock().now()
+    publisher = publishers_for(store, authority=asm.authority, heartbeat=5.0)[0]
+    reads = counted(asm.authority, "leases")
+    mono = [0.0]
+    publisher.monotonic = lambda: mono[0]
+    assert publisher.publish(now) and len(reads) == 1
+    for k in range(1, 10):
+        mono[0] = k
+        publisher.publish(now)
+    assert len(reads) == 1  # no lease written: not built again
+    slivers = asm.allocate("urn:publicid:IDN+t.org+slice+s1", "urn:o", parse_request(request_rspec([vm("a")])),
+                           now + 10 * MIN, now)
+    asm.provision([s.urn for s in slivers], now + 60 * MIN, [], now)
+    mono[0] = 10
+    assert publisher.publish(now) and len(reads) == 2
+    assert len(store.get(SNAPSHOTS, f"authority:{asm.authority.name}")["state"]["leases"]) == 1
+    settled = len(reads)
+    for k in range(11, 40):  # a booting sliver is asked about until it settles; then nothing is built
+        mono[0] = k
+        publisher.publish(now + k * timedelta(seconds=1))
+    quiet = len(reads)
+    mono[0] = 40 + DRIVER_REFRESH_SECONDS  # what the driver sees is looked at again at the refresh
+    publisher.publish(now + 100 * timedelta(seconds=1))
+    assert len(reads) == quiet + 1 and quiet >= settled
+    asm.delete([s.urn for s in slivers], now + 101 * timedelta(seconds=1))
+    mono[0] += 1
+    assert publisher.publish(now + 101 * timedelta(seconds=1)) and len(reads) == quiet + 2
+    assert store.get(SNAPSHOTS, f"authority:{asm.authority.name}")["state"]["leases"] == []
