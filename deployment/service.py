@@ -338,10 +338,11 @@ def warm_caches() -> None:
 
 
 STORE_CHECK_SECONDS = 1.0
-LEDGER_SWEEP_SECONDS = 60.0
-"""How often the reaper ends the usage of slivers gone without its seeing them end (another worker's reaper,
-a failure): the ledger's reconcile reads every open usage record, so it runs on the ticks that ended slivers
-and at this pace otherwise, not on every tick."""
+LEDGER_SWEEP_SECONDS = 3600.0
+"""How often the reaper runs the ledger's full reconcile (every open usage record against every live sliver),
+besides at start: it ends the usage of slivers that failed inside a call. Every tick runs the ledger's
+`settle` instead, which reads only the usage of the slivers the tick ended and of those whose expiry passed
+(another worker's reaper ended them)."""
 
 
 def guarded(store: Store | None, cfg: SlicexConfig) -> Any:
@@ -644,11 +645,12 @@ class EmbeddedDeployment:
                 gone = self.sm.reap(self.clock.now())
                 if gone:
                     log.info("reaped %d expired slivers", len(gone))
-                if gone or time.monotonic() - self._reconciled_at >= LEDGER_SWEEP_SECONDS:
-                    # usage of slivers gone ends: on the tick they ended, and at a slow sweep for the ones
-                    # another process ended (not every tick: it reads every open usage record)
+                if time.monotonic() - self._reconciled_at >= LEDGER_SWEEP_SECONDS:
+                    # the full sweep, at start and slowly: it reads every open usage record and live sliver
                     self._reconciled_at = time.monotonic()
                     self.ledger.reconcile(self.sm.records, self.clock.now())
+                else:  # usage of the slivers this tick ended, and of those expired (the time index)
+                    self.ledger.settle(gone, self.sm.holds, self.clock.now())
         except Exception:  # noqa: BLE001 - the reaper must keep running
             log.exception("reaper failed; will retry next tick")
         if self.store.fault is None:  # the dashboard's snapshots: when changed, else every few seconds

@@ -225,6 +225,12 @@ class Records:
                  len(rids))
         return filed
 
+    def holds(self, rid: str) -> bool:
+        """Whether the slice manager still holds this sliver (its record neither ended, failed nor being
+        discarded): one read, for the ledger's `settle`."""
+        rec = self._load(rid)
+        return rec is not None and rec.r.state not in (rs.CLOSE_WAIT, rs.CLOSED, rs.FAILED) and not rec.discard
+
     def due_records(self, now: datetime, limit: int | None = None) -> list[Record]:
         """The records the clock has work on at `now`, earliest first, read through the time index (an entry
         whose record changed since it was read is checked again against the record)."""

@@ -102,7 +102,10 @@ OWNERSHIP: tuple[Holding, ...] = (
     Holding("fpga_maintenance", Actor.FPGA, "boards in maintenance"),
     # ---- operations
     Holding("usage", Actor.OPERATIONS, "usage records (accounting)"),
-    Holding("usage-open", Actor.OPERATIONS, "usage records of slivers still held (quotas)"),
+    Holding("usage-open", Actor.OPERATIONS, "usage records of slivers still held (quotas), each filed in the "
+            "time index under its expiry"),
+    Holding("usage-layout", Actor.OPERATIONS, "the layout version of the open usage records (filed in the "
+            "time index under their expiry once, at start)"),
     Holding("snapshots", Actor.OPERATIONS, "the dashboard's latest snapshot per publisher"),
     Holding("quota-lock", Actor.OPERATIONS, "user or project → the Allocate being counted against its "
             "limits", claims=True),

@@ -113,9 +113,9 @@ def test_a_record_written_before_serials_gets_one_when_its_delegation_is_sent_ag
     assert counting.scans.get(DELEGATIONS, 0) == 1
 
 
-def test_the_reaper_ends_usage_on_the_ticks_that_ended_slivers_and_at_a_slow_sweep(monkeypatch):
-    """The ledger's reconcile reads every open usage record: it runs when the reaper ended slivers, and at
-    LEDGER_SWEEP_SECONDS otherwise (slivers another process ended), not on every tick."""
+def test_the_reaper_settles_usage_every_tick_and_reconciles_all_of_it_only_at_start_and_slowly(monkeypatch):
+    """The ledger's full reconcile reads every open usage record and live sliver: it runs on the first tick and
+    at LEDGER_SWEEP_SECONDS; every other tick runs `settle` with the slivers that tick ended."""
     from types import SimpleNamespace
 
     from deployment import service
@@ -124,19 +124,21 @@ def test_the_reaper_ends_usage_on_the_ticks_that_ended_slivers_and_at_a_slow_swe
     monkeypatch.setattr(service.time, "monotonic", lambda: mono[0])
     ended: list[list[str]] = [[], [], ["s1"], [], []]
     reconciled: list[float] = []
+    settled: list[list[str]] = []
     deployment = SimpleNamespace(
         _checked_at=mono[0], _reconciled_at=float("-inf"), publishers=[], clock=ManualClock(),
         store=SimpleNamespace(fault=None), _check_store=lambda: None,
-        sm=SimpleNamespace(reap=lambda now: ended.pop(0), records=lambda: []),
-        ledger=SimpleNamespace(reconcile=lambda records, now: reconciled.append(mono[0])))
+        sm=SimpleNamespace(reap=lambda now: ended.pop(0), records=lambda: [], holds=lambda urn: False),
+        ledger=SimpleNamespace(reconcile=lambda records, now: reconciled.append(mono[0]),
+                               settle=lambda gone, held, now: settled.append(list(gone))))
     for _ in range(5):
         mono[0] += 0.5
         service.EmbeddedDeployment._tick(deployment)
-    assert reconciled == [100.5, 101.5]  # the first tick (start), the tick that ended s1; not the others
+    assert reconciled == [100.5] and settled == [[], ["s1"], [], []]  # the full sweep once, at start
     mono[0] += service.LEDGER_SWEEP_SECONDS
     ended.append([])
     service.EmbeddedDeployment._tick(deployment)
-    assert len(reconciled) == 3  # the slow sweep
+    assert len(reconciled) == 2  # the slow sweep
 
 
 def counted(obj, name: str) -> list[int]:
