@@ -521,6 +521,7 @@ class EmbeddedDeployment:
         self.publishers = publishers_for(self.store, self.sm, *((None, None) if broker_url
                                                                  else (self.broker, self.authority_actor)))
         self._ads = AdvertisementCache()
+        self._usage: tuple[frozenset[str], Usage] | None = None  # the broker's last units in use, counted
         self._advertised = advertised_images(self.cfg, self.substrate)
         # this deployment's own registry: /metrics on the dashboard's port (operations/metrics.py)
         self.metrics = metrics_for(self.substrate, self.sm, self.clock.now,
@@ -576,8 +577,15 @@ class EmbeddedDeployment:
     # ---- edges -------------------------------------------------------------------------------------------------
     def _advertise(self, available_only: bool, now: datetime, window: Any = None) -> str:
         # the broker's availability answer; over a future window (ListResources geni_start_time) for that term
-        cores, mem, taken, vlans = usage_counts(self.sm.in_use(now, window) if window else self.sm.in_use(now))
-        usage = Usage(cores=cores, memory_mb=mem, taken=taken, vlans=vlans)
+        units = self.sm.in_use(now, window) if window else self.sm.in_use(now)
+        known = self._usage
+        if known is not None and known[0] is units:  # the broker's state is unchanged: the same answer object
+            usage = known[1]
+        else:  # counted once per change of the broker's state, not per call (it grows with the units in use)
+            cores, mem, taken, vlans = usage_counts(units)
+            usage = Usage(cores=cores, memory_mb=mem, taken=taken, vlans=vlans)
+            if not window:
+                self._usage = (units, usage)
         return self._ads.get(self._advertised.substrate(), usage, now, available_only)
 
     # ---- lifecycle -------------------------------------------------------------------------------------------

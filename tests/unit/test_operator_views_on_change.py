@@ -242,3 +242,33 @@ def test_the_authoritys_snapshot_is_built_when_its_leases_change_or_at_the_drive
     mono[0] += 1
     assert publisher.publish(now + 101 * timedelta(seconds=1)) and len(reads) == quiet + 2
     assert store.get(SNAPSHOTS, f"authority:{asm.authority.name}")["state"]["leases"] == []
+
+
+def test_listresources_counts_the_units_in_use_once_per_change_of_the_brokers_state(monkeypatch):
+    """The units in use grow with the live slices: they are counted when the broker's answer changes (a new
+    answer object), not on every ListResources; an image offered since start still changes the document."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from deployment import service
+    from rspec.advertisement import AdvertisementCache
+
+    counted_calls: list[int] = []
+    real = service.usage_counts
+    monkeypatch.setattr(service, "usage_counts", lambda keys: (counted_calls.append(1), real(keys))[1])
+    host = SUB.hosts[0].component_id
+    answer = [frozenset({f"core:{host}:0"})]
+    offered = [SUB]
+    deployment = SimpleNamespace(sm=SimpleNamespace(in_use=lambda now, window=None: answer[0]), _usage=None,
+                                 _ads=AdvertisementCache(), _advertised=SimpleNamespace(substrate=lambda: offered[0]))
+    now = ManualClock().now()
+    first = service.EmbeddedDeployment._advertise(deployment, False, now)
+    for _ in range(4):
+        assert service.EmbeddedDeployment._advertise(deployment, False, now) is first
+    assert len(counted_calls) == 1
+    answer[0] = frozenset({f"core:{host}:0", f"core:{host}:1"})  # the broker's state changed
+    second = service.EmbeddedDeployment._advertise(deployment, False, now)
+    assert second is not first and len(counted_calls) == 2
+    assert service.EmbeddedDeployment._advertise(deployment, False, now) is second
+    offered[0] = replace(SUB, images=())  # the catalogue changed: a new substrate object
+    assert service.EmbeddedDeployment._advertise(deployment, False, now) is not second and len(counted_calls) == 2
