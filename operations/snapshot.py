@@ -74,6 +74,9 @@ class PublishedAuthority(AuthorityApi, Protocol):
     def version(self) -> str: ...
 
 SNAPSHOTS = "snapshots"
+BEAT = "#heartbeat"
+"""Key suffix of an actor's heartbeat document (`{"heartbeat_of", "published_at"}`), written when its state is
+unchanged: `read_snapshots` gives each snapshot the later of its own time and its heartbeat's."""
 VERSION = 1
 HEARTBEAT_SECONDS = 5.0
 """A snapshot is published at least this often even when nothing changed: its time is the actor's heartbeat."""
@@ -334,8 +337,8 @@ class Publisher:
         if token is not None and token == self._token and self._last is not None and self._still(self._last):
             if self.monotonic() - self._published < self.heartbeat:
                 return False  # unchanged: nothing built, nothing written
-            self._last = {**self._last, "published_at": rfc3339(now)}
-            self.store.put(SNAPSHOTS, self.name, self._last)
+            # the heartbeat alone, a small document beside the state: the state is not encoded again
+            self.store.put(SNAPSHOTS, self.name + BEAT, {"heartbeat_of": self.name, "published_at": rfc3339(now)})
             self._published = self.monotonic()
             return True
         state = self.build(now)
@@ -404,6 +407,16 @@ def publishers_for(store: Store, sm: PublishedSliceManager | None = None, broker
 
 
 def read_snapshots(store: Store) -> list[dict[str, Any]]:
-    """Every published snapshot of this store (the dashboard's only input), newest first."""
-    docs = [d for d in scoped(store, Actor.OPERATIONS).scan(SNAPSHOTS) if d.get("version") == VERSION]
+    """Every published snapshot of this store (the dashboard's only input), newest first; each published at
+the later of its own time and its last heartbeat's."""
+    found = scoped(store, Actor.OPERATIONS).scan(SNAPSHOTS)
+    beats = {d["heartbeat_of"]: parse_time(d["published_at"]) for d in found if "heartbeat_of" in d}
+    docs = []
+    for d in found:
+        if d.get("version") != VERSION:
+            continue
+        beat = beats.get(d.get("name", ""))
+        if beat is not None and beat > parse_time(d["published_at"]):
+            d = {**d, "published_at": rfc3339(beat)}
+        docs.append(d)
     return sorted(docs, key=lambda d: parse_time(d["published_at"]), reverse=True)
