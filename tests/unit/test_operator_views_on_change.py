@@ -275,3 +275,22 @@ def test_listresources_counts_the_units_in_use_once_per_change_of_the_brokers_st
     assert service.EmbeddedDeployment._advertise(deployment, False, now) is second
     offered[0] = replace(SUB, images=())  # the catalogue changed: a new substrate object
     assert service.EmbeddedDeployment._advertise(deployment, False, now) is not second and len(counted_calls) == 2
+
+
+def test_a_metrics_scrape_reads_the_records_only_when_they_changed(tmp_path):
+    from operations.metrics import for_slice_manager
+
+    store, asm = embedded(tmp_path)
+    now = ManualClock().now()
+    asm.allocate("urn:publicid:IDN+t.org+slice+s1", "urn:o", parse_request(request_rspec([vm("a")])),
+                 now + 10 * MIN, now)
+    reads = counted(asm, "records")
+    metrics = for_slice_manager(SUB, asm, lambda: now, interval=0.0)  # no time cache: every scrape asks
+    first = metrics.exposition()
+    for _ in range(3):
+        metrics.exposition()
+    assert len(reads) == 1 and b"slicex_leases_outstanding 0.0" in first
+    slivers = asm.allocate("urn:publicid:IDN+t.org+slice+s2", "urn:o", parse_request(request_rspec([vm("b")])),
+                           now + 10 * MIN, now)
+    asm.provision([s.urn for s in slivers], now + 60 * MIN, [], now)
+    assert b"slicex_leases_outstanding 1.0" in metrics.exposition() and len(reads) == 2
