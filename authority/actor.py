@@ -102,6 +102,10 @@ class SubstrateDriver(Protocol):
 class EmulatedAdapter:
     """The emulated driver (authority/substrate/emulated.py) behind the SubstrateDriver protocol."""
 
+    changes_on_its_own = False
+    """A sliver's state moves only by the timed transition its lease record holds (booting, stopping): nothing
+    a snapshot of the leases would miss between lease writes once those settle (operations/snapshot.py)."""
+
     def __init__(self, driver: Any):
         self.driver = driver
         self.description = driver.description

@@ -87,8 +87,9 @@ STATUS_SECONDS = 5.0
 """How often the authority asks its driver for a leased sliver's state (a host driver checks the host each
 time: namespaces, interfaces, sshd) while its snapshot is being built; a new lease is asked at once."""
 DRIVER_REFRESH_SECONDS = 60.0
-"""The authority's snapshot is built again at least this often when no lease changed: what its driver sees
-(a VM that stopped on its own) is written nowhere that a version would announce. Slivers in a state that moves
+"""The authority's snapshot is built again at least this often when no lease changed, for a driver of real
+hosts (`changes_on_its_own`, true unless the driver says otherwise): what it sees (a VM that stopped on its
+own) is written nowhere that a version would announce. Slivers in a state that moves
 on its own (MOVING) are asked about on every tick until they settle."""
 MOVING = frozenset({"geni_configuring", "geni_stopping", "geni_ready_busy", "geni_pending_allocation"})
 MAX_ITEMS = 2000
@@ -401,8 +402,10 @@ def publishers_for(store: Store, sm: PublishedSliceManager | None = None, broker
             state = authority_state(authority, now, cache)
             cache.keep({lease["id"] for lease in state["leases"]})
             return state
+        # a driver whose slivers change only by their records' timed transitions needs no refresh
+        refresh = DRIVER_REFRESH_SECONDS if getattr(authority.substrate, "changes_on_its_own", True) else None
         out.append(Publisher(store, f"authority:{authority.name}", "authority", build, heartbeat,
-                             token=authority.version, settled=settled_leases, refresh=DRIVER_REFRESH_SECONDS))
+                             token=authority.version, settled=settled_leases, refresh=refresh))
     return out
 
 

@@ -218,6 +218,9 @@ def test_the_authoritys_snapshot_is_built_when_its_leases_change_or_at_the_drive
 
     store, asm = embedded(tmp_path)
     now = ManualClock().now()
+    emulated = publishers_for(store, authority=asm.authority, heartbeat=5.0)[0]
+    assert emulated.refresh is None  # its slivers change only by their records' timed transitions
+    asm.authority.substrate.changes_on_its_own = True  # as a driver of real hosts says
     publisher = publishers_for(store, authority=asm.authority, heartbeat=5.0)[0]
     reads = counted(asm.authority, "leases")
     mono = [0.0]
