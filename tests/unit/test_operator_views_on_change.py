@@ -297,3 +297,25 @@ def test_a_metrics_scrape_reads_the_records_only_when_they_changed(tmp_path):
                            now + 10 * MIN, now)
     asm.provision([s.urn for s in slivers], now + 60 * MIN, [], now)
     assert b"slicex_leases_outstanding 1.0" in metrics.exposition() and len(reads) == 2
+
+
+def test_without_its_broker_in_process_the_slice_managers_snapshot_follows_the_claim_counters(tmp_path):
+    """An AM worker of the distributed deployment has no broker object: the units in use are watched through
+    the store's claim counters (no claim read), which change when the broker claims or releases units."""
+    store, asm = embedded(tmp_path)
+    now = ManualClock().now()
+    before = asm.usage_version()
+    assert asm.usage_version() == before
+    slivers = asm.allocate("urn:publicid:IDN+t.org+slice+s1", "urn:o", parse_request(request_rspec([vm("a")])),
+                           now + 10 * MIN, now)
+    taken = asm.usage_version()
+    assert taken != before
+    asm.delete([s.urn for s in slivers], now)
+    assert asm.usage_version() == before
+    publisher = publishers_for(store, asm, heartbeat=5.0)[0]
+    reads = counted(asm, "records")
+    mono = [0.0]
+    publisher.monotonic = lambda: mono[0]
+    assert publisher.publish(now)
+    mono[0] = 1
+    assert not publisher.publish(now) and len(reads) == 1
