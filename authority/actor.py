@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import replace
@@ -69,6 +70,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("slicex.authority")
 
 LEASES = "authority-leases"
+LEASE_VERSION = "authority-version"
 DELEGATED = "authority-delegations"
 """What each authority delegated to each broker (key "<authority>|<broker>", names of pools and label sets):
 the authority's own record, so a ticket is checked against what it gave, not what a broker says it has."""
@@ -103,6 +105,10 @@ class SubstrateDriver(Protocol):
 
 class EmulatedAdapter:
     """The emulated driver (authority/substrate/emulated.py) behind the SubstrateDriver protocol."""
+
+    changes_on_its_own = False
+    """A sliver's state moves only by the timed transition its lease record holds (booting, stopping): nothing
+    a snapshot of the leases would miss between lease writes once those settle (operations/snapshot.py)."""
 
     def __init__(self, driver: Any):
         self.driver = driver
@@ -309,6 +315,17 @@ class Authority:
     def _put(self, lease_id: str, doc: dict[str, Any]) -> None:
         """Store a lease filed in the time index under its end, in one write: the reaper finds it there."""
         self.store.put(LEASES, lease_id, doc, due=Lease.from_doc(doc["lease"]).end.timestamp())
+        self._changed()
+
+    def _changed(self) -> None:
+        """Replace the leases' version (in the store: every process of this authority sees it)."""
+        self.store.put(LEASE_VERSION, self.name, {"version": uuid.uuid4().hex})
+
+    def version(self) -> str:
+        """A token that changes whenever a lease is written or removed: the dashboard's snapshot of the
+        leases is built again only when it changed."""
+        doc = self.store.get(LEASE_VERSION, self.name) if self.store is not None else None
+        return str(doc["version"]) if doc else ""
 
     def migrate(self) -> int:
         """File the leases an authority of an older layout stored in the time index (once per store: then
@@ -380,6 +397,7 @@ class Authority:
         for k in keys:
             self.store.release(k, lease_id)
         self.store.delete(LEASES, lease_id)
+        self._changed()
 
     # ---- extend, modify, close ---------------------------------------------------------------------------------
     def extend_lease(self, lease: Lease | None, ticket: Ticket, now: datetime | None = None) -> Lease:

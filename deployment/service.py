@@ -338,10 +338,11 @@ def warm_caches() -> None:
 
 
 STORE_CHECK_SECONDS = 1.0
-LEDGER_SWEEP_SECONDS = 60.0
-"""How often the reaper ends the usage of slivers gone without its seeing them end (another worker's reaper,
-a failure): the ledger's reconcile reads every open usage record, so it runs on the ticks that ended slivers
-and at this pace otherwise, not on every tick."""
+LEDGER_SWEEP_SECONDS = 3600.0
+"""How often the reaper runs the ledger's full reconcile (every open usage record against every live sliver),
+besides at start: it ends the usage of slivers that failed inside a call. Every tick runs the ledger's
+`settle` instead, which reads only the usage of the slivers the tick ended and of those whose expiry passed
+(another worker's reaper ended them)."""
 
 
 def guarded(store: Store | None, cfg: SlicexConfig) -> Any:
@@ -520,6 +521,7 @@ class EmbeddedDeployment:
         self.publishers = publishers_for(self.store, self.sm, *((None, None) if broker_url
                                                                  else (self.broker, self.authority_actor)))
         self._ads = AdvertisementCache()
+        self._usage: tuple[frozenset[str], Usage] | None = None  # the broker's last units in use, counted
         self._advertised = advertised_images(self.cfg, self.substrate)
         # this deployment's own registry: /metrics on the dashboard's port (operations/metrics.py)
         self.metrics = metrics_for(self.substrate, self.sm, self.clock.now,
@@ -575,8 +577,15 @@ class EmbeddedDeployment:
     # ---- edges -------------------------------------------------------------------------------------------------
     def _advertise(self, available_only: bool, now: datetime, window: Any = None) -> str:
         # the broker's availability answer; over a future window (ListResources geni_start_time) for that term
-        cores, mem, taken, vlans = usage_counts(self.sm.in_use(now, window) if window else self.sm.in_use(now))
-        usage = Usage(cores=cores, memory_mb=mem, taken=taken, vlans=vlans)
+        units = self.sm.in_use(now, window) if window else self.sm.in_use(now)
+        known = self._usage
+        if known is not None and known[0] is units:  # the broker's state is unchanged: the same answer object
+            usage = known[1]
+        else:  # counted once per change of the broker's state, not per call (it grows with the units in use)
+            cores, mem, taken, vlans = usage_counts(units)
+            usage = Usage(cores=cores, memory_mb=mem, taken=taken, vlans=vlans)
+            if not window:
+                self._usage = (units, usage)
         return self._ads.get(self._advertised.substrate(), usage, now, available_only)
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
@@ -644,11 +653,12 @@ class EmbeddedDeployment:
                 gone = self.sm.reap(self.clock.now())
                 if gone:
                     log.info("reaped %d expired slivers", len(gone))
-                if gone or time.monotonic() - self._reconciled_at >= LEDGER_SWEEP_SECONDS:
-                    # usage of slivers gone ends: on the tick they ended, and at a slow sweep for the ones
-                    # another process ended (not every tick: it reads every open usage record)
+                if time.monotonic() - self._reconciled_at >= LEDGER_SWEEP_SECONDS:
+                    # the full sweep, at start and slowly: it reads every open usage record and live sliver
                     self._reconciled_at = time.monotonic()
                     self.ledger.reconcile(self.sm.records, self.clock.now())
+                else:  # usage of the slivers this tick ended, and of those expired (the time index)
+                    self.ledger.settle(gone, self.sm.holds, self.clock.now())
         except Exception:  # noqa: BLE001 - the reaper must keep running
             log.exception("reaper failed; will retry next tick")
         if self.store.fault is None:  # the dashboard's snapshots: when changed, else every few seconds

@@ -2,11 +2,14 @@
 
 The AM API endpoint (am/api.py) hands this its Allocate, Provision and Renew (to refuse what passes a limit
 before anything is taken) and tells it of Delete and Shutdown; the deployment's reaper (deployment/service.py) calls
-`reconcile` every tick, which ends the records of slivers that expired or failed. The pure parts are
+`settle` every tick, which ends the records of slivers that expired or that it ended, and `reconcile` (every
+open record against every live sliver) at start and at a slow pace, which also ends those of slivers that
+failed inside a call. The pure parts are
 operations/accounting.py (records, totals) and operations/quotas.py (limits, checks).
 
 Store tables: `usage` holds every record (open and closed), `usage-open` a copy of the open ones (what is held
-now: scanned on each Allocate under a limit and by the reaper). A check and the allocation it admits run under
+now: scanned on each Allocate under a limit), each filed in the time index under its expiry, so the reaper's
+`settle` reads only the records that expired and those of the slivers it ended. A check and the allocation it admits run under
 one store claim per user, per project and per federation peer limited (`quota-lock:<urn>`,
 `quota-lock:peer:<name>`), so two threads or AM workers cannot both admit requests that together pass a limit:
 each counts what is held only after the other's slivers and usage records are in the store."""
@@ -38,6 +41,8 @@ from slicex.urn import canonical_urn
 log = logging.getLogger("slicex.accounting")
 USAGE = "usage"
 OPEN = "usage-open"
+LAYOUT = "usage-layout"  # "open" → the layout version of `usage-open` (`reconcile` files older ones once)
+LAYOUT_VERSION = 2  # 2: every open record filed in the store's time index under its expiry
 LOCK = "quota-lock:"
 LOCK_WAIT = 30.0
 """Seconds an Allocate waits for another one of the same user or project being counted before it is Busy."""
@@ -65,8 +70,9 @@ class Ledger:
         return [UsageRecord.from_doc(d) for d in self.store.scan(OPEN)]
 
     def _open(self, rec: UsageRecord) -> None:
+        """Write an open record, filed in the time index under its expiry (`settle` finds it there)."""
         self.store.put(USAGE, rec.sliver_urn, rec.to_doc())
-        self.store.put(OPEN, rec.sliver_urn, rec.to_doc())
+        self.store.put(OPEN, rec.sliver_urn, rec.to_doc(), due=rec.expires.timestamp() if rec.expires else None)
 
     def _close(self, rec: UsageRecord, end: datetime, reason: str) -> UsageRecord:
         done = rec.closed(end, reason)
@@ -115,15 +121,37 @@ class Ledger:
         is open; the open records are read first, so a sliver allocated meanwhile is never taken for gone."""
         open_now = self.open_records()
         if not open_now:
+            self.store.put(LAYOUT, "open", {"version": LAYOUT_VERSION})
             return []
         live = live_slivers(records())
-        out = []
-        for rec in open_now:
-            if rec.sliver_urn not in live:
-                when = ended_at(rec, now)
-                out.append(self._close(rec, when, "expired" if rec.expires is not None and rec.expires <= now
-                                       else "ended"))
+        out = [self._gone(rec, now) for rec in open_now if rec.sliver_urn not in live]
+        layout = self.store.get(LAYOUT, "open")
+        if layout is None or int(layout.get("version", 0)) < LAYOUT_VERSION:  # once: file them in the time index
+            closed = {rec.sliver_urn for rec in out}
+            for rec in open_now:
+                if rec.sliver_urn not in closed:
+                    self.store.put(OPEN, rec.sliver_urn, rec.to_doc(),
+                                   due=rec.expires.timestamp() if rec.expires else None)
+            self.store.put(LAYOUT, "open", {"version": LAYOUT_VERSION})
         return out
+
+    def settle(self, gone: Iterable[str], held: Callable[[str], bool], now: datetime) -> list[UsageRecord]:
+        """End the usage of the slivers the reaper ended on this tick (`gone`) and of the open records whose
+        expiry has passed (the time index: slivers another process's reaper ended), each unless the slice
+        manager still holds it (`held`, one record read). Reads only those, so a tick costs what it ends,
+        however many records are open; `reconcile` is the full sweep."""
+        urns = dict.fromkeys([*gone, *(urn for urn, _at in self.store.due(OPEN, now.timestamp()))])
+        out = []
+        for urn in urns:
+            doc = self.store.get(OPEN, urn)
+            if doc is not None and not held(urn):
+                out.append(self._gone(UsageRecord.from_doc(doc), now))
+        return out
+
+    def _gone(self, rec: UsageRecord, now: datetime) -> UsageRecord:
+        """End the record of a sliver found gone: at its expiry when that has passed, else now."""
+        return self._close(rec, ended_at(rec, now), "expired" if rec.expires is not None and rec.expires <= now
+                           else "ended")
 
     # ---- service levels ------------------------------------------------------------------------------------
     def allocate(self, user: str, slice_urn: str, request: Request, now: datetime, end: datetime, asked_end: bool,

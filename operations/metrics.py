@@ -259,7 +259,28 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+def on_change(read: Callable[[], StateSample], token: Callable[[], Any]) -> Callable[[], StateSample]:
+    """`read`, again only when `token` (the slice manager's version and the units in use) changed since the
+    last sample, or that sample has pending operations (their ages move): a scrape of an unchanged aggregate
+    reads no record."""
+    last: list[tuple[Any, StateSample]] = []
+
+    def sample() -> StateSample:
+        now_token = token()
+        if last and last[0][0] == now_token and not last[0][1].pending_ages:
+            return last[0][1]
+        taken = read()
+        last[:] = [(now_token, taken)]
+        return taken
+    return sample
+
+
 def for_slice_manager(substrate: Substrate, sm: StateSource, now: Callable[[], datetime],
                       interval: float = 5.0) -> Metrics:
-    """Metrics over a slice manager's records and the store's claims (no actor calls, no slice manager lock)."""
-    return Metrics(substrate, lambda: sample_of(sm.records(), sm.usage_keys(), now()), interval)
+    """Metrics over a slice manager's records and the store's claims (no actor calls, no slice manager lock),
+    read when a scrape asks, and only when they changed (its `version` and `usage_version`, when it has them)."""
+    def read() -> StateSample:
+        return sample_of(sm.records(), sm.usage_keys(), now())
+    if hasattr(sm, "version") and hasattr(sm, "usage_version"):
+        return Metrics(substrate, on_change(read, lambda: (sm.version(), sm.usage_version())), interval)
+    return Metrics(substrate, read, interval)

@@ -47,6 +47,10 @@ class PublishedSliceManager(Protocol):
 
     def is_shut_down(self, slice_urn: str) -> bool: ...
 
+    def version(self) -> str: ...
+
+    def usage_version(self) -> str: ...
+
 
 class PublishedBroker(BrokerApi, Protocol):
     """An in-process broker as its snapshot reads it: its messages plus what only its own process sees."""
@@ -67,7 +71,12 @@ class PublishedAuthority(AuthorityApi, Protocol):
 
     def leases(self) -> list[Lease]: ...
 
+    def version(self) -> str: ...
+
 SNAPSHOTS = "snapshots"
+BEAT = "#heartbeat"
+"""Key suffix of an actor's heartbeat document (`{"heartbeat_of", "published_at"}`), written when its state is
+unchanged: `read_snapshots` gives each snapshot the later of its own time and its heartbeat's."""
 VERSION = 1
 HEARTBEAT_SECONDS = 5.0
 """A snapshot is published at least this often even when nothing changed: its time is the actor's heartbeat."""
@@ -76,7 +85,13 @@ HISTORY_POINTS = 240
 HISTORY_STEP_SECONDS = 15.0
 STATUS_SECONDS = 5.0
 """How often the authority asks its driver for a leased sliver's state (a host driver checks the host each
-time: namespaces, interfaces, sshd); a new lease is asked at once."""
+time: namespaces, interfaces, sshd) while its snapshot is being built; a new lease is asked at once."""
+DRIVER_REFRESH_SECONDS = 60.0
+"""The authority's snapshot is built again at least this often when no lease changed, for a driver of real
+hosts (`changes_on_its_own`, true unless the driver says otherwise): what it sees (a VM that stopped on its
+own) is written nowhere that a version would announce. Slivers in a state that moves
+on its own (MOVING) are asked about on every tick until they settle."""
+MOVING = frozenset({"geni_configuring", "geni_stopping", "geni_ready_busy", "geni_pending_allocation"})
 MAX_ITEMS = 2000
 """Tickets or leases listed per snapshot at most (the newest by end); counts are always complete."""
 
@@ -278,6 +293,11 @@ def authority_state(authority: PublishedAuthority, now: datetime, status: Callab
     return {"leases": leases, "driver": str(getattr(authority.substrate, "description", "") or "")}
 
 
+def settled_leases(state: Mapping[str, Any]) -> bool:
+    """Whether no leased sliver of an authority's state is in a state that moves on its own (booting)."""
+    return not any(lease["operational_state"] in MOVING for lease in state["leases"])
+
+
 # ---- publishing ---------------------------------------------------------------------------------------------------
 class Publisher:
     """Publishes one actor's snapshot: on a tick when its state changed, and at least every `heartbeat` seconds
@@ -285,10 +305,14 @@ class Publisher:
 
     def __init__(self, store: Store, name: str, role: str, build: Callable[[datetime], dict[str, Any]],
                  heartbeat: float = HEARTBEAT_SECONDS, history_step: float = HISTORY_STEP_SECONDS,
-                 monotonic: Callable[[], float] = time.monotonic, token: Callable[[], Any] | None = None):
-        """`token`: a cheap answer that changes whenever the state `build` reads changes (the broker's
-        version); while it is unchanged the state is not built again, and a heartbeat republishes the last
-        state."""
+                 monotonic: Callable[[], float] = time.monotonic, token: Callable[[], Any] | None = None,
+                 settled: Callable[[dict[str, Any]], bool] | None = None, refresh: float | None = None):
+        """`token`: a cheap answer that changes whenever the state `build` reads changes (the broker's,
+        the slice manager's or the authority's version); while it is unchanged the state is not built again,
+        and a heartbeat republishes the last state. Two exceptions: a state `settled` says moves with time on
+        its own (ages of pending operations, slivers booting) is built again on every tick until it is
+        settled, and with `refresh` it is built again at least that often (what a driver sees, which no
+        write to the store announces)."""
         self.store = scoped(store, Actor.OPERATIONS)
         self.name = name
         self.role = role
@@ -303,19 +327,23 @@ class Publisher:
         self.token = token
         self._token: Any = None  # the token the last published state was built at
         self._last: dict[str, Any] | None = None  # the last document published
+        self.settled = settled
+        self.refresh = refresh
+        self._built = float("-inf")  # when the state was last built (monotonic)
 
     def publish(self, now: datetime) -> bool:
         """Build the state and write it if it changed or the heartbeat is due; True if written. Errors
         propagate (the caller's tick logs them and tries again)."""
         token = self.token() if self.token is not None else None
-        if token is not None and token == self._token and self._last is not None:
+        if token is not None and token == self._token and self._last is not None and self._still(self._last):
             if self.monotonic() - self._published < self.heartbeat:
                 return False  # unchanged: nothing built, nothing written
-            self._last = {**self._last, "published_at": rfc3339(now)}
-            self.store.put(SNAPSHOTS, self.name, self._last)
+            # the heartbeat alone, a small document beside the state: the state is not encoded again
+            self.store.put(SNAPSHOTS, self.name + BEAT, {"heartbeat_of": self.name, "published_at": rfc3339(now)})
             self._published = self.monotonic()
             return True
         state = self.build(now)
+        self._built = self.monotonic()
         point = state.pop("point", None)
         digest = hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()
         mono = self.monotonic()
@@ -341,6 +369,12 @@ class Publisher:
         self._token, self._last = token, doc
         return True
 
+    def _still(self, last: dict[str, Any]) -> bool:
+        """Whether the last state stands while the token is unchanged: it is settled, and not due a refresh."""
+        if self.refresh is not None and self.monotonic() - self._built >= self.refresh:
+            return False
+        return self.settled is None or self.settled(last["state"])
+
     def tick(self, now: datetime) -> None:
         """publish() for a periodic loop: a failure is a log line, the next tick tries again."""
         try:
@@ -354,8 +388,10 @@ def publishers_for(store: Store, sm: PublishedSliceManager | None = None, broker
                    heartbeat: float = HEARTBEAT_SECONDS) -> list[Publisher]:
     """Publishers for the actors this process runs (pass only in-process actors, never remote proxies)."""
     out = []
-    if sm is not None:  # rebuilt every tick (its state has no version yet: `token=` takes one when it has)
-        out.append(Publisher(store, sm.name, "slice-manager", lambda now: slice_manager_state(sm, now), heartbeat))
+    if sm is not None:  # built when its records or the units in use change (the broker's version when in process)
+        usage = broker.version if broker is not None else sm.usage_version
+        out.append(Publisher(store, sm.name, "slice-manager", lambda now: slice_manager_state(sm, now), heartbeat,
+                             token=lambda: (sm.version(), usage()), settled=lambda state: not state["pending"]))
     if broker is not None:
         out.append(Publisher(store, f"broker:{broker.name}", "broker", lambda now: broker_state(broker, now),
                              heartbeat, token=broker.version))
@@ -366,11 +402,24 @@ def publishers_for(store: Store, sm: PublishedSliceManager | None = None, broker
             state = authority_state(authority, now, cache)
             cache.keep({lease["id"] for lease in state["leases"]})
             return state
-        out.append(Publisher(store, f"authority:{authority.name}", "authority", build, heartbeat))
+        # a driver whose slivers change only by their records' timed transitions needs no refresh
+        refresh = DRIVER_REFRESH_SECONDS if getattr(authority.substrate, "changes_on_its_own", True) else None
+        out.append(Publisher(store, f"authority:{authority.name}", "authority", build, heartbeat,
+                             token=authority.version, settled=settled_leases, refresh=refresh))
     return out
 
 
 def read_snapshots(store: Store) -> list[dict[str, Any]]:
-    """Every published snapshot of this store (the dashboard's only input), newest first."""
-    docs = [d for d in scoped(store, Actor.OPERATIONS).scan(SNAPSHOTS) if d.get("version") == VERSION]
+    """Every published snapshot of this store (the dashboard's only input), newest first; each published at
+the later of its own time and its last heartbeat's."""
+    found = scoped(store, Actor.OPERATIONS).scan(SNAPSHOTS)
+    beats = {d["heartbeat_of"]: parse_time(d["published_at"]) for d in found if "heartbeat_of" in d}
+    docs = []
+    for d in found:
+        if d.get("version") != VERSION:
+            continue
+        beat = beats.get(d.get("name", ""))
+        if beat is not None and beat > parse_time(d["published_at"]):
+            d = {**d, "published_at": rfc3339(beat)}
+        docs.append(d)
     return sorted(docs, key=lambda d: parse_time(d["published_at"]), reverse=True)

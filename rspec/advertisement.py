@@ -379,10 +379,21 @@ class AdvertisementCache:
         self.ttl = ttl
         self.hits = 0
         self.misses = 0
+        self._keyed: tuple[Usage, tuple] | None = None  # the last usage object and its key
 
     def get(self, substrate: Substrate, usage: Usage, now: datetime, available_only: bool = False,
             *, am_url: str | None = None) -> str:
-        key = (usage.key(), available_only, am_url)
+        """The advertisement for `usage`; a caller that passes the same Usage object again while nothing
+        changed (the deployment keeps one per broker answer) skips computing its key (sorting every host)."""
+        with self._lock:
+            keyed = self._keyed
+        if keyed is not None and keyed[0] is usage:
+            usage_key = keyed[1]
+        else:
+            usage_key = usage.key()
+            with self._lock:
+                self._keyed = (usage, usage_key)
+        key = (usage_key, available_only, am_url)
         with self._lock:
             if self._substrate is substrate:
                 hit = self._entries.get(key)

@@ -25,6 +25,7 @@ module holds the AM-facing operations; deployment/actors.py builds the actors.""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import random
@@ -608,6 +609,7 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
         """Operator stop: provisioned slivers are stopped where they can be and shown as shut down."""
         with self._on_slices([slice_urn]):
             self.store.put(SLICES, slice_urn, {"slice_urn": slice_urn, "shutdown": True, "at": rfc3339(now)})
+            self._changed()  # the dashboard shows the slice shut down
             ids = [rec.id for rec in self.records(slice_urn)]
             with self._holding(ids, now, strict=False) as mine:
                 self._shutdown([rec for rid in mine if (rec := self._load(rid)) is not None], now)
@@ -645,6 +647,12 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
             self.store.delete(ENDED, slice_urn)
             return None
         return doc["reason"]
+
+    def usage_version(self) -> str:
+        """A digest of how many units of each pool are claimed (the store's counters, not the claims): it
+        changes with the units in use, for a snapshot whose broker runs in another process."""
+        counts = sorted((c, n) for c, n in self.store.claim_counts().items() if c.partition(":")[0] in UNIT_KINDS)
+        return hashlib.sha256(repr(counts).encode()).hexdigest()
 
     def usage_keys(self) -> set[str]:
         """Every unit claimed in the store (the broker's claims, which the dashboard and metrics read)."""

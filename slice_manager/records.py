@@ -6,6 +6,7 @@ authority keep their own."""
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,6 +29,7 @@ SLIVERS_OF = "sm-slice-slivers"  # "<slice>#<sliver>" → the sliver: one slice'
 ENDED = "sm-ended"  # slice → why its last slivers ended on their own (expiry, failure): for a clear Status
 ENDED_KEPT = timedelta(days=1)
 UPDATES = "sm-updates"  # slice → its pending Update (slice_manager/update.py PendingUpdate)
+VERSION = "sm-version"  # "records" → a token replaced on every write to the records (`Records.version`)
 LAYOUT = "sm-layout"  # "records" → the layout version of the slice manager's records (`migrate`)
 LAYOUT_VERSION = 2  # 2: every record filed in the store's time index under `due_at`
 AT_ONCE = 0.0
@@ -170,12 +172,24 @@ class Records:
                 self.store.delete(RESERVATIONS, rec.id)
                 self.store.delete(SLIVERS_OF, _index_key(rec.slice_urn, rec.id))
                 rec.removed, rec.indexed = True, False
+                self._changed()
         else:
             rec.removed = False
             if not rec.indexed:  # written before the record: a stored record is always found by its slice
                 self._index(rec.slice_urn, rec.id)
                 rec.indexed = True
             self.store.put(RESERVATIONS, rec.id, rec.to_doc(), due=due_at(rec))
+            self._changed()
+
+    def _changed(self) -> None:
+        """Replace the records' version after a write (in the store, so every AM worker's publisher sees a
+        change any of them made): the dashboard's snapshot is built again only when it changed."""
+        self.store.put(VERSION, "records", {"version": uuid.uuid4().hex})
+
+    def version(self) -> str:
+        """The token `_changed` last wrote ("" before any write)."""
+        doc = self.store.get(VERSION, "records")
+        return str(doc["version"]) if doc else ""
 
     def _index(self, slice_urn: str, rid: str) -> None:
         self.store.put(SLIVERS_OF, _index_key(slice_urn, rid), {"slice_urn": slice_urn, "id": rid})
@@ -210,6 +224,12 @@ class Records:
         log.info("slice manager records on layout %d: %d of %d filed in the time index", LAYOUT_VERSION, filed,
                  len(rids))
         return filed
+
+    def holds(self, rid: str) -> bool:
+        """Whether the slice manager still holds this sliver (its record neither ended, failed nor being
+        discarded): one read, for the ledger's `settle`."""
+        rec = self._load(rid)
+        return rec is not None and rec.r.state not in (rs.CLOSE_WAIT, rs.CLOSED, rs.FAILED) and not rec.discard
 
     def due_records(self, now: datetime, limit: int | None = None) -> list[Record]:
         """The records the clock has work on at `now`, earliest first, read through the time index (an entry

@@ -59,6 +59,8 @@ OWNERSHIP: tuple[Holding, ...] = (
     Holding("sm-instances", Actor.SLICE_MANAGER, "heartbeats of the slice managers sharing the store"),
     Holding("sm-ended", Actor.SLICE_MANAGER, "why a slice's slivers ended (geni_error after they are gone)"),
     Holding("sm-updates", Actor.SLICE_MANAGER, "a slice's pending Update (staged, committing or reverting)"),
+    Holding("sm-version", Actor.SLICE_MANAGER, "a token replaced on every write to its records (the dashboard's "
+            "snapshot is built again only when it changes)"),
     Holding("sm-layout", Actor.SLICE_MANAGER, "the layout version of its records (migrated once at start)"),
     Holding("sm-lock", Actor.SLICE_MANAGER, "reservation → the slice manager working on it", claims=True),
     # ---- broker
@@ -75,6 +77,8 @@ OWNERSHIP: tuple[Holding, ...] = (
     # ---- authority
     Holding("authority-leases", Actor.AUTHORITY, "leases with the driver's record and the sliver spec, each "
             "filed in the time index under its end (the reaper reads only expired ones)"),
+    Holding("authority-version", Actor.AUTHORITY, "per authority: a token replaced whenever a lease is written "
+            "or removed (the dashboard's snapshot is built again only when it changes)"),
     Holding("authority-layout", Actor.AUTHORITY, "the layout version of its lease table (migrated once at "
             "start)"),
     Holding("authority-delegations", Actor.AUTHORITY, "per authority and broker: what it delegated (tickets "
@@ -101,7 +105,10 @@ OWNERSHIP: tuple[Holding, ...] = (
     Holding("fpga_maintenance", Actor.FPGA, "boards in maintenance"),
     # ---- operations
     Holding("usage", Actor.OPERATIONS, "usage records (accounting)"),
-    Holding("usage-open", Actor.OPERATIONS, "usage records of slivers still held (quotas)"),
+    Holding("usage-open", Actor.OPERATIONS, "usage records of slivers still held (quotas), each filed in the "
+            "time index under its expiry"),
+    Holding("usage-layout", Actor.OPERATIONS, "the layout version of the open usage records (filed in the "
+            "time index under their expiry once, at start)"),
     Holding("snapshots", Actor.OPERATIONS, "the dashboard's latest snapshot per publisher"),
     Holding("quota-lock", Actor.OPERATIONS, "user or project → the Allocate being counted against its "
             "limits", claims=True),

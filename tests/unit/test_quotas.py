@@ -217,3 +217,84 @@ def test_an_update_is_charged_for_new_nodes_and_links_and_a_replaced_links_large
     with pytest.raises(Forbidden, match="may hold 10000 kbps of bandwidth .holds 1000, asked 899500"):
         check_amounts(ALICE, None, policy_from_config({"users": {"default": {"bandwidth_kbps": 10000}}}),
                       Amounts(vlans=1, bandwidth_kbps=1000), Amounts(), update_amounts(SUB, desired, named))
+
+
+class CountingStore:
+    """A store that counts reads per (method, table) and forwards everything."""
+
+    def __init__(self, store):
+        self._store, self.reads = store, {}
+
+    def _count(self, method, table):
+        self.reads[(method, table)] = self.reads.get((method, table), 0) + 1
+
+    def get(self, table, key):
+        self._count("get", table)
+        return self._store.get(table, key)
+
+    def scan(self, table, prefix=""):
+        self._count("scan", table)
+        return self._store.scan(table, prefix)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def test_settle_reads_only_the_usage_of_slivers_ended_or_expired(world):
+    """The reaper's per-tick `settle` reads the usage of the slivers it ended and of those the time index says
+    expired, never every open record: one Delete among eight slices reads one open record."""
+    store, clock, asm = world
+    ledger = Ledger(store, SUB)
+    now = clock.now()
+    slices = [allocate(ledger, asm, ALICE, f"urn:publicid:IDN+t.org:proj1+slice+s{i}", request_rspec([vm("a")]),
+                       now, minutes=10 + i) for i in range(8)]
+    counting = CountingStore(store)
+    ledger.store = counting
+    gone = asm.delete([slices[0][0].urn], now)
+    assert ledger.settle([s.urn for s in gone], asm.holds, now)[0].sliver_urn == slices[0][0].urn
+    assert counting.reads == {("get", OPEN): 1}
+    assert ledger.settle([], asm.holds, now) == [] and counting.reads == {("get", OPEN): 1}  # nothing due: no read
+
+    clock.advance(12 * MIN + timedelta(seconds=30))  # s1 and s2 expired; nobody told the ledger
+    asm.reap(clock.now())
+    counting.reads.clear()
+    ended = ledger.settle([], asm.holds, clock.now())
+    assert sorted((r.slice_urn[-2:], r.end, r.end_reason) for r in ended) == [
+        ("s1", now + 11 * MIN, "expired"), ("s2", now + 12 * MIN, "expired")]
+    assert counting.reads == {("get", OPEN): 2}
+    assert len(ledger.open_records()) == 5
+
+
+def test_settle_keeps_a_sliver_still_held_and_agrees_with_reconcile(world):
+    store, clock, asm = world
+    ledger = Ledger(store, SUB)
+    now = clock.now()
+    kept = allocate(ledger, asm, ALICE, SLICE, request_rspec([vm("a")]), now)
+    other = allocate(ledger, asm, BOB, "urn:publicid:IDN+t.org+slice+s2", request_rspec([vm("b")]), now)
+    asm.provision([s.urn for s in kept], now + 60 * MIN, [], now)  # held past its usage record's expiry
+    clock.advance(11 * MIN)
+    gone = asm.reap(clock.now())
+    assert {s.urn for s in other} <= set(gone) | {r.sliver_urn for r in ledger.open_records()}
+    ended = ledger.settle(gone, asm.holds, clock.now())
+    assert {r.sliver_urn for r in ended} == {s.urn for s in other}
+    assert ledger.reconcile(asm.records, clock.now()) == []  # the full sweep finds nothing more
+    assert {r.sliver_urn for r in ledger.open_records()} == {s.urn for s in kept}
+
+
+def test_reconcile_files_open_records_of_an_older_layout_in_the_time_index_once(world):
+    """Open usage records written before the time index (no `due`) are filed by the first full reconcile, so
+    `settle` finds them when they expire."""
+    from operations.ledger import LAYOUT
+
+    store, clock, asm = world
+    ledger = Ledger(store, SUB)
+    now = clock.now()
+    slivers = allocate(ledger, asm, ALICE, SLICE, request_rspec([vm("a")]), now)
+    doc = store.get(OPEN, slivers[0].urn)
+    store.put(OPEN, slivers[0].urn, doc)  # as an older version wrote it: not in the time index
+    assert store.due(OPEN, (now + 20 * MIN).timestamp()) == []
+    assert ledger.reconcile(asm.records, now) == [] and store.get(LAYOUT, "open")["version"] == 2
+    assert [k for k, _ in store.due(OPEN, (now + 20 * MIN).timestamp())] == [slivers[0].urn]
+    clock.advance(11 * MIN)
+    asm.reap(clock.now())
+    assert [r.end_reason for r in ledger.settle([], asm.holds, clock.now())] == ["expired"]

@@ -188,6 +188,27 @@ def test_cache_reuses_documents_until_usage_or_substrate_changes():
     assert cache.hits >= 3 and cache.misses >= 6
 
 
+def test_the_same_usage_object_again_is_not_keyed_again():
+    """The deployment passes the one Usage it counted per broker answer: its key (every host sorted) is computed
+    once, and an equal usage in a new object still finds the same document."""
+    keyed: list[int] = []
+
+    class Counted(Usage):
+        def key(self) -> tuple:
+            keyed.append(1)
+            return super().key()
+
+    sub = default_substrate("t.org")
+    cache = AdvertisementCache()
+    usage = Counted(cores={sub.hosts[0].component_id: 1})
+    first = cache.get(sub, usage, NOW)
+    for k in range(1, 5):
+        assert cache.get(sub, usage, NOW + timedelta(seconds=k)) is first
+    assert len(keyed) == 1
+    again = Counted(cores={sub.hosts[0].component_id: 1})
+    assert cache.get(sub, again, NOW) is first and len(keyed) == 2
+
+
 def test_an_empty_vlan_usage_entry_does_not_change_the_key():
     assert Usage(vlans={"x": frozenset()}).key() == Usage().key()
 
