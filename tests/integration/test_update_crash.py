@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -78,6 +80,18 @@ def run(store, boundary: str, cancel: bool) -> None:
 CASES = [(b, False) for b in COMMIT] + [(b, True) for b in CANCEL]
 
 
+@contextmanager
+def redis_store(name: str) -> Iterator[object]:
+    """A store on the real Redis under a prefix of its own, flushed afterwards."""
+    from slicex.store.redis_store import RedisStore
+
+    store = RedisStore(REDIS_URL, prefix=f"{name}-{uuid.uuid4().hex[:8]}")
+    try:
+        yield store
+    finally:
+        store.flush()
+
+
 @pytest.mark.parametrize("boundary,cancel", CASES)
 def test_a_crash_during_an_update_completes_or_reverts(tmp_path, boundary, cancel):
     run(SqliteStore(str(tmp_path / "s.db")), boundary, cancel)
@@ -85,13 +99,8 @@ def test_a_crash_during_an_update_completes_or_reverts(tmp_path, boundary, cance
 
 @pytest.mark.parametrize("boundary,cancel", CASES)
 def test_a_crash_during_an_update_completes_or_reverts_on_real_redis(boundary, cancel):
-    from slicex.store.redis_store import RedisStore
-
-    store = RedisStore(REDIS_URL, prefix=f"upd-crash-{uuid.uuid4().hex[:8]}")
-    try:
+    with redis_store("upd-crash") as store:
         run(store, boundary, cancel)
-    finally:
-        store.flush()
 
 
 def provisioned_pair(store) -> tuple[World, ManualClock, list]:
@@ -227,10 +236,5 @@ def test_a_crash_during_an_update_leaves_the_ledger_whole(tmp_path, boundary, ca
 
 @pytest.mark.parametrize("boundary,cancel", [(b, False) for b in LEDGER_COMMIT] + [(b, True) for b in CANCEL])
 def test_a_crash_during_an_update_leaves_the_ledger_whole_on_real_redis(boundary, cancel):
-    from slicex.store.redis_store import RedisStore
-
-    store = RedisStore(REDIS_URL, prefix=f"upd-ledger-{uuid.uuid4().hex[:8]}")
-    try:
+    with redis_store("upd-ledger") as store:
         run_with_ledger(store, boundary, cancel)
-    finally:
-        store.flush()
