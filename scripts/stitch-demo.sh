@@ -13,6 +13,9 @@
 #   direct      (default) every cable 100-110: one tag end to end
 #   translated  sx1-sx2 100-110, sx2-sx3 200-210 with sx2's port toward sx3 translating: no tag is common
 #   qinq        the edges' ports carry 100-110 and push/pop an S-tag of 3000-3009; sx2 carries only 3000-3010
+#
+# STITCH_REDIS=redis://HOST:PORT/N (environment) runs each aggregate distributed (`slicex up --distributed`),
+# sx1, sx2, sx3 on databases N, N+1, N+2 of that Redis; unset, each is embedded (SQLite in its home).
 set -euo pipefail
 
 cmd=${1:?usage: stitch-demo.sh up|down OUT [PORT_BASE]}
@@ -27,6 +30,8 @@ if [ "$cmd" = down ]; then
   exit 0
 fi
 [ "$cmd" = up ] || { echo "usage: stitch-demo.sh up|down OUT [PORT_BASE]" >&2; exit 2; }
+case "${STITCH_REDIS:-redis://h/0}" in redis://*/[0-9]|redis://*/[0-9][0-9]) ;;
+  *) echo "STITCH_REDIS must be redis://HOST:PORT/N, not ${STITCH_REDIS}" >&2; exit 2 ;; esac
 case "$OUT/" in "$REPO"/*) echo "OUT must be outside the repository" >&2; exit 2;; esac
 
 # 31 consecutive free ports (tested by binding), from PORT_BASE or searched upward from 20000
@@ -88,6 +93,9 @@ for i in 1 2 3; do
   } > "$OUT/sx$i-substrate.yaml"
   sed -i -e "s|^substrate:.*|substrate: $OUT/sx$i-substrate.yaml|" -e 's/^dashboard_port:.*/dashboard_port: null/' \
     "$home/slicex.yaml"
+  if [ -n "${STITCH_REDIS:-}" ]; then
+    sed -i "s|^store:.*|store: ${STITCH_REDIS%/*}/$(( ${STITCH_REDIS##*/} + i - 1 ))|" "$home/slicex.yaml"
+  fi
   # alice at sx1 is the experimenter; `up --detach` checks that an aggregate answers with a user of its own
   user=$([ "$i" = 1 ] && echo alice || echo operator)
   [ -f "$home/$user-cert.pem" ] || SLICEX_HOME=$home "$SLICEX" user add "$user" >/dev/null
@@ -101,7 +109,8 @@ done; done
   for i in 1 2 3; do echo "  - {substrate: sx$i-substrate.yaml, url: \"https://127.0.0.1:$(port "$i" 1)/\"}"; done
 } > "$OUT/topology.yaml"
 
-for i in 1 2 3; do SLICEX_HOME=$OUT/sx$i "$SLICEX" up --detach >"$OUT/sx$i-up.log" 2>&1 || { cat "$OUT/sx$i-up.log"; exit 1; }; done
+UP_ARGS=(--detach); [ -z "${STITCH_REDIS:-}" ] || UP_ARGS+=(--distributed)
+for i in 1 2 3; do SLICEX_HOME=$OUT/sx$i "$SLICEX" up "${UP_ARGS[@]}" >"$OUT/sx$i-up.log" 2>&1 || { cat "$OUT/sx$i-up.log"; exit 1; }; done
 SCS_PORT=$(port 4 0)
 nohup "$SLICEX" scs --topology "$OUT/topology.yaml" --port "$SCS_PORT" >"$OUT/scs.log" 2>&1 &
 echo $! > "$OUT/scs.pid"
