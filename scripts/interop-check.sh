@@ -2,7 +2,7 @@
 # Run the interop checks of docs/interop.md against fresh slicex deployments and print a table of the results.
 #
 # Usage: scripts/interop-check.sh GENI_TOOLS_TREE [--redis redis://HOST:PORT/N] [--deployments embedded,distributed]
-#          [--checks accept,loop,stitch,federation] [--port-base P] [--cycles N] [--out DIR] [--parallel]
+#          [--checks accept,loop,stitch,federation] [--port-base P] [--cycles N] [--out DIR] [--sequential]
 #
 # GENI_TOOLS_TREE: a work tree of GENI-NSF/geni-tools (outside this checkout). Its Python 2 environment is
 # PY2 (environment; default <parent of the tree>/py2/bin/python, which scripts/setup-interop.sh makes: it is
@@ -21,7 +21,8 @@
 #   --port-base P      embedded uses ports P..P+79, distributed P+100..P+179 (default 27000)
 #   --cycles N         omni loop cycles (default 10)
 #   --out DIR          logs, homes and omni's files (default a new temporary directory); outside this checkout
-#   --parallel         run the two deployments at once (wall time about that of one)
+#   --sequential       one deployment after the other (by default both run at once: their ports, homes and
+#                      Redis databases are apart, and the wall time is about that of one, ~25 minutes)
 # Prints a table (check x deployment: passed/failed, seconds); exits 1 when any check failed, 2 on bad usage.
 set -uo pipefail
 
@@ -39,7 +40,7 @@ CHECKS=accept,loop,stitch,federation
 PORT_BASE=27000
 CYCLES=10
 OUT=
-PARALLEL=
+PARALLEL=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --redis) REDIS=${2:?}; shift 2 ;;
@@ -48,7 +49,7 @@ while [ $# -gt 0 ]; do
     --port-base) PORT_BASE=${2:?}; shift 2 ;;
     --cycles) CYCLES=${2:?}; shift 2 ;;
     --out) OUT=${2:?}; shift 2 ;;
-    --parallel) PARALLEL=1; shift ;;
+    --sequential) PARALLEL=; shift ;;
     -h|--help) usage 0 ;;
     *) die "unknown argument $1 (--help)" ;;
   esac
