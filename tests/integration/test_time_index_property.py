@@ -315,3 +315,73 @@ TestIndexesEqualTheirRecomputationOnSqlite = OnSqlite.TestCase
 TestIndexesEqualTheirRecomputationOnSqlite.settings = PROPERTY
 TestIndexesEqualTheirRecomputationOnRedis = OnRedis.TestCase
 TestIndexesEqualTheirRecomputationOnRedis.settings = PROPERTY
+
+
+def corruptions(store: Any, w: World) -> list[tuple[str, Any]]:
+    """Ways an index or counter can go wrong, each with the name `mismatch` must give it: the recomputation
+    is checked to fail (a check that cannot fail proves nothing)."""
+    rec = w.sm.records()[0]
+    lease = store.scan(LEASES)[0]
+    redis = getattr(store, "_r", None)
+    pool = next(c for c in store.claim_counts() if c.startswith("core:"))
+    out: list[tuple[str, Any]] = [
+        ("records' time index", lambda: store.put(RESERVATIONS, rec.id, rec.to_doc(), due=1.0)),
+        ("leases' time index", lambda: store.put(LEASES, lease["lease"]["id"], lease)),
+        ("open usage records", lambda: store.delete(OPEN, rec.id)),
+        ("records' slice index", lambda: store.delete(SLIVERS_OF, f"{rec.slice_urn}#{rec.id}")),
+        ("lease claims", lambda: store.release(f"leased:{lease['lease']['units'][0]}", lease["lease"]["id"])),
+        ("broker calendar against its stored tickets", lambda: w.broker.calendar.release(rec.ticket.id)),
+        ("calendar's interval index", lambda: w.broker.calendar._ends.pop()),
+        ("broker's copy of the unit claims", lambda: w.broker._copy._remove(rec.ticket.units[0])),
+    ]
+    if redis is not None:
+        out += [("claim counters", lambda: redis.hincrby(store._counts(), pool, 1)),
+                ("Redis key index of sm-reservations", lambda: redis.zrem(store._k(RESERVATIONS), rec.id)),
+                ("Redis owner sets", lambda: redis.srem(store._o(rec.group), store._c(rec.ticket.units[0])))]
+    else:
+        out += [("claim counters", lambda: store._run(lambda db: db.execute(
+            "UPDATE claim_counts SET n = n + 1 WHERE counter = ?", (pool,))))]
+    return out
+
+
+def check_corruptions(open_store) -> None:
+    store, w = fresh(open_store())
+    names = [name for name, _corrupt in corruptions(store, w)]
+    close(store)
+    for name in names:
+        store, w = fresh(open_store())
+        try:
+            assert mismatch(store, w.broker, exact=True) is None
+            dict(corruptions(store, w))[name]()
+            found = mismatch(store, w.broker, exact=True)
+            assert found is not None and found.startswith(name), (name, found)
+        finally:
+            close(store)
+
+
+def fresh(store: Any) -> tuple[Any, World]:
+    """A provisioned slice of two linked nodes, its usage recorded."""
+    w = World(store)
+    now = w.clock.now()
+    request = parse_request(request_rspec([vm("a", ifaces=["a:if0"]), vm("b", ifaces=["b:if0"])],
+                                          [{"client_id": "l", "ifaces": ["a:if0", "b:if0"]}]))
+    slivers = w.ledger.allocate(OWNER, SLICES[0], request, now, now + 10 * MIN, True,
+                                lambda e: w.sm.allocate(SLICES[0], OWNER, request, e, now))
+    w.ledger.extended(w.sm.provision([s.urn for s in slivers], now + 60 * MIN, [], now))
+    return store, w
+
+
+def close(store: Any) -> None:
+    if hasattr(store, "flush"):
+        store.flush()
+    store.close()
+
+
+def test_every_corruption_of_an_index_or_counter_is_named_on_sqlite():
+    check_corruptions(lambda: SqliteStore(":memory:"))
+
+
+def test_every_corruption_of_an_index_or_counter_is_named_on_redis():
+    from slicex.store.redis_store import RedisStore
+
+    check_corruptions(lambda: RedisStore(REDIS_URL, prefix=f"prop-{uuid.uuid4().hex[:8]}"))
