@@ -216,11 +216,11 @@ class Lifecycle(RuleBasedStateMachine):
             for c, n in nodes.items():
                 if dropped & set(n.get("ifaces", [])):
                     nodes[c] = {**n, "ifaces": [i for i in n["ifaces"] if i not in dropped]}
-        request = parse_request(request_rspec(list(nodes.values()), list(links.values())))
         now = self.w.clock.now()
         end = now + minutes * MIN
 
-        def update() -> list[Any]:
+        def update() -> list[Any]:  # a desired RSpec that contradicts itself is refused (BADARGS) as the AM does
+            request = parse_request(request_rspec(list(nodes.values()), list(links.values())))
             return self.w.ledger.update(OWNER, slice_urn, request, live, now, end,
                                         lambda: self.w.sm.update(slice_urn, [], request, end, end, now))
 
