@@ -1,14 +1,40 @@
-"""Every index the store keeps beside the slice manager's records and the authority's leases, recomputed from
-the documents: what the property, crash and migration tests compare the indexes with."""
+"""Every index and counter the store and the actors keep beside their documents and claims, recomputed from
+those documents and claims: what the property, crash and migration tests compare them with.
+
+`mismatch` recomputes all of them in one pass and names the first that differs (None when all agree); the
+order is the order below, so a failure names the most basic index that went wrong:
+
+* the time index of the slice manager's records (`due_at`), of the authority's leases (their end) and of the
+  open usage records (their expiry), and no other table filed in it;
+* the slice index of records (`<slice>#<sliver>` names each record of the slice, nothing else when `exact`);
+  the requests stored by slice;
+* the open usage records: exactly the usage records not yet ended;
+* Redis: every table's key index equals its hash's keys, and its time index names only documents it holds;
+* the claim counters per pool (per host: `core:<host>`, `mem:<host>`, ...; per switch: `vlan:<switch>`) and
+  each pool's list of claims; Redis's namespace hashes and owner sets;
+* the authority's lease claims (`leased:<unit>`, owned by the lease) equal the leases' units;
+* with a broker: its calendar equals the active tickets it stored, the calendar's interval index (by end), its
+  group, unit and idle/busy indexes equal a recomputation from its bookings, the advance tickets waiting to
+  start are those not claimed yet, the store's unit claims are exactly the started tickets' units, and its
+  in-memory copy of the unit claims (and that copy's counts) equals the store's."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from authority.actor import LEASES
-from slice_manager.records import RESERVATIONS, SLIVERS_OF, Record, due_at
-from slicex.ticket import Lease
+from broker.broker import TICKETS
+from broker.claims import counts_of
+from operations.ledger import OPEN, USAGE
+from slice_manager.records import REQUESTS, RESERVATIONS, SLIVERS_OF, Record, due_at
+from slicex.inventory import UNIT_KINDS
+from slicex.store import counter_of, namespace_of
+from slicex.ticket import Lease, Ticket
+
+TIMED = (RESERVATIONS, LEASES, OPEN)
+"""The tables whose documents are filed in the time index."""
 
 
 def inner(store: Any) -> Any:
@@ -18,21 +44,192 @@ def inner(store: Any) -> Any:
     return store
 
 
-def assert_indexes_match(store: Any) -> None:
-    """The time index of records and leases, the per-slice index, and (Redis) the key index of every table
-    equal what the documents say: no record that needs work missing, none filed at another time."""
-    store = inner(store)
+class Mismatch(Exception):
+    """An index or counter that differs from its recomputation (caught by `mismatch`)."""
+
+
+def _same(name: str, want: Any, got: Any) -> None:
+    """Raise Mismatch naming `name` and what differs (for mappings and sets: only the differing entries)."""
+    if want == got:
+        return
+    if isinstance(want, Mapping) and isinstance(got, Mapping):
+        keys = sorted((k for k in want.keys() | got.keys() if want.get(k, _GONE) != got.get(k, _GONE)), key=repr)
+        shown = {k: (want.get(k, _GONE), got.get(k, _GONE)) for k in keys[:3]}
+        raise Mismatch(f"{name}: {len(keys)} entries differ, e.g. (recomputed, kept) {shown!r}")
+    if isinstance(want, (set, frozenset)) and isinstance(got, (set, frozenset)):
+        raise Mismatch(f"{name}: only recomputed {sorted(want - got, key=repr)[:3]!r}, "
+                       f"only kept {sorted(got - want, key=repr)[:3]!r}")
+    raise Mismatch(f"{name}: recomputed {want!r}, kept {got!r}")
+
+
+class _Gone:
+    def __repr__(self) -> str:
+        return "<none>"
+
+
+_GONE = _Gone()
+
+
+def _filed(store: Any, table: str) -> dict[str, float]:
+    return dict(store.due(table, math.inf))
+
+
+def _documents(store: Any) -> None:
     recs = [Record.from_doc(d) for d in store.scan(RESERVATIONS)]
-    filed = dict(store.due(RESERVATIONS, math.inf))
-    assert filed == {r.id: due_at(r) for r in recs if due_at(r) is not None}, "records' time index"
+    _same("records' time index", {r.id: due_at(r) for r in recs if due_at(r) is not None},
+          _filed(store, RESERVATIONS))
     leases = [Lease.from_doc(d["lease"]) for d in store.scan(LEASES)]
-    assert dict(store.due(LEASES, math.inf)) == {x.id: x.end.timestamp() for x in leases}, "leases' time index"
-    named = {(d["slice_urn"], d["id"]) for d in store.scan(SLIVERS_OF)}
-    assert {(r.slice_urn, r.id) for r in recs} <= named, "a record its slice's index does not name"
-    for r in recs:  # what a call reads: its slice's records through the index, found by key prefix
-        assert r.id in {d["id"] for d in store.scan(SLIVERS_OF, f"{r.slice_urn}#")}
+    _same("leases' time index", {x.id: x.end.timestamp() for x in leases}, _filed(store, LEASES))
+    usage = {d["sliver_urn"]: d for d in store.scan(USAGE)}
+    open_now = {urn: d for urn, d in usage.items() if d.get("end") is None}
+    _same("open usage records (usage-open against usage)", open_now,
+          {d["sliver_urn"]: d for d in store.scan(OPEN)})
+    from operations.accounting import UsageRecord
+
+    expiring = {urn: UsageRecord.from_doc(d).expires for urn, d in open_now.items()}
+    _same("open usage records' time index", {u: e.timestamp() for u, e in expiring.items() if e is not None},
+          _filed(store, OPEN))
+    _same("tables filed in the time index", set(), _timed_tables(store) - set(TIMED))
+    return recs
+
+
+def _slices(store: Any, recs: list[Record], exact: bool) -> None:
+    named = {d["slice_urn"] + "#" + d["id"] for d in store.scan(SLIVERS_OF)}
+    want = {f"{r.slice_urn}#{r.id}" for r in recs}
+    if exact:
+        _same("records' slice index", want, named)
+    else:  # a crash between deleting a record and its index entry leaves the entry (reads skip it)
+        _same("records' slice index (records it does not name)", set(), want - named)
+    for slice_urn in {r.slice_urn for r in recs}:  # what a call reads: its slice's entries, found by key prefix
+        found = {d["id"] for d in store.scan(SLIVERS_OF, f"{slice_urn}#")}
+        _same(f"slice index read by prefix ({slice_urn})", {r.id for r in recs if r.slice_urn == slice_urn},
+              found & {r.id for r in recs})
+    stray = {d["key"] for d in store.scan(REQUESTS) if not d["key"].startswith(d["slice_urn"] + "#")}
+    _same("requests filed under another slice", set(), stray)
+
+
+def _timed_tables(store: Any) -> set[str]:
     redis = getattr(store, "_r", None)
     if redis is not None:
-        for table in (RESERVATIONS, SLIVERS_OF, LEASES):
-            keys = set(redis.zrange(store._k(table), 0, -1))
-            assert keys == set(redis.hkeys(store._t(table))), f"key index of {table}"
+        head = store._d("")
+        return {k[len(head):] for k in redis.scan_iter(match=head + "*") if redis.zcard(k)}
+    rows = store._read(lambda db: db.execute("SELECT DISTINCT tbl FROM docs WHERE due IS NOT NULL").fetchall())
+    return {r[0] for r in rows}
+
+
+def _redis_keys(store: Any) -> None:
+    redis = getattr(store, "_r", None)
+    if redis is None:
+        return
+    tables: set[str] = set()
+    for head in (store._t(""), store._k(""), store._d("")):
+        tables |= {k[len(head):] for k in redis.scan_iter(match=head + "*")}
+    for table in sorted(tables):
+        keys = set(redis.hkeys(store._t(table)))
+        _same(f"Redis key index of {table}", keys, set(redis.zrange(store._k(table), 0, -1)))
+        _same(f"Redis time index of {table} (documents it names that are gone)", set(),
+              set(redis.zrange(store._d(table), 0, -1)) - keys)
+
+
+def _claims(store: Any) -> dict[str, str]:
+    claims = store.all_claims()
+    counts = counts_of(claims)
+    _same("claim counters (per pool: per host, per switch)", counts, store.claim_counts())
+    for c in sorted(counts.keys() | set(store.claim_counts())):
+        _same(f"claims of pool {c}", {k: o for k, o in claims.items() if counter_of(k) == c}, store.claims_under(c))
+    namespaces = {namespace_of(k) for k in claims} | set(UNIT_KINDS)
+    for ns in sorted(namespaces):
+        _same(f"claims of namespace {ns!r}", {k: o for k, o in claims.items() if namespace_of(k) == ns},
+              store.claims_in([ns]))
+    redis = getattr(store, "_r", None)
+    if redis is not None:
+        head, claim = store._o(""), store._c("")
+        owners: dict[str, set[str]] = {}
+        for k, o in claims.items():
+            owners.setdefault(o, set()).add(k)
+        kept = {k[len(head):]: {m[len(claim):] for m in redis.smembers(k)} for k in redis.scan_iter(match=head + "*")}
+        _same("Redis owner sets", owners, {o: ks for o, ks in kept.items() if ks})
+        pools = {k[len(store._pool("")):] for k in redis.scan_iter(match=store._pool("") + "*") if redis.hlen(k)}
+        _same("Redis pool hashes", set(counts), pools)
+    else:
+        for owner in sorted(set(claims.values())):
+            _same(f"claims of owner {owner}", sorted(k for k, o in claims.items() if o == owner),
+                  store.claims_of(owner))
+    return claims
+
+
+def _leased(store: Any, claims: Mapping[str, str]) -> None:
+    leases = [Lease.from_doc(d["lease"]) for d in store.scan(LEASES)]
+    _same("lease claims (leased:<unit> → lease)", {f"leased:{u}": x.id for x in leases for u in x.units},
+          {k: o for k, o in claims.items() if k.startswith("leased:")})
+
+
+def _spans(bookings: Iterable[Any]) -> dict[str, list[tuple]]:
+    out: dict[str, list[tuple]] = {}
+    for b in bookings:
+        for u in b.units:
+            out.setdefault(u, []).append((b.term.start, b.term.end, b.holder))
+    return {u: sorted(s) for u, s in out.items()}
+
+
+def _broker(broker: Any, store: Any, claims: Mapping[str, str]) -> None:
+    cal = broker.calendar
+    tickets = {}
+    for td in store.scan(TICKETS):
+        if td.get("broker") == broker.name and td.get("state") == "active":
+            t = Ticket.from_doc(td["ticket"])
+            tickets[t.id] = (frozenset(td.get("booked", t.units)), t.term, bool(td.get("claimed", True)))
+    _same("broker calendar against its stored tickets", {h: (u, term) for h, (u, term, _c) in tickets.items()},
+          {h: (b.units, b.term) for h, b in cal.bookings.items()})
+    _same("broker's claimed flags", {h: c for h, (_u, _t, c) in tickets.items()}, dict(broker._claimed))
+    _same("advance tickets waiting to start", {h for h, (_u, _t, c) in tickets.items() if not c},
+          set(broker._claimed.waiting))
+    _same("calendar's interval index (by end)", sorted((b.term.end, h) for h, b in cal.bookings.items()), cal._ends)
+    groups: dict[str, set[str]] = {}
+    for h in cal.bookings:
+        groups.setdefault(h.rsplit("/", 1)[0], set()).add(h)
+    _same("calendar's group index", groups, cal._groups)
+    _same("calendar's unit index", _spans(cal.bookings.values()),
+          {u: sorted(s) for u, s in cal._by_unit.items()})
+    for name, pool in cal.pools.items():
+        busy = {i for i, u in enumerate(pool.units) if cal._by_unit.get(u)}
+        _same(f"calendar's busy units of {name}", busy, cal._busy.get(name, set()))
+        _same(f"calendar's idle units of {name}", sorted(set(range(len(pool.units))) - busy), cal._idle.get(name))
+    units = {k: o for k, o in claims.items() if namespace_of(k) in UNIT_KINDS}
+    _same("unit claims against the started tickets", {u: h.rsplit("/", 1)[0] for h, (us, _t, c) in tickets.items()
+                                                       if c for u in us}, units)
+    copy = broker._copy
+    _same("broker's copy of the unit claims", units, copy.owner)
+    by_counter: dict[str, set[str]] = {}
+    by_owner: dict[str, set[str]] = {}
+    for k, o in units.items():
+        by_counter.setdefault(counter_of(k), set()).add(k)
+        by_owner.setdefault(o, set()).add(k)
+    _same("broker's copy by pool", by_counter, copy.by_counter)
+    _same("broker's copy by owner", by_owner, copy.by_owner)
+    _same("broker's copy's counts against the store's counters", copy.stored_counts(), copy.counts())
+    _same("broker's unpublished bookings", {}, dict(broker._unpublished))
+
+
+def mismatch(store: Any, broker: Any = None, exact: bool = False) -> str | None:
+    """The first index or counter that differs from a full recomputation from the documents and claims, named
+    with what differs; None when every one agrees. `exact`: no crash happened, so the slice index names
+    nothing but records, and (with a `broker`) the broker's state is compared too."""
+    store = inner(store)
+    try:
+        recs = _documents(store)
+        _slices(store, recs, exact)
+        _redis_keys(store)
+        claims = _claims(store)
+        _leased(store, claims)
+        if broker is not None:
+            _broker(broker, store, claims)
+    except Mismatch as exc:
+        return str(exc)
+    return None
+
+
+def assert_indexes_match(store: Any, broker: Any = None, exact: bool = False) -> None:
+    """Fail naming the first index or counter that differs from its recomputation (`mismatch`)."""
+    found = mismatch(store, broker, exact)
+    assert found is None, found
