@@ -158,6 +158,7 @@ class Records:
 
     store: Store
     _holding: Any  # Recovery's reservation locks (a mixin of ActorSliceManager)
+    _unmarked = False  # `migrate` found no record: the layout mark goes in with the first record saved
 
     def _load(self, rid: str) -> Record | None:
         d = self.store.get(RESERVATIONS, rid)
@@ -178,6 +179,9 @@ class Records:
             if not rec.indexed:  # written before the record: a stored record is always found by its slice
                 self._index(rec.slice_urn, rec.id)
                 rec.indexed = True
+                if self._unmarked:  # the store's first record, of this layout: no later start reads them all
+                    self.store.put(LAYOUT, "records", {"version": LAYOUT_VERSION})
+                    self._unmarked = False
             self.store.put(RESERVATIONS, rec.id, rec.to_doc(), due=due_at(rec))
             self._changed()
 
@@ -205,7 +209,8 @@ class Records:
         if doc is not None and int(doc.get("version", 0)) >= LAYOUT_VERSION:
             return 0
         rids = [d["id"] for d in self.store.scan(RESERVATIONS)]
-        if not rids:  # nothing to file (a new store: starting writes nothing)
+        if not rids:  # nothing to file (a new store: starting writes nothing; the first record saved marks it)
+            self._unmarked = True
             return 0
         indexed = {(d["slice_urn"], d["id"]) for d in self.store.scan(SLIVERS_OF)}
         filed = 0
