@@ -537,7 +537,7 @@ class EmbeddedDeployment:
                                    self.sm, self.verifier, self.clock, self._advertise, am_policy,
                                    metrics=self.metrics, dry_run=self.sm.dry_run,
                                    find_slot=self.sm.find_slot)
-        self.am.peers = self.peer_trust.gate(self.am_urn, held_slivers(self.sm.records), wanted_nodes(self.substrate))
+        self.am.peers = self.peer_trust.gate(self.am_urn, held_slivers(self.sm), wanted_nodes(self.substrate))
         self.peer_trust.watch_tls(*(s.context for s in (self._am_server, self._am_v2_server) if s is not None))
         self.am.ledger = self.ledger  # usage records and service levels; the reaper ends expired usage
         self.sm.ledger = self.ledger  # an Update's commit and revert end the usage they remove (slice_manager/updater.py)

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from authority.actor import LEASES
+from slice_manager import held
 from slice_manager.records import RESERVATIONS, SLIVERS_OF, Record, due_at
 from slicex.ticket import Lease
 
@@ -19,8 +20,9 @@ def inner(store: Any) -> Any:
 
 
 def assert_indexes_match(store: Any) -> None:
-    """The time index of records and leases, the per-slice index, and (Redis) the key index of every table
-    equal what the documents say: no record that needs work missing, none filed at another time."""
+    """The time index of records and leases, the per-slice index, the held index and (Redis) the key index of
+    every table equal what the documents say: no record that needs work missing, none filed at another time,
+    every live sliver filed under its owner's and its slice's authority and nothing else."""
     store = inner(store)
     recs = [Record.from_doc(d) for d in store.scan(RESERVATIONS)]
     filed = dict(store.due(RESERVATIONS, math.inf))
@@ -31,8 +33,13 @@ def assert_indexes_match(store: Any) -> None:
     assert {(r.slice_urn, r.id) for r in recs} <= named, "a record its slice's index does not name"
     for r in recs:  # what a call reads: its slice's records through the index, found by key prefix
         assert r.id in {d["id"] for d in store.scan(SLIVERS_OF, f"{r.slice_urn}#")}
+    filed_held = {(d["id"], k) for k in ("o", "s") for d in store.scan(held.HELD, f"{k}|")}
+    live = [e for r in recs if (e := held.entry(r)) is not None]
+    assert filed_held == {(e["id"], k) for e in live for k in ("o", "s")}, "held index"
+    for e in live:
+        assert all(store.get(held.HELD, key) == e for key in held.keys(e)), "held index entry"
     redis = getattr(store, "_r", None)
     if redis is not None:
-        for table in (RESERVATIONS, SLIVERS_OF, LEASES):
+        for table in (RESERVATIONS, SLIVERS_OF, LEASES, held.HELD):
             keys = set(redis.zrange(store._k(table), 0, -1))
             assert keys == set(redis.hkeys(store._t(table))), f"key index of {table}"

@@ -16,13 +16,17 @@ import pytest
 
 from deployment.service import EmbeddedDeployment
 from rspec.request import parse_request
+from slice_manager.peer_gate import held_slivers
 from slicex.clock import ManualClock
+from slicex.peers import Peer, PeerPolicy
 from slicex.store import open_store
 from tests.factories import request_rspec, vm
 from tests.integration.conftest import AUTHORITY, make_home
 
 REDIS_URL = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/12")
 OWNER = f"urn:publicid:IDN+{AUTHORITY}+user+alice"
+PEER = "peer.test"
+PAT = f"urn:publicid:IDN+{PEER}+user+pat"
 BROKER_TABLES = ("broker-tickets", "claims:unit")
 """What the broker reads at its start (every active ticket into its calendar, every unit claim into its copy of
 the claims): its in-memory working state, not yet bounded (docs/architecture.md "Scale")."""
@@ -106,19 +110,26 @@ class Filled:
     slices of one provisioned node each through the slice manager, as the AM API leaves them (usage records
     opened by the ledger)."""
 
-    def __init__(self, root: Path, url: str, name: str, n: int):
+    def __init__(self, root: Path, url: str, name: str, n: int, peers: int = 0):
+        """`peers` of the slices are a federation peer's user's (PAT), in a slice of the peer's namespace."""
         self.home = make_home(root / name)
         self.url, self.name = url, name
         self.clock = ManualClock(datetime.now(UTC).replace(microsecond=0))
-        d = self.start()
-        now = self.clock.now()
+        self.start()
         for i in range(n):
-            slice_urn = f"urn:publicid:IDN+{AUTHORITY}+slice+s{i}"
-            slivers = d.sm.allocate(slice_urn, OWNER, parse_request(request_rspec([vm(f"n{i}")])),
-                                    now + timedelta(hours=1), now)
-            d.ledger.began(OWNER, slice_urn, slivers, now)
-            d.sm.provision([s.urn for s in slivers], now + timedelta(hours=2), [], now)
+            self.add(f"urn:publicid:IDN+{AUTHORITY}+slice+s{i}", OWNER, f"n{i}")
+        for i in range(peers):
+            self.add(f"urn:publicid:IDN+{PEER}+slice+p{i}", PAT, f"p{i}")
         self.deployment.stop()
+
+    def add(self, slice_urn: str, owner: str, node: str) -> list[str]:
+        """A slice of one provisioned node."""
+        d, now = self.deployment, self.clock.now()
+        slivers = d.sm.allocate(slice_urn, owner, parse_request(request_rspec([vm(node)])), now + timedelta(hours=1),
+                                now)
+        d.ledger.began(owner, slice_urn, slivers, now)
+        d.sm.provision([s.urn for s in slivers], now + timedelta(hours=2), [], now)
+        return [s.urn for s in slivers]
 
     def start(self) -> EmbeddedDeployment:
         """`slicex up` on the filled store: the deployment built and started, reads counted from here on."""
@@ -154,3 +165,24 @@ def test_a_restart_and_the_idle_ticks_read_what_is_unfinished_not_every_slice(st
     (start10, idle10), (start40, idle40) = runs[10], runs[40]
     assert _without(start10, BROKER_TABLES) == _without(start40, BROKER_TABLES), (start10, start40)
     assert idle10 == idle40, (idle10, idle40)
+
+
+def test_a_peers_usage_reads_the_peers_slivers_not_every_slice(store_url, tmp_path):
+    peer = Peer("testbed-b", Path("unused.pem"), (PEER,), PeerPolicy(max_nodes=10))
+    runs = {}
+    for n in (10, 40):
+        filled = Filled(tmp_path, store_url(f"p{n}"), f"p{n}", n, peers=3)
+        d = filled.start()
+        try:
+            held = held_slivers(d.sm)
+            filled.store.read.clear()
+            mine = held(peer)
+            runs[n] = collections.Counter(filled.store.read)
+            assert sorted(h.slice_urn for h in mine) == [f"urn:publicid:IDN+{PEER}+slice+p{i}" for i in range(3)]
+            assert {h.owner_urn for h in mine} == {PAT} and {h.kind for h in mine} == {"node"}
+            gone = [s.urn for s in d.sm.slivers(f"urn:publicid:IDN+{PEER}+slice+p0", filled.clock.now())]
+            d.sm.delete(gone, filled.clock.now())  # no longer held: no longer counted
+            assert len(held(peer)) == 2
+        finally:
+            d.stop()
+    assert runs[10] == runs[40], runs
