@@ -40,7 +40,7 @@ from operations.ledger import ledger_for
 from operations.metrics import for_slice_manager as metrics_for
 from operations.snapshot import publishers_for
 from protocol.api import AuthorityApi, BrokerApi
-from resources import usage_counts
+from resources import InUse, usage_counts
 from rspec.advertisement import AdvertisementCache, Usage
 from rspec.substrate import Substrate, SubstrateError, default_substrate, load_substrate
 from slice_manager.actor import ActorSliceManager
@@ -523,7 +523,7 @@ class EmbeddedDeployment:
                                                                  else (self.broker, self.authority_actor)),
                                          on_demand=True)
         self._ads = AdvertisementCache()
-        self._usage: tuple[frozenset[str], Usage] | None = None  # the broker's last units in use, counted
+        self._usage: tuple[InUse, Usage] | None = None  # the broker's last answer of what is in use, summed
         self._advertised = advertised_images(self.cfg, self.substrate)
         # this deployment's own registry: /metrics on the dashboard's port (operations/metrics.py)
         self.metrics = metrics_for(self.substrate, self.sm, self.clock.now,
@@ -579,15 +579,15 @@ class EmbeddedDeployment:
     # ---- edges -------------------------------------------------------------------------------------------------
     def _advertise(self, available_only: bool, now: datetime, window: Any = None) -> str:
         # the broker's availability answer; over a future window (ListResources geni_start_time) for that term
-        units = self.sm.in_use(now, window) if window else self.sm.in_use(now)
+        used = self.sm.in_use(now, window) if window else self.sm.in_use(now)
         known = self._usage
-        if known is not None and known[0] is units:  # the broker's state is unchanged: the same answer object
+        if known is not None and known[0] is used:  # the broker's state is unchanged: the same answer object
             usage = known[1]
-        else:  # counted once per change of the broker's state, not per call (it grows with the units in use)
-            cores, mem, taken, vlans = usage_counts(units)
+        else:  # once per change of the broker's state: its claim counters per pool, and the units it names
+            cores, mem, taken, vlans = usage_counts(used.units, used.counts)
             usage = Usage(cores=cores, memory_mb=mem, taken=taken, vlans=vlans)
             if not window:
-                self._usage = (units, usage)
+                self._usage = (used, usage)
         return self._ads.get(self._advertised.substrate(), usage, now, available_only)
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
