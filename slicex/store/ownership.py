@@ -112,7 +112,8 @@ OWNERSHIP: tuple[Holding, ...] = (
             "time index under its expiry"),
     Holding("usage-layout", Actor.OPERATIONS, "the layout version of the open usage records (filed in the "
             "time index under their expiry once, at start)"),
-    Holding("snapshots", Actor.OPERATIONS, "the dashboard's latest snapshot per publisher"),
+    Holding("snapshots", Actor.OPERATIONS, "the dashboard's latest snapshot per publisher, and `wanted`: when a "
+            "dashboard view last asked for them (publishers build only for 5 minutes after it)"),
     Holding("quota-lock", Actor.OPERATIONS, "user or project → the Allocate being counted against its "
             "limits", claims=True),
     # ---- deployment
