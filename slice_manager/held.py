@@ -1,7 +1,7 @@
 """The held index: each live sliver filed under its owner's and its slice's URN authority, so a federation
 peer's usage limit (slicex/peers.py) reads the slivers of the peer's namespaces only, never every record.
 
-Table `sm-held`, two entries per live sliver: `o|<owner authority>|<sliver>` and `s|<slice authority>|<sliver>`
+Table `sm-held`, two entries per live sliver: `o#<owner authority>#<sliver>` and `s#<slice authority>#<sliver>`
 (authorities in lower case, as namespaces compare), each `{"id", "owner_urn", "slice_urn", "kind", "cores"}`.
 A sliver is live while its record is neither ended, failed nor being discarded, and is not a staged Update's
 replacing link (its commit releases the one it replaces). `Records._save` keeps the entries with each change:
@@ -39,11 +39,11 @@ def _authority(urn: str) -> str:
 
 def keys(held: dict[str, Any]) -> list[str]:
     """The two index keys of an entry: by owner authority and by slice authority."""
-    return [f"o|{_authority(held['owner_urn'])}|{held['id']}", f"s|{_authority(held['slice_urn'])}|{held['id']}"]
+    return [f"o#{_authority(held['owner_urn'])}#{held['id']}", f"s#{_authority(held['slice_urn'])}#{held['id']}"]
 
 
 def prefixes(namespace: str) -> list[str]:
     """Key prefixes under which the slivers of `namespace` (and of its sub-authorities `namespace:sub`) are
     filed; the prefix also matches other authorities that merely start with it, which the caller filters."""
     ns = namespace.lower()
-    return [f"o|{ns}", f"s|{ns}"]
+    return [f"o#{ns}", f"s#{ns}"]

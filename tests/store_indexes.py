@@ -33,7 +33,7 @@ def assert_indexes_match(store: Any) -> None:
     assert {(r.slice_urn, r.id) for r in recs} <= named, "a record its slice's index does not name"
     for r in recs:  # what a call reads: its slice's records through the index, found by key prefix
         assert r.id in {d["id"] for d in store.scan(SLIVERS_OF, f"{r.slice_urn}#")}
-    filed_held = {(d["id"], k) for k in ("o", "s") for d in store.scan(held.HELD, f"{k}|")}
+    filed_held = {(d["id"], k) for k in ("o", "s") for d in store.scan(held.HELD, f"{k}#")}
     live = [e for r in recs if (e := held.entry(r)) is not None]
     assert filed_held == {(e["id"], k) for e in live for k in ("o", "s")}, "held index"
     for e in live:

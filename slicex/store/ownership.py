@@ -54,7 +54,7 @@ OWNERSHIP: tuple[Holding, ...] = (
             "index when the clock next has work on it (the reaper reads only what fell due)"),
     Holding("sm-slice-slivers", Actor.SLICE_MANAGER, "`<slice>#<sliver>` → the sliver: a call reads its own "
             "slice's reservations with a key-prefix scan; written before the reservation, removed after it"),
-    Holding("sm-held", Actor.SLICE_MANAGER, "`o|<owner authority>|<sliver>` and `s|<slice authority>|<sliver>` "
+    Holding("sm-held", Actor.SLICE_MANAGER, "`o#<owner authority>#<sliver>` and `s#<slice authority>#<sliver>` "
             "→ a live sliver: a federation peer's usage reads its namespaces' slivers with key-prefix scans; "
             "written before the reservation becomes live, removed after it ends"),
     Holding("sm-requests", Actor.SLICE_MANAGER, "requests (for manifests; keyed `<slice>#…`)"),
