@@ -163,6 +163,7 @@ class Authority:
         self._numbering = threading.Lock()  # the numbers of its messages to brokers
         self._last_number = 0  # without a store
         self.fault = lambda boundary: None  # fault injection (tests): called at internal boundaries
+        self._unmarked = False  # `migrate` found no lease: the layout mark goes in with the first one stored
         if self.store is not None:
             self.migrate()
 
@@ -314,6 +315,9 @@ class Authority:
 
     def _put(self, lease_id: str, doc: dict[str, Any]) -> None:
         """Store a lease filed in the time index under its end, in one write: the reaper finds it there."""
+        if self._unmarked:  # the store's first lease, of this layout: no later start reads them all
+            self.store.put(LAYOUT, "leases", {"version": LAYOUT_VERSION})
+            self._unmarked = False
         self.store.put(LEASES, lease_id, doc, due=Lease.from_doc(doc["lease"]).end.timestamp())
         self._changed()
 
@@ -335,7 +339,8 @@ class Authority:
         if doc is not None and int(doc.get("version", 0)) >= LAYOUT_VERSION:
             return 0
         ids = [d["lease"]["id"] for d in self.store.scan(LEASES)]
-        if not ids:  # nothing to file (a new store: starting writes nothing)
+        if not ids:  # nothing to file (a new store: starting writes nothing; the first lease stored marks it)
+            self._unmarked = True
             return 0
         for lease_id in ids:
             with self._lease_lock(lease_id):

@@ -44,6 +44,7 @@ Run: .venv/bin/python bench/scale.py [--hosts 1000] [--racks 10] [--live 0,1000,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -542,7 +543,8 @@ def run(args: argparse.Namespace, targets: list[int], rows: list[dict]) -> None:
     stops part way keeps what it measured)."""
     if args.json:
         Path(args.json).write_text("")
-    with tempfile.TemporaryDirectory(prefix="slicex-scale-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = args.keep_home or stack.enter_context(tempfile.TemporaryDirectory(prefix="slicex-scale-"))
         if args.store:
             _flush(args.store)
         server = Server(Path(tmp), args.hosts, args.racks, args.store)
@@ -577,7 +579,7 @@ def run(args: argparse.Namespace, targets: list[int], rows: list[dict]) -> None:
                     break
         finally:
             server.stop()
-            if args.store:
+            if args.store and not args.keep_home:
                 _flush(args.store)
 
 
@@ -611,6 +613,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compare", metavar="[LABEL=]FILE", action="append", default=[],
                    help="an earlier run's --json FILE, drawn beside this run on the plot (LABEL=FILE names its "
                         "line; repeatable)")
+    p.add_argument("--keep-home", metavar="DIR",
+                   help="make the deployment's home under DIR (a new directory) and keep it after the run, "
+                        "filled and stopped, to start it again with `slicex --home DIR/home up` (to profile "
+                        "it); with --store, the Redis database is then not flushed at the end")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--quick", action="store_true",
                    help="a small run: --hosts 50 --racks 5 --live 0,50 --samples 20 --list-samples 3 "
@@ -626,6 +632,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--live {args.live}: counts of live slices, ascending (the store only grows)")
     if args.hosts < 1 or args.samples < 1 or args.list_samples < 1 or args.fill_clients < 1 or args.idle_seconds <= 0:
         p.error("--hosts, --samples, --list-samples, --fill-clients and --idle-seconds must be positive")
+    if args.keep_home and Path(args.keep_home).exists():
+        p.error(f"--keep-home {args.keep_home}: exists; give a new directory")
     if args.store and not args.store.startswith(("redis://", "rediss://")):
         p.error(f"--store {args.store}: a redis:// URL (the embedded deployment on SQLite is the default)")
     compared = []

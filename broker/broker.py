@@ -113,6 +113,11 @@ def _utcnow() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
 
+NAMED = ("node", "vlan")
+"""Unit kinds an availability answer names one by one (an advertisement says which bare-metal node or VLAN
+tag is taken; both are bounded by the substrate); every other kind is counted per pool."""
+
+
 class _Flags(dict[str, bool]):
     """Ticket id → whether its units are claimed in the store, with the set of those not claimed yet (advance
     tickets: `tick` looks at them alone, not at every ticket)."""
@@ -450,8 +455,11 @@ class Broker:
 
     def availability(self, known: str = "", now: datetime | None = None,
                      term: Term | None = None) -> dict[str, Any]:
-        """What is in use now (unit keys), with the version of the broker's state it was read at; when the
-        caller already holds the answer for version `known` and nothing changed, only the version comes back
+        """What is in use now, with the version of the broker's state it was read at: `counts`, the claims
+        per pool (the store's claim counters, for every kind but NAMED) and `units`, the units named one by
+        one (NAMED kinds' claims; units of tickets whose term started but whose units are not claimed yet;
+        draining ones), so an answer costs what the substrate has, not what is in use. When the caller
+        already holds the answer for version `known` and nothing changed, only the version comes back
         (`unchanged`). Advertisements (ListResources geni_available) are built from this answer. With a
         future `term` (ListResources with a time window) the answer is what cannot be promised over that
         term: advance bookings included, and today's claims only if their tickets may still run then."""
@@ -464,8 +472,13 @@ class Broker:
                         "units": sorted(self.calendar.unavailable(term) | self._claimed_during(term, ""))}
             if known and version == known:
                 return {"version": version, "unchanged": True}
-            in_use = set(self._unit_claims()) | self.calendar.unavailable(Term(now, now + timedelta(seconds=1)))
-            return {"version": version, "unchanged": False, "units": sorted(in_use)}
+            counts = {c: n for c, n in self.store.claim_counts().items()
+                      if (kind := c.partition(":")[0]) in UNIT_KINDS and kind not in NAMED}
+            named = set(self.store.claims_in(NAMED))
+            for u in self.calendar.booked_by(self._claimed.waiting, Term(now, now + timedelta(seconds=1))):
+                if u.partition(":")[0] in NAMED or u not in self._copy.owner:  # a claimed one is counted
+                    named.add(u)
+            return {"version": version, "unchanged": False, "counts": counts, "units": sorted(named)}
 
     def _unit_claims(self) -> dict[str, str]:
         """Unit → ticket group, as every broker process on the store claimed them: the broker's own claim

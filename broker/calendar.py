@@ -206,6 +206,18 @@ class Calendar:
             out.update(self.units_of(name))
         return out
 
+    def booked_by(self, holders: Iterable[str], term: Term) -> set[str]:
+        """The units of these bookings that overlap `term`, and every draining unit: `unavailable` for a few
+        holders (an availability answer names the units of tickets not claimed yet; the rest are counted)."""
+        out: set[str] = set()
+        for h in holders:
+            b = self.bookings.get(h)
+            if b is not None and b.term.start < term.end and b.term.end > term.start:
+                out |= b.units
+        for name in self.draining:
+            out.update(self.units_of(name))
+        return out
+
     # ---- changes ---------------------------------------------------------------------------------------------
     def check(self, holder: str, units: Iterable[str], term: Term) -> None:
         """Raise CalendarError unless every unit is in the inventory, not draining, and free over `term`."""

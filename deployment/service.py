@@ -40,7 +40,7 @@ from operations.ledger import ledger_for
 from operations.metrics import for_slice_manager as metrics_for
 from operations.snapshot import publishers_for
 from protocol.api import AuthorityApi, BrokerApi
-from resources import usage_counts
+from resources import InUse, usage_counts
 from rspec.advertisement import AdvertisementCache, Usage
 from rspec.substrate import Substrate, SubstrateError, default_substrate, load_substrate
 from slice_manager.actor import ActorSliceManager
@@ -339,10 +339,11 @@ def warm_caches() -> None:
 
 STORE_CHECK_SECONDS = 1.0
 LEDGER_SWEEP_SECONDS = 3600.0
-"""How often the reaper runs the ledger's full reconcile (every open usage record against every live sliver),
-besides at start: it ends the usage of slivers that failed inside a call. Every tick runs the ledger's
-`settle` instead, which reads only the usage of the slivers the tick ended and of those whose expiry passed
-(another worker's reaper ended them)."""
+"""How often the reaper runs the ledger's full reconcile (every open usage record against every live sliver):
+it ends the usage of slivers that failed inside a call. Not at start (a start reads only unfinished work),
+unless the store's open records are not yet filed in the time index. Every tick runs the ledger's `settle`
+instead, which reads only the usage of the slivers the tick ended and of those whose expiry passed (another
+worker's reaper ended them)."""
 
 
 def guarded(store: Store | None, cfg: SlicexConfig) -> Any:
@@ -519,23 +520,24 @@ class EmbeddedDeployment:
         # snapshots of the actors this process runs, for the dashboard (operations/snapshot.py); remote actors publish
         # their own from their processes
         self.publishers = publishers_for(self.store, self.sm, *((None, None) if broker_url
-                                                                 else (self.broker, self.authority_actor)))
+                                                                 else (self.broker, self.authority_actor)),
+                                         on_demand=True)
         self._ads = AdvertisementCache()
-        self._usage: tuple[frozenset[str], Usage] | None = None  # the broker's last units in use, counted
+        self._usage: tuple[InUse, Usage] | None = None  # the broker's last answer of what is in use, summed
         self._advertised = advertised_images(self.cfg, self.substrate)
         # this deployment's own registry: /metrics on the dashboard's port (operations/metrics.py)
         self.metrics = metrics_for(self.substrate, self.sm, self.clock.now,
                                    self.cfg.metrics_interval_seconds)
         self._checks: dict[str, str] = {}  # the store guard's last verdict (health(), the reaper's tick)
         self._checked_at = 0.0
-        self._reconciled_at = float("-inf")  # when the ledger last ended the usage of slivers gone
+        self._reconciled_at: float | None = None  # when the ledger last ended the usage of slivers gone
         self.metrics.watch_health(lambda: self._checks)
         self.am = AggregateManager(AmIdentity(self.am_urn, self.advertised.am_url, self.cfg.advertised_host(),
                                               self.driver.description, v2_url=self.advertised.am_v2_url),
                                    self.sm, self.verifier, self.clock, self._advertise, am_policy,
                                    metrics=self.metrics, dry_run=self.sm.dry_run,
                                    find_slot=self.sm.find_slot)
-        self.am.peers = self.peer_trust.gate(self.am_urn, held_slivers(self.sm.records), wanted_nodes(self.substrate))
+        self.am.peers = self.peer_trust.gate(self.am_urn, held_slivers(self.sm), wanted_nodes(self.substrate))
         self.peer_trust.watch_tls(*(s.context for s in (self._am_server, self._am_v2_server) if s is not None))
         self.am.ledger = self.ledger  # usage records and service levels; the reaper ends expired usage
         self.sm.ledger = self.ledger  # an Update's commit and revert end the usage they remove (slice_manager/updater.py)
@@ -577,15 +579,15 @@ class EmbeddedDeployment:
     # ---- edges -------------------------------------------------------------------------------------------------
     def _advertise(self, available_only: bool, now: datetime, window: Any = None) -> str:
         # the broker's availability answer; over a future window (ListResources geni_start_time) for that term
-        units = self.sm.in_use(now, window) if window else self.sm.in_use(now)
+        used = self.sm.in_use(now, window) if window else self.sm.in_use(now)
         known = self._usage
-        if known is not None and known[0] is units:  # the broker's state is unchanged: the same answer object
+        if known is not None and known[0] is used:  # the broker's state is unchanged: the same answer object
             usage = known[1]
-        else:  # counted once per change of the broker's state, not per call (it grows with the units in use)
-            cores, mem, taken, vlans = usage_counts(units)
+        else:  # once per change of the broker's state: its claim counters per pool, and the units it names
+            cores, mem, taken, vlans = usage_counts(used.units, used.counts)
             usage = Usage(cores=cores, memory_mb=mem, taken=taken, vlans=vlans)
             if not window:
-                self._usage = (units, usage)
+                self._usage = (used, usage)
         return self._ads.get(self._advertised.substrate(), usage, now, available_only)
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
@@ -631,7 +633,7 @@ class EmbeddedDeployment:
         if self.cfg.dashboard_port is not None and self.worker.index == 0:
             dashboard = Dashboard(self.substrate, Aggregate(self.am_urn, self.advertised.am_url, self.driver.description),
                                   self.store, self.clock.now, self.health, self.metrics, self.cfg.peers,
-                                  self.am.policy.operators, self._operator_shutdown)
+                                  self.am.policy.operators, self._operator_shutdown, publishers=self.publishers)
             tls = tls_context(str(self.home.am_cert), str(self.home.am_key), str(self.home.ca_cert)) \
                 if self.cfg.dashboard_tls else None
             self._dashboard = start_dashboard(self.cfg.host, self.cfg.dashboard_port, dashboard, tls)
@@ -653,8 +655,10 @@ class EmbeddedDeployment:
                 gone = self.sm.reap(self.clock.now())
                 if gone:
                     log.info("reaped %d expired slivers", len(gone))
+                if self._reconciled_at is None:  # the first tick: the full sweep only to file an older store's
+                    self._reconciled_at = float("-inf") if not self.ledger.on_layout() else time.monotonic()
                 if time.monotonic() - self._reconciled_at >= LEDGER_SWEEP_SECONDS:
-                    # the full sweep, at start and slowly: it reads every open usage record and live sliver
+                    # the full sweep, slowly: it reads every open usage record and live sliver
                     self._reconciled_at = time.monotonic()
                     self.ledger.reconcile(self.sm.records, self.clock.now())
                 else:  # usage of the slivers this tick ended, and of those expired (the time index)
@@ -736,8 +740,8 @@ class ActorProcess:
             self.actor = make_authority(self.store, keys, am_urn, substrate, driver, clock=self.clock, broker=to)
             self.delegator = Delegator(self.actor, to)
         self.tick_seconds = cfg.tick_seconds
-        self.publishers = publishers_for(self.store, broker=self.actor) if role == "broker" else \
-            publishers_for(self.store, authority=self.actor)
+        self.publishers = publishers_for(self.store, broker=self.actor, on_demand=True) if role == "broker" else \
+            publishers_for(self.store, authority=self.actor, on_demand=True)
         self._stop = threading.Event()
         default_port = cfg.broker_port if role == "broker" else cfg.authority_port
         self.server = actor_server(role, self.actor, home, authority, (cfg.host, default_port if port is None else port))

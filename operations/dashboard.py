@@ -1,7 +1,9 @@
 """The operator dashboard: a Flask app with Jinja2 templates (operations/templates/, autoescaped) over the snapshots
 the actors publish (operations/snapshot.py). A page load reads the store's `snapshots` table and nothing else of the
 state: it takes no slice manager lock and makes no actor call, so it costs the same with one sliver or ten
-thousand, and it renders while the slice manager is stopped (showing how old its last snapshot is).
+thousand, and it renders while the slice manager is stopped (showing how old its last snapshot is). A view
+asks for snapshots (`want_snapshots`): a deployment's actors publish only while someone looks, and this
+process's own publishers (`publishers`) publish at once, so the page shows the state as it is now.
 
 Pages: `/` the substrate topology and use, reservation counts and utilisation charts; `/slices` every slice
 drawn as its own topology (nodes, links and VLAN tags, stitching hops) with its slivers; `/reservations` the
@@ -47,10 +49,11 @@ from operations.dashboard_svg import (
     vlan_total,
 )
 from operations.metrics import Sites
-from operations.snapshot import HEARTBEAT_SECONDS, Use, read_snapshots
+from operations.snapshot import HEARTBEAT_SECONDS, WANTED_WRITE_SECONDS, Use, read_snapshots, want_snapshots
 from protocol import reservations as rs
 from rspec.substrate import Substrate, urn_name
 from slicex.clock import parse_time, rfc3339
+from slicex.errors import GeniError
 from slicex.store import Store
 
 log = logging.getLogger("slicex.dashboard")
@@ -246,9 +249,26 @@ class Dashboard:
     stale_after: float = 3 * HEARTBEAT_SECONDS
     loopback_only: bool = False
     secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))  # operator form tokens
+    publishers: Sequence[Any] = ()  # operations.snapshot.Publisher of the actors this process runs
+    _asked_at: list[datetime] = field(default_factory=list)  # when this dashboard last wrote `wanted`
 
     def view(self) -> View:
+        self.ask()
         return view_of(read_snapshots(self.store), self.now(), self.stale_after)
+
+    def ask(self) -> None:
+        """Ask the actors for snapshots (`wanted`, written at most every WANTED_WRITE_SECONDS) and let this
+        process's publishers publish now; a store refusing writes leaves the page to show what is there."""
+        now = self.now()
+        try:
+            if not self._asked_at or not 0 <= (now - self._asked_at[0]).total_seconds() < WANTED_WRITE_SECONDS:
+                want_snapshots(self.store, now)
+                self._asked_at[:] = [now]
+        except GeniError as exc:
+            log.warning("could not ask for snapshots: %s", exc.message)
+            return
+        for p in self.publishers:
+            p.tick(now)
 
     def operator_of(self, pem: str | None) -> str | None:
         """The canonical URN of a verified client certificate's user when it is a configured operator."""

@@ -3,8 +3,8 @@
 The AM API endpoint (am/api.py) hands this its Allocate, Provision and Renew (to refuse what passes a limit
 before anything is taken) and tells it of Delete and Shutdown; the deployment's reaper (deployment/service.py) calls
 `settle` every tick, which ends the records of slivers that expired or that it ended, and `reconcile` (every
-open record against every live sliver) at start and at a slow pace, which also ends those of slivers that
-failed inside a call. The pure parts are
+open record against every live sliver) at a slow pace, which also ends those of slivers that failed inside a
+call (at start only on a store whose open records are not yet filed in the time index: `on_layout`). The pure parts are
 operations/accounting.py (records, totals) and operations/quotas.py (limits, checks).
 
 Store tables: `usage` holds every record (open and closed), `usage-open` a copy of the open ones (what is held
@@ -114,6 +114,11 @@ class Ledger:
         against its owner's and project's limits."""
         urn = canonical_urn(slice_urn)
         return self.ended([r.sliver_urn for r in self.open_records() if r.slice_urn == urn], now, "shut down")
+
+    def on_layout(self) -> bool:
+        """Whether the open records are filed in the time index (one read): else `reconcile` files them."""
+        doc = self.store.get(LAYOUT, "open")
+        return doc is not None and int(doc.get("version", 0)) >= LAYOUT_VERSION
 
     def reconcile(self, records: Callable[[], Iterable[Any]], now: datetime) -> list[UsageRecord]:
         """End the open records whose slivers the slice manager no longer holds (expired, failed, released):

@@ -4,6 +4,11 @@ when that state changed, and at least every `heartbeat` seconds otherwise, so th
 also the actor's heartbeat. The dashboard (operations/dashboard.py) reads only these documents: a page load takes no
 slice manager lock and makes no actor call, however many slivers there are.
 
+A deployment's publishers work on demand (`publishers_for(..., on_demand=True)`): a snapshot lists every
+slice, so building one costs in proportion to the live slices, and nobody may be looking. A dashboard view
+writes the `wanted` document (`want_snapshots`); publishers build and heartbeat only for WANTED_SECONDS after
+it, so an aggregate nobody watches spends nothing on its views, at start or on a tick.
+
 Each document: `{"name", "role", "version", "published_at", "state": {...}}`. What `state` holds per role is
 built here from the actor's public methods (`slice_manager_state`, `broker_state`, `authority_state`); the
 slice manager's also carries `history`, a short series of units and VLAN tags in use for the utilisation
@@ -14,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -94,6 +100,29 @@ on its own (MOVING) are asked about on every tick until they settle."""
 MOVING = frozenset({"geni_configuring", "geni_stopping", "geni_ready_busy", "geni_pending_allocation"})
 MAX_ITEMS = 2000
 """Tickets or leases listed per snapshot at most (the newest by end); counts are always complete."""
+WANTED = "wanted"
+"""Key of the document a dashboard view writes (`{"at"}`): publishers on demand build while it is recent."""
+WANTED_SECONDS = 300.0
+"""How long after a dashboard view publishers on demand keep publishing (on change, and their heartbeat)."""
+WANTED_WRITE_SECONDS = 10.0
+"""A dashboard writes `wanted` at most this often, however many pages it serves."""
+
+
+def want_snapshots(store: Store, now: datetime) -> None:
+    """A dashboard view: publishers on demand build (and heartbeat) for the next WANTED_SECONDS."""
+    scoped(store, Actor.OPERATIONS).put(SNAPSHOTS, WANTED, {"at": rfc3339(now)})
+
+
+class Demand:
+    """Whether a dashboard asked for snapshots in the last `seconds` (one read of `wanted`)."""
+
+    def __init__(self, store: Store, seconds: float = WANTED_SECONDS):
+        self.store = scoped(store, Actor.OPERATIONS)
+        self.seconds = seconds
+
+    def __call__(self, now: datetime) -> bool:
+        doc = self.store.get(SNAPSHOTS, WANTED)
+        return doc is not None and (now - parse_time(doc["at"])).total_seconds() <= self.seconds
 
 
 # ---- usage from claim keys (shared with the topology picture) -------------------------------------------------
@@ -306,13 +335,15 @@ class Publisher:
     def __init__(self, store: Store, name: str, role: str, build: Callable[[datetime], dict[str, Any]],
                  heartbeat: float = HEARTBEAT_SECONDS, history_step: float = HISTORY_STEP_SECONDS,
                  monotonic: Callable[[], float] = time.monotonic, token: Callable[[], Any] | None = None,
-                 settled: Callable[[dict[str, Any]], bool] | None = None, refresh: float | None = None):
+                 settled: Callable[[dict[str, Any]], bool] | None = None, refresh: float | None = None,
+                 wanted: Callable[[datetime], bool] | None = None):
         """`token`: a cheap answer that changes whenever the state `build` reads changes (the broker's,
         the slice manager's or the authority's version); while it is unchanged the state is not built again,
         and a heartbeat republishes the last state. Two exceptions: a state `settled` says moves with time on
         its own (ages of pending operations, slivers booting) is built again on every tick until it is
         settled, and with `refresh` it is built again at least that often (what a driver sees, which no
-        write to the store announces)."""
+        write to the store announces). `wanted` (a `Demand`): nothing is built or written while it says no
+        dashboard asked."""
         self.store = scoped(store, Actor.OPERATIONS)
         self.name = name
         self.role = role
@@ -326,16 +357,25 @@ class Publisher:
         self._history: list[dict[str, Any]] | None = None  # read back from the store on first use
         self.token = token
         self._token: Any = None  # the token the last published state was built at
-        self._last: dict[str, Any] | None = None  # the last document published
+        self._last_settled: bool | None = None  # whether the last state published was settled (None: none yet)
         self.settled = settled
         self.refresh = refresh
+        self.wanted = wanted
         self._built = float("-inf")  # when the state was last built (monotonic)
+        self._lock = threading.Lock()  # a dashboard view in the same process may publish beside the tick
 
     def publish(self, now: datetime) -> bool:
         """Build the state and write it if it changed or the heartbeat is due; True if written. Errors
-        propagate (the caller's tick logs them and tries again)."""
+        propagate (the caller's tick logs them and tries again). Only the last state's digest and whether it
+        was settled are kept, not the state: a snapshot holds every slice."""
+        if self.wanted is not None and not self.wanted(now):
+            return False
+        with self._lock:
+            return self._publish(now)
+
+    def _publish(self, now: datetime) -> bool:
         token = self.token() if self.token is not None else None
-        if token is not None and token == self._token and self._last is not None and self._still(self._last):
+        if token is not None and token == self._token and self._last_settled is not None and self._still():
             if self.monotonic() - self._published < self.heartbeat:
                 return False  # unchanged: nothing built, nothing written
             # the heartbeat alone, a small document beside the state: the state is not encoded again
@@ -348,7 +388,7 @@ class Publisher:
         digest = hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()
         mono = self.monotonic()
         if digest == self._digest and mono - self._published < self.heartbeat:
-            if self._last is not None:
+            if self._last_settled is not None:
                 self._token = token  # the state published is the one this token names
             return False
         if point is not None:
@@ -366,14 +406,14 @@ class Publisher:
             doc["history"] = self._history
         self.store.put(SNAPSHOTS, self.name, doc)
         self._digest, self._published = digest, mono
-        self._token, self._last = token, doc
+        self._token, self._last_settled = token, self.settled is None or self.settled(state)
         return True
 
-    def _still(self, last: dict[str, Any]) -> bool:
+    def _still(self) -> bool:
         """Whether the last state stands while the token is unchanged: it is settled, and not due a refresh."""
         if self.refresh is not None and self.monotonic() - self._built >= self.refresh:
             return False
-        return self.settled is None or self.settled(last["state"])
+        return bool(self._last_settled)
 
     def tick(self, now: datetime) -> None:
         """publish() for a periodic loop: a failure is a log line, the next tick tries again."""
@@ -385,16 +425,19 @@ class Publisher:
 
 def publishers_for(store: Store, sm: PublishedSliceManager | None = None, broker: PublishedBroker | None = None,
                    authority: PublishedAuthority | None = None,
-                   heartbeat: float = HEARTBEAT_SECONDS) -> list[Publisher]:
-    """Publishers for the actors this process runs (pass only in-process actors, never remote proxies)."""
+                   heartbeat: float = HEARTBEAT_SECONDS, on_demand: bool = False) -> list[Publisher]:
+    """Publishers for the actors this process runs (pass only in-process actors, never remote proxies);
+    `on_demand` (a deployment's): they publish only while a dashboard view asked (`want_snapshots`)."""
+    demand = Demand(store) if on_demand else None
     out = []
     if sm is not None:  # built when its records or the units in use change (the broker's version when in process)
         usage = broker.version if broker is not None else sm.usage_version
         out.append(Publisher(store, sm.name, "slice-manager", lambda now: slice_manager_state(sm, now), heartbeat,
-                             token=lambda: (sm.version(), usage()), settled=lambda state: not state["pending"]))
+                             token=lambda: (sm.version(), usage()), settled=lambda state: not state["pending"],
+                             wanted=demand))
     if broker is not None:
         out.append(Publisher(store, f"broker:{broker.name}", "broker", lambda now: broker_state(broker, now),
-                             heartbeat, token=broker.version))
+                             heartbeat, token=broker.version, wanted=demand))
     if authority is not None:
         cache = StatusCache(authority)
 
@@ -405,7 +448,7 @@ def publishers_for(store: Store, sm: PublishedSliceManager | None = None, broker
         # a driver whose slivers change only by their records' timed transitions needs no refresh
         refresh = DRIVER_REFRESH_SECONDS if getattr(authority.substrate, "changes_on_its_own", True) else None
         out.append(Publisher(store, f"authority:{authority.name}", "authority", build, heartbeat,
-                             token=authority.version, settled=settled_leases, refresh=refresh))
+                             token=authority.version, settled=settled_leases, refresh=refresh, wanted=demand))
     return out
 
 

@@ -131,11 +131,28 @@ def units_under(pools: Iterable[Pool], names: Set[str]) -> set[str]:
     return {u for p in pools if p.name in names for u in p.units}
 
 
-def usage_counts(keys: Iterable[str]) -> tuple[dict[str, int], dict[str, int], frozenset[str],
-                                               dict[str, frozenset[int]]]:
-    """(cores per host, MB per host, bare-metal nodes taken, VLAN tags per switch) from unit keys in use."""
+@dataclass(frozen=True)
+class InUse:
+    """What is in use now, as the broker's availability query answers it: claims per pool counter (`core:<host>`
+    → cores claimed on it; every kind but the named ones) and the units named one by one (bare-metal nodes,
+    VLAN tags, units promised and not claimed yet)."""
+
+    counts: Mapping[str, int]
+    units: frozenset[str]
+
+
+def usage_counts(keys: Iterable[str], counts: Mapping[str, int] | None = None
+                 ) -> tuple[dict[str, int], dict[str, int], frozenset[str], dict[str, frozenset[int]]]:
+    """(cores per host, MB per host, bare-metal nodes taken, VLAN tags per switch) from unit keys in use and
+    claims per pool counter (`counts`, slicex.store.counter_of)."""
     cores: Counter[str] = Counter()
     mb: Counter[str] = Counter()
+    for counter, n in (counts or {}).items():
+        kind, _, host = counter.partition(":")
+        if kind == "core":
+            cores[host] += n
+        elif kind == "mem":
+            mb[host] += n * MEM_CHUNK_MB
     taken: set[str] = set()
     vlans: dict[str, set[int]] = {}
     for key in keys:

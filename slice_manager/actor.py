@@ -42,6 +42,7 @@ from protocol import slice_manager as sm
 from protocol.api import AuthorityApi, BrokerApi
 from protocol.messages import SlotAnswer, SlotQuery, demands_of
 from protocol.slice_manager import ALLOWED_ACTIONS, Sliver
+from resources import InUse
 from rspec.request import Request
 from slice_manager import reservation as rs
 from slice_manager import update as up
@@ -131,7 +132,7 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
         self._reaping = threading.RLock()  # one reap at a time
         self._beat_at: datetime | None = None  # when this slice manager last wrote its heartbeat
         self._claimed_here: set[str] = set()  # reservations whose store lock a thread of this process holds
-        self._available: tuple[str, frozenset[str]] = ("", frozenset())  # the broker's last availability answer
+        self._available: tuple[str, InUse] = ("", InUse({}, frozenset()))  # the broker's last availability answer
         self.migrate(datetime.now(UTC))  # records of an older layout (once per store); the time only names locks' holders
 
     # ---- SliceManager: allocate -----------------------------------------------------------------------------
@@ -247,22 +248,22 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
         return self.broker.find_slot(self.name, demands, query, now,
                                      authority=getattr(self.authority, "name", "") or "")
 
-    def in_use(self, now: datetime, window: Term | None = None) -> frozenset[str]:
-        """The unit keys in use now, as the broker answers its availability query; the answer is kept until
-        the broker says its state changed (its version), so an unchanged broker costs one short reply. With
-        a future `window` (ListResources geni_start_time/geni_end_time): what the broker cannot promise over
-        it, advance bookings included (not cached)."""
+    def in_use(self, now: datetime, window: Term | None = None) -> InUse:
+        """What is in use now, as the broker answers its availability query (claims counted per pool, and the
+        units it names); the answer is kept until the broker says its state changed (its version), so an
+        unchanged broker costs one short reply. With a future `window` (ListResources geni_start_time/
+        geni_end_time): the units the broker cannot promise over it, advance bookings included (not cached)."""
         if window is not None and window.start > now:
-            return frozenset(self.broker.availability("", now, window)["units"])
+            return InUse({}, frozenset(self.broker.availability("", now, window)["units"]))
         with self._guard:
-            known, units = self._available
+            known, used = self._available
         answer = self.broker.availability(known, now)
         if answer.get("unchanged"):
-            return units
-        units = frozenset(answer["units"])
+            return used
+        used = InUse(dict(answer.get("counts", {})), frozenset(answer["units"]))
         with self._guard:
-            self._available = (answer["version"], units)
-        return units
+            self._available = (answer["version"], used)
+        return used
 
     def _images(self, request: Request, owner_urn: str) -> dict[str, str]:
         """The images the request's nodes name that the owner may boot beyond the substrate's offer."""

@@ -10,19 +10,20 @@ from typing import Any
 from resources.compute import asks_bare_metal, bare_metal_for, vm_size_for
 from rspec.request import Request
 from rspec.substrate import Substrate
-from slice_manager import reservation as rs
-from slicex.peers import Held, Wanted
+from slice_manager.held import ENDED
+from slicex.peers import Held, Peer, Wanted
 
-ENDED = (rs.CLOSE_WAIT, rs.CLOSED, rs.FAILED)
+__all__ = ["ENDED", "held_slivers", "wanted_nodes"]
 
 
-def held_slivers(records: Callable[[], list[Any]]) -> Callable[[], list[Held]]:
-    """Live slivers from the slice manager's records (ActorSliceManager.records): neither ended, failed nor
-    being discarded. A staged Update's replacing link is not one more: its commit releases the one it
+def held_slivers(sm: Any) -> Callable[[Peer], list[Held]]:
+    """A peer's live slivers, from the slice manager's held index (ActorSliceManager.held_in,
+    slice_manager/held.py): only the slivers of the peer's namespaces are read, however many others the
+    aggregate holds. A staged Update's replacing link is not one more: its commit releases the one it
     replaces, its revert the replacing one."""
-    def held() -> list[Held]:
-        return [Held(rec.owner_urn, rec.slice_urn, rec.kind, int(rec.details.get("cores", 0) or 0))
-                for rec in records() if rec.r.state not in ENDED and not rec.discard and rec.update != "replacing"]
+    def held(peer: Peer) -> list[Held]:
+        return [Held(h["owner_urn"], h["slice_urn"], h["kind"], int(h["cores"]))
+                for h in sm.held_in(list(peer.namespaces), peer.covers)]
     return held
 
 

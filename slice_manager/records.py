@@ -12,7 +12,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from protocol.messages import SliverDetails
+from slice_manager import held
 from slice_manager import reservation as rs
+from slice_manager.held import HELD
 from slicex import errors
 from slicex.clock import parse_time, rfc3339
 from slicex.errors import (
@@ -31,7 +33,7 @@ ENDED_KEPT = timedelta(days=1)
 UPDATES = "sm-updates"  # slice → its pending Update (slice_manager/update.py PendingUpdate)
 VERSION = "sm-version"  # "records" → a token replaced on every write to the records (`Records.version`)
 LAYOUT = "sm-layout"  # "records" → the layout version of the slice manager's records (`migrate`)
-LAYOUT_VERSION = 2  # 2: every record filed in the store's time index under `due_at`
+LAYOUT_VERSION = 3  # 2: every record filed in the store's time index under `due_at`; 3: live ones in `held`
 AT_ONCE = 0.0
 """The time index's place for work due at once (an outbox to deliver, an operation pending): before any time."""
 
@@ -103,6 +105,7 @@ class Record:
     update: str = ""  # its part in the slice's pending Update: added | removed | rewired | kept (slice_manager/update.py)
     indexed: bool = field(default=False, compare=False)  # its slice's index names it (not stored: true once loaded)
     removed: bool = field(default=False, compare=False)  # deleted from the store by this copy (not stored)
+    held_as: dict[str, Any] | None = field(default=None, compare=False)  # its held index entry as stored (not stored)
 
     def to_doc(self) -> dict[str, Any]:
         return {"id": self.id, "slice_urn": self.slice_urn, "owner_urn": self.owner_urn, "client_id": self.client_id,
@@ -158,10 +161,45 @@ class Records:
 
     store: Store
     _holding: Any  # Recovery's reservation locks (a mixin of ActorSliceManager)
+    _unmarked = False  # `migrate` found no record: the layout mark goes in with the first record saved
 
     def _load(self, rid: str) -> Record | None:
         d = self.store.get(RESERVATIONS, rid)
-        return Record.from_doc(d) if d else None
+        return self._loaded(d) if d else None
+
+    @staticmethod
+    def _loaded(d: dict[str, Any]) -> Record:
+        """A stored record, with the held index entry its save filed (slice_manager/held.py)."""
+        rec = Record.from_doc(d)
+        rec.held_as = held.entry(rec)
+        return rec
+
+    def _file_held(self, rec: Record, entry: dict[str, Any] | None) -> None:
+        """Make the held index say `entry` for `rec` (nothing written when it already does)."""
+        if entry == rec.held_as:
+            return
+        old = held.keys(rec.held_as) if rec.held_as else []
+        new = held.keys(entry) if entry else []
+        for key in new:
+            self.store.put(HELD, key, entry)
+        for key in old:
+            if key not in new:
+                self.store.delete(HELD, key)
+        rec.held_as = entry
+
+    def held_in(self, namespaces: list[str], covers) -> list[dict[str, Any]]:
+        """The held index entries of the live slivers whose owner or slice `covers` says is in one of
+        `namespaces`: only those entries and their records are read (an entry whose record is gone or no
+        longer live, left by a crash, is not counted; it is never removed here, as a record being made files
+        its entry first)."""
+        found: dict[str, dict[str, Any]] = {}
+        for ns in namespaces:
+            for prefix in held.prefixes(ns):
+                for doc in self.store.scan(HELD, prefix):
+                    if covers(doc["owner_urn"]) or covers(doc["slice_urn"]):
+                        found[doc["id"]] = doc
+        recs = (self._load(rid) for rid in found)
+        return [rec.held_as for rec in recs if rec is not None and rec.held_as is not None]
 
     def _save(self, rec: Record) -> None:
         if (rec.r.state == rs.CLOSED or rec.discard) and not rec.outbox:
@@ -173,12 +211,21 @@ class Records:
                 self.store.delete(SLIVERS_OF, _index_key(rec.slice_urn, rec.id))
                 rec.removed, rec.indexed = True, False
                 self._changed()
+            self._file_held(rec, None)  # after the record: a crash between counts it once more, never less
         else:
+            entry = held.entry(rec)
+            if entry is not None:  # live: filed before the record
+                self._file_held(rec, entry)
             rec.removed = False
             if not rec.indexed:  # written before the record: a stored record is always found by its slice
                 self._index(rec.slice_urn, rec.id)
                 rec.indexed = True
+                if self._unmarked:  # the store's first record, of this layout: no later start reads them all
+                    self.store.put(LAYOUT, "records", {"version": LAYOUT_VERSION})
+                    self._unmarked = False
             self.store.put(RESERVATIONS, rec.id, rec.to_doc(), due=due_at(rec))
+            if entry is None:  # no longer live: taken out after the record
+                self._file_held(rec, None)
             self._changed()
 
     def _changed(self) -> None:
@@ -196,7 +243,7 @@ class Records:
 
     def migrate(self, now: datetime) -> int:
         """Bring records a slice manager of an older layout stored to this one, once per store (start-up): each
-        is named by its slice's index and filed in the time index, re-read under its lock so that a record
+        is named by its slice's index, filed in the time index and, when live, in the held index, re-read under its lock so that a record
         another worker changes meanwhile is never overwritten with what was read before. Returns how many
         records were filed (0 when the store is on this layout already: then nothing else is read). The store
         is marked done only when every record was; a record another live worker holds is left to it (its next
@@ -205,7 +252,8 @@ class Records:
         if doc is not None and int(doc.get("version", 0)) >= LAYOUT_VERSION:
             return 0
         rids = [d["id"] for d in self.store.scan(RESERVATIONS)]
-        if not rids:  # nothing to file (a new store: starting writes nothing)
+        if not rids:  # nothing to file (a new store: starting writes nothing; the first record saved marks it)
+            self._unmarked = True
             return 0
         indexed = {(d["slice_urn"], d["id"]) for d in self.store.scan(SLIVERS_OF)}
         filed = 0
@@ -217,6 +265,7 @@ class Records:
                 rec = Record.from_doc(d)
                 if (rec.slice_urn, rec.id) not in indexed:
                     self._index(rec.slice_urn, rec.id)
+                self._file_held(rec, held.entry(rec))  # rec.held_as is None: an older layout filed none
                 self.store.put(RESERVATIONS, rec.id, d, due=due_at(rec))
                 filed += 1
         if len(mine) == len(set(rids)):
@@ -243,7 +292,7 @@ class Records:
         other slices hold (an index entry whose record is gone, left by a crash between the two deletes,
         is skipped)."""
         if slice_urn is None:
-            return [Record.from_doc(d) for d in self.store.scan(RESERVATIONS)]
+            return [self._loaded(d) for d in self.store.scan(RESERVATIONS)]
         recs = (self._load(d["id"]) for d in self.store.scan(SLIVERS_OF, f"{slice_urn}#"))
         return [rec for rec in recs if rec is not None and rec.slice_urn == slice_urn]
 

@@ -371,9 +371,10 @@ and authorised and would be granted once the peer's users hold less."""
 class PeerGate:
     """Applies peers' policies to AM API calls: `admit` raises the GENI error of a refusal, naming the peer
     and the rule; local callers pass untouched. `peers` is read on every call, so a reloaded list applies at
-    once; `held` lists the live slivers (for quotas), `wanted` turns a request's nodes into `Wanted`."""
+    once; `held` lists a peer's live slivers (for quotas: those of its namespaces only, read from an index),
+    `wanted` turns a request's nodes into `Wanted`."""
 
-    def __init__(self, peers: Callable[[], list[Peer]], aggregate_urn: str, held: Callable[[], Iterable[Held]],
+    def __init__(self, peers: Callable[[], list[Peer]], aggregate_urn: str, held: Callable[[Peer], Iterable[Held]],
                  wanted: Callable[[Any], list[Wanted]]):
         self.peers = peers
         self.aggregate_urn = aggregate_urn
@@ -381,7 +382,7 @@ class PeerGate:
         self.wanted = wanted
 
     def usage(self, peer: Peer) -> Usage:
-        mine = [h for h in self.held() if peer.covers(h.owner_urn) or peer.covers(h.slice_urn)]
+        mine = [h for h in self.held(peer) if peer.covers(h.owner_urn) or peer.covers(h.slice_urn)]
         nodes = [h for h in mine if h.kind == "node"]
         return Usage(len(mine), len(nodes), sum(h.cores for h in nodes))
 

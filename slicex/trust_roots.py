@@ -120,7 +120,7 @@ class PeerTrust:
     def peers_now(self) -> list[Peer]:
         return self.peers
 
-    def gate(self, aggregate_urn: str, held: Callable[[], Any], wanted: Callable[[Any], Any]) -> PeerGate:
+    def gate(self, aggregate_urn: str, held: Callable[[Any], Any], wanted: Callable[[Any], Any]) -> PeerGate:
         return PeerGate(self.peers_now, aggregate_urn, held, wanted)
 
     def peer_of(self, caller_urn: str | None, slice_urn: str | None = None) -> Peer | None:

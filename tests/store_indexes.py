@@ -8,6 +8,8 @@ order is the order below, so a failure names the most basic index that went wron
   open usage records (their expiry), and no other table filed in it;
 * the slice index of records (`<slice>#<sliver>` names each record of the slice, nothing else when `exact`);
   the requests stored by slice;
+* the held index (a federation peer's usage): every live sliver filed under its owner's and its slice's
+  authority, nothing else when `exact` (a crash may leave an entry for a sliver that ended: over-counting);
 * the open usage records: exactly the usage records not yet ended;
 * Redis: every table's key index equals its hash's keys, and its time index names only documents it holds;
 * the claim counters per pool (per host: `core:<host>`, `mem:<host>`, ...; per switch: `vlan:<switch>`) and
@@ -28,6 +30,7 @@ from authority.actor import LEASES
 from broker.broker import TICKETS
 from broker.claims import counts_of
 from operations.ledger import OPEN, USAGE
+from slice_manager import held
 from slice_manager.records import REQUESTS, RESERVATIONS, SLIVERS_OF, Record, due_at
 from slicex.inventory import UNIT_KINDS
 from slicex.store import counter_of, namespace_of
@@ -106,6 +109,19 @@ def _slices(store: Any, recs: list[Record], exact: bool) -> None:
               found & {r.id for r in recs})
     stray = {d["key"] for d in store.scan(REQUESTS) if not d["key"].startswith(d["slice_urn"] + "#")}
     _same("requests filed under another slice", set(), stray)
+
+
+def _held(store: Any, recs: list[Record], exact: bool) -> None:
+    filed = {(d["id"], k) for k in ("o", "s") for d in store.scan(held.HELD, f"{k}#")}
+    live = [e for r in recs if (e := held.entry(r)) is not None]
+    want = {(e["id"], k) for e in live for k in ("o", "s")}
+    if exact:
+        _same("held index", want, filed)
+    else:  # written before a sliver goes live and removed after it ends: a crash can only over-count
+        _same("held index (live slivers it does not name)", set(), want - filed)
+    for e in live:
+        _same(f"held index entries of {e['id']}", {k: e for k in held.keys(e)},
+              {k: store.get(held.HELD, k) for k in held.keys(e)})
 
 
 def _timed_tables(store: Any) -> set[str]:
@@ -219,6 +235,7 @@ def mismatch(store: Any, broker: Any = None, exact: bool = False) -> str | None:
     try:
         recs = _documents(store)
         _slices(store, recs, exact)
+        _held(store, recs, exact)
         _redis_keys(store)
         claims = _claims(store)
         _leased(store, claims)

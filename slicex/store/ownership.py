@@ -54,6 +54,9 @@ OWNERSHIP: tuple[Holding, ...] = (
             "index when the clock next has work on it (the reaper reads only what fell due)"),
     Holding("sm-slice-slivers", Actor.SLICE_MANAGER, "`<slice>#<sliver>` → the sliver: a call reads its own "
             "slice's reservations with a key-prefix scan; written before the reservation, removed after it"),
+    Holding("sm-held", Actor.SLICE_MANAGER, "`o#<owner authority>#<sliver>` and `s#<slice authority>#<sliver>` "
+            "→ a live sliver: a federation peer's usage reads its namespaces' slivers with key-prefix scans; "
+            "written before the reservation becomes live, removed after it ends"),
     Holding("sm-requests", Actor.SLICE_MANAGER, "requests (for manifests; keyed `<slice>#…`)"),
     Holding("sm-slices", Actor.SLICE_MANAGER, "slices shut down (Shutdown)"),
     Holding("sm-instances", Actor.SLICE_MANAGER, "heartbeats of the slice managers sharing the store"),
@@ -109,7 +112,8 @@ OWNERSHIP: tuple[Holding, ...] = (
             "time index under its expiry"),
     Holding("usage-layout", Actor.OPERATIONS, "the layout version of the open usage records (filed in the "
             "time index under their expiry once, at start)"),
-    Holding("snapshots", Actor.OPERATIONS, "the dashboard's latest snapshot per publisher"),
+    Holding("snapshots", Actor.OPERATIONS, "the dashboard's latest snapshot per publisher, and `wanted`: when a "
+            "dashboard view last asked for them (publishers build only for 5 minutes after it)"),
     Holding("quota-lock", Actor.OPERATIONS, "user or project → the Allocate being counted against its "
             "limits", claims=True),
     # ---- deployment

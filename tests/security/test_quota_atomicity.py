@@ -187,7 +187,7 @@ class Worker:
         peer = Peer("testbed-a", Path("unused.pem"), (PEER,), PeerPolicy(max_nodes=LIMITS["peer"]))
         self.gate = PeerGate(lambda: [peer], AM_URN, self._held, wanted_nodes(SUB))
 
-    def _held(self) -> list[Held]:
+    def _held(self, peer: Peer) -> list[Held]:
         return [Held(d["owner"], d["slice"], "node", d["cores"]) for d in self.store.scan(HELD)]
 
     def allocate(self, owner: str, slice_urn: str, nodes: int, now: datetime) -> list[Sliver]:

@@ -19,10 +19,11 @@ from hypothesis import strategies as st
 
 from authority.substrate.emulated import EmulatedDriver
 from broker.broker import TICKETS, Broker
+from broker.claims import counts_of
 from deployment.actors import ActorKeys, embedded_slice_manager
 from protocol.messages import PlaceAnswer, demands_of
 from protocol.remote import broker_handlers
-from resources import STANDARD, export_substrate, usage_counts
+from resources import STANDARD, InUse, export_substrate, usage_counts
 from rspec.advertisement import Usage, build_advertisement
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
@@ -165,15 +166,15 @@ def test_a_broker_without_a_delegated_substrate_refuses_to_place():
 def test_availability_is_cached_until_the_broker_changes_even_through_another_worker(tmp_path):
     store, real, broker, asm = world(tmp_path)
     now = ManualClock().now()
-    assert asm.in_use(now) == frozenset() and not broker.answers[-1]["unchanged"]
-    assert asm.in_use(now) == frozenset() and broker.answers[-1] == {"version": broker.answers[0]["version"],
-                                                                    "unchanged": True}
+    assert asm.in_use(now) == InUse({}, frozenset()) and not broker.answers[-1]["unchanged"]
+    assert asm.in_use(now) == InUse({}, frozenset()) and broker.answers[-1] == {
+        "version": broker.answers[0]["version"], "unchanged": True}
     bm = SUB.host("bm1").component_id
     (s,) = asm.allocate(SLICE, "o", parse_request(request_rspec([vm("b", sliver_type="raw-pc", component_id=bm)])),
                         now + 10 * MIN, now)
     used = asm.in_use(now)
-    assert not broker.answers[-1]["unchanged"] and used == {f"node:{bm}"}
-    cores, mem, taken, vlans = usage_counts(used)
+    assert not broker.answers[-1]["unchanged"] and used.units == {f"node:{bm}"}
+    cores, mem, taken, vlans = usage_counts(used.units, used.counts)
     ad = build_advertisement(SUB, Usage(cores=cores, memory_mb=mem, taken=taken, vlans=vlans), now, True)
     assert f'component_id="{bm}"' not in ad  # geni_available leaves out what is taken
     assert f'component_id="{SUB.host("bm2").component_id}"' in ad
@@ -182,9 +183,13 @@ def test_availability_is_cached_until_the_broker_changes_even_through_another_wo
     demands = demands_of(parse_request(request_rspec([vm("c")])), {"c": "r-c"})
     got = other.place("sm2", demands, Term(now, now + 10 * MIN), now)
     used = asm.in_use(now)
-    assert not broker.answers[-1]["unchanged"] and set(got.tickets["r-c"].units) <= used
+    granted = got.tickets["r-c"].units  # a VM's units: counted per pool (cores, memory, disk), not named
+    assert not broker.answers[-1]["unchanged"] and used.counts == counts_of({u: "" for u in granted})
+    cores, mem, _, _ = usage_counts(used.units, used.counts)
+    host = next(u for u in granted if u.startswith("core:")).split(":", 1)[1].rsplit(":", 1)[0]
+    assert cores == {host: sum(u.startswith("core:") for u in granted)} and mem[host] > 0
     asm.delete([s.urn], now)
-    assert f"node:{bm}" not in asm.in_use(now) and not broker.answers[-1]["unchanged"]
+    assert f"node:{bm}" not in asm.in_use(now).units and not broker.answers[-1]["unchanged"]
 
 
 # ---- property: concurrent placements never promise a unit twice ------------------------------------------------

@@ -376,3 +376,34 @@ def test_a_failing_build_is_a_log_line_not_a_dead_loop(store, caplog):
         raise ConnectionError("store down")
     Publisher(store, "sm-1", "slice-manager", build).tick(NOW)
     assert "snapshot not published" in caplog.text and read_snapshots(store) == []
+
+
+def test_publishers_on_demand_build_nothing_until_a_dashboard_view_asks_and_stop_after(store):
+    """Nobody looking: no snapshot is built or written (a snapshot costs what the live slices are). A view
+    asks (`wanted`) and publishes this process's publishers at once; WANTED_SECONDS later they stop again."""
+    from operations.snapshot import BEAT, WANTED_SECONDS, Demand
+
+    built: list[datetime] = []
+    clock, mono = [NOW], [0.0]
+
+    def build(now: datetime) -> dict:
+        built.append(now)
+        return {"slices": {}, "n": len(built)}
+
+    pub = Publisher(store, "sm-1", "slice-manager", build, heartbeat=5.0, wanted=Demand(store),
+                    token=lambda: "unchanged", monotonic=lambda: mono[0])
+    for k in range(3):
+        pub.tick(NOW + timedelta(seconds=k))
+    assert built == [] and read_snapshots(store) == []
+    dash = Dashboard(DEMO, AGG, store, lambda: clock[0], publishers=[pub])
+    dash.view()  # asks, and the publisher of this process publishes before the page is read
+    assert built == [NOW] and [d["name"] for d in read_snapshots(store)] == ["sm-1"]
+    mono[0] = 6.0  # still wanted: its heartbeat, nothing built again (unchanged)
+    assert pub.publish(NOW + timedelta(seconds=WANTED_SECONDS - 1)) and built == [NOW]
+    late = NOW + timedelta(seconds=WANTED_SECONDS + 1)
+    mono[0] = 12.0
+    assert not pub.publish(late)  # nobody asked since: nothing written, not even the heartbeat
+    assert store.get(SNAPSHOTS, "sm-1" + BEAT)["published_at"] != rfc3339(late)
+    clock[0] = late
+    dash.view()  # asked again: it publishes (its heartbeat) at once
+    assert store.get(SNAPSHOTS, "sm-1" + BEAT)["published_at"] == rfc3339(late) and built == [NOW]

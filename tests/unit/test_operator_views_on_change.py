@@ -257,13 +257,14 @@ def test_listresources_counts_the_units_in_use_once_per_change_of_the_brokers_st
     from types import SimpleNamespace
 
     from deployment import service
+    from resources import InUse
     from rspec.advertisement import AdvertisementCache
 
     counted_calls: list[int] = []
     real = service.usage_counts
-    monkeypatch.setattr(service, "usage_counts", lambda keys: (counted_calls.append(1), real(keys))[1])
+    monkeypatch.setattr(service, "usage_counts", lambda *a: (counted_calls.append(1), real(*a))[1])
     host = SUB.hosts[0].component_id
-    answer = [frozenset({f"core:{host}:0"})]
+    answer = [InUse({f"core:{host}": 1}, frozenset())]
     offered = [SUB]
     deployment = SimpleNamespace(sm=SimpleNamespace(in_use=lambda now, window=None: answer[0]), _usage=None,
                                  _ads=AdvertisementCache(), _advertised=SimpleNamespace(substrate=lambda: offered[0]))
@@ -272,7 +273,7 @@ def test_listresources_counts_the_units_in_use_once_per_change_of_the_brokers_st
     for _ in range(4):
         assert service.EmbeddedDeployment._advertise(deployment, False, now) is first
     assert len(counted_calls) == 1
-    answer[0] = frozenset({f"core:{host}:0", f"core:{host}:1"})  # the broker's state changed
+    answer[0] = InUse({f"core:{host}": 2}, frozenset())  # the broker's state changed
     second = service.EmbeddedDeployment._advertise(deployment, False, now)
     assert second is not first and len(counted_calls) == 2
     assert service.EmbeddedDeployment._advertise(deployment, False, now) is second

@@ -157,7 +157,7 @@ def test_gate_maps_rules_to_geni_errors_and_leaves_locals_alone(home: Path) -> N
             Held("urn:publicid:IDN+b.test+user+local", "urn:publicid:IDN+a.test+slice+s2", "link"),
             Held("urn:publicid:IDN+b.test+user+local", "urn:publicid:IDN+b.test+slice+s3", "node", 4)]
     asked: list[Wanted] = []
-    gate = PeerGate(lambda: [p], AM_B, lambda: held, lambda req: asked)
+    gate = PeerGate(lambda: [p], AM_B, lambda peer: held, lambda req: asked)
     assert gate.usage(p) == Usage(2, 1, 1)
     user, slice_ = "urn:publicid:IDN+a.test+user+u2", "urn:publicid:IDN+a.test+slice+s4"
     asked[:] = [Wanted("n1", "default-vm", 1)]
@@ -177,7 +177,7 @@ def test_gate_maps_rules_to_geni_errors_and_leaves_locals_alone(home: Path) -> N
 
 
 def test_a_default_end_is_cut_to_the_peers_maximum_an_asked_one_refused(home: Path) -> None:
-    gate = PeerGate(lambda: [peer(home, max_lease_hours=2)], AM_B, lambda: [], lambda req: [])
+    gate = PeerGate(lambda: [peer(home, max_lease_hours=2)], AM_B, lambda peer: [], lambda req: [])
     user, slice_ = "urn:publicid:IDN+a.test+user+u", "urn:publicid:IDN+a.test+slice+s"
     far = NOW + timedelta(days=1)
     assert gate.admit("Provision", user, slice_, NOW, far, asked=False) == NOW + timedelta(hours=2)

@@ -1,0 +1,210 @@
+"""Issue 33, counted not timed: with L live slices, a restart's start-up, the reaper's idle ticks and a
+federation peer's usage read the same number of store documents whatever L is (they read unfinished work and
+the few index entries they need, never every record). Each test fills the same deployment to N = 10 and to
+N = 40 live slices (the default substrate's 48 cores) and compares the documents read, on SQLite and on a real Redis."""
+
+from __future__ import annotations
+
+import collections
+import os
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deployment.service import EmbeddedDeployment
+from rspec.request import parse_request
+from slice_manager.peer_gate import held_slivers
+from slicex.clock import ManualClock
+from slicex.peers import Peer, PeerPolicy
+from slicex.store import open_store
+from tests.factories import request_rspec, vm
+from tests.integration.conftest import AUTHORITY, make_home
+
+REDIS_URL = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/12")
+OWNER = f"urn:publicid:IDN+{AUTHORITY}+user+alice"
+PEER = "peer.test"
+PAT = f"urn:publicid:IDN+{PEER}+user+pat"
+BROKER_TABLES = ("broker-tickets", "claims:unit")
+"""What the broker reads at its start (every active ticket into its calendar, every unit claim into its copy of
+the claims): its in-memory working state, not yet bounded (docs/architecture.md "Scale")."""
+
+
+class Counting:
+    """A store that counts the documents (and claims) each read returns, per table, while `on`."""
+
+    def __init__(self, store: Any):
+        self._store = store
+        self.on = False
+        self.read: collections.Counter[str] = collections.Counter()
+
+    def _count(self, what: str, n: int) -> None:
+        if self.on and n:
+            self.read[what] += n
+
+    def get(self, table: str, key: str) -> Any:
+        doc = self._store.get(table, key)
+        self._count(table, doc is not None)
+        return doc
+
+    def scan(self, table: str, prefix: str = "") -> list:
+        docs = self._store.scan(table, prefix)
+        self._count(table, len(docs))
+        return docs
+
+    def due(self, table: str, until: float, limit: int | None = None) -> list:
+        found = self._store.due(table, until, limit)
+        self._count(f"due:{table}", len(found))
+        return found
+
+    def claims_in(self, namespaces) -> dict:
+        found = self._store.claims_in(namespaces)
+        self._count("claims:unit" if "core" in set(namespaces) else "claims:other", len(found))
+        return found
+
+    def claim_counts(self, prefix: str = "") -> dict:
+        counts = self._store.claim_counts(prefix)
+        self._count("claims:counters", 1)  # one per pool in use: bounded by the substrate, not by the slices
+        return counts
+
+    def claims_of(self, owner: str) -> list:
+        found = self._store.claims_of(owner)
+        self._count("claims:of", len(found))
+        return found
+
+    def all_claims(self, prefix: str = "") -> dict:
+        found = self._store.all_claims(prefix)
+        self._count("claims:all", len(found))
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store_url(request, tmp_path: Path) -> Iterator[Callable[[str], str]]:
+    """A fresh store per name (a deployment per fill size), flushed after the test on Redis."""
+    made: list[Any] = []
+
+    def url(name: str) -> str:
+        if request.param == "sqlite":
+            return f"sqlite:///{tmp_path / name}.db"
+        from slicex.store.redis_store import RedisStore
+
+        store = RedisStore(REDIS_URL, prefix=f"flat-{name}-{os.getpid()}")
+        store.flush()
+        made.append(store)
+        return REDIS_URL
+    yield url
+    for store in made:
+        store.flush()
+
+
+def _open(url: str, name: str) -> Any:
+    if url.startswith("redis"):
+        from slicex.store.redis_store import RedisStore
+
+        return RedisStore(url, prefix=f"flat-{name}-{os.getpid()}")
+    return open_store(url)
+
+
+class Filled:
+    """An embedded deployment (in-process broker and authority) on its own home and store, filled with `n` live
+    slices of one provisioned node each through the slice manager, as the AM API leaves them (usage records
+    opened by the ledger)."""
+
+    def __init__(self, root: Path, url: str, name: str, n: int, peers: int = 0):
+        """`peers` of the slices are a federation peer's user's (PAT), in a slice of the peer's namespace."""
+        self.home = make_home(root / name)
+        self.url, self.name = url, name
+        self.clock = ManualClock(datetime.now(UTC).replace(microsecond=0))
+        self.start()
+        for i in range(n):
+            self.add(f"urn:publicid:IDN+{AUTHORITY}+slice+s{i}", OWNER, f"n{i}")
+        for i in range(peers):
+            self.add(f"urn:publicid:IDN+{PEER}+slice+p{i}", PAT, f"p{i}")
+        self.deployment.stop()
+
+    def add(self, slice_urn: str, owner: str, node: str) -> list[str]:
+        """A slice of one provisioned node."""
+        d, now = self.deployment, self.clock.now()
+        slivers = d.sm.allocate(slice_urn, owner, parse_request(request_rspec([vm(node)])), now + timedelta(hours=1),
+                                now)
+        d.ledger.began(owner, slice_urn, slivers, now)
+        d.sm.provision([s.urn for s in slivers], now + timedelta(hours=2), [], now)
+        return [s.urn for s in slivers]
+
+    def start(self) -> EmbeddedDeployment:
+        """`slicex up` on the filled store: the deployment built and started, reads counted from here on."""
+        self.store = Counting(_open(self.url, self.name))
+        self.store.on = True
+        self.deployment = EmbeddedDeployment(self.home, clock=self.clock, store=self.store)
+        self.deployment.start()
+        return self.deployment
+
+    def idle(self, ticks: int = 5) -> collections.Counter[str]:
+        """The documents the reaper's ticks read with nothing asked (a second of the clock each)."""
+        self.store.read.clear()
+        for _ in range(ticks):
+            self.clock.advance(timedelta(seconds=1))
+            self.deployment._tick()
+        return collections.Counter(self.store.read)
+
+
+def _without(reads: collections.Counter[str], tables: tuple[str, ...]) -> dict[str, int]:
+    return {t: n for t, n in reads.items() if t not in tables}
+
+
+def test_a_restart_and_the_idle_ticks_read_what_is_unfinished_not_every_slice(store_url, tmp_path):
+    runs = {}
+    for n in (10, 40):
+        filled = Filled(tmp_path, store_url(f"n{n}"), f"n{n}", n)
+        filled.start()
+        try:
+            started = collections.Counter(filled.store.read)
+            runs[n] = (started, filled.idle())
+        finally:
+            filled.deployment.stop()
+    (start10, idle10), (start40, idle40) = runs[10], runs[40]
+    assert _without(start10, BROKER_TABLES) == _without(start40, BROKER_TABLES), (start10, start40)
+    assert idle10 == idle40, (idle10, idle40)
+
+
+def test_a_peers_usage_reads_the_peers_slivers_not_every_slice(store_url, tmp_path):
+    peer = Peer("testbed-b", Path("unused.pem"), (PEER,), PeerPolicy(max_nodes=10))
+    runs = {}
+    for n in (10, 40):
+        filled = Filled(tmp_path, store_url(f"p{n}"), f"p{n}", n, peers=3)
+        d = filled.start()
+        try:
+            held = held_slivers(d.sm)
+            filled.store.read.clear()
+            mine = held(peer)
+            runs[n] = collections.Counter(filled.store.read)
+            assert sorted(h.slice_urn for h in mine) == [f"urn:publicid:IDN+{PEER}+slice+p{i}" for i in range(3)]
+            assert {h.owner_urn for h in mine} == {PAT} and {h.kind for h in mine} == {"node"}
+            gone = [s.urn for s in d.sm.slivers(f"urn:publicid:IDN+{PEER}+slice+p0", filled.clock.now())]
+            d.sm.delete(gone, filled.clock.now())  # no longer held: no longer counted
+            assert len(held(peer)) == 2
+        finally:
+            d.stop()
+    assert runs[10] == runs[40], runs
+
+
+def test_the_first_listresources_after_a_change_reads_the_claim_counters_not_every_claim(store_url, tmp_path):
+    runs = {}
+    for n in (10, 40):
+        filled = Filled(tmp_path, store_url(f"l{n}"), f"l{n}", n)
+        d = filled.start()
+        try:
+            d._advertise(True, filled.clock.now())
+            filled.add(f"urn:publicid:IDN+{AUTHORITY}+slice+new", OWNER, "new")  # the broker's state changed
+            filled.store.read.clear()
+            ad = d._advertise(True, filled.clock.now())
+            runs[n] = collections.Counter(filled.store.read)
+            assert "<rspec" in ad
+        finally:
+            d.stop()
+    assert runs[10] == runs[40], runs
