@@ -24,6 +24,7 @@ from slicex import procs
 from slicex.config import ConfigError, SlicexConfig, reference
 from slicex.errors import BadArgs, GeniError, Refused, Unavailable
 from slicex.home import Home
+from slicex.store import is_shared
 from slicex.store.redis_store import redact
 
 if TYPE_CHECKING:
@@ -223,9 +224,10 @@ def _configure_store(home: Home, distributed: bool) -> str:
     store = os.environ.get("SLICEX_STORE") or raw
     if distributed and not store:
         store = DEFAULT_REDIS
-    if distributed and not str(store).startswith(("redis://", "rediss://")):
-        raise BadArgs(f"`slicex up --distributed` keeps all state in Redis, but the store is {store}; set "
-                      f"`store: redis://HOST:PORT/DB` in {home.config_file}")
+    if distributed and not is_shared(str(store)):
+        raise BadArgs(f"`slicex up --distributed` keeps all state in Redis, but the store is {redact(str(store))}; "
+                      f"set `store: redis://HOST:PORT/DB` (or redis+sentinel://HOST:PORT,.../MASTER/DB) in "
+                      f"{home.config_file}")
     if store and store != raw:
         _record_config(home, "store", store)
         print(f"store {redact(store)} recorded in {home.config_file}: every process of this deployment reads it",
@@ -724,7 +726,7 @@ def _join_as_am_worker(home: Home) -> int:
 def _join_refused(cfg: Any) -> str | None:
     """Why this home cannot join a distributed deployment from another host, or None: its state must be on
     a shared Redis, and its actors somewhere else than itself."""
-    if not str(cfg.store or "").startswith(("redis://", "rediss://")):
+    if not is_shared(str(cfg.store or "")):
         return (f"an AM worker joins a distributed deployment on its Redis, but the store is "
                 f"{redact(str(cfg.store or 'state.db'))}; copy the deployment's slicex.yaml (its `store`)")
     if not (cfg.broker_url and cfg.authority_url):

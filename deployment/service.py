@@ -121,7 +121,7 @@ def own_ports(cfg: SlicexConfig) -> dict[int, str]:
              cfg.chapi_endpoint_port(): "chapi_port", cfg.broker_port: "broker_port",
              cfg.authority_port: "authority_port", cfg.dashboard_port or 0: "dashboard_port",
              cfg.scs.port if cfg.scs else 0: "scs.port"}
-    if cfg.store and cfg.store.startswith("redis"):
+    if cfg.store and cfg.store.startswith(("redis://", "rediss://")):  # a Sentinel store's hosts are its sentinels
         try:
             ports[urlsplit(cfg.store).port or 6379] = "the Redis store"
         except ValueError:

@@ -6,7 +6,8 @@ is its own. A Redis restarted empty, or a store swapped under a running process,
 process must not write (a new Allocate would build a second, unrelated state over the one that was lost), so
 every write through `GuardedStore` is refused with UNAVAILABLE naming the cause until the record is back. A
 disk that is full or read-only refuses writes the same way (multi-document operations are not started only
-to fail halfway); reads keep working. `check` is what `/health`, `slicex status` and the metrics report."""
+to fail halfway); reads keep working. A store that answered BUSY (a Sentinel failover under way) refuses them
+as BUSY too: the caller retries in seconds. `check` is what `/health`, `slicex status` and the metrics report."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from slicex.diskfaults import remedy, space_fault
-from slicex.errors import GeniError, Unavailable
+from slicex.errors import Busy, GeniError, Unavailable
 from slicex.store import Store
 
 log = logging.getLogger("slicex.store")
@@ -61,6 +62,7 @@ class GuardedStore:
         self.shown_url = shown_url
         self.disk = disk
         self.fault: str | None = None  # why writes are refused now
+        self._busy = False  # whether the store answered BUSY (failing over) at the last check
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self.inner, name)
@@ -69,7 +71,8 @@ class GuardedStore:
 
         def refusing_while_faulty(*args: Any, **kwargs: Any) -> Any:
             if self.fault is not None:
-                raise Unavailable(f"this aggregate is not serving writes: {self.fault}")
+                refusal = Busy if self._busy else Unavailable
+                raise refusal(f"this aggregate is not serving writes: {self.fault}")
             return value(*args, **kwargs)
         return refusing_while_faulty
 
@@ -78,6 +81,7 @@ class GuardedStore:
         Writes are refused from now on while any of them fails (and allowed again once all pass); a change
         is logged as an error, or as the recovery (unless `report` is off: a one-off check that prints)."""
         disk = space_fault(self.disk) if self.disk is not None else None
+        self._busy = False
         checks = {"store": self._store_check(probe, disk)}
         if self.disk is not None:
             checks["disk"] = f"{disk}: {remedy(disk)}" if disk else "ok"
@@ -97,6 +101,7 @@ class GuardedStore:
         try:
             doc = self.inner.get(DEPLOYMENT_TABLE, RECORD_KEY)
         except GeniError as exc:
+            self._busy = isinstance(exc, Busy)
             return exc.message
         if self.deployment_id is not None:
             lost = record_fault(doc, self.deployment_id, self.shown_url)
@@ -105,6 +110,7 @@ class GuardedStore:
         try:  # a write, not only a read: a full disk or a read-only Redis answers reads
             self.inner.put(HEALTH_TABLE, probe, {"checked_at": datetime.now(UTC).isoformat()})
         except GeniError as exc:
+            self._busy = isinstance(exc, Busy) and not disk
             if disk:
                 return f"the store {self.shown_url} refuses writes: its disk cannot take them"
             return f"the store {self.shown_url} refuses writes: {exc.message}"

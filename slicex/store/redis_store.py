@@ -6,20 +6,33 @@ document: its keys (score 0, so a key-prefix scan is a lexicographic range: it r
 and its time index (score: the document's `due`). A claim is a key whose value is its owner, each owner has a set of its
 claims and each claim namespace a hash of its claims (key → owner). `claim_all`, `release` and `release_owner` are Lua scripts, so each is atomic across every
 client of the server: two workers can never both win a key. A server that does not answer is
-UNAVAILABLE (11) or TIMEDOUT (8) with the URL (password removed) in the message, never a crash."""
+UNAVAILABLE (11) or TIMEDOUT (8) with the URL (password removed) in the message, never a crash.
+
+On a Redis that Sentinel manages (`redis+sentinel://`, slicex.store.urls) the client asks the sentinels where
+the primary is and follows a failover: a call that meets one (the primary gone, or demoted, before the
+sentinels promote a replica) is BUSY (14) with the reason, to be retried in seconds. Every write is one Lua
+script followed, on the same connection, by WAIT for `replicas` replicas: a write is answered only once a
+replica holds it, so a failover (which promotes the most up-to-date replica) keeps it. A primary with no
+replica connected at all takes writes alone (no failover can happen then), logged once."""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
+import time
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from redis.commands.core import Script
 
-from slicex.errors import DbError, TimedOut, Unavailable
+from slicex.errors import Busy, DbError, TimedOut, Unavailable
 from slicex.store import counter_of
+from slicex.store.urls import SentinelUrl, is_sentinel_url, parse_sentinel_url
+
+log = logging.getLogger("slicex.store")
 
 # Every script's ARGV: owner, the claim key prefix, the namespace index prefix, then its own. A claim is a key
 # whose value is its owner, a member of its owner's set, and a field of its namespace's hash (field: the claim
@@ -84,6 +97,20 @@ end
 redis.call('DEL', ARGV[4])
 return n
 """
+_PUT = """
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], 0, ARGV[1])
+if ARGV[3] == '' then redis.call('ZREM', KEYS[3], ARGV[1]) else redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1]) end
+return 1
+"""
+"""A document and its index entries (KEYS: the table's hash, key index, time index; ARGV: key, JSON, due or
+''), in one script: atomic, and a single command that WAIT can follow on the same connection."""
+_DELETE = """
+local n = redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+return n
+"""
 _INDEX_ONCE = _NAMESPACE_OF + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 local n = 0
@@ -136,6 +163,12 @@ every counter from the claims (`force`: a repair)."""
 
 def redact(url: str) -> str:
     """The URL without its password, for messages and logs."""
+    if is_sentinel_url(url):
+        try:
+            return parse_sentinel_url(url).shown()
+        except ValueError:
+            head, at, tail = url.partition("@")
+            return "redis+sentinel://***@" + tail if at else url
     parts = urlsplit(url)
     if parts.password is None:
         return url
@@ -148,16 +181,34 @@ def _glob_escape(text: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
-def redis_call(shown: str, fn):
-    """Run one Redis operation; its failures become GENI errors naming the server (`shown`, password redacted)."""
+FAILING_OVER = ("READONLY", "NOREPLICAS", "MASTERDOWN", "LOADING", "TRYAGAIN")
+"""Refusals of a Redis server that mean its role is changing (demoted, no replica in reach, still loading)."""
+
+
+def redis_call(shown: str, fn, sentinel: bool = False):
+    """Run one Redis operation; its failures become GENI errors naming the server (`shown`, password redacted).
+    On a Sentinel store (`sentinel`), losing the primary means a failover is under way: BUSY, retry in seconds."""
     try:
         return fn()
     except redis.exceptions.TimeoutError as exc:
+        if sentinel:
+            raise Busy(_failing_over(shown, exc)) from None
         raise TimedOut(f"Redis at {shown} did not answer in time: {exc}; retry shortly") from None
     except redis.exceptions.ConnectionError as exc:
+        if sentinel:
+            raise Busy(_failing_over(shown, exc)) from None
         raise Unavailable(f"Redis at {shown} is not answering: {exc}; retry when it is back") from None
+    except redis.exceptions.ResponseError as exc:
+        if sentinel and str(exc).startswith(FAILING_OVER):
+            raise Busy(_failing_over(shown, exc)) from None
+        raise DbError(f"Redis at {shown} refused an operation: {exc}") from None
     except redis.exceptions.RedisError as exc:
         raise DbError(f"Redis at {shown} refused an operation: {exc}") from None
+
+
+def _failing_over(shown: str, exc: Exception) -> str:
+    return (f"the store's primary ({shown}) is failing over to a replica ({exc}); retry in a few seconds, "
+            f"once the sentinels have promoted one")
 
 
 class RedisStore:
@@ -165,11 +216,22 @@ class RedisStore:
         self.url = url
         self.prefix = prefix
         self._shown = redact(url)
+        self.sentinel: SentinelUrl | None = None
         try:
-            self._r = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                                           decode_responses=True, health_check_interval=30)
+            if is_sentinel_url(url):
+                self.sentinel = parse_sentinel_url(url)
+                self._r = _sentinel_client(self.sentinel, timeout)
+            else:
+                self._r = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                               decode_responses=True, health_check_interval=30)
         except ValueError as exc:
-            raise DbError(f"bad Redis URL {self._shown}: {exc}; use redis://HOST:PORT/DB") from None
+            form = "redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/DB]" if is_sentinel_url(url) else \
+                "redis://HOST:PORT/DB"
+            raise DbError(f"bad Redis URL {self._shown}: {exc}; use {form}") from None
+        self._acks = self.sentinel.replicas if self.sentinel else 0  # replicas each write waits for (WAIT)
+        self._alone_until = 0.0  # until then the primary is known to have no replica: writes skip WAIT
+        self._put = self._r.register_script(_PUT)
+        self._delete = self._r.register_script(_DELETE)
         self._claim_all = self._r.register_script(_CLAIM_ALL)
         self._release = self._r.register_script(_RELEASE)
         self._release_owner = self._r.register_script(_RELEASE_OWNER)
@@ -181,7 +243,41 @@ class RedisStore:
         self._counted = False  # whether this client made sure the claim counters cover every claim
 
     def _call(self, fn):
-        return redis_call(self._shown, fn)
+        return redis_call(self._shown, fn, sentinel=self.sentinel is not None)
+
+    def _write(self, script: Script, keys: list[str], args: list[str]) -> Any:
+        """Run one write script; on a Sentinel store, answered only once `replicas` replicas acknowledged it
+        (WAIT on the same connection, one round trip with the script). Not acknowledged in `wait_ms`: BUSY
+        (the write may be on the primary alone; every write of the actors is idempotent, a retry redoes it)."""
+        if not self._acks or time.monotonic() < self._alone_until:
+            return self._call(lambda: script(keys=keys, args=args))
+
+        def with_wait() -> tuple[Any, int]:
+            for _attempt in range(2):  # a primary that lacks the script (a new one after a failover) loads it
+                pipe = self._r.pipeline(transaction=False)
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+                pipe.wait(self._acks, self.sentinel.wait_ms)
+                try:
+                    result, acked = pipe.execute()
+                    return result, int(acked)
+                except redis.exceptions.NoScriptError:
+                    self._r.script_load(script.script)
+            raise DbError(f"Redis at {self._shown} does not keep the store's scripts")
+
+        result, acked = self._call(with_wait)
+        if acked >= self._acks:
+            return result
+        if self._replicas_connected() == 0:  # nothing to replicate to, so nothing a failover could promote
+            log.warning("the store's primary (%s) has no replica connected: writes are kept by the primary alone "
+                        "until one is back", self._shown)
+            self._alone_until = time.monotonic() + 1.0
+            return result
+        raise Busy(f"the store's replicas ({self._shown}) did not acknowledge a write within "
+                   f"{self.sentinel.wait_ms} ms ({acked} of {self._acks}); retry in a few seconds")
+
+    def _replicas_connected(self) -> int:
+        info = self._call(lambda: self._r.info("replication"))
+        return int(info.get("connected_slaves", 0))
 
     def _t(self, table: str) -> str:
         return f"{self.prefix}:doc:{table}"
@@ -222,21 +318,11 @@ class RedisStore:
 
     def put(self, table: str, key: str, doc: dict[str, Any], due: float | None = None) -> None:
         text = json.dumps(doc, sort_keys=True)
-        pipe = self._r.pipeline(transaction=True)  # MULTI/EXEC: the document and its index entries, or none
-        pipe.hset(self._t(table), key, text)
-        pipe.zadd(self._k(table), {key: 0})
-        if due is None:
-            pipe.zrem(self._d(table), key)
-        else:
-            pipe.zadd(self._d(table), {key: due})
-        self._call(pipe.execute)
+        self._write(self._put, [self._t(table), self._k(table), self._d(table)],
+                    [key, text, "" if due is None else repr(float(due))])
 
     def delete(self, table: str, key: str) -> bool:
-        pipe = self._r.pipeline(transaction=True)
-        pipe.hdel(self._t(table), key)
-        pipe.zrem(self._k(table), key)
-        pipe.zrem(self._d(table), key)
-        return bool(self._call(pipe.execute)[0])
+        return bool(self._write(self._delete, [self._t(table), self._k(table), self._d(table)], [key]))
 
     def scan(self, table: str, prefix: str = "") -> list[dict[str, Any]]:
         if prefix:  # a range of the table's key index: only the matching documents are read
@@ -256,8 +342,8 @@ class RedisStore:
     def _index_keys(self) -> None:
         """Make sure the key indexes cover documents a store made before them holds (once per client)."""
         if not self._keys_indexed:
-            self._call(lambda: self._keys_once(keys=[f"{self.prefix}:keys-indexed"],
-                                               args=[_glob_escape(self._t("")) + "*", self._t(""), self._k("")]))
+            self._write(self._keys_once, [f"{self.prefix}:keys-indexed"],
+                        [_glob_escape(self._t("")) + "*", self._t(""), self._k("")])
             self._keys_indexed = True
 
     # ---- claims ----------------------------------------------------------------------------------------------
@@ -267,15 +353,13 @@ class RedisStore:
     def claim_all(self, keys: list[str], owner: str) -> bool:
         if not keys:
             return True
-        return bool(self._call(lambda: self._claim_all(keys=[self._c(k) for k in keys],
-                                                       args=self._args(owner, self._o(owner)))))
+        return bool(self._write(self._claim_all, [self._c(k) for k in keys], self._args(owner, self._o(owner))))
 
     def release(self, key: str, owner: str) -> bool:
-        return bool(self._call(lambda: self._release(keys=[self._c(key)], args=self._args(owner, self._o(owner)))))
+        return bool(self._write(self._release, [self._c(key)], self._args(owner, self._o(owner))))
 
     def release_owner(self, owner: str) -> int:
-        return int(self._call(lambda: self._release_owner(keys=[self._o(owner)],
-                                                          args=self._args(owner, self._o(owner)))))
+        return int(self._write(self._release_owner, [self._o(owner)], self._args(owner, self._o(owner))))
 
     def owner_of(self, key: str) -> str | None:
         return self._call(lambda: self._r.get(self._c(key)))
@@ -288,8 +372,8 @@ class RedisStore:
         """One round trip: the hash of each namespace, pipelined (after a one-off index of older claims)."""
         wanted = sorted(set(namespaces))
         if not self._indexed:
-            self._call(lambda: self._index_once(keys=[f"{self.prefix}:ns-indexed"],
-                                                args=self._args("", _glob_escape(self._c("")) + "*")))
+            self._write(self._index_once, [f"{self.prefix}:ns-indexed"],
+                        self._args("", _glob_escape(self._c("")) + "*"))
             self._indexed = True
         if not wanted:
             return {}
@@ -314,9 +398,9 @@ class RedisStore:
     def _count_once(self, force: bool = False) -> None:
         if self._counted and not force:
             return
-        self._call(lambda: self._count_all(keys=[f"{self.prefix}:counted"],
-                                           args=[*self._args("", _glob_escape(self._c("")) + "*"),
-                                                 "force" if force else "", _glob_escape(self._pool("")) + "*"]))
+        self._write(self._count_all, [f"{self.prefix}:counted"],
+                    [*self._args("", _glob_escape(self._c("")) + "*"), "force" if force else "",
+                     _glob_escape(self._pool("")) + "*"])
         self._counted = True
 
     def claim_counts(self, prefix: str = "") -> dict[str, int]:
@@ -351,3 +435,16 @@ class RedisStore:
 
     def close(self) -> None:
         self._r.close()
+
+
+def _sentinel_client(url: SentinelUrl, timeout: float) -> redis.Redis:
+    """A client of the primary the sentinels name now: a connection lost (or refused as READONLY by a demoted
+    primary) asks them again, so it follows a failover. A sentinel that does not answer within a second is
+    passed over for the next."""
+    from redis.sentinel import Sentinel
+
+    quick = min(timeout, 1.0)
+    sentinels = Sentinel(list(url.sentinels), sentinel_kwargs={"socket_timeout": quick,
+                                                               "socket_connect_timeout": quick})
+    return sentinels.master_for(url.master, db=url.db, password=url.password, socket_timeout=timeout,
+                                socket_connect_timeout=timeout, decode_responses=True, health_check_interval=30)
