@@ -71,7 +71,7 @@ class RedisHa:
         name = f"redis-{node.host}-{node.port}"
         (self.root / name).mkdir(exist_ok=True)
         args = ["--port", str(node.port), "--bind", node.host, "--dir", str(self.root / name), "--save", "",
-                "--appendonly", "no", "--protected-mode", "no", "--repl-timeout", "5"]
+                "--appendonly", "no", "--protected-mode", "no", "--repl-timeout", "5", "--repl-diskless-sync-delay", "0"]
         if self.min_replicas_to_write:
             args += ["--min-replicas-to-write", str(self.min_replicas_to_write), "--min-replicas-max-lag", "3"]
         if primary is not None:
@@ -99,8 +99,11 @@ class RedisHa:
                         int(state["num-slaves"]) < len(self.replicas) or \
                         int(state["num-other-sentinels"]) < len(self.sentinels) - 1:
                     return False
-            info = redis.Redis(self.primary.host, self.primary.port, socket_timeout=1).info("replication")
-            return int(info.get("connected_slaves", 0)) >= len(self.replicas)
+            info = redis.Redis(self.primary.host, self.primary.port, socket_timeout=1,
+                               decode_responses=True).info("replication")
+            online = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)
+                      and v.get("state") == "online"]
+            return len(online) >= len(self.replicas)
         except (redis.RedisError, OSError):
             return False
 

@@ -13,7 +13,8 @@ the primary is and follows a failover: a call that meets one (the primary gone, 
 sentinels promote a replica) is BUSY (14) with the reason, to be retried in seconds. Every write is one Lua
 script followed, on the same connection, by WAIT for `replicas` replicas: a write is answered only once a
 replica holds it, so a failover (which promotes the most up-to-date replica) keeps it. A primary with no
-replica connected at all takes writes alone (no failover can happen then), logged once."""
+replica in sync (none connected, or the only one still loading its first copy) takes writes alone, logged:
+no replica could be promoted with them either."""
 
 from __future__ import annotations
 
@@ -267,17 +268,19 @@ class RedisStore:
         result, acked = self._call(with_wait)
         if acked >= self._acks:
             return result
-        if self._replicas_connected() == 0:  # nothing to replicate to, so nothing a failover could promote
-            log.warning("the store's primary (%s) has no replica connected: writes are kept by the primary alone "
-                        "until one is back", self._shown)
+        if self._replicas_online() == 0:  # none in sync: nothing a failover could promote with this write on it
+            log.warning("the store's primary (%s) has no replica in sync: writes are kept by the primary alone "
+                        "until one is", self._shown)
             self._alone_until = time.monotonic() + 1.0
             return result
         raise Busy(f"the store's replicas ({self._shown}) did not acknowledge a write within "
                    f"{self.sentinel.wait_ms} ms ({acked} of {self._acks}); retry in a few seconds")
 
-    def _replicas_connected(self) -> int:
+    def _replicas_online(self) -> int:
+        """The primary's replicas in sync with it (a replica still loading its first copy acknowledges nothing)."""
         info = self._call(lambda: self._r.info("replication"))
-        return int(info.get("connected_slaves", 0))
+        return sum(1 for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)
+                   and v.get("state") == "online")
 
     def _t(self, table: str) -> str:
         return f"{self.prefix}:doc:{table}"
