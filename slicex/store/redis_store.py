@@ -18,6 +18,7 @@ no replica could be promoted with them either."""
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import re
@@ -38,6 +39,15 @@ log = logging.getLogger("slicex.store")
 # Every script's ARGV: owner, the claim key prefix, the namespace index prefix, then its own. A claim is a key
 # whose value is its owner, a member of its owner's set, and a field of its namespace's hash (field: the claim
 # key without the prefix, value: the owner), so `claims_in` reads a namespace without scanning the keyspace.
+_FENCE = """
+local fence_key, fence_token = ARGV[#ARGV - 1], ARGV[#ARGV]
+if fence_key ~= '' and redis.call('GET', fence_key) ~= fence_token then
+  return redis.error_reply('FENCED the lease this write was made under (token ' .. fence_token .. ') was taken over')
+end
+"""
+"""Every write script starts here. Its last two ARGV are a fence: a key and the token its writer holds ('' '':
+none). The write happens only while the key still holds that token, in the same script, so an actor that lost
+its lease (paused, cut off) cannot write once another took it over (slicex.store.redis_store.RedisStore.fenced)."""
 _NAMESPACE_OF = """
 local function index_of(key)
   local k = string.sub(key, #ARGV[2] + 1)
@@ -59,7 +69,7 @@ local function uncounted(k)
   end
 end
 """
-_CLAIM_ALL = _NAMESPACE_OF + _COUNTERS + """
+_CLAIM_ALL = _FENCE + _NAMESPACE_OF + _COUNTERS + """
 for i, key in ipairs(KEYS) do
   local owner = redis.call('GET', key)
   if owner and owner ~= ARGV[1] then return 0 end
@@ -73,7 +83,7 @@ for i, key in ipairs(KEYS) do
 end
 return 1
 """
-_RELEASE = _NAMESPACE_OF + _COUNTERS + """
+_RELEASE = _FENCE + _NAMESPACE_OF + _COUNTERS + """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('SREM', ARGV[4], KEYS[1])
@@ -84,7 +94,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
-_RELEASE_OWNER = _NAMESPACE_OF + _COUNTERS + """
+_RELEASE_OWNER = _FENCE + _NAMESPACE_OF + _COUNTERS + """
 local n = 0
 for i, key in ipairs(redis.call('SMEMBERS', ARGV[4])) do
   if redis.call('GET', key) == ARGV[1] then
@@ -98,7 +108,7 @@ end
 redis.call('DEL', ARGV[4])
 return n
 """
-_PUT = """
+_PUT = _FENCE + """
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[2], 0, ARGV[1])
 if ARGV[3] == '' then redis.call('ZREM', KEYS[3], ARGV[1]) else redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1]) end
@@ -106,13 +116,31 @@ return 1
 """
 """A document and its index entries (KEYS: the table's hash, key index, time index; ARGV: key, JSON, due or
 ''), in one script: atomic, and a single command that WAIT can follow on the same connection."""
-_DELETE = """
+_DELETE = _FENCE + """
 local n = redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 return n
 """
-_INDEX_ONCE = _NAMESPACE_OF + """
+_LEASE_TAKE = """
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[3] then return false end
+local token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token, 'PX', ARGV[2])
+return token
+"""
+"""Take a lease (KEYS: the lease, its fence; ARGV: holder, ttl ms, the value it may replace or ''): only when
+it is free (or still holds exactly ARGV[3]: a holder known dead); a new fencing token every time."""
+_LEASE_RENEW = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('GET', KEYS[2]) ~= ARGV[3] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+_LEASE_DROP = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+_INDEX_ONCE = _FENCE + _NAMESPACE_OF + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 local n = 0
 for i, key in ipairs(redis.call('KEYS', ARGV[4])) do
@@ -128,7 +156,7 @@ return n
 """
 """Index the claims a store written before namespace indexes holds (once per store: the marker key says it
 was done; `flush` removes it with everything else)."""
-_KEYS_ONCE = """
+_KEYS_ONCE = _FENCE + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 local n = 0
 for i, table in ipairs(redis.call('KEYS', ARGV[1])) do
@@ -143,7 +171,7 @@ return n
 """
 """Index the document keys of a store written before key indexes (once per store, like `_INDEX_ONCE`): one
 script, so no put or delete of another client lands between reading a table and indexing it."""
-_COUNT_ALL = _NAMESPACE_OF + _COUNTERS + """
+_COUNT_ALL = _FENCE + _NAMESPACE_OF + _COUNTERS + """
 if ARGV[7] ~= 'force' and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 redis.call('DEL', ARGV[5])
 for i, key in ipairs(redis.call('KEYS', ARGV[8])) do redis.call('DEL', key) end
@@ -186,6 +214,11 @@ FAILING_OVER = ("READONLY", "NOREPLICAS", "MASTERDOWN", "LOADING", "TRYAGAIN")
 """Refusals of a Redis server that mean its role is changing (demoted, no replica in reach, still loading)."""
 
 
+class Fenced(Busy):
+    """A write refused because the lease it was made under was taken over (the writer is no longer the active
+    actor): BUSY, for the caller retries and reaches the active one."""
+
+
 def redis_call(shown: str, fn, sentinel: bool = False):
     """Run one Redis operation; its failures become GENI errors naming the server (`shown`, password redacted).
     On a Sentinel store (`sentinel`), losing the primary means a failover is under way: BUSY, retry in seconds."""
@@ -200,6 +233,9 @@ def redis_call(shown: str, fn, sentinel: bool = False):
             raise Busy(_failing_over(shown, exc)) from None
         raise Unavailable(f"Redis at {shown} is not answering: {exc}; retry when it is back") from None
     except redis.exceptions.ResponseError as exc:
+        if str(exc).startswith("FENCED"):
+            raise Fenced(f"this actor is no longer the active one, its write was refused: {exc}; retry (the "
+                         f"active one answers)") from None
         if sentinel and str(exc).startswith(FAILING_OVER):
             raise Busy(_failing_over(shown, exc)) from None
         raise DbError(f"Redis at {shown} refused an operation: {exc}") from None
@@ -231,6 +267,10 @@ class RedisStore:
             raise DbError(f"bad Redis URL {self._shown}: {exc}; use {form}") from None
         self._acks = self.sentinel.replicas if self.sentinel else 0  # replicas each write waits for (WAIT)
         self._alone_until = 0.0  # until then the primary is known to have no replica: writes skip WAIT
+        self._fence = ["", ""]  # the fence key and token every write carries (none: `fenced` sets them)
+        self._lease_take = self._r.register_script(_LEASE_TAKE)
+        self._lease_renew = self._r.register_script(_LEASE_RENEW)
+        self._lease_drop = self._r.register_script(_LEASE_DROP)
         self._put = self._r.register_script(_PUT)
         self._delete = self._r.register_script(_DELETE)
         self._claim_all = self._r.register_script(_CLAIM_ALL)
@@ -250,6 +290,7 @@ class RedisStore:
         """Run one write script; on a Sentinel store, answered only once `replicas` replicas acknowledged it
         (WAIT on the same connection, one round trip with the script). Not acknowledged in `wait_ms`: BUSY
         (the write may be on the primary alone; every write of the actors is idempotent, a retry redoes it)."""
+        args = [*args, *self._fence]
         if not self._acks or time.monotonic() < self._alone_until:
             return self._call(lambda: script(keys=keys, args=args))
 
@@ -313,6 +354,44 @@ class RedisStore:
     def ping(self) -> None:
         """Raise Unavailable/TimedOut unless the server answers (start-up checks)."""
         self._call(self._r.ping)
+
+    # ---- leases: one active actor per role, fenced ------------------------------------------------------------
+    def _lease_keys(self, name: str) -> list[str]:
+        return [f"{self.prefix}:lease:{name}", f"{self.prefix}:fence:{name}"]
+
+    def take_lease(self, name: str, holder: str, ttl_ms: int, replacing: str = "") -> int | None:
+        """The lease `name` for `holder` with a new fencing token (returned), if it is free, or still holds
+        exactly `replacing` (the value of a holder known to be dead); None when another holds it."""
+        token = self._call(lambda: self._lease_take(keys=self._lease_keys(name), args=[holder, ttl_ms, replacing]))
+        return None if token is None else int(token)
+
+    def renew_lease(self, name: str, holder: str, token: int, ttl_ms: int) -> bool:
+        """Extend the lease while `holder` still holds it with `token`; False once it lapsed or was taken."""
+        value = f"{holder}|{token}"
+        return bool(self._call(lambda: self._lease_renew(keys=self._lease_keys(name), args=[value, ttl_ms, token])))
+
+    def drop_lease(self, name: str, holder: str, token: int) -> None:
+        """Give the lease up (a clean stop): the next contender takes it at once instead of after its TTL."""
+        self._call(lambda: self._lease_drop(keys=self._lease_keys(name), args=[f"{holder}|{token}"]))
+
+    def lease_of(self, name: str) -> tuple[str, int, float] | None:
+        """Who holds lease `name` (holder, token, seconds left), or None when it is free."""
+        pipe = self._r.pipeline(transaction=False)
+        pipe.get(self._lease_keys(name)[0])
+        pipe.pttl(self._lease_keys(name)[0])
+        value, pttl = self._call(pipe.execute)
+        if value is None:
+            return None
+        holder, _sep, token = value.rpartition("|")
+        return holder, int(token), max(0, int(pttl)) / 1000
+
+    def fenced(self, name: str, token: int) -> RedisStore:
+        """This store (the same client) whose every write is refused (Fenced, BUSY) unless lease `name` still
+        carries `token`: checked inside each write's script, so no write of a leader that lost its lease
+        lands, however long it was paused."""
+        view = copy.copy(self)
+        view._fence = [self._lease_keys(name)[1], str(token)]
+        return view
 
     # ---- documents -------------------------------------------------------------------------------------------
     def get(self, table: str, key: str) -> dict[str, Any] | None:
