@@ -38,6 +38,7 @@ class RedisHa:
     down_after_ms: int = 1000
     failover_timeout_ms: int = 5000
     min_replicas_to_write: int = 0
+    priorities: dict[Node, int] = field(default_factory=dict)  # replica-priority (lower: promoted first)
     procs: dict[Node, subprocess.Popen] = field(default_factory=dict)
 
     def url(self, db: int = 0, **options: int) -> str:
@@ -74,9 +75,17 @@ class RedisHa:
                 "--appendonly", "no", "--protected-mode", "no", "--repl-timeout", "5", "--repl-diskless-sync-delay", "0"]
         if self.min_replicas_to_write:
             args += ["--min-replicas-to-write", str(self.min_replicas_to_write), "--min-replicas-max-lag", "3"]
+        if node in self.priorities:
+            args += ["--replica-priority", str(self.priorities[node])]
         if primary is not None:
             args += ["--replicaof", primary.host, str(primary.port)]
         self._spawn(node, args, name)
+
+    def restart(self, node: Node) -> None:
+        """Start a killed server again, as a replica of the primary the sentinels name now (they would make
+        it one anyway)."""
+        now = self.primary_now()
+        self._server(node, self.node_at(now) if now and now != (node.host, node.port) else None)
 
     def _sentinel(self, node: Node) -> None:
         name = f"sentinel-{node.host}-{node.port}"

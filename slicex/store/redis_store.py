@@ -521,12 +521,18 @@ class RedisStore:
 
 def _sentinel_client(url: SentinelUrl, timeout: float) -> redis.Redis:
     """A client of the primary the sentinels name now: a connection lost (or refused as READONLY by a demoted
-    primary) asks them again, so it follows a failover. A sentinel that does not answer within a second is
-    passed over for the next."""
+    primary) asks them again, so it follows a failover. Short timeouts and one retry (which asks the
+    sentinels again): a primary cut off by a partition drops packets instead of refusing them, and a call
+    must answer BUSY in seconds, not wait out the default retries. A sentinel that does not answer within a
+    second is passed over for the next."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
     from redis.sentinel import Sentinel
 
     quick = min(timeout, 1.0)
     sentinels = Sentinel(list(url.sentinels), sentinel_kwargs={"socket_timeout": quick,
                                                                "socket_connect_timeout": quick})
-    return sentinels.master_for(url.master, db=url.db, password=url.password, socket_timeout=timeout,
-                                socket_connect_timeout=timeout, decode_responses=True, health_check_interval=30)
+    return sentinels.master_for(url.master, db=url.db, password=url.password,
+                                socket_timeout=max(min(timeout, 3.0), url.wait_ms / 1000 + 1),
+                                socket_connect_timeout=quick, retry=Retry(NoBackoff(), 1),
+                                decode_responses=True, health_check_interval=30)
