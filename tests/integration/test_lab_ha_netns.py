@@ -11,7 +11,7 @@ while four faults happen one after the other:
 4. the active authority killed (kill -9): the same.
 
 After each: service resumed (an Allocate succeeded) within 15 s of a store fault and 10 s of an actor's
-death; no call answered a fault; every failure carried a transient GENI code naming its cause; every slice
+death; no AM call answered a fault (the slice authority's errors are faults carrying the code); every failure carried a transient GENI code naming its cause; every slice
 whose Allocate a client saw succeed before the fault is still described after it. At the end every slice is
 deleted and nothing is left: no claim, VLAN tag or pending reservation. The figures (time to resume, calls
 refused during it) are printed and tabled in docs/lab.md.
@@ -188,7 +188,9 @@ def test_four_faults_under_load_lose_nothing_leak_nothing_and_service_resumes(tm
                 assert am.Delete([urn], cred, {})["code"]["geni_code"] == 0
             problems = _cleanup(dep, loops)
             assert not problems, problems[:5]
-            assert not any(c.kind == "fault" for c in loops.calls), [c for c in loops.calls if c.kind == "fault"][:5]
+            # AM calls answer a GENI code, never a fault; the slice authority's errors are faults carrying one
+            am_faults = [c for c in loops.calls if c.kind == "fault" and c.method != "CreateSlice"]
+            assert not am_faults, am_faults[:5]
             bad = _judge(loops.calls, [])
             assert not bad, bad[:10]
             settled = _wait(lambda: dep.units() == before and not dep.unsettled(), 60)
@@ -207,18 +209,16 @@ def test_four_faults_under_load_lose_nothing_leak_nothing_and_service_resumes(tm
 
 def _resumed(loops: Loops, began: float, within: float) -> float | None:
     """Seconds from `began` (the fault) to the first Allocate that succeeded after the first call the fault
-    refused (0.0: no call was refused); None when none succeeded within `within`."""
-    time.sleep(min(3.0, within))  # long enough for the fault to be met, if it is to be
-
-    def first() -> float | None:
+    refused; 0.0 when no call was refused during `within`; None when one was and no Allocate succeeded after."""
+    def after_refusal() -> float | None:
         calls = list(loops.calls)
         refused = [c.ended for c in calls if c.ended > began and c.code != 0]
-        if not refused:
-            return 0.0
-        done = [c.ended for c in calls if c.method == "Allocate" and c.code == 0 and c.ended > min(refused)]
+        done = [c.ended for c in calls if refused and c.method == "Allocate" and c.code == 0 and c.ended > min(refused)]
         return min(done) - began if done else None
-    _wait(lambda: first() is not None, within)
-    found = first()
+    _wait(lambda: after_refusal() is not None, within)
+    found = after_refusal()
+    if found is None and not any(c.ended > began and c.code != 0 for c in list(loops.calls)):
+        return 0.0
     return None if found is None else round(found, 1)
 
 
