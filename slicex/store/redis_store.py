@@ -233,17 +233,18 @@ def redis_call(shown: str, fn, sentinel: bool = False):
             raise Busy(_failing_over(shown, exc)) from None
         raise Unavailable(f"Redis at {shown} is not answering: {exc}; retry when it is back") from None
     except redis.exceptions.ResponseError as exc:
-        if str(exc).startswith("FENCED"):
-            raise Fenced(f"this actor is no longer the active one, its write was refused: {exc}; retry (the "
+        said = str(exc).rpartition("of pipeline caused error: ")[2]  # a pipeline's error names its command first
+        if said.startswith("FENCED"):
+            raise Fenced(f"this actor is no longer the active one, its write was refused: {said}; retry (the "
                          f"active one answers)") from None
-        if sentinel and str(exc).startswith(FAILING_OVER):
-            raise Busy(_failing_over(shown, exc)) from None
+        if sentinel and said.startswith(FAILING_OVER):
+            raise Busy(_failing_over(shown, said)) from None
         raise DbError(f"Redis at {shown} refused an operation: {exc}") from None
     except redis.exceptions.RedisError as exc:
         raise DbError(f"Redis at {shown} refused an operation: {exc}") from None
 
 
-def _failing_over(shown: str, exc: Exception) -> str:
+def _failing_over(shown: str, exc: Exception | str) -> str:
     return (f"the store's primary ({shown}) is failing over to a replica ({exc}); retry in a few seconds, "
             f"once the sentinels have promoted one")
 

@@ -98,7 +98,13 @@ def _witness(dep: LabDeployment, name: str) -> tuple[str, list]:
     """A slice allocated (and acknowledged) before a fault, described after it."""
     am, sa = dep.proxy()
     urn = f"urn:publicid:IDN+{AUTHORITY}+slice+{name}"
-    cred = [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": sa.CreateSlice(urn)}]
+    for _ in range(60):  # the store may still be settling from the fault before
+        try:
+            cred = [{"geni_type": "geni_sfa", "geni_version": "3", "geni_value": sa.CreateSlice(urn)}]
+            break
+        except xmlrpc.client.Fault as fault:
+            assert fault.faultCode in (11, 14), fault
+            time.sleep(0.5)
     for _ in range(60):
         reply = am.Allocate(urn, cred, REQUEST, {})
         if reply["code"]["geni_code"] == 0:

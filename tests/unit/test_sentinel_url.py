@@ -95,3 +95,28 @@ def test_the_guard_refuses_writes_as_busy_while_the_store_fails_over_then_serves
     with pytest.raises(Unavailable) as lost:
         guard.put("t", "k", {"v": 2})
     assert not isinstance(lost.value, Busy)
+
+
+@pytest.mark.parametrize("said", ["NOREPLICAS Not enough good replicas to write.", "READONLY You can't write"])
+def test_a_refusal_of_a_primary_changing_role_is_busy_even_inside_a_pipeline(said: str):
+    import redis
+
+    from slicex.store.redis_store import redis_call
+
+    for text in (said, f"Command # 1 (EVALSHA abc 3 k) of pipeline caused error: {said}"):
+        def refused(text=text):
+            raise redis.exceptions.ResponseError(text)
+        with pytest.raises(Busy, match=said.split()[0]):
+            redis_call("redis+sentinel://h:1/m/0", refused, sentinel=True)
+
+
+def test_a_fenced_write_is_busy_whether_alone_or_in_a_pipeline():
+    import redis
+
+    from slicex.store.redis_store import Fenced, redis_call
+
+    for text in ("FENCED the lease was taken over", "Command # 1 (EVALSHA abc) of pipeline caused error: FENCED x"):
+        def refused(text=text):
+            raise redis.exceptions.ResponseError(text)
+        with pytest.raises(Fenced):
+            redis_call("redis://h:1/0", refused)
