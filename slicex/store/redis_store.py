@@ -292,7 +292,9 @@ class RedisStore:
         (WAIT on the same connection, one round trip with the script). Not acknowledged in `wait_ms`: BUSY
         (the write may be on the primary alone; every write of the actors is idempotent, a retry redoes it)."""
         args = [*args, *self._fence]
-        if not self._acks or time.monotonic() < self._alone_until:
+        if self._alone_until and time.monotonic() >= self._alone_until:  # alone a second ago: still? (1 RTT)
+            self._alone_until = time.monotonic() + 1.0 if self._replicas_online() == 0 else 0.0
+        if not self._acks or self._alone_until:
             return self._call(lambda: script(keys=keys, args=args))
 
         def with_wait() -> tuple[Any, int]:
