@@ -1111,10 +1111,27 @@ def _running_actor_url(home: Home, role: str) -> str:
     """Where this home's running `role` actor ("broker" or "authority") is served: its own process (`up
     --distributed`, `slicex actor`), else the embedded deployment's process; "" when none runs."""
     own = procs.running(_pid_path(home, role))
-    if own is not None:
-        return str(own.info["url"])
+    if own is not None:  # the active one of the role, which may be another process (a standby took over)
+        return _active_actor_url(home, role) or str(own.info.get("url", ""))
     embedded = procs.running(home.pid_file)
     return str(embedded.info.get(f"{role}_url", "")) if embedded is not None else ""
+
+
+def _active_actor_url(home: Home, role: str) -> str | None:
+    """The URL the active `role` actor published in the store (deployment/leadership.py); None if none."""
+    from deployment.leadership import active_url
+    from slicex.store import open_store
+
+    try:
+        store = open_store(str(home.config().store))
+    except (GeniError, ValueError):
+        return None
+    try:
+        return active_url(store, role)
+    except GeniError:
+        return None
+    finally:
+        store.close()
 
 
 def _running_broker(home: Home, cfg: SlicexConfig, as_role: str) -> BrokerApi | None:
