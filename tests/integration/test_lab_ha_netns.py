@@ -191,7 +191,13 @@ def test_four_faults_under_load_lose_nothing_leak_nothing_and_service_resumes(tm
             for urn, cred in witnesses:  # acknowledged before a fault: still there after them all
                 described = am.Describe([urn], cred, {"geni_rspec_version": RSPEC_V3})
                 assert described["code"]["geni_code"] == 0 and described["value"]["geni_slivers"], described
-                assert am.Delete([urn], cred, {})["code"]["geni_code"] == 0
+                for _ in range(60):  # a transient answer (BUSY, UNAVAILABLE) is retried, as a client would
+                    deleted = am.Delete([urn], cred, {})
+                    if deleted["code"]["geni_code"] not in (11, 14):
+                        break
+                    print(f"Delete {urn} after the faults: {deleted['code']['geni_code']} {deleted['output']}")
+                    time.sleep(0.5)
+                assert deleted["code"]["geni_code"] == 0, deleted
             problems = _cleanup(dep, loops)
             assert not problems, problems[:5]
             # AM calls answer a GENI code, never a fault; the slice authority's errors are faults carrying one
