@@ -8,7 +8,8 @@ Sentinel manages (one primary, REPLICAS replicas, three sentinels, all on this h
 
     python bench/sentinel_writes.py [--calls 2000] [--replicas 1] [--port-base N]
 
-Each write is a `put` (a document and its index entries) or a `claim_all` + `release` of two keys; the
+Each write is a `put` (a document and its index entries, in the health probes' table, under a prefix of
+the bench's own) or a `claim_all` + `release` of two keys; the
 figures are per store call. --port-base N runs the Redis processes on ports N.. (else free ports)."""
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def _measure(url: str, calls: int) -> list[dict]:
             for i in range(calls):
                 t = time.perf_counter()
                 if op == "put":
-                    store.put("bench", f"k{i % 100}", {"i": i, "pad": "x" * 200}, due=1e9 + i)
+                    store.put("health", f"bench-{i % 100}", {"i": i, "pad": "x" * 200}, due=1e9 + i)
                 else:
                     store.claim_all([f"core:h{i % 50}:{i}", f"vlan:s:{i}"], "bench")
                     store.release(f"core:h{i % 50}:{i}", "bench")
