@@ -24,6 +24,7 @@ from slicex import procs
 from slicex.config import ConfigError, SlicexConfig, reference
 from slicex.errors import BadArgs, GeniError, Refused, Unavailable
 from slicex.home import Home
+from slicex.store import is_shared
 from slicex.store.redis_store import redact
 
 if TYPE_CHECKING:
@@ -223,9 +224,10 @@ def _configure_store(home: Home, distributed: bool) -> str:
     store = os.environ.get("SLICEX_STORE") or raw
     if distributed and not store:
         store = DEFAULT_REDIS
-    if distributed and not str(store).startswith(("redis://", "rediss://")):
-        raise BadArgs(f"`slicex up --distributed` keeps all state in Redis, but the store is {store}; set "
-                      f"`store: redis://HOST:PORT/DB` in {home.config_file}")
+    if distributed and not is_shared(str(store)):
+        raise BadArgs(f"`slicex up --distributed` keeps all state in Redis, but the store is {redact(str(store))}; "
+                      f"set `store: redis://HOST:PORT/DB` (or redis+sentinel://HOST:PORT,.../MASTER/DB) in "
+                      f"{home.config_file}")
     if store and store != raw:
         _record_config(home, "store", store)
         print(f"store {redact(store)} recorded in {home.config_file}: every process of this deployment reads it",
@@ -607,12 +609,26 @@ def cmd_actor(args: argparse.Namespace) -> int:
         print(f"the {args.role} actor's `slicex up` (pid {supervisor}) is gone; not starting", file=sys.stderr)
         return 1
     def start(store: Any, cfg: Any) -> tuple[dict[str, Any], str, Callable[[], None]]:
-        actor = ActorProcess(home, args.role, store=store)
-        url = actor.start()
-        return {"role": args.role, "url": url}, f"{args.role} actor at {url} (store {redact(str(cfg.store))})", \
-            actor.stop
+        from deployment.leadership import Leadership, supports_leases
 
-    return _serve_as(home, _pid_path(home, args.role), f"the {args.role} actor", start)
+        def serve(on: Any) -> tuple[str, Callable[[], None]]:
+            actor = ActorProcess(home, args.role, port=args.port, store=on)
+            return actor.start(), actor.stop
+
+        shown = redact(str(cfg.store))
+        if not supports_leases(store):  # SQLite: one process, so one actor of each role and no standby
+            if args.standby:
+                raise Refused(f"--standby needs the deployment's store in Redis (plain or Sentinel); it is {shown}")
+            url, stop = serve(store)
+            return {"role": args.role, "url": url}, f"{args.role} actor at {url} (store {shown})", stop
+        lead = Leadership(store, args.role, serve, standby=args.standby)
+        lead.start()
+        where = f"at {lead.url}" if lead.url else "standing by: another process holds the lease"
+        return ({"role": args.role, "url": lead.url or "", "standby": args.standby, "holder": lead.holder},
+                f"{args.role} actor {lead.state} {where} (store {shown})", lead.stop)
+
+    role = f"{args.role}-standby" if args.standby else args.role
+    return _serve_as(home, _pid_path(home, role), f"the {role.replace('-', ' ')} actor", start)
 
 
 def _serve_as(home: Home, path: Path, what: str,
@@ -724,7 +740,7 @@ def _join_as_am_worker(home: Home) -> int:
 def _join_refused(cfg: Any) -> str | None:
     """Why this home cannot join a distributed deployment from another host, or None: its state must be on
     a shared Redis, and its actors somewhere else than itself."""
-    if not str(cfg.store or "").startswith(("redis://", "rediss://")):
+    if not is_shared(str(cfg.store or "")):
         return (f"an AM worker joins a distributed deployment on its Redis, but the store is "
                 f"{redact(str(cfg.store or 'state.db'))}; copy the deployment's slicex.yaml (its `store`)")
     if not (cfg.broker_url and cfg.authority_url):
@@ -738,7 +754,8 @@ def cmd_down(args: argparse.Namespace) -> int:
     pid files."""
     home = _home(args)
     stopped = []
-    for role in ("slicex", *_worker_roles(home), *ACTORS):  # the deployment first: it stops its own children
+    standbys = [f"{role}-standby" for role in ACTORS]
+    for role in ("slicex", *_worker_roles(home), *ACTORS, *standbys):  # the deployment first: it stops its children
         record = procs.running(_pid_path(home, role))
         if record is not None:
             killed = procs.stop(record, grace=20 if role == "slicex" else 10)
@@ -833,6 +850,46 @@ def _store_status(home: Home) -> tuple[bool, str]:
     return True, f"{redact(str(cfg.store))} (answering, this deployment's)"
 
 
+def _actor_roles(home: Home) -> dict[str, dict[str, Any]] | None:
+    """Who holds each actor role's lease and who stands by (deployment/leadership.py); None on a store
+    without leases (SQLite) or one that does not answer (the store line says why)."""
+    from deployment.leadership import roles_status, supports_leases
+    from slicex.store import open_store
+
+    try:
+        store = open_store(str(home.config().store))
+    except (GeniError, ValueError):
+        return None
+    try:
+        return roles_status(store) if supports_leases(store) else None
+    except GeniError:
+        return None
+    finally:
+        store.close()
+
+
+def _role_lines(home: Home, roles: dict[str, dict[str, Any]]) -> tuple[bool, list[str]]:
+    """One line per role: the active process (its URL answering?, lease token, seconds since it renewed the
+    lease) and its standbys; not good while a role has no active process that answers."""
+    from deployment.leadership import LEASE_SECONDS
+
+    good, lines = True, []
+    for role, seen in roles.items():
+        active, standbys = seen["active"], seen["standbys"]
+        waiting = ", ".join(f"{d['holder']} (seen {time.time() - float(d['seen_at']):.1f} s ago)" for d in standbys)
+        spare = f"; standby: {waiting}" if waiting else "; no standby"
+        if active is None:
+            good = False
+            lines.append(f"{role} role: NO ACTIVE PROCESS (lease free){spare}")
+            continue
+        state = _actor_answering(home, active["url"]) if active["url"] else "not published yet"
+        good = good and state == "answering"
+        lines.append(f"{role} role: active {active['holder']} at {active['url']} ({state}), lease token "
+                     f"{active['token']}, renewed {active['age']:.1f} s ago (lapses after {LEASE_SECONDS:.0f} s)"
+                     f"{spare}")
+    return good, lines
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """Each process of the deployment (by pid file identity), whether it answers, and the store."""
     home = _home(args)
@@ -874,16 +931,25 @@ def cmd_status(args: argparse.Namespace) -> int:
             continue
         print(f"{label}: running, pid {worker.pid}, {worker.info.get('am_url')} "
               f"(slice manager {worker.info.get('sm_name')})")
+    roles = _actor_roles(home)
     for role in ACTORS:
         actor = procs.running(_pid_path(home, role))
+        active = (roles or {}).get(role, {}).get("active")
         if actor is None:
             if distributed:
                 good = False
                 print(f"{role}:{' ' * (11 - len(role))}not running")
-            continue
-        state = _actor_answering(home, actor.info.get("url", ""))
-        good = good and state == "answering"
-        print(f"{role}:{' ' * (11 - len(role))}running, pid {actor.pid}, {actor.info.get('url')} ({state})")
+        elif roles is not None and (active is None or active["holder"] != actor.info.get("holder")):
+            print(f"{role}:{' ' * (11 - len(role))}running, pid {actor.pid}, standby")
+        else:
+            state = _actor_answering(home, actor.info.get("url", ""))
+            good = good and state == "answering"
+            print(f"{role}:{' ' * (11 - len(role))}running, pid {actor.pid}, {actor.info.get('url')} ({state})")
+    if roles is not None and (distributed or any(r["active"] or r["standbys"] for r in roles.values())):
+        roles_ok, lines = _role_lines(home, roles)
+        good = good and roles_ok
+        for line in lines:
+            print(line)
     store_ok, store_text = _store_status(home)
     good = good and store_ok
     print(f"store:      {store_text}")
@@ -1045,10 +1111,27 @@ def _running_actor_url(home: Home, role: str) -> str:
     """Where this home's running `role` actor ("broker" or "authority") is served: its own process (`up
     --distributed`, `slicex actor`), else the embedded deployment's process; "" when none runs."""
     own = procs.running(_pid_path(home, role))
-    if own is not None:
-        return str(own.info["url"])
+    if own is not None:  # the active one of the role, which may be another process (a standby took over)
+        return _active_actor_url(home, role) or str(own.info.get("url", ""))
     embedded = procs.running(home.pid_file)
     return str(embedded.info.get(f"{role}_url", "")) if embedded is not None else ""
+
+
+def _active_actor_url(home: Home, role: str) -> str | None:
+    """The URL the active `role` actor published in the store (deployment/leadership.py); None if none."""
+    from deployment.leadership import active_url
+    from slicex.store import open_store
+
+    try:
+        store = open_store(str(home.config().store))
+    except (GeniError, ValueError):
+        return None
+    try:
+        return active_url(store, role)
+    except GeniError:
+        return None
+    finally:
+        store.close()
 
 
 def _running_broker(home: Home, cfg: SlicexConfig, as_role: str) -> BrokerApi | None:
@@ -1196,6 +1279,11 @@ def build_parser() -> argparse.ArgumentParser:
     actor = sub.add_parser("actor", help="run one actor over mutual TLS on the deployment's store (`up "
                                          "--distributed` starts and supervises them)")
     actor.add_argument("role", choices=["broker", "authority"])
+    actor.add_argument("--standby", action="store_true",
+                       help="a second process of the role (on another host, or beside the active one): it serves "
+                            "only once the active one's lease in the store lapses (Redis stores only)")
+    actor.add_argument("--port", type=int, metavar="N",
+                       help="listen on this port instead of broker_port/authority_port (a standby on the same host)")
     actor.set_defaults(func=cmd_actor)
 
     amw = sub.add_parser("am-worker", help="one more AM worker of a running `up --distributed --workers N` "

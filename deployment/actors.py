@@ -6,6 +6,7 @@ keys, the same delegation signed by the authority and verified by the broker, an
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -145,22 +146,33 @@ class Caller:
         return cls(str(cert), str(key), str(home.ca_cert))
 
 
-def broker_client(url: str, caller: Caller, authority: str, timeout: float) -> RemoteBroker:
-    """The broker actor at `url`, pinned to this deployment's broker certificate."""
+def broker_client(url: str, caller: Caller, authority: str, timeout: float,
+                  locate: Callable[[], str | None] | None = None) -> RemoteBroker:
+    """The broker actor at `url` (or wherever `locate` says the active one is), pinned to this deployment's
+    broker certificate."""
     from protocol.remote import RemoteBroker
     from slicex.actor_rpc import ActorClient
 
     return RemoteBroker(ActorClient("broker", url, caller.cert, caller.key, caller.ca, actor_urn(authority, "broker"),
-                                    timeout=timeout))
+                                    timeout=timeout, locate=locate))
 
 
-def authority_client(url: str, caller: Caller, authority: str, timeout: float) -> RemoteAuthority:
-    """The authority actor at `url`, pinned to this deployment's authority certificate."""
+def authority_client(url: str, caller: Caller, authority: str, timeout: float,
+                     locate: Callable[[], str | None] | None = None) -> RemoteAuthority:
+    """The authority actor at `url` (or wherever `locate` says the active one is), pinned to this deployment's
+    authority certificate."""
     from protocol.remote import RemoteAuthority
     from slicex.actor_rpc import ActorClient
 
     return RemoteAuthority(ActorClient("authority", url, caller.cert, caller.key, caller.ca,
-                                       actor_urn(authority, "authority"), timeout=timeout))
+                                       actor_urn(authority, "authority"), timeout=timeout, locate=locate))
+
+
+def active_actor(store: Store, role: str) -> Callable[[], str | None]:
+    """Where the active `role` actor serves, as its lease's holder published it (deployment/leadership.py)."""
+    from deployment.leadership import active_url
+
+    return lambda: active_url(store, role)
 
 
 def actor_server(role: str, actor: Any, home: Home, authority: str, address: tuple[str, int]) -> ActorServer:

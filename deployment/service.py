@@ -23,6 +23,7 @@ from clearinghouse import chapi_edge
 from clearinghouse.slice_authority import SaPolicy, SliceAuthority
 from deployment.actors import (
     Caller,
+    active_actor,
     actor_server,
     aggregate_name,
     authority_client,
@@ -121,7 +122,7 @@ def own_ports(cfg: SlicexConfig) -> dict[int, str]:
              cfg.chapi_endpoint_port(): "chapi_port", cfg.broker_port: "broker_port",
              cfg.authority_port: "authority_port", cfg.dashboard_port or 0: "dashboard_port",
              cfg.scs.port if cfg.scs else 0: "scs.port"}
-    if cfg.store and cfg.store.startswith("redis"):
+    if cfg.store and cfg.store.startswith(("redis://", "rediss://")):  # a Sentinel store's hosts are its sentinels
         try:
             ports[urlsplit(cfg.store).port or 6379] = "the Redis store"
         except ValueError:
@@ -464,8 +465,11 @@ class EmbeddedDeployment:
         self.actor_servers: list[ActorServer] = []  # the in-process broker and authority, served
         if broker_url:  # scaled out: broker and authority are processes of their own, called over mutual TLS
             caller, timeout = Caller.of_home(home, "am"), self.cfg.actor_timeout_seconds
-            self.broker: BrokerApi = broker_client(broker_url, caller, self.authority, timeout)
-            self.authority_actor: AuthorityApi = authority_client(authority_url, caller, self.authority, timeout)
+            # whichever broker and authority hold their role's lease (standbys, deployment/leadership.py)
+            self.broker: BrokerApi = broker_client(broker_url, caller, self.authority, timeout,
+                                                   active_actor(self.store, "broker"))
+            self.authority_actor: AuthorityApi = authority_client(authority_url, caller, self.authority, timeout,
+                                                                  active_actor(self.store, "authority"))
             # the authority actor's process delegates its own inventory (ActorProcess); this process never acts
             # for it
         else:
@@ -736,7 +740,8 @@ class ActorProcess:
                                       EmulatedFpgaBackend(), failures, self.host_driver)
             # it delegates its own inventory, as the authority actor (its certificate) calling the broker
             url = broker_url or cfg.actor_url("broker")
-            to = broker_client(url, Caller.of_home(home, "authority"), authority, cfg.actor_timeout_seconds)
+            to = broker_client(url, Caller.of_home(home, "authority"), authority, cfg.actor_timeout_seconds,
+                               active_actor(self.store, "broker"))
             self.actor = make_authority(self.store, keys, am_urn, substrate, driver, clock=self.clock, broker=to)
             self.delegator = Delegator(self.actor, to)
         self.tick_seconds = cfg.tick_seconds

@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import ssl
 import threading
+import time
 import xmlrpc.client
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
@@ -165,18 +166,40 @@ class _PinnedTransport(SafeTransport):
         return self._connection[1]
 
 
+LOCATE_SECONDS = 1.0
+"""How long an actor client trusts where the store said the active actor is (standby actors, issue 37)."""
+
+
 class ActorClient:
     """Calls a remote actor; faults come back as the GENI error they carry, outages as UNAVAILABLE/TIMEDOUT,
     and a server that is not the actor named (another CA, or another actor's certificate) as RPCERROR."""
 
     def __init__(self, name: str, url: str, cert_file: str, key_file: str, ca_file: str, peer_urn: str,
-                 timeout: float = 30):
+                 timeout: float = 30, locate: Callable[[], str | None] | None = None):
+        """`locate`: where the active actor is now (its URL published in the store, slicex's standby actors),
+        asked at most once a second and again after an outage; None, or no answer: `url`."""
         self.name = name
-        self.url = url
+        self._given = url
+        self._locate = locate
+        self._located: tuple[float, str] | None = None  # (when asked, what it said)
         self.peer_urn = peer_urn
         self._context = client_context(cert_file, key_file, ca_file)  # CERT_REQUIRED against ca_file
         self._timeout = timeout
         self._local = threading.local()  # one kept-alive connection per thread: proxies are not thread-safe
+
+    @property
+    def url(self) -> str:
+        """The actor's URL now: the one `locate` names (cached a second), else the one given."""
+        if self._locate is None:
+            return self._given
+        now = time.monotonic()
+        if self._located is None or now - self._located[0] >= LOCATE_SECONDS:
+            try:
+                found = self._locate()
+            except GeniError:  # the store is away: the last URL known is the best guess
+                found = None
+            self._located = (now, found or (self._located[1] if self._located else self._given))
+        return self._located[1]
 
     def call(self, method: str, *args: Any) -> Any:
         try:
@@ -195,21 +218,30 @@ class ActorClient:
                            f"does not verify against the deployment CA ({exc.verify_message}); refused to call "
                            f"{method}") from None
         except TimeoutError as exc:
-            raise TimedOut(f"{self.name} at {self.url} did not answer {method} in {self._timeout:.0f} s ({exc})") from None
+            raise self._moved(TimedOut(f"{self.name} at {self.url} did not answer {method} in {self._timeout:.0f} s "
+                                       f"({exc})")) from None
         except (ConnectionError, OSError, ssl.SSLError) as exc:
-            raise Unavailable(f"the {self.name} actor at {self.url} is not reachable ({exc}); retry when it is back") from None
+            raise self._moved(Unavailable(f"the {self.name} actor at {self.url} is not reachable ({exc}); retry "
+                                          f"when it is back")) from None
         except xmlrpc.client.ProtocolError as exc:
             raise RpcError(f"{self.name} at {self.url} answered {method} with HTTP {exc.errcode}") from None
         except (ExpatError, http.client.HTTPException, xmlrpc.client.ResponseError) as exc:
             # an actor killed while answering leaves a cut-off or empty reply: an outage, not a bug of ours
-            raise Unavailable(f"the {self.name} actor at {self.url} stopped in the middle of its answer "
-                              f"({type(exc).__name__}: {exc}); retry when it is back") from None
+            raise self._moved(Unavailable(f"the {self.name} actor at {self.url} stopped in the middle of its answer "
+                                          f"({type(exc).__name__}: {exc}); retry when it is back")) from None
+
+    def _moved(self, error: GeniError) -> GeniError:
+        """After an outage the actor may have moved (a standby took over): ask where it is before the next call."""
+        self._located = None
+        return error
 
     def _call(self, method: str, *args: Any) -> Any:
         proxy = getattr(self._local, "proxy", None)
-        if proxy is None:
+        url = self.url
+        if proxy is None or getattr(self._local, "url", None) != url:
             proxy = self._local.proxy = xmlrpc.client.ServerProxy(
-                self.url, transport=_PinnedTransport(self._context, self.peer_urn, self._timeout), allow_none=True)
+                url, transport=_PinnedTransport(self._context, self.peer_urn, self._timeout), allow_none=True)
+            self._local.url = url
         try:
             return getattr(proxy, method)(*with_request_id(args))
         except (xmlrpc.client.Fault, RequestTooLarge):

@@ -169,7 +169,8 @@ class SlicexConfig(Section):
     authority_url: str | None = Field(None, description="where the AM workers reach the authority actor "
                                       "(default: https://<host>:<authority_port>/)")
     actor_timeout_seconds: float = Field(30, gt=0, description="an actor call not answered by then is TIMEDOUT")
-    store: str | None = Field(None, description="redis://HOST:PORT/DB or sqlite:///PATH (default: state.db)")
+    store: str | None = Field(None, description="redis://HOST:PORT/DB, redis+sentinel://HOST:PORT[,HOST:PORT...]"
+                              "/MASTER[/DB] (a Redis that Sentinel fails over) or sqlite:///PATH (default: state.db)")
     substrate: str | None = Field(None, description="the substrate file (default: the built-in emulated rack)")
     substrate_driver: Literal["emulated", "netns", "openstack"] = Field(
         "emulated", description="what makes slivers (`slicex up --substrate` records it)")
@@ -226,6 +227,16 @@ class SlicexConfig(Section):
         if value is not None:
             return value
         return [] if info.field_name in ("operators", "deployment_stores") else {}
+
+    @field_validator("store")
+    @classmethod
+    def _a_sentinel_url_parses(cls, value: str | None) -> str | None:
+        """A Sentinel store URL is checked here, so a wrong one stops `slicex up` naming the key."""
+        from slicex.store.urls import is_sentinel_url, parse_sentinel_url
+
+        if value is not None and is_sentinel_url(value):
+            parse_sentinel_url(value)
+        return value
 
     @field_validator("broker_url", "authority_url")
     @classmethod
@@ -296,7 +307,12 @@ def _explain(error: Any) -> str:
         return f"unknown key {key!r}{hint}"
     if error["type"] == "missing":
         return f"{key!r} is required"
-    return f"{key!r}: {error['msg'][0].lower() + error['msg'][1:]}, got {error['input']!r}"
+    given = error["input"]
+    if key == "store" and isinstance(given, str):  # never a password in a message
+        from slicex.store.urls import hide_password
+
+        given = hide_password(given)
+    return f"{key!r}: {error['msg'][0].lower() + error['msg'][1:]}, got {given!r}"
 
 
 def _fields_at(model: type[BaseModel], loc: list[str]) -> dict[str, Any]:

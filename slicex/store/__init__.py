@@ -54,15 +54,26 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
+REDIS_SCHEMES = ("redis://", "rediss://", "redis+sentinel://")
+"""The URLs of a store every process of a distributed deployment shares: one Redis, or one Sentinel manages."""
+
+
+def is_shared(url: str) -> bool:
+    """Whether `url` names a Redis store (plain or through Sentinel), which processes on several hosts share."""
+    return url.startswith(REDIS_SCHEMES)
+
+
 def open_store(url: str) -> Store:
-    """Open a store by URL: `sqlite:///path/to.db`, `sqlite://:memory:`, or `redis://host:port/db`."""
+    """Open a store by URL: `sqlite:///path/to.db`, `sqlite://:memory:`, `redis://host:port/db`, or
+    `redis+sentinel://host:port[,host:port...]/master[/db]` (slicex.store.urls)."""
     if url.startswith("sqlite://"):
         from slicex.store.sqlite_store import SqliteStore
 
         path = url[len("sqlite://"):]
         return SqliteStore(":memory:" if path in ("", ":memory:", "/:memory:") else path)
-    if url.startswith("redis://") or url.startswith("rediss://"):
+    if is_shared(url):
         from slicex.store.redis_store import RedisStore
 
         return RedisStore(url)
-    raise ValueError(f"unknown store URL {url!r}; use sqlite:///PATH or redis://HOST:PORT/DB")
+    raise ValueError(f"unknown store URL {url!r}; use sqlite:///PATH, redis://HOST:PORT/DB or "
+                     f"redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/DB]")

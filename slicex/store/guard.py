@@ -6,7 +6,8 @@ is its own. A Redis restarted empty, or a store swapped under a running process,
 process must not write (a new Allocate would build a second, unrelated state over the one that was lost), so
 every write through `GuardedStore` is refused with UNAVAILABLE naming the cause until the record is back. A
 disk that is full or read-only refuses writes the same way (multi-document operations are not started only
-to fail halfway); reads keep working. `check` is what `/health`, `slicex status` and the metrics report."""
+to fail halfway); reads keep working. A store that answered BUSY (a Sentinel failover under way) refuses them
+as BUSY too: the caller retries in seconds. `check` is what `/health`, `slicex status` and the metrics report."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from slicex.diskfaults import remedy, space_fault
-from slicex.errors import GeniError, Unavailable
+from slicex.errors import Busy, GeniError, Unavailable
 from slicex.store import Store
 
 log = logging.getLogger("slicex.store")
@@ -61,6 +62,7 @@ class GuardedStore:
         self.shown_url = shown_url
         self.disk = disk
         self.fault: str | None = None  # why writes are refused now
+        self._refusal: GeniError | None = None  # what a write raises now (one attribute: read in one step)
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self.inner, name)
@@ -68,8 +70,9 @@ class GuardedStore:
             return value
 
         def refusing_while_faulty(*args: Any, **kwargs: Any) -> Any:
-            if self.fault is not None:
-                raise Unavailable(f"this aggregate is not serving writes: {self.fault}")
+            refusal = self._refusal
+            if refusal is not None:
+                raise type(refusal)(refusal.message)
             return value(*args, **kwargs)
         return refusing_while_faulty
 
@@ -78,7 +81,8 @@ class GuardedStore:
         Writes are refused from now on while any of them fails (and allowed again once all pass); a change
         is logged as an error, or as the recovery (unless `report` is off: a one-off check that prints)."""
         disk = space_fault(self.disk) if self.disk is not None else None
-        checks = {"store": self._store_check(probe, disk)}
+        store, busy = self._store_check(probe, disk)
+        checks = {"store": store}
         if self.disk is not None:
             checks["disk"] = f"{disk}: {remedy(disk)}" if disk else "ok"
         failing = "; ".join(v for v in checks.values() if v != "ok") or None
@@ -88,24 +92,27 @@ class GuardedStore:
             else:
                 log.warning("store %s answers as this deployment's and takes writes again: serving writes",
                             self.shown_url)
-        self.fault = failing
+        refusal = None if failing is None else (Busy if busy else Unavailable)(
+            f"this aggregate is not serving writes: {failing}")
+        self._refusal, self.fault = refusal, failing
         return checks
 
-    def _store_check(self, probe: str, disk: str | None) -> str:
-        """"ok" or why not. A write refused while `disk` names a fault (full, read-only) is put down to it
-        without the store's message, which repeats the cause the disk check gives: said once, not three times."""
+    def _store_check(self, probe: str, disk: str | None) -> tuple[str, bool]:
+        """"ok" or why not, and whether the store answered BUSY (failing over). A write refused while `disk`
+        names a fault (full, read-only) is put down to it without the store's message, which repeats the cause
+        the disk check gives: said once, not three times."""
         try:
             doc = self.inner.get(DEPLOYMENT_TABLE, RECORD_KEY)
         except GeniError as exc:
-            return exc.message
+            return exc.message, isinstance(exc, Busy)
         if self.deployment_id is not None:
             lost = record_fault(doc, self.deployment_id, self.shown_url)
             if lost:
-                return lost
+                return lost, False
         try:  # a write, not only a read: a full disk or a read-only Redis answers reads
             self.inner.put(HEALTH_TABLE, probe, {"checked_at": datetime.now(UTC).isoformat()})
         except GeniError as exc:
             if disk:
-                return f"the store {self.shown_url} refuses writes: its disk cannot take them"
-            return f"the store {self.shown_url} refuses writes: {exc.message}"
-        return "ok"
+                return f"the store {self.shown_url} refuses writes: its disk cannot take them", False
+            return f"the store {self.shown_url} refuses writes: {exc.message}", isinstance(exc, Busy)
+        return "ok", False

@@ -120,6 +120,11 @@ OWNERSHIP: tuple[Holding, ...] = (
     Holding("deployment", Actor.DEPLOYMENT, "the deployment record: whose store this is (`slicex up`)"),
     Holding("health", Actor.DEPLOYMENT, "each process's last health probe (a write that proves the store "
             "takes writes)"),
+    Holding("actor-roles", Actor.DEPLOYMENT, "role → the active broker or authority process (URL, lease "
+            "holder and token), written by it under its lease (deployment/leadership.py)",
+            readers=((Actor.SLICE_MANAGER, "the AM workers call the active actor wherever it serves"),)),
+    Holding("actor-standbys", Actor.DEPLOYMENT, "standby actor processes and when each was last seen "
+            "(`slicex status`)"),
 )
 
 _TABLES = {h.name: h for h in OWNERSHIP if not h.claims}

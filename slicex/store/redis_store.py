@@ -6,24 +6,48 @@ document: its keys (score 0, so a key-prefix scan is a lexicographic range: it r
 and its time index (score: the document's `due`). A claim is a key whose value is its owner, each owner has a set of its
 claims and each claim namespace a hash of its claims (key → owner). `claim_all`, `release` and `release_owner` are Lua scripts, so each is atomic across every
 client of the server: two workers can never both win a key. A server that does not answer is
-UNAVAILABLE (11) or TIMEDOUT (8) with the URL (password removed) in the message, never a crash."""
+UNAVAILABLE (11) or TIMEDOUT (8) with the URL (password removed) in the message, never a crash.
+
+On a Redis that Sentinel manages (`redis+sentinel://`, slicex.store.urls) the client asks the sentinels where
+the primary is and follows a failover: a call that meets one (the primary gone, or demoted, before the
+sentinels promote a replica) is BUSY (14) with the reason, to be retried in seconds. Every write is one Lua
+script followed, on the same connection, by WAIT for `replicas` replicas: a write is answered only once a
+replica holds it, so a failover (which promotes the most up-to-date replica) keeps it. A primary with no
+replica in sync (none connected, or the only one still loading its first copy) takes writes alone, logged:
+no replica could be promoted with them either."""
 
 from __future__ import annotations
 
+import copy
 import json
+import logging
 import re
+import time
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from redis.commands.core import Script
 
-from slicex.errors import DbError, TimedOut, Unavailable
+from slicex.errors import Busy, DbError, TimedOut, Unavailable
 from slicex.store import counter_of
+from slicex.store.urls import SentinelUrl, is_sentinel_url, parse_sentinel_url
+
+log = logging.getLogger("slicex.store")
 
 # Every script's ARGV: owner, the claim key prefix, the namespace index prefix, then its own. A claim is a key
 # whose value is its owner, a member of its owner's set, and a field of its namespace's hash (field: the claim
 # key without the prefix, value: the owner), so `claims_in` reads a namespace without scanning the keyspace.
+_FENCE = """
+local fence_key, fence_token = ARGV[#ARGV - 1], ARGV[#ARGV]
+if fence_key ~= '' and redis.call('GET', fence_key) ~= fence_token then
+  return redis.error_reply('FENCED the lease this write was made under (token ' .. fence_token .. ') was taken over')
+end
+"""
+"""Every write script starts here. Its last two ARGV are a fence: a key and the token its writer holds ('' '':
+none). The write happens only while the key still holds that token, in the same script, so an actor that lost
+its lease (paused, cut off) cannot write once another took it over (slicex.store.redis_store.RedisStore.fenced)."""
 _NAMESPACE_OF = """
 local function index_of(key)
   local k = string.sub(key, #ARGV[2] + 1)
@@ -45,7 +69,7 @@ local function uncounted(k)
   end
 end
 """
-_CLAIM_ALL = _NAMESPACE_OF + _COUNTERS + """
+_CLAIM_ALL = _FENCE + _NAMESPACE_OF + _COUNTERS + """
 for i, key in ipairs(KEYS) do
   local owner = redis.call('GET', key)
   if owner and owner ~= ARGV[1] then return 0 end
@@ -59,7 +83,7 @@ for i, key in ipairs(KEYS) do
 end
 return 1
 """
-_RELEASE = _NAMESPACE_OF + _COUNTERS + """
+_RELEASE = _FENCE + _NAMESPACE_OF + _COUNTERS + """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('SREM', ARGV[4], KEYS[1])
@@ -70,7 +94,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
-_RELEASE_OWNER = _NAMESPACE_OF + _COUNTERS + """
+_RELEASE_OWNER = _FENCE + _NAMESPACE_OF + _COUNTERS + """
 local n = 0
 for i, key in ipairs(redis.call('SMEMBERS', ARGV[4])) do
   if redis.call('GET', key) == ARGV[1] then
@@ -84,7 +108,39 @@ end
 redis.call('DEL', ARGV[4])
 return n
 """
-_INDEX_ONCE = _NAMESPACE_OF + """
+_PUT = _FENCE + """
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], 0, ARGV[1])
+if ARGV[3] == '' then redis.call('ZREM', KEYS[3], ARGV[1]) else redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1]) end
+return 1
+"""
+"""A document and its index entries (KEYS: the table's hash, key index, time index; ARGV: key, JSON, due or
+''), in one script: atomic, and a single command that WAIT can follow on the same connection."""
+_DELETE = _FENCE + """
+local n = redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+return n
+"""
+_LEASE_TAKE = """
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[3] then return false end
+local token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token, 'PX', ARGV[2])
+return token
+"""
+"""Take a lease (KEYS: the lease, its fence; ARGV: holder, ttl ms, the value it may replace or ''): only when
+it is free (or still holds exactly ARGV[3]: a holder known dead); a new fencing token every time."""
+_LEASE_RENEW = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('GET', KEYS[2]) ~= ARGV[3] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+_LEASE_DROP = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+_INDEX_ONCE = _FENCE + _NAMESPACE_OF + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 local n = 0
 for i, key in ipairs(redis.call('KEYS', ARGV[4])) do
@@ -100,7 +156,7 @@ return n
 """
 """Index the claims a store written before namespace indexes holds (once per store: the marker key says it
 was done; `flush` removes it with everything else)."""
-_KEYS_ONCE = """
+_KEYS_ONCE = _FENCE + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 local n = 0
 for i, table in ipairs(redis.call('KEYS', ARGV[1])) do
@@ -115,7 +171,7 @@ return n
 """
 """Index the document keys of a store written before key indexes (once per store, like `_INDEX_ONCE`): one
 script, so no put or delete of another client lands between reading a table and indexing it."""
-_COUNT_ALL = _NAMESPACE_OF + _COUNTERS + """
+_COUNT_ALL = _FENCE + _NAMESPACE_OF + _COUNTERS + """
 if ARGV[7] ~= 'force' and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 redis.call('DEL', ARGV[5])
 for i, key in ipairs(redis.call('KEYS', ARGV[8])) do redis.call('DEL', key) end
@@ -136,6 +192,12 @@ every counter from the claims (`force`: a repair)."""
 
 def redact(url: str) -> str:
     """The URL without its password, for messages and logs."""
+    if is_sentinel_url(url):
+        try:
+            return parse_sentinel_url(url).shown()
+        except ValueError:
+            head, at, tail = url.partition("@")
+            return "redis+sentinel://***@" + tail if at else url
     parts = urlsplit(url)
     if parts.password is None:
         return url
@@ -148,16 +210,43 @@ def _glob_escape(text: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
-def redis_call(shown: str, fn):
-    """Run one Redis operation; its failures become GENI errors naming the server (`shown`, password redacted)."""
+FAILING_OVER = ("READONLY", "NOREPLICAS", "MASTERDOWN", "LOADING", "TRYAGAIN")
+"""Refusals of a Redis server that mean its role is changing (demoted, no replica in reach, still loading)."""
+
+
+class Fenced(Busy):
+    """A write refused because the lease it was made under was taken over (the writer is no longer the active
+    actor): BUSY, for the caller retries and reaches the active one."""
+
+
+def redis_call(shown: str, fn, sentinel: bool = False):
+    """Run one Redis operation; its failures become GENI errors naming the server (`shown`, password redacted).
+    On a Sentinel store (`sentinel`), losing the primary means a failover is under way: BUSY, retry in seconds."""
     try:
         return fn()
     except redis.exceptions.TimeoutError as exc:
+        if sentinel:
+            raise Busy(_failing_over(shown, exc)) from None
         raise TimedOut(f"Redis at {shown} did not answer in time: {exc}; retry shortly") from None
     except redis.exceptions.ConnectionError as exc:
+        if sentinel:
+            raise Busy(_failing_over(shown, exc)) from None
         raise Unavailable(f"Redis at {shown} is not answering: {exc}; retry when it is back") from None
+    except redis.exceptions.ResponseError as exc:
+        said = str(exc).rpartition("of pipeline caused error: ")[2]  # a pipeline's error names its command first
+        if said.startswith("FENCED"):
+            raise Fenced(f"this actor is no longer the active one, its write was refused: {said}; retry (the "
+                         f"active one answers)") from None
+        if sentinel and said.startswith(FAILING_OVER):
+            raise Busy(_failing_over(shown, said)) from None
+        raise DbError(f"Redis at {shown} refused an operation: {exc}") from None
     except redis.exceptions.RedisError as exc:
         raise DbError(f"Redis at {shown} refused an operation: {exc}") from None
+
+
+def _failing_over(shown: str, exc: Exception | str) -> str:
+    return (f"the store's primary ({shown}) is failing over to a replica ({exc}); retry in a few seconds, "
+            f"once the sentinels have promoted one")
 
 
 class RedisStore:
@@ -165,11 +254,26 @@ class RedisStore:
         self.url = url
         self.prefix = prefix
         self._shown = redact(url)
+        self.sentinel: SentinelUrl | None = None
         try:
-            self._r = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                                           decode_responses=True, health_check_interval=30)
+            if is_sentinel_url(url):
+                self.sentinel = parse_sentinel_url(url)
+                self._r = _sentinel_client(self.sentinel, timeout)
+            else:
+                self._r = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                               decode_responses=True, health_check_interval=30)
         except ValueError as exc:
-            raise DbError(f"bad Redis URL {self._shown}: {exc}; use redis://HOST:PORT/DB") from None
+            form = "redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/DB]" if is_sentinel_url(url) else \
+                "redis://HOST:PORT/DB"
+            raise DbError(f"bad Redis URL {self._shown}: {exc}; use {form}") from None
+        self._acks = self.sentinel.replicas if self.sentinel else 0  # replicas each write waits for (WAIT)
+        self._alone_until = 0.0  # until then the primary is known to have no replica: writes skip WAIT
+        self._fence = ["", ""]  # the fence key and token every write carries (none: `fenced` sets them)
+        self._lease_take = self._r.register_script(_LEASE_TAKE)
+        self._lease_renew = self._r.register_script(_LEASE_RENEW)
+        self._lease_drop = self._r.register_script(_LEASE_DROP)
+        self._put = self._r.register_script(_PUT)
+        self._delete = self._r.register_script(_DELETE)
         self._claim_all = self._r.register_script(_CLAIM_ALL)
         self._release = self._r.register_script(_RELEASE)
         self._release_owner = self._r.register_script(_RELEASE_OWNER)
@@ -181,7 +285,46 @@ class RedisStore:
         self._counted = False  # whether this client made sure the claim counters cover every claim
 
     def _call(self, fn):
-        return redis_call(self._shown, fn)
+        return redis_call(self._shown, fn, sentinel=self.sentinel is not None)
+
+    def _write(self, script: Script, keys: list[str], args: list[str]) -> Any:
+        """Run one write script; on a Sentinel store, answered only once `replicas` replicas acknowledged it
+        (WAIT on the same connection, one round trip with the script). Not acknowledged in `wait_ms`: BUSY
+        (the write may be on the primary alone; every write of the actors is idempotent, a retry redoes it)."""
+        args = [*args, *self._fence]
+        if self._alone_until and time.monotonic() >= self._alone_until:  # alone a second ago: still? (1 RTT)
+            self._alone_until = time.monotonic() + 1.0 if self._replicas_online() == 0 else 0.0
+        if not self._acks or self._alone_until:
+            return self._call(lambda: script(keys=keys, args=args))
+
+        def with_wait() -> tuple[Any, int]:
+            for _attempt in range(2):  # a primary that lacks the script (a new one after a failover) loads it
+                pipe = self._r.pipeline(transaction=False)
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+                pipe.wait(self._acks, self.sentinel.wait_ms)
+                try:
+                    result, acked = pipe.execute()
+                    return result, int(acked)
+                except redis.exceptions.NoScriptError:
+                    self._r.script_load(script.script)
+            raise DbError(f"Redis at {self._shown} does not keep the store's scripts")
+
+        result, acked = self._call(with_wait)
+        if acked >= self._acks:
+            return result
+        if self._replicas_online() == 0:  # none in sync: nothing a failover could promote with this write on it
+            log.warning("the store's primary (%s) has no replica in sync: writes are kept by the primary alone "
+                        "until one is", self._shown)
+            self._alone_until = time.monotonic() + 1.0
+            return result
+        raise Busy(f"the store's replicas ({self._shown}) did not acknowledge a write within "
+                   f"{self.sentinel.wait_ms} ms ({acked} of {self._acks}); retry in a few seconds")
+
+    def _replicas_online(self) -> int:
+        """The primary's replicas in sync with it (a replica still loading its first copy acknowledges nothing)."""
+        info = self._call(lambda: self._r.info("replication"))
+        return sum(1 for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)
+                   and v.get("state") == "online")
 
     def _t(self, table: str) -> str:
         return f"{self.prefix}:doc:{table}"
@@ -215,6 +358,44 @@ class RedisStore:
         """Raise Unavailable/TimedOut unless the server answers (start-up checks)."""
         self._call(self._r.ping)
 
+    # ---- leases: one active actor per role, fenced ------------------------------------------------------------
+    def _lease_keys(self, name: str) -> list[str]:
+        return [f"{self.prefix}:lease:{name}", f"{self.prefix}:fence:{name}"]
+
+    def take_lease(self, name: str, holder: str, ttl_ms: int, replacing: str = "") -> int | None:
+        """The lease `name` for `holder` with a new fencing token (returned), if it is free, or still holds
+        exactly `replacing` (the value of a holder known to be dead); None when another holds it."""
+        token = self._call(lambda: self._lease_take(keys=self._lease_keys(name), args=[holder, ttl_ms, replacing]))
+        return None if token is None else int(token)
+
+    def renew_lease(self, name: str, holder: str, token: int, ttl_ms: int) -> bool:
+        """Extend the lease while `holder` still holds it with `token`; False once it lapsed or was taken."""
+        value = f"{holder}|{token}"
+        return bool(self._call(lambda: self._lease_renew(keys=self._lease_keys(name), args=[value, ttl_ms, token])))
+
+    def drop_lease(self, name: str, holder: str, token: int) -> None:
+        """Give the lease up (a clean stop): the next contender takes it at once instead of after its TTL."""
+        self._call(lambda: self._lease_drop(keys=self._lease_keys(name), args=[f"{holder}|{token}"]))
+
+    def lease_of(self, name: str) -> tuple[str, int, float] | None:
+        """Who holds lease `name` (holder, token, seconds left), or None when it is free."""
+        pipe = self._r.pipeline(transaction=False)
+        pipe.get(self._lease_keys(name)[0])
+        pipe.pttl(self._lease_keys(name)[0])
+        value, pttl = self._call(pipe.execute)
+        if value is None:
+            return None
+        holder, _sep, token = value.rpartition("|")
+        return holder, int(token), max(0, int(pttl)) / 1000
+
+    def fenced(self, name: str, token: int) -> RedisStore:
+        """This store (the same client) whose every write is refused (Fenced, BUSY) unless lease `name` still
+        carries `token`: checked inside each write's script, so no write of a leader that lost its lease
+        lands, however long it was paused."""
+        view = copy.copy(self)
+        view._fence = [self._lease_keys(name)[1], str(token)]
+        return view
+
     # ---- documents -------------------------------------------------------------------------------------------
     def get(self, table: str, key: str) -> dict[str, Any] | None:
         raw = self._call(lambda: self._r.hget(self._t(table), key))
@@ -222,21 +403,11 @@ class RedisStore:
 
     def put(self, table: str, key: str, doc: dict[str, Any], due: float | None = None) -> None:
         text = json.dumps(doc, sort_keys=True)
-        pipe = self._r.pipeline(transaction=True)  # MULTI/EXEC: the document and its index entries, or none
-        pipe.hset(self._t(table), key, text)
-        pipe.zadd(self._k(table), {key: 0})
-        if due is None:
-            pipe.zrem(self._d(table), key)
-        else:
-            pipe.zadd(self._d(table), {key: due})
-        self._call(pipe.execute)
+        self._write(self._put, [self._t(table), self._k(table), self._d(table)],
+                    [key, text, "" if due is None else repr(float(due))])
 
     def delete(self, table: str, key: str) -> bool:
-        pipe = self._r.pipeline(transaction=True)
-        pipe.hdel(self._t(table), key)
-        pipe.zrem(self._k(table), key)
-        pipe.zrem(self._d(table), key)
-        return bool(self._call(pipe.execute)[0])
+        return bool(self._write(self._delete, [self._t(table), self._k(table), self._d(table)], [key]))
 
     def scan(self, table: str, prefix: str = "") -> list[dict[str, Any]]:
         if prefix:  # a range of the table's key index: only the matching documents are read
@@ -256,8 +427,8 @@ class RedisStore:
     def _index_keys(self) -> None:
         """Make sure the key indexes cover documents a store made before them holds (once per client)."""
         if not self._keys_indexed:
-            self._call(lambda: self._keys_once(keys=[f"{self.prefix}:keys-indexed"],
-                                               args=[_glob_escape(self._t("")) + "*", self._t(""), self._k("")]))
+            self._write(self._keys_once, [f"{self.prefix}:keys-indexed"],
+                        [_glob_escape(self._t("")) + "*", self._t(""), self._k("")])
             self._keys_indexed = True
 
     # ---- claims ----------------------------------------------------------------------------------------------
@@ -267,15 +438,13 @@ class RedisStore:
     def claim_all(self, keys: list[str], owner: str) -> bool:
         if not keys:
             return True
-        return bool(self._call(lambda: self._claim_all(keys=[self._c(k) for k in keys],
-                                                       args=self._args(owner, self._o(owner)))))
+        return bool(self._write(self._claim_all, [self._c(k) for k in keys], self._args(owner, self._o(owner))))
 
     def release(self, key: str, owner: str) -> bool:
-        return bool(self._call(lambda: self._release(keys=[self._c(key)], args=self._args(owner, self._o(owner)))))
+        return bool(self._write(self._release, [self._c(key)], self._args(owner, self._o(owner))))
 
     def release_owner(self, owner: str) -> int:
-        return int(self._call(lambda: self._release_owner(keys=[self._o(owner)],
-                                                          args=self._args(owner, self._o(owner)))))
+        return int(self._write(self._release_owner, [self._o(owner)], self._args(owner, self._o(owner))))
 
     def owner_of(self, key: str) -> str | None:
         return self._call(lambda: self._r.get(self._c(key)))
@@ -288,8 +457,8 @@ class RedisStore:
         """One round trip: the hash of each namespace, pipelined (after a one-off index of older claims)."""
         wanted = sorted(set(namespaces))
         if not self._indexed:
-            self._call(lambda: self._index_once(keys=[f"{self.prefix}:ns-indexed"],
-                                                args=self._args("", _glob_escape(self._c("")) + "*")))
+            self._write(self._index_once, [f"{self.prefix}:ns-indexed"],
+                        self._args("", _glob_escape(self._c("")) + "*"))
             self._indexed = True
         if not wanted:
             return {}
@@ -314,9 +483,9 @@ class RedisStore:
     def _count_once(self, force: bool = False) -> None:
         if self._counted and not force:
             return
-        self._call(lambda: self._count_all(keys=[f"{self.prefix}:counted"],
-                                           args=[*self._args("", _glob_escape(self._c("")) + "*"),
-                                                 "force" if force else "", _glob_escape(self._pool("")) + "*"]))
+        self._write(self._count_all, [f"{self.prefix}:counted"],
+                    [*self._args("", _glob_escape(self._c("")) + "*"), "force" if force else "",
+                     _glob_escape(self._pool("")) + "*"])
         self._counted = True
 
     def claim_counts(self, prefix: str = "") -> dict[str, int]:
@@ -351,3 +520,22 @@ class RedisStore:
 
     def close(self) -> None:
         self._r.close()
+
+
+def _sentinel_client(url: SentinelUrl, timeout: float) -> redis.Redis:
+    """A client of the primary the sentinels name now: a connection lost (or refused as READONLY by a demoted
+    primary) asks them again, so it follows a failover. Short timeouts and one retry (which asks the
+    sentinels again): a primary cut off by a partition drops packets instead of refusing them, and a call
+    must answer BUSY in seconds, not wait out the default retries. A sentinel that does not answer within a
+    second is passed over for the next."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+    from redis.sentinel import Sentinel
+
+    quick = min(timeout, 1.0)
+    sentinels = Sentinel(list(url.sentinels), sentinel_kwargs={"socket_timeout": quick,
+                                                               "socket_connect_timeout": quick})
+    return sentinels.master_for(url.master, db=url.db, password=url.password,
+                                socket_timeout=max(min(timeout, 3.0), url.wait_ms / 1000 + 1),
+                                socket_connect_timeout=quick, retry=Retry(NoBackoff(), 1),
+                                decode_responses=True, health_check_interval=30)

@@ -200,7 +200,9 @@ def test_kill_9_of_the_deployment_takes_its_actors_with_it_and_the_next_up_is_it
         second = {role: _record(home, role)["pid"] for role in ("slicex", "broker", "authority")}
         assert not set(second.values()) & set(first.values())
         status = _run(home, "status")
-        assert status.returncode == 0 and status.stdout.count("(answering") == 4, status.stdout
+        # the aggregate, its store and each actor's process; then each actor role's active process (its lease)
+        assert status.returncode == 0 and status.stdout.count("(answering") == 6, status.stdout
+        assert "broker role: active" in status.stdout and "authority role: active" in status.stdout, status.stdout
         # an actor that dies is restarted by its deployment
         os.kill(second["broker"], signal.SIGKILL)
         assert _wait(lambda: _record(home, "broker")["pid"] != second["broker"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import socket
 import threading
 import uuid
@@ -20,7 +21,7 @@ from slicex.store import open_store
 from slicex.store.sqlite_store import SqliteStore
 
 REDIS_URL = os.environ.get("SLICEX_REDIS_URL", "redis://127.0.0.1:6379/15")
-KINDS = ["sqlite-memory", "sqlite-file", "redis"]
+KINDS = ["sqlite-memory", "sqlite-file", "redis", "sentinel"]
 
 
 def redis_store(prefix: str | None = None):
@@ -34,11 +35,26 @@ def redis_store(prefix: str | None = None):
     return s
 
 
+@pytest.fixture(scope="module")
+def sentinel_url(tmp_path_factory):
+    """A primary, a replica and three sentinels (tests/integration/test_sentinel_store.py), for the module:
+    the contract holds through Sentinel, with every write waiting for the replica."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("needs redis-server")
+    from tests.integration.test_sentinel_store import redis_ha
+
+    ha = redis_ha(tmp_path_factory.mktemp("sentinel"))
+    ha.start()
+    yield ha.url()
+    ha.stop()
+
+
 class Stores:
     """Makes stores of one kind that share state (several connections, as several workers would have)."""
 
-    def __init__(self, kind: str, tmp_path):
+    def __init__(self, kind: str, tmp_path, sentinel: str | None = None):
         self.kind = kind
+        self.sentinel = sentinel
         self.path = str(tmp_path / f"s-{uuid.uuid4().hex[:6]}.db")
         self.prefix = f"test-{uuid.uuid4().hex[:8]}"
         self.opened: list = []
@@ -47,12 +63,17 @@ class Stores:
     def open(self):
         if self.kind == "sqlite-memory":
             return self._memory  # one in-memory database is one connection, shared by threads
-        s = SqliteStore(self.path) if self.kind == "sqlite-file" else redis_store(self.prefix)
+        if self.kind == "sentinel":
+            from slicex.store.redis_store import RedisStore
+
+            s = RedisStore(self.sentinel, prefix=self.prefix)
+        else:
+            s = SqliteStore(self.path) if self.kind == "sqlite-file" else redis_store(self.prefix)
         self.opened.append(s)
         return s
 
     def close(self) -> None:
-        if self.kind == "redis" and self.opened:
+        if self.kind in ("redis", "sentinel") and self.opened:
             self.opened[0].flush()
         for s in self.opened + ([self._memory] if self._memory else []):
             s.close()
@@ -60,7 +81,8 @@ class Stores:
 
 @pytest.fixture(params=KINDS)
 def stores(request, tmp_path):
-    made = Stores(request.param, tmp_path)
+    sentinel = request.getfixturevalue("sentinel_url") if request.param == "sentinel" else None
+    made = Stores(request.param, tmp_path, sentinel)
     yield made
     made.close()
 
