@@ -69,7 +69,9 @@ def samples() -> dict[str, tuple[type, Any, Callable[[Any], Any], Callable[[Any]
     record = Record(sliver, f"{URN}+slice+fill38", f"{URN}+user+bench", "n2", "node", f"{URN}+node+r01h3", group,
                     rs.Reservation(sliver, rs.ACTIVE, rs.NONE, None, 2, "", 3, "node n2 (small)", gate="redeem",
                                    end=end),
-                    one.to_doc(), details, ticket, lease, [], "", True, False, False,
+                    {"element": {k: v for k, v in one.to_doc()["nodes"][0].items() if v not in (None, [])},
+                     "order": 1, "image_policy": "reject", "bitstream_parts": {}, "images": {}},
+                    details, ticket, lease, [], "", True, False, False,
                     "0cb9fc20-1ac9-4148-8118-add57dd4e8ad")
     usage = UsageRecord(sliver, f"{URN}+slice+fill38", f"{URN}+user+bench", None, "node", "n2",
                         Amounts(cores=1, memory_mb=2048, disk_gb=20, nodes=1), start, end)

@@ -381,6 +381,11 @@ def bind_store(store: Store, deployment_id: str, home: Home, create: bool) -> bo
         raise Refused(f"the store {url} belongs to deployment {doc.get('id')} (home {doc.get('home')}), not to "
                       f"this one ({deployment_id}, home {home.root}). Point `store` in {home.config_file} at "
                       f"this deployment's store, or give this deployment a store of its own")
+    if not create:  # `slicex up` migrated it before starting anything; a process started otherwise checks
+        from deployment.migrations import STEPS
+        from slicex.store.migration import check
+
+        check(store, STEPS, url)
     return False
 
 

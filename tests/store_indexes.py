@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from authority.actor import LEASES
+from authority.actor import LEASES, lease_document
 from slice_manager.records import RESERVATIONS, SLIVERS_OF, Record, due_at
 from slicex.ticket import Lease
 
@@ -25,7 +25,7 @@ def assert_indexes_match(store: Any) -> None:
     recs = [Record.from_doc(d) for d in store.scan(RESERVATIONS)]
     filed = dict(store.due(RESERVATIONS, math.inf))
     assert filed == {r.id: due_at(r) for r in recs if due_at(r) is not None}, "records' time index"
-    leases = [Lease.from_doc(d["lease"]) for d in store.scan(LEASES)]
+    leases = [Lease.from_doc(lease_document(d)["lease"]) for d in store.scan(LEASES)]
     assert dict(store.due(LEASES, math.inf)) == {x.id: x.end.timestamp() for x in leases}, "leases' time index"
     named = {(d["slice_urn"], d["id"]) for d in store.scan(SLIVERS_OF)}
     assert {(r.slice_urn, r.id) for r in recs} <= named, "a record its slice's index does not name"

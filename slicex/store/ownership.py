@@ -61,7 +61,7 @@ OWNERSHIP: tuple[Holding, ...] = (
     Holding("sm-updates", Actor.SLICE_MANAGER, "a slice's pending Update (staged, committing or reverting)"),
     Holding("sm-version", Actor.SLICE_MANAGER, "a token replaced on every write to its records (the dashboard's "
             "snapshot is built again only when it changes)"),
-    Holding("sm-layout", Actor.SLICE_MANAGER, "the layout version of its records (migrated once at start)"),
+    Holding("sm-layout", Actor.SLICE_MANAGER, "a layout mark of a store made before its layout steps (removed by step 1, deployment/migrations.py)"),
     Holding("sm-lock", Actor.SLICE_MANAGER, "reservation → the slice manager working on it", claims=True),
     # ---- broker
     Holding("delegations", Actor.BROKER, "per broker and authority: delegated pools and label sets with the "
@@ -79,8 +79,7 @@ OWNERSHIP: tuple[Holding, ...] = (
             "filed in the time index under its end (the reaper reads only expired ones)"),
     Holding("authority-version", Actor.AUTHORITY, "per authority: a token replaced whenever a lease is written "
             "or removed (the dashboard's snapshot is built again only when it changes)"),
-    Holding("authority-layout", Actor.AUTHORITY, "the layout version of its lease table (migrated once at "
-            "start)"),
+    Holding("authority-layout", Actor.AUTHORITY, "a layout mark of a store made before its layout steps (removed by step 1, deployment/migrations.py)"),
     Holding("authority-delegations", Actor.AUTHORITY, "per authority and broker: what it delegated (tickets "
             "are checked against it)"),
     Holding("authority-delegation-status", Actor.AUTHORITY, "per authority and broker: whether its delegation "
@@ -104,16 +103,17 @@ OWNERSHIP: tuple[Holding, ...] = (
     Holding("fpga_slivers", Actor.FPGA, "FPGA slivers"),
     Holding("fpga_maintenance", Actor.FPGA, "boards in maintenance"),
     # ---- operations
-    Holding("usage", Actor.OPERATIONS, "usage records (accounting)"),
+    Holding("usage", Actor.OPERATIONS, "usage records of slivers that ended (accounting)"),
     Holding("usage-open", Actor.OPERATIONS, "usage records of slivers still held (quotas), each filed in the "
             "time index under its expiry"),
-    Holding("usage-layout", Actor.OPERATIONS, "the layout version of the open usage records (filed in the "
-            "time index under their expiry once, at start)"),
+    Holding("usage-layout", Actor.OPERATIONS, "a layout mark of a store made before its layout steps (removed by step 1, deployment/migrations.py)"),
     Holding("snapshots", Actor.OPERATIONS, "the dashboard's latest snapshot per publisher"),
     Holding("quota-lock", Actor.OPERATIONS, "user or project → the Allocate being counted against its "
             "limits", claims=True),
     # ---- deployment
     Holding("deployment", Actor.DEPLOYMENT, "the deployment record: whose store this is (`slicex up`)"),
+    Holding("store-layout", Actor.DEPLOYMENT, "the last layout step done on the store (`slicex up` runs the "
+            "others: slicex/store/migration.py, deployment/migrations.py)"),
     Holding("health", Actor.DEPLOYMENT, "each process's last health probe (a write that proves the store "
             "takes writes)"),
 )

@@ -10,7 +10,6 @@ UNAVAILABLE (11) or TIMEDOUT (8) with the URL (password removed) in the message,
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -20,6 +19,7 @@ import redis
 
 from slicex.errors import DbError, TimedOut, Unavailable
 from slicex.store import counter_of
+from slicex.store.codec import decode, encode
 
 # Every script's ARGV: owner, the claim key prefix, the namespace index prefix, then its own. A claim is a key
 # whose value is its owner, a member of its owner's set, and a field of its namespace's hash (field: the claim
@@ -175,10 +175,7 @@ class RedisStore:
         self._release_owner = self._r.register_script(_RELEASE_OWNER)
         self._index_once = self._r.register_script(_INDEX_ONCE)
         self._keys_once = self._r.register_script(_KEYS_ONCE)
-        self._indexed = False  # whether this client made sure the namespace indexes cover every claim
-        self._keys_indexed = False  # whether it made sure the key indexes cover every document
         self._count_all = self._r.register_script(_COUNT_ALL)
-        self._counted = False  # whether this client made sure the claim counters cover every claim
 
     def _call(self, fn):
         return redis_call(self._shown, fn)
@@ -218,10 +215,10 @@ class RedisStore:
     # ---- documents -------------------------------------------------------------------------------------------
     def get(self, table: str, key: str) -> dict[str, Any] | None:
         raw = self._call(lambda: self._r.hget(self._t(table), key))
-        return json.loads(raw) if raw else None
+        return decode(raw) if raw else None
 
     def put(self, table: str, key: str, doc: dict[str, Any], due: float | None = None) -> None:
-        text = json.dumps(doc, sort_keys=True)
+        text = encode(doc)
         pipe = self._r.pipeline(transaction=True)  # MULTI/EXEC: the document and its index entries, or none
         pipe.hset(self._t(table), key, text)
         pipe.zadd(self._k(table), {key: 0})
@@ -240,25 +237,30 @@ class RedisStore:
 
     def scan(self, table: str, prefix: str = "") -> list[dict[str, Any]]:
         if prefix:  # a range of the table's key index: only the matching documents are read
-            self._index_keys()
             start = prefix.encode()  # UTF-8 never holds byte 0xff: every key with the prefix sorts below prefix+0xff
             keys = self._call(lambda: self._r.zrangebylex(self._k(table), b"[" + start, b"(" + start + b"\xff"))
             texts = self._call(lambda: self._r.hmget(self._t(table), keys)) if keys else []
-            return [json.loads(t) for t in texts if t is not None]  # None: deleted between the two reads
+            return [decode(t) for t in texts if t is not None]  # None: deleted between the two reads
         items = self._call(lambda: self._r.hgetall(self._t(table)))
-        return [json.loads(items[k]) for k in sorted(items)]
+        return [decode(items[k]) for k in sorted(items)]
 
     def due(self, table: str, until: float, limit: int | None = None) -> list[tuple[str, float]]:
         found = self._call(lambda: self._r.zrangebyscore(self._d(table), "-inf", until, start=0,
                                                          num=-1 if limit is None else limit, withscores=True))
         return [(k, float(at)) for k, at in found]
 
-    def _index_keys(self) -> None:
-        """Make sure the key indexes cover documents a store made before them holds (once per client)."""
-        if not self._keys_indexed:
-            self._call(lambda: self._keys_once(keys=[f"{self.prefix}:keys-indexed"],
-                                               args=[_glob_escape(self._t("")) + "*", self._t(""), self._k("")]))
-            self._keys_indexed = True
+    def reindex(self) -> int:
+        """Build the indexes a store written before them lacks: every claim in its namespace's hash, every
+        document key in its table's key index, every claim counted (recounted from the claims). A migration
+        step (deployment/migrations.py): each script is one atomic Redis call and may run any number of times."""
+        claims = self._call(lambda: self._index_once(keys=[f"{self.prefix}:ns-indexed"],
+                                                     args=self._args("", _glob_escape(self._c("")) + "*")))
+        docs = self._call(lambda: self._keys_once(keys=[f"{self.prefix}:keys-indexed"],
+                                                  args=[_glob_escape(self._t("")) + "*", self._t(""), self._k("")]))
+        self._call(lambda: self._count_all(keys=[f"{self.prefix}:counted"],
+                                           args=[*self._args("", _glob_escape(self._c("")) + "*"), "force",
+                                                 _glob_escape(self._pool("")) + "*"]))
+        return max(int(claims), 0) + max(int(docs), 0)
 
     # ---- claims ----------------------------------------------------------------------------------------------
     def claim(self, key: str, owner: str) -> bool:
@@ -287,10 +289,6 @@ class RedisStore:
     def claims_in(self, namespaces: Iterable[str]) -> dict[str, str]:
         """One round trip: the hash of each namespace, pipelined (after a one-off index of older claims)."""
         wanted = sorted(set(namespaces))
-        if not self._indexed:
-            self._call(lambda: self._index_once(keys=[f"{self.prefix}:ns-indexed"],
-                                                args=self._args("", _glob_escape(self._c("")) + "*")))
-            self._indexed = True
         if not wanted:
             return {}
         pipe = self._r.pipeline(transaction=False)
@@ -311,29 +309,21 @@ class RedisStore:
         return {k[n:]: o for k, o in zip(keys, owners, strict=True) if o is not None}
 
     # ---- claim counters ----------------------------------------------------------------------------------------
-    def _count_once(self, force: bool = False) -> None:
-        if self._counted and not force:
-            return
-        self._call(lambda: self._count_all(keys=[f"{self.prefix}:counted"],
-                                           args=[*self._args("", _glob_escape(self._c("")) + "*"),
-                                                 "force" if force else "", _glob_escape(self._pool("")) + "*"]))
-        self._counted = True
-
     def claim_counts(self, prefix: str = "") -> dict[str, int]:
         """Counter → claims it holds (counters starting with `prefix`): one hash, kept by the claim scripts."""
-        self._count_once()
         counts = self._call(lambda: self._r.hgetall(self._counts()))
         return {c: int(n) for c, n in counts.items() if c.startswith(prefix) and int(n) > 0}
 
     def claims_under(self, counter: str) -> dict[str, str]:
-        self._count_once()
         return dict(self._call(lambda: self._r.hgetall(self._pool(counter))))
 
     def recount_claims(self, repair: bool = False) -> dict[str, int]:
         """Every counter recomputed from the claims themselves (a scan of the keyspace: start-up checks and
         tests); with `repair`, the kept counters and each counter's hash are rebuilt from them in one script."""
         if repair:
-            self._count_once(force=True)
+            self._call(lambda: self._count_all(keys=[f"{self.prefix}:counted"],
+                                               args=[*self._args("", _glob_escape(self._c("")) + "*"), "force",
+                                                     _glob_escape(self._pool("")) + "*"]))
         counts: dict[str, int] = {}
         for key in self.all_claims():
             c = counter_of(key)

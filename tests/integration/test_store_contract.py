@@ -321,12 +321,15 @@ def test_claims_in_lists_the_named_namespaces_only(store):
 
 
 def test_claims_written_before_namespace_indexes_are_found():
-    """A Redis store written by slicex before claims had namespace hashes: the first `claims_in` indexes them."""
+    """A Redis store written by slicex before claims had namespace hashes: the migration step `redis indexes`
+    (deployment/migrations.py) indexes them."""
     old = redis_store()
     try:
         old._r.set(old._c("core:pc1:0"), "g1")
         old._r.sadd(old._o("g1"), old._c("core:pc1:0"))
         fresh = redis_store(old.prefix)
+        assert fresh.claims_in(["core"]) == {}  # not indexed: what `slicex up` refuses to start on unmigrated
+        assert fresh.reindex() > 0 and fresh.reindex() == 0  # once: a second run finds it done
         assert fresh.claims_in(["core"]) == {"core:pc1:0": "g1"}
         assert fresh.release_owner("g1") == 1 and fresh.claims_in(["core"]) == {}
         fresh.close()
@@ -394,11 +397,13 @@ def test_sqlite_store_of_the_layout_before_the_time_index_is_migrated_on_open(tm
 
 def test_documents_written_before_key_indexes_are_found_by_prefix():
     """A Redis store written by slicex before tables had key indexes (documents in the table's hash only): the
-    first prefix scan indexes them, and later writes keep the index."""
+    migration step `redis indexes` indexes them, and later writes keep the index."""
     old = redis_store()
     try:
         old._r.hset(old._t("t"), mapping={"s1#a": '{"k": "a"}', "s2#b": '{"k": "b"}'})
         fresh = redis_store(old.prefix)
+        assert fresh.scan("t", "s1#") == []
+        fresh.reindex()
         assert [d["k"] for d in fresh.scan("t", "s1#")] == ["a"]
         fresh.delete("t", "s1#a")
         fresh.put("t", "s1#c", {"k": "c"})
