@@ -168,6 +168,9 @@ class RedisStore:
         try:
             self._r = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
                                            decode_responses=True, health_check_interval=30)
+            # documents are bytes (slicex/store/codec.py): read by a client that does not decode them as text
+            self._rb = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                            decode_responses=False, health_check_interval=30)
         except ValueError as exc:
             raise DbError(f"bad Redis URL {self._shown}: {exc}; use redis://HOST:PORT/DB") from None
         self._claim_all = self._r.register_script(_CLAIM_ALL)
@@ -214,7 +217,7 @@ class RedisStore:
 
     # ---- documents -------------------------------------------------------------------------------------------
     def get(self, table: str, key: str) -> dict[str, Any] | None:
-        raw = self._call(lambda: self._r.hget(self._t(table), key))
+        raw = self._call(lambda: self._rb.hget(self._t(table), key))
         return decode(raw) if raw else None
 
     def put(self, table: str, key: str, doc: dict[str, Any], due: float | None = None) -> None:
@@ -239,9 +242,9 @@ class RedisStore:
         if prefix:  # a range of the table's key index: only the matching documents are read
             start = prefix.encode()  # UTF-8 never holds byte 0xff: every key with the prefix sorts below prefix+0xff
             keys = self._call(lambda: self._r.zrangebylex(self._k(table), b"[" + start, b"(" + start + b"\xff"))
-            texts = self._call(lambda: self._r.hmget(self._t(table), keys)) if keys else []
+            texts = self._call(lambda: self._rb.hmget(self._t(table), keys)) if keys else []
             return [decode(t) for t in texts if t is not None]  # None: deleted between the two reads
-        items = self._call(lambda: self._r.hgetall(self._t(table)))
+        items = self._call(lambda: self._rb.hgetall(self._t(table)))
         return [decode(items[k]) for k in sorted(items)]
 
     def due(self, table: str, until: float, limit: int | None = None) -> list[tuple[str, float]]:
@@ -341,3 +344,4 @@ class RedisStore:
 
     def close(self) -> None:
         self._r.close()
+        self._rb.close()
