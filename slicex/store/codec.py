@@ -9,7 +9,7 @@ dictionary stores a slice manager record, an authority lease or a broker ticket 
 the development machine (the compressor primed with the dictionary once, copied per document).
 
 `decode` reads every form ever written: JSON text (str, or bytes starting with "{" or "["; what stores held
-before), and version 1 (b"\x01" + raw deflate against `_DICTIONARY_1`). The dictionary of a version never
+before, and what they hold of a small document), and version 1 (b"\x01" + raw deflate against `_DICTIONARY_1`). The dictionary of a version never
 changes (documents written with it must stay readable): a better one is a new version byte beside it."""
 
 from __future__ import annotations
@@ -91,10 +91,18 @@ def _json(doc: Any) -> bytes:
         return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
+_SMALL = 128
+"""Below this many bytes of JSON a document is stored as its JSON (version tokens, heartbeats, index entries:
+written often, deflating saves little of them)."""
+
+
 def encode(doc: Any) -> bytes:
-    """`doc` as stored (version 1)."""
+    """`doc` as stored: version 1, or its JSON when small."""
+    text = _json(doc)
+    if len(text) < _SMALL:
+        return text
     deflate = _DEFLATE_1.copy()
-    return _VERSION_1 + deflate.compress(_json(doc)) + deflate.flush()
+    return _VERSION_1 + deflate.compress(text) + deflate.flush()
 
 
 def decode(stored: str | bytes) -> Any:
