@@ -10,6 +10,8 @@ store has not done before it starts any actor; every other process refuses a sto
   rewritten without their defaults and without what they repeat (a lease's fields its ticket holds, a
   spec's units its lease holds, an open usage record's copy in `usage`). Signed documents keep their
   signed bytes: a lease read back is the same value, its signature still verifies.
+4 lease claim owners (issue 33): each lease's `leased:` claims given from the lease id to its short owner
+  name (authority/actor.py `lease_owner`), one atomic `reown` per lease.
 
 Each step reads every document of its tables once and may run again (kill -9 mid-step: the next `slicex up`
 runs it from its start); the readers of this slicex read the forms before and after it."""
@@ -19,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from authority.actor import LAYOUT as AUTHORITY_LAYOUT
-from authority.actor import LEASES, lease_document, packed
+from authority.actor import LEASES, lease_document, lease_owner, packed
 from broker.broker import TICKETS, lean_ticket
 from operations.accounting import UsageRecord
 from operations.ledger import LAYOUT as USAGE_LAYOUT
@@ -101,5 +103,13 @@ def lean_records(store: Any) -> int:
     return n
 
 
+def lease_claim_owners(store: Any) -> int:
+    n = 0
+    for d in store.scan(LEASES):
+        lease_id = d["lease"]["id"]
+        n += store.reown(lease_id, lease_owner(lease_id))
+    return n
+
+
 STEPS = (Step(1, "time index", time_index), Step(2, "redis indexes", redis_indexes),
-         Step(3, "lean records", lean_records))
+         Step(3, "lean records", lean_records), Step(4, "lease claim owners", lease_claim_owners))

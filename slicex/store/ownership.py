@@ -195,6 +195,11 @@ class OwnedStore:
         self._claims(self.inner.claims_of(owner), write=True)
         return self.inner.release_owner(owner)
 
+    def reown(self, owner: str, new_owner: str) -> int:
+        """Checked like `release_owner`: only the actor's own claims change owner."""
+        self._claims(self.inner.claims_of(owner), write=True)
+        return self.inner.reown(owner, new_owner)
+
     def owner_of(self, key: str) -> str | None:
         self._claims([key], write=False)
         return self.inner.owner_of(key)

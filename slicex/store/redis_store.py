@@ -84,6 +84,24 @@ end
 redis.call('DEL', ARGV[4])
 return n
 """
+_REOWN = """
+local n = 0
+for i, key in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('GET', key) == ARGV[1] then
+    redis.call('SET', key, ARGV[2])
+    redis.call('SADD', KEYS[2], key)
+    local k = string.sub(key, #ARGV[3] + 1)
+    redis.call('HSET', ARGV[4] .. (string.match(k, '^([^:]*):') or ''), k, ARGV[2])
+    local c = string.match(k, '^(.*):[^:]*$')
+    if c and redis.call('HEXISTS', ARGV[5] .. c, k) == 1 then redis.call('HSET', ARGV[5] .. c, k, ARGV[2]) end
+    n = n + 1
+  end
+end
+redis.call('DEL', KEYS[1])
+return n
+"""
+"""Give every claim of one owner to another, in one script: its value, both owners' sets, its namespace hash
+and its counter's hash (the counts do not change)."""
 _INDEX_ONCE = _NAMESPACE_OF + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 local n = 0
@@ -179,6 +197,7 @@ class RedisStore:
         self._index_once = self._r.register_script(_INDEX_ONCE)
         self._keys_once = self._r.register_script(_KEYS_ONCE)
         self._count_all = self._r.register_script(_COUNT_ALL)
+        self._reown = self._r.register_script(_REOWN)
 
     def _call(self, fn):
         return redis_call(self._shown, fn)
@@ -281,6 +300,10 @@ class RedisStore:
     def release_owner(self, owner: str) -> int:
         return int(self._call(lambda: self._release_owner(keys=[self._o(owner)],
                                                           args=self._args(owner, self._o(owner)))))
+
+    def reown(self, owner: str, new_owner: str) -> int:
+        return int(self._call(lambda: self._reown(keys=[self._o(owner), self._o(new_owner)],
+                                                  args=[owner, new_owner, self._c(""), self._n(""), self._pool("")])))
 
     def owner_of(self, key: str) -> str | None:
         return self._call(lambda: self._r.get(self._c(key)))

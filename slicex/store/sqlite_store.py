@@ -212,6 +212,10 @@ class SqliteStore:
         cur = self._run(lambda db: db.execute("DELETE FROM claims WHERE owner=?", (owner,)))
         return cur.rowcount
 
+    def reown(self, owner: str, new_owner: str) -> int:
+        """One statement: the claims keep their keys, so their counters do not move."""
+        return self._run(lambda db: db.execute("UPDATE claims SET owner=? WHERE owner=?", (new_owner, owner))).rowcount
+
     def owner_of(self, key: str) -> str | None:
         row = self._read(lambda db: db.execute("SELECT owner FROM claims WHERE key=?", (key,)).fetchone())
         return row[0] if row else None

@@ -412,3 +412,18 @@ def test_documents_written_before_key_indexes_are_found_by_prefix():
     finally:
         old.flush()
         old.close()
+
+
+def test_reown_gives_every_claim_of_one_owner_to_another_and_keeps_the_counts(store):
+    store.claim_all(["leased:core:pc1:0", "leased:mem:pc1:3", "bare"], "long-owner")
+    store.claim("leased:core:pc1:1", "other")
+    counts = store.claim_counts()
+    assert store.reown("long-owner", "short") == 3 and store.reown("long-owner", "short") == 0
+    assert store.claims_of("long-owner") == [] and store.claims_of("short") == ["bare", "leased:core:pc1:0",
+                                                                               "leased:mem:pc1:3"]
+    assert store.claims_in(["leased"]) == {"leased:core:pc1:0": "short", "leased:mem:pc1:3": "short",
+                                           "leased:core:pc1:1": "other"}
+    assert store.claims_under("leased:core:pc1") == {"leased:core:pc1:0": "short", "leased:core:pc1:1": "other"}
+    assert store.claim_counts() == counts == store.recount_claims()
+    assert not store.claim("leased:core:pc1:0", "long-owner")  # the new owner holds it
+    assert store.release_owner("short") == 3 and store.claim_counts() == {"leased:core:pc1": 1}

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from authority.actor import LEASES, Authority, lease_document
+from authority.actor import LEASES, Authority, lease_document, lease_owner
 from authority.substrate.emulated import EmulatedDriver
 from broker.broker import TICKETS, Broker
 from deployment.migrations import STEPS
@@ -124,7 +124,10 @@ def assert_migrated(store, kind: str) -> None:
             verify_lease(r.lease, KEY.public_key())
     for d in store.scan(LEASES):
         assert d["lease"].get("from_ticket") and "units" not in d["spec"]
-        verify_lease(Lease.from_doc(lease_document(d)["lease"]), KEY.public_key())
+        lease = Lease.from_doc(lease_document(d)["lease"])
+        verify_lease(lease, KEY.public_key())
+        assert store.claims_of(lease.id) == [] and \
+            store.claims_of(lease_owner(lease.id)) == sorted(f"leased:{u}" for u in lease.units)
     assert all("booked" not in d and "claimed" not in d for d in store.scan(TICKETS))
     assert {d["sliver_urn"] for d in store.scan(USAGE)} & {d["sliver_urn"] for d in store.scan(OPEN)} == set()
 
@@ -183,7 +186,7 @@ else:
     from slicex.store import open_store
     store = open_store(url)
 writes = 0
-for name in ("put", "delete"):
+for name in ("put", "delete", "reown"):
     real = getattr(store, name)
     def counted(*args, real=real, **kw):
         global writes
@@ -196,7 +199,7 @@ migrate(store, STEPS)
 """
 
 
-@pytest.mark.parametrize("after", [0, 10, 19, 20, 21, 35, 49])  # of its 50 writes: each step, its mark
+@pytest.mark.parametrize("after", [0, 10, 19, 20, 21, 35, 49, 50, 52, 54])  # of its 55 writes: in each step, at each mark
 def test_a_migration_killed_part_way_is_finished_by_the_next(main_store, after):
     kind, store, url, prefix = main_store
     done = subprocess.run([sys.executable, "-c", KILLER, url, prefix, str(after)], cwd=ROOT, timeout=120,
