@@ -45,6 +45,13 @@ class Holding:
     readers: tuple[tuple[Actor, str], ...] = ()  # (reader, why it reads instead of asking by message)
 
 
+KEY_INDEXED = frozenset({"sm-slice-slivers", "sm-requests", "delegations", "broker-out-of-service", "bitstreams"})
+"""The tables read by key prefix (`Store.scan(table, prefix)`): on Redis only these keep a key index beside
+their hash (a sorted set of every key, written with each document); a prefix scan of another table reads its
+hash with HSCAN (issue 33: the index cost about 130 bytes per document). tests/unit/test_store_ownership.py
+checks that every prefix scan in the code names one of these."""
+
+
 _UNITS_READ = ((Actor.SLICE_MANAGER, "`usage_keys`: the operator dashboard's and metrics' view of every unit "
                 "in use, without an actor call per tick"),)
 

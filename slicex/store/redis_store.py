@@ -20,6 +20,7 @@ import redis
 from slicex.errors import DbError, TimedOut, Unavailable
 from slicex.store import counter_of
 from slicex.store.codec import decode, encode
+from slicex.store.ownership import KEY_INDEXED
 
 # Every script's ARGV: owner, the claim key prefix, the namespace index prefix, then its own. A claim is a key
 # whose value is its owner, a member of its owner's set, and a field of its namespace's hash (field: the claim
@@ -243,7 +244,8 @@ class RedisStore:
         text = encode(doc)
         pipe = self._r.pipeline(transaction=True)  # MULTI/EXEC: the document and its index entries, or none
         pipe.hset(self._t(table), key, text)
-        pipe.zadd(self._k(table), {key: 0})
+        if table in KEY_INDEXED:
+            pipe.zadd(self._k(table), {key: 0})
         if due is None:
             pipe.zrem(self._d(table), key)
         else:
@@ -253,11 +255,16 @@ class RedisStore:
     def delete(self, table: str, key: str) -> bool:
         pipe = self._r.pipeline(transaction=True)
         pipe.hdel(self._t(table), key)
-        pipe.zrem(self._k(table), key)
+        if table in KEY_INDEXED:
+            pipe.zrem(self._k(table), key)
         pipe.zrem(self._d(table), key)
         return bool(self._call(pipe.execute)[0])
 
     def scan(self, table: str, prefix: str = "") -> list[dict[str, Any]]:
+        if prefix and table not in KEY_INDEXED:  # no key index: the hash's matching fields, sorted by key
+            found = self._call(lambda: list(self._rb.hscan_iter(self._t(table), match=_glob_escape(prefix) + "*",
+                                                                count=1000)))
+            return [decode(v) for _k, v in sorted(found)]
         if prefix:  # a range of the table's key index: only the matching documents are read
             start = prefix.encode()  # UTF-8 never holds byte 0xff: every key with the prefix sorts below prefix+0xff
             keys = self._call(lambda: self._r.zrangebylex(self._k(table), b"[" + start, b"(" + start + b"\xff"))
@@ -273,8 +280,9 @@ class RedisStore:
 
     def reindex(self) -> int:
         """Build the indexes a store written before them lacks: every claim in its namespace's hash, every
-        document key in its table's key index, every claim counted (recounted from the claims). A migration
-        step (deployment/migrations.py): each script is one atomic Redis call and may run any number of times."""
+        document key in its table's key index, every claim counted (recounted from the claims); then drop the
+        key indexes of tables that are not read by prefix (`KEY_INDEXED`). A migration step
+        (deployment/migrations.py): each script is one atomic Redis call and may run any number of times."""
         claims = self._call(lambda: self._index_once(keys=[f"{self.prefix}:ns-indexed"],
                                                      args=self._args("", _glob_escape(self._c("")) + "*")))
         docs = self._call(lambda: self._keys_once(keys=[f"{self.prefix}:keys-indexed"],
@@ -282,6 +290,10 @@ class RedisStore:
         self._call(lambda: self._count_all(keys=[f"{self.prefix}:counted"],
                                            args=[*self._args("", _glob_escape(self._c("")) + "*"), "force",
                                                  _glob_escape(self._pool("")) + "*"]))
+        unused = [k for k in self._call(lambda: list(self._r.scan_iter(match=_glob_escape(self._k("")) + "*")))
+                  if k[len(self._k("")):] not in KEY_INDEXED]
+        if unused:
+            self._call(lambda: self._r.unlink(*unused))
         return max(int(claims), 0) + max(int(docs), 0)
 
     # ---- claims ----------------------------------------------------------------------------------------------

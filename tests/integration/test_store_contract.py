@@ -397,17 +397,22 @@ def test_sqlite_store_of_the_layout_before_the_time_index_is_migrated_on_open(tm
 
 def test_documents_written_before_key_indexes_are_found_by_prefix():
     """A Redis store written by slicex before tables had key indexes (documents in the table's hash only): the
-    migration step `redis indexes` indexes them, and later writes keep the index."""
+    migration step `redis indexes` indexes the tables read by prefix (KEY_INDEXED), and later writes keep the
+    index; a table outside them is read by prefix from its hash."""
     old = redis_store()
     try:
-        old._r.hset(old._t("t"), mapping={"s1#a": '{"k": "a"}', "s2#b": '{"k": "b"}'})
+        for table in ("sm-requests", "t"):
+            old._r.hset(old._t(table), mapping={"s1#a": '{"k": "a"}', "s2#b": '{"k": "b"}'})
         fresh = redis_store(old.prefix)
-        assert fresh.scan("t", "s1#") == []
+        assert fresh.scan("sm-requests", "s1#") == [] and [d["k"] for d in fresh.scan("t", "s1#")] == ["a"]
         fresh.reindex()
-        assert [d["k"] for d in fresh.scan("t", "s1#")] == ["a"]
-        fresh.delete("t", "s1#a")
-        fresh.put("t", "s1#c", {"k": "c"})
-        assert [d["k"] for d in fresh.scan("t", "s1")] == ["c"] and [d["k"] for d in fresh.scan("t", "s2")] == ["b"]
+        for table in ("sm-requests", "t"):
+            assert [d["k"] for d in fresh.scan(table, "s1#")] == ["a"]
+            fresh.delete(table, "s1#a")
+            fresh.put(table, "s1#c", {"k": "c"})
+            assert [d["k"] for d in fresh.scan(table, "s1")] == ["c"] and \
+                [d["k"] for d in fresh.scan(table, "s2")] == ["b"]
+        assert fresh._r.exists(fresh._k("sm-requests")) and not fresh._r.exists(fresh._k("t"))
         fresh.close()
     finally:
         old.flush()
