@@ -3,9 +3,10 @@
 Same behaviour as the SQLite store (tests/integration/test_store_contract.py runs one contract against both).
 Documents are one hash per table, with two sorted sets beside it written in the same MULTI transaction as the
 document: its keys (score 0, so a key-prefix scan is a lexicographic range: it reads only the matching keys)
-and its time index (score: the document's `due`). A claim is a key whose value is its owner, each owner has a set of its
-claims and each claim namespace a hash of its claims (key → owner). `claim_all`, `release` and `release_owner` are Lua scripts, so each is atomic across every
-client of the server: two workers can never both win a key. A server that does not answer is
+and its time index (score: the document's `due`); the key index only for the tables read by prefix
+(slicex/store/ownership.py `KEY_INDEXED`). A claim is a field of its namespace's hash (key → owner), a member
+of its owner's set and a field of its counter's hash. `claim_all`, `release`, `release_owner` and `reown` are
+Lua scripts, so each is atomic across every client of the server: two workers can never both win a key. A server that does not answer is
 UNAVAILABLE (11) or TIMEDOUT (8) with the URL (password removed) in the message, never a crash."""
 
 from __future__ import annotations
@@ -18,17 +19,19 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 
 from slicex.errors import DbError, TimedOut, Unavailable
-from slicex.store import counter_of
+from slicex.store import counter_of, namespace_of
 from slicex.store.codec import decode, encode
 from slicex.store.ownership import KEY_INDEXED
 
-# Every script's ARGV: owner, the claim key prefix, the namespace index prefix, then its own. A claim is a key
-# whose value is its owner, a member of its owner's set, and a field of its namespace's hash (field: the claim
-# key without the prefix, value: the owner), so `claims_in` reads a namespace without scanning the keyspace.
+# Every claim script's ARGV: owner, the prefix of the claim keys of the layout before (migration only), the
+# namespace hash prefix, the owner's set, the counters' hash, the counter hash prefix, the owner set prefix.
+# A claim is a field of its namespace's hash (field: the claim key, value: its owner; `claims_in` reads a
+# namespace without scanning the keyspace, `owner_of` one field) and a member of its owner's set (the key, so
+# a set of a few keys stays a small listpack). Before issue 33 each claim was also a key of its own
+# (`<prefix>:claim:<key>` → owner) and owner sets held those key names: `_MIGRATE_CLAIMS` drops them.
 _NAMESPACE_OF = """
-local function index_of(key)
-  local k = string.sub(key, #ARGV[2] + 1)
-  return ARGV[3] .. (string.match(k, '^([^:]*):') or ''), k
+local function ns_of(k)
+  return ARGV[3] .. (string.match(k, '^([^:]*):') or '')
 end
 """
 # Claim counters (slicex.store.counter_of): ARGV[5] is the hash counter → claims it holds, ARGV[6] the prefix of
@@ -47,25 +50,22 @@ local function uncounted(k)
 end
 """
 _CLAIM_ALL = _NAMESPACE_OF + _COUNTERS + """
-for i, key in ipairs(KEYS) do
-  local owner = redis.call('GET', key)
+for i, k in ipairs(KEYS) do
+  local owner = redis.call('HGET', ns_of(k), k)
   if owner and owner ~= ARGV[1] then return 0 end
 end
-for i, key in ipairs(KEYS) do
-  redis.call('SET', key, ARGV[1])
-  redis.call('SADD', ARGV[4], key)
-  local ns, k = index_of(key)
-  redis.call('HSET', ns, k, ARGV[1])
+for i, k in ipairs(KEYS) do
+  redis.call('HSET', ns_of(k), k, ARGV[1])
+  redis.call('SADD', ARGV[4], k)
   counted(k, ARGV[1])
 end
 return 1
 """
 _RELEASE = _NAMESPACE_OF + _COUNTERS + """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('SREM', ARGV[4], KEYS[1])
-  local ns, k = index_of(KEYS[1])
-  redis.call('HDEL', ns, k)
+local k = KEYS[1]
+if redis.call('HGET', ns_of(k), k) == ARGV[1] then
+  redis.call('HDEL', ns_of(k), k)
+  redis.call('SREM', ARGV[4], k)
   uncounted(k)
   return 1
 end
@@ -73,11 +73,9 @@ return 0
 """
 _RELEASE_OWNER = _NAMESPACE_OF + _COUNTERS + """
 local n = 0
-for i, key in ipairs(redis.call('SMEMBERS', ARGV[4])) do
-  if redis.call('GET', key) == ARGV[1] then
-    redis.call('DEL', key)
-    local ns, k = index_of(key)
-    redis.call('HDEL', ns, k)
+for i, k in ipairs(redis.call('SMEMBERS', ARGV[4])) do
+  if redis.call('HGET', ns_of(k), k) == ARGV[1] then
+    redis.call('HDEL', ns_of(k), k)
     uncounted(k)
     n = n + 1
   end
@@ -85,32 +83,52 @@ end
 redis.call('DEL', ARGV[4])
 return n
 """
-_REOWN = """
+_REOWN = _NAMESPACE_OF + """
 local n = 0
-for i, key in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  if redis.call('GET', key) == ARGV[1] then
-    redis.call('SET', key, ARGV[2])
-    redis.call('SADD', KEYS[2], key)
-    local k = string.sub(key, #ARGV[3] + 1)
-    redis.call('HSET', ARGV[4] .. (string.match(k, '^([^:]*):') or ''), k, ARGV[2])
+for i, k in ipairs(redis.call('SMEMBERS', ARGV[4])) do
+  if redis.call('HGET', ns_of(k), k) == ARGV[1] then
+    redis.call('HSET', ns_of(k), k, ARGV[8])
+    redis.call('SADD', ARGV[7] .. ARGV[8], k)
     local c = string.match(k, '^(.*):[^:]*$')
-    if c and redis.call('HEXISTS', ARGV[5] .. c, k) == 1 then redis.call('HSET', ARGV[5] .. c, k, ARGV[2]) end
+    if c and redis.call('HEXISTS', ARGV[6] .. c, k) == 1 then redis.call('HSET', ARGV[6] .. c, k, ARGV[8]) end
     n = n + 1
   end
 end
-redis.call('DEL', KEYS[1])
+redis.call('DEL', ARGV[4])
 return n
 """
-"""Give every claim of one owner to another, in one script: its value, both owners' sets, its namespace hash
-and its counter's hash (the counts do not change)."""
-_INDEX_ONCE = _NAMESPACE_OF + """
+"""Give every claim of one owner (ARGV[1]) to another (ARGV[8]) in one script: its namespace hash, both
+owners' sets and its counter's hash (the counts do not change)."""
+_MIGRATE_CLAIMS = _NAMESPACE_OF + """
+local n = 0
+for i, key in ipairs(redis.call('KEYS', ARGV[9])) do
+  local owner = redis.call('GET', key)
+  local k = string.sub(key, #ARGV[2] + 1)
+  if owner and not redis.call('HGET', ns_of(k), k) then redis.call('HSET', ns_of(k), k, owner) end
+  redis.call('DEL', key)
+  n = n + 1
+end
+for i, set in ipairs(redis.call('KEYS', ARGV[10])) do
+  for j, m in ipairs(redis.call('SMEMBERS', set)) do
+    if string.sub(m, 1, #ARGV[2]) == ARGV[2] then
+      redis.call('SREM', set, m)
+      redis.call('SADD', set, string.sub(m, #ARGV[2] + 1))
+    end
+  end
+end
+return n
+"""
+"""The claims of the layout before issue 33 (a key per claim, owner sets of those key names): each claim
+kept in its namespace hash (where `_INDEX_ONCE` put it), its key dropped, owner sets of bare claim keys.
+Idempotent: a second run finds no claim key and no prefixed member."""
+_INDEX_ONCE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 local n = 0
 for i, key in ipairs(redis.call('KEYS', ARGV[4])) do
   local owner = redis.call('GET', key)
   if owner then
-    local ns, k = index_of(key)
-    redis.call('HSET', ns, k, owner)
+    local k = string.sub(key, #ARGV[2] + 1)
+    redis.call('HSET', ARGV[3] .. (string.match(k, '^([^:]*):') or ''), k, owner)
     n = n + 1
   end
 end
@@ -139,10 +157,10 @@ if ARGV[7] ~= 'force' and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 redis.call('DEL', ARGV[5])
 for i, key in ipairs(redis.call('KEYS', ARGV[8])) do redis.call('DEL', key) end
 local n = 0
-for i, key in ipairs(redis.call('KEYS', ARGV[4])) do
-  local owner = redis.call('GET', key)
-  if owner then
-    counted(string.sub(key, #ARGV[2] + 1), owner)
+for i, ns in ipairs(redis.call('KEYS', ARGV[4])) do
+  local all = redis.call('HGETALL', ns)
+  for j = 1, #all, 2 do
+    counted(all[j], all[j + 1])
     n = n + 1
   end
 end
@@ -199,6 +217,7 @@ class RedisStore:
         self._keys_once = self._r.register_script(_KEYS_ONCE)
         self._count_all = self._r.register_script(_COUNT_ALL)
         self._reown = self._r.register_script(_REOWN)
+        self._migrate_claims = self._r.register_script(_MIGRATE_CLAIMS)
 
     def _call(self, fn):
         return redis_call(self._shown, fn)
@@ -221,9 +240,11 @@ class RedisStore:
     def _n(self, namespace: str) -> str:
         return f"{self.prefix}:ns:{namespace}"
 
-    def _args(self, owner: str, last: str) -> list[str]:
-        """ARGV of the claim scripts: owner, claim key prefix, namespace index prefix, then the script's own."""
-        return [owner, self._c(""), self._n(""), last, self._counts(), self._pool("")]
+    def _args(self, owner: str, *more: str) -> list[str]:
+        """ARGV of the claim scripts (`_NAMESPACE_OF`): owner, the layout-before claim key prefix, namespace
+        hash prefix, the owner's set, counters' hash, counter hash prefix, owner set prefix, then the script's
+        own."""
+        return [owner, self._c(""), self._n(""), self._o(owner), self._counts(), self._pool(""), self._o(""), *more]
 
     def _counts(self) -> str:
         return f"{self.prefix}:claim-counts"
@@ -279,22 +300,30 @@ class RedisStore:
         return [(k, float(at)) for k, at in found]
 
     def reindex(self) -> int:
-        """Build the indexes a store written before them lacks: every claim in its namespace's hash, every
-        document key in its table's key index, every claim counted (recounted from the claims); then drop the
-        key indexes of tables that are not read by prefix (`KEY_INDEXED`). A migration step
+        """Bring a store of an older layout to this one: every claim in its namespace's hash and its own key
+        dropped (issue 33), owner sets of bare claim keys, every document key of a table read by prefix in its
+        key index (the others' key indexes dropped), every claim counted again. A migration step
         (deployment/migrations.py): each script is one atomic Redis call and may run any number of times."""
+        everything = _glob_escape(self._c("")) + "*"
         claims = self._call(lambda: self._index_once(keys=[f"{self.prefix}:ns-indexed"],
-                                                     args=self._args("", _glob_escape(self._c("")) + "*")))
+                                                     args=[*self._args("")[:3], everything]))
         docs = self._call(lambda: self._keys_once(keys=[f"{self.prefix}:keys-indexed"],
                                                   args=[_glob_escape(self._t("")) + "*", self._t(""), self._k("")]))
-        self._call(lambda: self._count_all(keys=[f"{self.prefix}:counted"],
-                                           args=[*self._args("", _glob_escape(self._c("")) + "*"), "force",
-                                                 _glob_escape(self._pool("")) + "*"]))
+        dropped = self._call(lambda: self._migrate_claims(
+            keys=[], args=self._args("", "", everything, _glob_escape(self._o("")) + "*")))
+        self._recount()
         unused = [k for k in self._call(lambda: list(self._r.scan_iter(match=_glob_escape(self._k("")) + "*")))
                   if k[len(self._k("")):] not in KEY_INDEXED]
         if unused:
             self._call(lambda: self._r.unlink(*unused))
-        return max(int(claims), 0) + max(int(docs), 0)
+        return max(int(claims), 0) + max(int(docs), 0) + int(dropped)
+
+    def _recount(self) -> None:
+        """Every counter and counter hash rebuilt from the namespace hashes, in one script."""
+        self._call(lambda: self._count_all(keys=[f"{self.prefix}:counted"],
+                                           args=[*self._args("")[:3], _glob_escape(self._n("")) + "*",
+                                                 self._counts(), self._pool(""), "force",
+                                                 _glob_escape(self._pool("")) + "*"]))
 
     # ---- claims ----------------------------------------------------------------------------------------------
     def claim(self, key: str, owner: str) -> bool:
@@ -303,26 +332,23 @@ class RedisStore:
     def claim_all(self, keys: list[str], owner: str) -> bool:
         if not keys:
             return True
-        return bool(self._call(lambda: self._claim_all(keys=[self._c(k) for k in keys],
-                                                       args=self._args(owner, self._o(owner)))))
+        return bool(self._call(lambda: self._claim_all(keys=list(keys), args=self._args(owner))))
 
     def release(self, key: str, owner: str) -> bool:
-        return bool(self._call(lambda: self._release(keys=[self._c(key)], args=self._args(owner, self._o(owner)))))
+        return bool(self._call(lambda: self._release(keys=[key], args=self._args(owner))))
 
     def release_owner(self, owner: str) -> int:
-        return int(self._call(lambda: self._release_owner(keys=[self._o(owner)],
-                                                          args=self._args(owner, self._o(owner)))))
+        return int(self._call(lambda: self._release_owner(keys=[self._o(owner)], args=self._args(owner))))
 
     def reown(self, owner: str, new_owner: str) -> int:
         return int(self._call(lambda: self._reown(keys=[self._o(owner), self._o(new_owner)],
-                                                  args=[owner, new_owner, self._c(""), self._n(""), self._pool("")])))
+                                                  args=self._args(owner, new_owner))))
 
     def owner_of(self, key: str) -> str | None:
-        return self._call(lambda: self._r.get(self._c(key)))
+        return self._call(lambda: self._r.hget(self._n(namespace_of(key)), key))
 
     def claims_of(self, owner: str) -> list[str]:
-        n = len(self._c(""))
-        return sorted(k[n:] for k in self._call(lambda: self._r.smembers(self._o(owner))))
+        return sorted(self._call(lambda: self._r.smembers(self._o(owner))))
 
     def claims_in(self, namespaces: Iterable[str]) -> dict[str, str]:
         """One round trip: the hash of each namespace, pipelined (after a one-off index of older claims)."""
@@ -338,13 +364,12 @@ class RedisStore:
         return out
 
     def all_claims(self, prefix: str = "") -> dict[str, str]:
-        pattern = _glob_escape(self._c(prefix)) + "*"
-        keys = self._call(lambda: list(self._r.scan_iter(match=pattern, count=1000)))
-        if not keys:
-            return {}
-        owners = self._call(lambda: self._r.mget(keys))
-        n = len(self._c(""))
-        return {k[n:]: o for k, o in zip(keys, owners, strict=True) if o is not None}
+        """Every claim (starting with `prefix`): the namespace hashes, read whole (tests and diagnostics)."""
+        hashes = self._call(lambda: list(self._r.scan_iter(match=_glob_escape(self._n("")) + "*", count=1000)))
+        out: dict[str, str] = {}
+        for h in hashes:
+            out.update((k, o) for k, o in self._call(lambda h=h: self._r.hgetall(h)).items() if k.startswith(prefix))
+        return out
 
     # ---- claim counters ----------------------------------------------------------------------------------------
     def claim_counts(self, prefix: str = "") -> dict[str, int]:
@@ -359,9 +384,7 @@ class RedisStore:
         """Every counter recomputed from the claims themselves (a scan of the keyspace: start-up checks and
         tests); with `repair`, the kept counters and each counter's hash are rebuilt from them in one script."""
         if repair:
-            self._call(lambda: self._count_all(keys=[f"{self.prefix}:counted"],
-                                               args=[*self._args("", _glob_escape(self._c("")) + "*"), "force",
-                                                     _glob_escape(self._pool("")) + "*"]))
+            self._recount()
         counts: dict[str, int] = {}
         for key in self.all_claims():
             c = counter_of(key)
