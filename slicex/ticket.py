@@ -153,9 +153,10 @@ def lease_beside(lease: Lease, ticket: Ticket | None) -> dict[str, Any]:
     doc = lease.to_doc()
     if ticket is None:
         return doc
-    held = ticket.to_doc()
+    held = {"labels": [], **ticket.to_doc()}
+    doc = {"labels": [], **doc}  # spelled out here, so a lease without labels beside a ticket with some keeps none
     for k in _LEASE_FROM_TICKET:
-        if k in doc and doc[k] == held.get(k, [] if k == "labels" else None):
+        if doc[k] == held[k]:
             del doc[k]
     if doc.get("ticket") == ticket.id:
         del doc["ticket"]
@@ -168,8 +169,8 @@ def lease_from(d: dict[str, Any], ticket: Ticket | None) -> Lease:
         return Lease.from_doc(d)
     if ticket is None:
         raise ValueError("a lease stored beside its ticket, read without it")
-    held = ticket.to_doc()
-    base: dict[str, Any] = {k: held[k] for k in _LEASE_FROM_TICKET if k in held}
+    held = {"labels": [], **ticket.to_doc()}
+    base: dict[str, Any] = {k: held[k] for k in _LEASE_FROM_TICKET}
     return Lease.from_doc({**base, "ticket": ticket.id, **{k: v for k, v in d.items() if k != "from_ticket"}})
 
 
