@@ -55,7 +55,8 @@ def migrate(store: Any, steps: Sequence[Step], say: Callable[[str], None] = lamb
         rewritten = step.run(store)
         store.put(MARK_TABLE, MARK_KEY, {"done": step.number, "name": step.name})
         ran.append((step.name, rewritten))
-        say(f"store layout step {step.number} ({step.name}): {rewritten} documents rewritten")
+        if rewritten:  # a store made new does every step at once, and has nothing to say about it
+            say(f"store layout step {step.number} ({step.name}): {rewritten} documents rewritten")
     return ran
 
 
