@@ -526,8 +526,11 @@ class Authority:
     def leases(self) -> list[Lease]:
         if self.store is None:
             return []
-        return [Lease.from_doc(d["lease"]) for d in self._scan() if d.get("state") == "active"
-                and d["lease"]["authority"] == self.name]
+        # each lease read beside its ticket (`lease_from`), not its whole document rebuilt: the dashboard's
+        # snapshot reads every lease when one changes
+        leases = (lease_from(d["lease"], Ticket.from_doc(d["ticket"]) if d["lease"].get("from_ticket") else None)
+                  for d in self.store.scan(LEASES) if d.get("state") == "active")
+        return [lease for lease in leases if lease.authority == self.name]
 
     def reap(self, now: datetime) -> list[str]:
         """Close every lease whose term has ended (the authority's clock; a slice manager that vanished
