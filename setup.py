@@ -46,6 +46,7 @@ setup(
         "numpy>=1.26",  # the FPGA aggregate's FIB compiler
         "prometheus-client>=0.20",  # /metrics on the dashboard's port (operations/metrics.py)
         "pydantic>=2",  # slicex.yaml as one typed model (slicex/config.py)
+        "msgspec>=0.18",  # the store's JSON codec (slicex/store/codec.py; bench/codec.py: faster than pydantic)
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3.5", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.5", "os-ken>=4.2",

@@ -7,7 +7,7 @@ of the broker's certificate (brokers it trusts, by name), the term against the a
 (never a time the caller sends), and the units against what this authority delegated to that broker
 (recorded in its own table when it delegates: units it never delegated, or more than a pool holds, are
 refused). Each lease is kept in the store with the driver's record of the unit, and its units
-are claimed as `leased:<unit>` (owner: the lease), so even two brokers promising one unit can never get it
+are claimed as `leased:<unit>` (owner: `lease_owner` of the lease's id), so even two brokers promising one unit can never get it
 leased twice. Redeem, extend and close are idempotent: a slice manager that lost an answer asks again and
 gets the same lease. Leases are signed with the authority's key (its own, not the broker's or the AM's), so
 the slice manager can check what it is given.
@@ -23,6 +23,7 @@ the store."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -57,6 +58,8 @@ from slicex.ticket import (
     SignedDelegation,
     SignedReclaim,
     Ticket,
+    lease_beside,
+    lease_from,
     sign_delegation,
     sign_lease,
     sign_reclaim,
@@ -79,8 +82,7 @@ NUMBERED = "authority-message-numbers"
 DELEGATION_STATUS = "authority-delegation-status"
 """Whether each authority's delegation at its start reached its broker (same key): "delegated", "retrying"
 with the last error, or "refused" with why it is not retried (`Delegator`; `slicex status` shows it)."""
-LAYOUT = "authority-layout"  # "leases" → the layout version of the lease table (`migrate`)
-LAYOUT_VERSION = 2  # 2: every lease filed in the store's time index under its end
+LAYOUT = "authority-layout"  # the layout mark of a store made before deployment/migrations.py (which removes it)
 NUMBER_EPOCH = 1_577_836_800  # 2020-01-01T00:00:00Z; a message's number is at least the seconds since then
 
 
@@ -142,6 +144,41 @@ def as_driver(driver: Any) -> SubstrateDriver:
 
 
 # ---- the actor ----------------------------------------------------------------------------------------------------
+def lease_owner(lease_id: str) -> str:
+    """The owner of a lease's `leased:` claims: a short name of the lease id (the id, ~90 characters, was stored
+    with each of its claims and in the owner index: issue 33). 96 bits of BLAKE2b: two leases never share one."""
+    return "lease-" + hashlib.blake2b(lease_id.encode(), digest_size=12).hexdigest()  # no ":": not a claim key
+
+
+_SPEC_DEFAULTS: dict[str, Any] = {"client_id": ""}
+
+
+def packed(doc: dict[str, Any]) -> dict[str, Any]:
+    """A lease's document as stored (issue 33: units once): the ticket whole (signed), the lease beside it
+    (slicex/ticket.py `lease_beside`: only what differs), the spec without the units, labels and id the lease
+    already holds. `lease_document` reads this and the whole form stored before."""
+    ticket = Ticket.from_doc(doc["ticket"])
+    lease = Lease.from_doc(doc["lease"])
+    spec = {k: v for k, v in doc["spec"].items() if k not in _SPEC_DEFAULTS or v != _SPEC_DEFAULTS[k]}
+    if spec.get("units") == list(lease.units):
+        del spec["units"]
+    if spec.get("labels") == [list(lb) for lb in lease.labels]:
+        del spec["labels"]
+    if spec.get("id") == lease.reservation:
+        del spec["id"]
+    return {**doc, "lease": lease_beside(lease, ticket), "spec": {"packed": True, **spec}}
+
+
+def lease_document(doc: dict[str, Any]) -> dict[str, Any]:
+    spec = doc.get("spec") or {}
+    if not spec.get("packed"):
+        return doc
+    lease = lease_from(doc["lease"], Ticket.from_doc(doc["ticket"]))
+    full = {"id": lease.reservation, "client_id": "", "units": list(lease.units), "labels": [list(lb) for lb in lease.labels],
+            **{k: v for k, v in spec.items() if k != "packed"}}
+    return {**doc, "lease": lease.to_doc(), "spec": full}
+
+
 class Authority:
     def __init__(self, name: str, driver: Any, broker_keys: dict[str, Any], store: Store | None = None,
                  key: Any = None, inventory: Delegation | None = None, clock: Clock | None = None,
@@ -163,9 +200,6 @@ class Authority:
         self._numbering = threading.Lock()  # the numbers of its messages to brokers
         self._last_number = 0  # without a store
         self.fault = lambda boundary: None  # fault injection (tests): called at internal boundaries
-        self._unmarked = False  # `migrate` found no lease: the layout mark goes in with the first one stored
-        if self.store is not None:
-            self.migrate()
 
     # ---- delegation ------------------------------------------------------------------------------------------
     def delegate(self, broker: BrokerApi, names: list[str] | None = None) -> None:
@@ -311,14 +345,15 @@ class Authority:
         return self._leases.one(lease_id)
 
     def _doc(self, lease_id: str) -> dict[str, Any] | None:
-        return self.store.get(LEASES, lease_id) if self.store is not None else None
+        doc = self.store.get(LEASES, lease_id) if self.store is not None else None
+        return lease_document(doc) if doc is not None else None
+
+    def _scan(self) -> list[dict[str, Any]]:
+        return [lease_document(d) for d in self.store.scan(LEASES)]
 
     def _put(self, lease_id: str, doc: dict[str, Any]) -> None:
         """Store a lease filed in the time index under its end, in one write: the reaper finds it there."""
-        if self._unmarked:  # the store's first lease, of this layout: no later start reads them all
-            self.store.put(LAYOUT, "leases", {"version": LAYOUT_VERSION})
-            self._unmarked = False
-        self.store.put(LEASES, lease_id, doc, due=Lease.from_doc(doc["lease"]).end.timestamp())
+        self.store.put(LEASES, lease_id, packed(doc), due=Lease.from_doc(doc["lease"]).end.timestamp())
         self._changed()
 
     def _changed(self) -> None:
@@ -330,26 +365,6 @@ class Authority:
         leases is built again only when it changed."""
         doc = self.store.get(LEASE_VERSION, self.name) if self.store is not None else None
         return str(doc["version"]) if doc else ""
-
-    def migrate(self) -> int:
-        """File the leases an authority of an older layout stored in the time index (once per store: then
-        nothing else is read); returns how many. Each is re-read under its lease's lock, so a lease changed
-        meanwhile is never overwritten with what was read before."""
-        doc = self.store.get(LAYOUT, "leases")
-        if doc is not None and int(doc.get("version", 0)) >= LAYOUT_VERSION:
-            return 0
-        ids = [d["lease"]["id"] for d in self.store.scan(LEASES)]
-        if not ids:  # nothing to file (a new store: starting writes nothing; the first lease stored marks it)
-            self._unmarked = True
-            return 0
-        for lease_id in ids:
-            with self._lease_lock(lease_id):
-                current = self._doc(lease_id)
-                if current is not None:
-                    self._put(lease_id, current)
-        self.store.put(LAYOUT, "leases", {"version": LAYOUT_VERSION})
-        log.info("authority %s: %d leases filed in the time index (layout %d)", self.name, len(ids), LAYOUT_VERSION)
-        return len(ids)
 
     # ---- redeem ----------------------------------------------------------------------------------------------
     def redeem(self, ticket: Ticket, spec: SliverSpec, now: datetime) -> tuple[Lease, dict[str, Any]]:
@@ -389,8 +404,9 @@ class Authority:
         someone else."""
         units = ticket.units
         keys = [f"leased:{u}" for u in units]
-        if not self.store.claim_all(keys, ticket.id):
-            other = next((o for k in keys if (o := self.store.owner_of(k)) not in (None, ticket.id)), "?")
+        mine = lease_owner(ticket.id)
+        if not self.store.claim_all(keys, mine):
+            other = next((o for k in keys if (o := self.store.owner_of(k)) not in (None, mine)), "?")
             raise Refused(f"authority {self.name}: a unit of ticket {ticket.id} is already leased to {other} "
                           f"(two promises of one unit: check the brokers this authority trusts)")
         return units, keys
@@ -400,7 +416,7 @@ class Authority:
 
     def _forget(self, lease_id: str, keys: list[str]) -> None:
         for k in keys:
-            self.store.release(k, lease_id)
+            self.store.release(k, lease_owner(lease_id))
         self.store.delete(LEASES, lease_id)
         self._changed()
 
@@ -484,8 +500,8 @@ class Authority:
         with self._lease_lock(lease_id):
             doc = self._doc(lease_id)
             if doc is None:
-                for k in self.store.claims_of(lease_id):  # a redeem that crashed before recording
-                    self.store.release(k, lease_id)
+                for k in self.store.claims_of(lease_owner(lease_id)):  # a redeem that crashed before recording
+                    self.store.release(k, lease_owner(lease_id))
                 return False
             spec = SliverSpec.from_doc(doc["spec"])
             try:
@@ -504,14 +520,17 @@ class Authority:
         the host against when it starts (remove what no lease holds, adopt the rest)."""
         if self.store is None:
             return []
-        return [(SliverSpec.from_doc(d["spec"]), d["status"]) for d in self.store.scan(LEASES)
+        return [(SliverSpec.from_doc(d["spec"]), d["status"]) for d in self._scan()
                 if d.get("state") == "active" and d["lease"]["authority"] == self.name]
 
     def leases(self) -> list[Lease]:
         if self.store is None:
             return []
-        return [Lease.from_doc(d["lease"]) for d in self.store.scan(LEASES) if d.get("state") == "active"
-                and d["lease"]["authority"] == self.name]
+        # each lease read beside its ticket (`lease_from`), not its whole document rebuilt: the dashboard's
+        # snapshot reads every lease when one changes
+        leases = (lease_from(d["lease"], Ticket.from_doc(d["ticket"]) if d["lease"].get("from_ticket") else None)
+                  for d in self.store.scan(LEASES) if d.get("state") == "active")
+        return [lease for lease in leases if lease.authority == self.name]
 
     def reap(self, now: datetime) -> list[str]:
         """Close every lease whose term has ended (the authority's clock; a slice manager that vanished

@@ -72,6 +72,19 @@ OUT_OF_SERVICE = "broker-out-of-service"
 the delegation record's two lists small enough to read at every placement (the record itself carries the whole
 substrate description and the signed documents: 150 KB for the default substrate, and more with every host)."""
 TICKETS = "broker-tickets"
+
+
+def lean_ticket(doc: dict[str, Any]) -> dict[str, Any]:
+    """A ticket record as stored (issue 33): `booked` only when it is not the ticket's units, `claimed` only
+    when False, `reason` only when set; every reader defaults them so."""
+    out = {k: v for k, v in doc.items() if k not in ("booked", "claimed", "reason")}
+    if list(doc.get("booked", doc["ticket"]["units"])) != list(doc["ticket"]["units"]):
+        out["booked"] = list(doc["booked"])
+    if not doc.get("claimed", True):
+        out["claimed"] = False
+    if doc.get("reason"):
+        out["reason"] = doc["reason"]
+    return out
 RELINQUISHED = "broker-relinquished"
 RELINQUISHED_KEPT = timedelta(hours=1)
 """How long the broker remembers a relinquished ticket, so a request that arrives after its holder gave up
@@ -237,11 +250,11 @@ class Broker:
 
     def _put_ticket(self, t: Ticket, booked: Sequence[str], claimed: bool, state: str = "active",
                     reason: str = "", placement: Mapping[str, Any] | None = None) -> None:
-        doc = {"broker": self.name, "ticket": t.to_doc(), "booked": list(booked), "claimed": claimed,
-               "state": state, "reason": reason}
+        doc: dict[str, Any] = {"broker": self.name, "ticket": t.to_doc(), "booked": list(booked), "claimed": claimed,
+                               "state": state, "reason": reason}
         if placement:
             doc["placement"] = dict(placement)  # what `place` answers again for a repeated request
-        self.store.put(TICKETS, t.id, doc)
+        self.store.put(TICKETS, t.id, lean_ticket(doc))
 
     # ---- delegation ----------------------------------------------------------------------------------------
     def _delegation_doc(self, authority: str) -> dict[str, Any]:
@@ -861,7 +874,7 @@ class Broker:
             booking = self.calendar.bookings.get(tid)
         self.store.delete(TICKETS, tid)
         self.fault("broker:relinquishing")
-        keys = set(units) | (booking.units if booking else set()) | set(doc.get("booked", []) if doc else [])
+        keys = set(units) | (booking.units if booking else set()) | set(doc.get("booked", doc["ticket"]["units"]) if doc else [])
         gone = [k for k in keys if self.store.release(k, group)]
         released = len(gone)
         with self._lock:
@@ -896,7 +909,7 @@ class Broker:
                         self._copy.claimed(b.units, group)
                         self._claimed[tid] = True
                         if doc:
-                            doc["claimed"] = True
+                            doc.pop("claimed", None)  # claimed: the default
                             self.store.put(TICKETS, tid, doc)
                         started.append(tid)
                     else:

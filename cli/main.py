@@ -278,6 +278,20 @@ def _bind_deployment_store(home: Home, url: str, init_store: bool) -> None:
         print(f"store {redact(url)} initialised for deployment {dep} ({why})", flush=True)
 
 
+def _migrate_store(url: str) -> None:
+    """Bring the store to this slicex's layout (deployment/migrations.py) before any process of the deployment
+    runs on it; a store made new is marked current at once."""
+    from deployment.migrations import STEPS
+    from slicex.store import open_store
+    from slicex.store.migration import migrate
+
+    store = open_store(url)
+    try:
+        migrate(store, STEPS, say=lambda line: print(line, flush=True))
+    finally:
+        store.close()
+
+
 def _prepare(home: Home, distributed: bool, init_store: bool = False) -> None:
     """Before a deployment starts: its store and id recorded and checked, actors left running by an `up`
     that was killed (or started by hand) stopped, and its ports free. Refused (an error naming the cause)
@@ -292,6 +306,7 @@ def _prepare(home: Home, distributed: bool, init_store: bool = False) -> None:
                   flush=True)
             procs.stop(leftover)
         _pid_path(home, role).unlink(missing_ok=True)
+    _migrate_store(url)
     cfg = home.config()
     ports = [("sa_port", cfg.sa_port), ("am_port", cfg.am_port)]
     ports += [("broker_port", cfg.broker_port), ("authority_port", cfg.authority_port)] if distributed else []

@@ -13,7 +13,7 @@ from datetime import UTC, date, datetime, time
 from pathlib import Path
 
 from operations.accounting import HOUR, UsageRecord, UsageRow, aggregate, held_over_time
-from operations.ledger import USAGE
+from operations.ledger import usage_records
 from slicex.clock import parse_time, rfc3339
 from slicex.errors import BadArgs, GeniError
 from slicex.home import Home
@@ -95,7 +95,7 @@ def cmd_usage(args: argparse.Namespace) -> int:
     try:
         store = open_store(str(home.config().store))
         try:
-            records = [UsageRecord.from_doc(d) for d in scoped(store, Actor.OPERATIONS).scan(USAGE)]
+            records = usage_records(scoped(store, Actor.OPERATIONS))
         finally:
             store.close()
         period_to = args.to or now

@@ -383,6 +383,11 @@ def bind_store(store: Store, deployment_id: str, home: Home, create: bool) -> bo
         raise Refused(f"the store {url} belongs to deployment {doc.get('id')} (home {doc.get('home')}), not to "
                       f"this one ({deployment_id}, home {home.root}). Point `store` in {home.config_file} at "
                       f"this deployment's store, or give this deployment a store of its own")
+    if not create:  # `slicex up` migrated it before starting anything; a process started otherwise checks
+        from deployment.migrations import STEPS
+        from slicex.store.migration import check
+
+        check(store, STEPS, url)
     return False
 
 
@@ -659,8 +664,8 @@ class EmbeddedDeployment:
                 gone = self.sm.reap(self.clock.now())
                 if gone:
                     log.info("reaped %d expired slivers", len(gone))
-                if self._reconciled_at is None:  # the first tick: the full sweep only to file an older store's
-                    self._reconciled_at = float("-inf") if not self.ledger.on_layout() else time.monotonic()
+                if self._reconciled_at is None:  # the first tick: `slicex up`'s layout steps filed every open record
+                    self._reconciled_at = time.monotonic()
                 if time.monotonic() - self._reconciled_at >= LEDGER_SWEEP_SECONDS:
                     # the full sweep, slowly: it reads every open usage record and live sliver
                     self._reconciled_at = time.monotonic()

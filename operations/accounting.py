@@ -80,12 +80,18 @@ class UsageRecord:
         return replace(self, end=max(end, self.start), end_reason=reason)
 
     def to_doc(self) -> dict[str, Any]:
-        return {"sliver_urn": self.sliver_urn, "slice_urn": self.slice_urn, "user": self.user,
-                "project": self.project, "kind": self.kind, "client_id": self.client_id,
-                "amounts": self.amounts.to_doc(), "start": rfc3339(self.start),
-                "expires": rfc3339(self.expires) if self.expires else None,
-                "end": rfc3339(self.end) if self.end else None, "end_reason": self.end_reason,
-                **({"replaces": self.replaces} if self.replaces else {})}
+        """Lean (issue 33): no amount that is zero, no project, end or reason while unset (`from_doc` reads
+        them as such, and the full form stored before)."""
+        doc: dict[str, Any] = {"sliver_urn": self.sliver_urn, "slice_urn": self.slice_urn, "user": self.user,
+                               "kind": self.kind, "client_id": self.client_id,
+                               "amounts": {k: v for k, v in self.amounts.to_doc().items() if v},
+                               "start": rfc3339(self.start)}
+        for name, value in (("project", self.project), ("expires", self.expires and rfc3339(self.expires)),
+                            ("end", self.end and rfc3339(self.end)), ("end_reason", self.end_reason),
+                            ("replaces", self.replaces)):
+            if value:
+                doc[name] = value
+        return doc
 
     @staticmethod
     def from_doc(d: Mapping[str, Any]) -> UsageRecord:

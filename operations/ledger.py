@@ -4,10 +4,10 @@ The AM API endpoint (am/api.py) hands this its Allocate, Provision and Renew (to
 before anything is taken) and tells it of Delete and Shutdown; the deployment's reaper (deployment/service.py) calls
 `settle` every tick, which ends the records of slivers that expired or that it ended, and `reconcile` (every
 open record against every live sliver) at a slow pace, which also ends those of slivers that failed inside a
-call (at start only on a store whose open records are not yet filed in the time index: `on_layout`). The pure parts are
+call (never at start: `slicex up`'s layout steps file every open record in the time index). The pure parts are
 operations/accounting.py (records, totals) and operations/quotas.py (limits, checks).
 
-Store tables: `usage` holds every record (open and closed), `usage-open` a copy of the open ones (what is held
+Store tables: `usage` holds the ended records, `usage-open` the open ones (what is held
 now: scanned on each Allocate under a limit), each filed in the time index under its expiry, so the reaper's
 `settle` reads only the records that expired and those of the slivers it ended. A check and the allocation it admits run under
 one store claim per user, per project and per federation peer limited (`quota-lock:<urn>`,
@@ -41,13 +41,20 @@ from slicex.urn import canonical_urn
 log = logging.getLogger("slicex.accounting")
 USAGE = "usage"
 OPEN = "usage-open"
-LAYOUT = "usage-layout"  # "open" → the layout version of `usage-open` (`reconcile` files older ones once)
-LAYOUT_VERSION = 2  # 2: every open record filed in the store's time index under its expiry
+LAYOUT = "usage-layout"  # the layout mark of a store made before deployment/migrations.py (which removes it)
 LOCK = "quota-lock:"
 LOCK_WAIT = 30.0
 """Seconds an Allocate waits for another one of the same user or project being counted before it is Busy."""
 LOCK_STALE = 300.0
 """A count lock older than this was left by a process that died while allocating; it is taken over."""
+
+
+def usage_records(store: Store) -> list[UsageRecord]:
+    """Every usage record: the ended ones (`usage`) and the open ones (`usage-open`, which wins over a copy of
+    the same sliver in `usage`, as a store made before issue 33 holds)."""
+    records = {d["sliver_urn"]: d for d in store.scan(USAGE)}
+    records.update((d["sliver_urn"], d) for d in store.scan(OPEN))
+    return [UsageRecord.from_doc(d) for d in records.values()]
 
 
 def live_slivers(records: Iterable[Any]) -> set[str]:
@@ -64,14 +71,15 @@ class Ledger:
 
     # ---- records -------------------------------------------------------------------------------------------
     def records(self) -> list[UsageRecord]:
-        return [UsageRecord.from_doc(d) for d in self.store.scan(USAGE)]
+        return usage_records(self.store)
 
     def open_records(self) -> list[UsageRecord]:
         return [UsageRecord.from_doc(d) for d in self.store.scan(OPEN)]
 
     def _open(self, rec: UsageRecord) -> None:
-        """Write an open record, filed in the time index under its expiry (`settle` finds it there)."""
-        self.store.put(USAGE, rec.sliver_urn, rec.to_doc())
+        """Write an open record, filed in the time index under its expiry (`settle` finds it there). Only
+        there: `usage` gets it when it ends (a store made before issue 33 may hold an older copy there too,
+        which `usage_records` reads beneath the open one)."""
         self.store.put(OPEN, rec.sliver_urn, rec.to_doc(), due=rec.expires.timestamp() if rec.expires else None)
 
     def _close(self, rec: UsageRecord, end: datetime, reason: str) -> UsageRecord:
@@ -115,30 +123,15 @@ class Ledger:
         urn = canonical_urn(slice_urn)
         return self.ended([r.sliver_urn for r in self.open_records() if r.slice_urn == urn], now, "shut down")
 
-    def on_layout(self) -> bool:
-        """Whether the open records are filed in the time index (one read): else `reconcile` files them."""
-        doc = self.store.get(LAYOUT, "open")
-        return doc is not None and int(doc.get("version", 0)) >= LAYOUT_VERSION
-
     def reconcile(self, records: Callable[[], Iterable[Any]], now: datetime) -> list[UsageRecord]:
         """End the open records whose slivers the slice manager no longer holds (expired, failed, released):
         at their expiry when it has passed, else now. Reads the slice manager's records only when some usage
         is open; the open records are read first, so a sliver allocated meanwhile is never taken for gone."""
         open_now = self.open_records()
         if not open_now:
-            self.store.put(LAYOUT, "open", {"version": LAYOUT_VERSION})
             return []
         live = live_slivers(records())
-        out = [self._gone(rec, now) for rec in open_now if rec.sliver_urn not in live]
-        layout = self.store.get(LAYOUT, "open")
-        if layout is None or int(layout.get("version", 0)) < LAYOUT_VERSION:  # once: file them in the time index
-            closed = {rec.sliver_urn for rec in out}
-            for rec in open_now:
-                if rec.sliver_urn not in closed:
-                    self.store.put(OPEN, rec.sliver_urn, rec.to_doc(),
-                                   due=rec.expires.timestamp() if rec.expires else None)
-            self.store.put(LAYOUT, "open", {"version": LAYOUT_VERSION})
-        return out
+        return [self._gone(rec, now) for rec in open_now if rec.sliver_urn not in live]
 
     def settle(self, gone: Iterable[str], held: Callable[[str], bool], now: datetime) -> list[UsageRecord]:
         """End the usage of the slivers the reaper ended on this tick (`gone`) and of the open records whose

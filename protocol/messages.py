@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypedDict, get_type_hints
+from typing import Any, get_type_hints
+
+from typing_extensions import TypedDict  # pydantic's TypeAdapter reads typing's only from Python 3.12
 
 from protocol.codec import decode
 from rspec.fpga_ext import FpgaRequest

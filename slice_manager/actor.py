@@ -35,7 +35,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from protocol import slice_manager as sm
@@ -133,7 +133,6 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
         self._beat_at: datetime | None = None  # when this slice manager last wrote its heartbeat
         self._claimed_here: set[str] = set()  # reservations whose store lock a thread of this process holds
         self._available: tuple[str, InUse] = ("", InUse({}, frozenset()))  # the broker's last availability answer
-        self.migrate(datetime.now(UTC))  # records of an older layout (once per store); the time only names locks' holders
 
     # ---- SliceManager: allocate -----------------------------------------------------------------------------
     def allocate(self, slice_urn: str, owner_urn: str, request: Request, end: datetime,

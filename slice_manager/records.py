@@ -21,7 +21,7 @@ from slicex.errors import (
     GeniError,
 )
 from slicex.store import Store
-from slicex.ticket import Lease, Ticket
+from slicex.ticket import Lease, Ticket, lease_beside, lease_from
 
 RESERVATIONS = "sm-reservations"
 REQUESTS = "sm-requests"
@@ -32,8 +32,7 @@ ENDED = "sm-ended"  # slice → why its last slivers ended on their own (expiry,
 ENDED_KEPT = timedelta(days=1)
 UPDATES = "sm-updates"  # slice → its pending Update (slice_manager/update.py PendingUpdate)
 VERSION = "sm-version"  # "records" → a token replaced on every write to the records (`Records.version`)
-LAYOUT = "sm-layout"  # "records" → the layout version of the slice manager's records (`migrate`)
-LAYOUT_VERSION = 3  # 2: every record filed in the store's time index under `due_at`; 3: live ones in `held`
+LAYOUT = "sm-layout"  # the layout mark of a store made before deployment/migrations.py (which removes it)
 AT_ONCE = 0.0
 """The time index's place for work due at once (an outbox to deliver, an operation pending): before any time."""
 
@@ -54,30 +53,91 @@ def _p(text: str | None) -> datetime | None:
     return parse_time(text) if text else None
 
 
+_RESERVATION_DEFAULTS: dict[str, Any] = {
+    "pending": rs.NONE, "pending_since": None, "sequence": 0, "reason": "", "request": 0, "resource": "",
+    "depends_on": [], "gate": "ticket", "blocked": "", "labels": [], "start": None, "end": None, "want_end": None,
+    "deadline": None, "awaiting": []}
+"""What a stored reservation leaves out (issue 33: the store holds no default spelled out); reading puts it back."""
+
+
+def _lean(doc: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """`doc` without the keys whose value is their default."""
+    return {k: v for k, v in doc.items() if k not in defaults or v != defaults[k]}
+
+
 def reservation_doc(r: rs.Reservation) -> dict[str, Any]:
-    return {"id": r.id, "state": r.state, "pending": r.pending, "pending_since": _t(r.pending_since),
-            "sequence": r.sequence, "reason": r.reason, "request": r.request, "resource": r.resource,
-            "depends_on": list(r.depends_on), "gate": r.gate, "blocked": r.blocked, "labels": [list(x) for x in r.labels],
-            "start": _t(r.start), "end": _t(r.end), "want_end": _t(r.want_end), "deadline": _t(r.deadline),
-            "awaiting": list(r.awaiting)}
+    return _lean({"id": r.id, "state": r.state, "pending": r.pending, "pending_since": _t(r.pending_since),
+                  "sequence": r.sequence, "reason": r.reason, "request": r.request, "resource": r.resource,
+                  "depends_on": list(r.depends_on), "gate": r.gate, "blocked": r.blocked,
+                  "labels": [list(x) for x in r.labels], "start": _t(r.start), "end": _t(r.end),
+                  "want_end": _t(r.want_end), "deadline": _t(r.deadline), "awaiting": list(r.awaiting)},
+                 _RESERVATION_DEFAULTS)
 
 
-def reservation_from(d: dict[str, Any]) -> rs.Reservation:
-    return rs.Reservation(d["id"], d["state"], d["pending"], _p(d["pending_since"]), int(d["sequence"]), d["reason"],
-                          int(d["request"]), d.get("resource", ""), tuple(d.get("depends_on", ())),
-                          d.get("gate", "ticket"), d.get("blocked", ""), tuple((str(k), int(v)) for k, v in d.get("labels", ())),
+def reservation_from(d: dict[str, Any], rid: str = "") -> rs.Reservation:
+    """A reservation from its document, full (written before issue 33) or lean (its defaults and, inside a
+    record, its id left out: `rid`)."""
+    return rs.Reservation(d.get("id", rid), d["state"], d.get("pending", rs.NONE), _p(d.get("pending_since")),
+                          int(d.get("sequence", 0)), d.get("reason", ""), int(d.get("request", 0)),
+                          d.get("resource", ""), tuple(d.get("depends_on", ())), d.get("gate", "ticket"),
+                          d.get("blocked", ""), tuple((str(k), int(v)) for k, v in d.get("labels", ())),
                           _p(d.get("start")), _p(d.get("end")), _p(d.get("want_end")), _p(d.get("deadline")),
                           tuple(d.get("awaiting", ())))
 
 
 def message_doc(m: rs.Message) -> dict[str, Any]:
-    return {"kind": m.kind, "reservation": m.reservation, "request": m.request, "start": _t(m.start),
-            "end": _t(m.end), "inputs": [list(x) for x in m.inputs]}
+    return _lean({"kind": m.kind, "reservation": m.reservation, "request": m.request, "start": _t(m.start),
+                  "end": _t(m.end), "inputs": [list(x) for x in m.inputs]},
+                 {"request": 0, "start": None, "end": None, "inputs": []})
 
 
 def message_from(d: dict[str, Any]) -> rs.Message:
-    return rs.Message(d["kind"], d["reservation"], int(d["request"]), _p(d.get("start")), _p(d.get("end")),
+    return rs.Message(d["kind"], d["reservation"], int(d.get("request", 0)), _p(d.get("start")), _p(d.get("end")),
                       tuple((str(k), int(v)) for k, v in d.get("inputs", ())))
+
+
+_ELEMENT_DEFAULTS: dict[str, Any] = {"component_id": None, "component_manager_id": None, "exclusive": None,
+                                     "sliver_type": None, "disk_image": None, "hardware_type": None,
+                                     "interfaces": [], "fpga": None, "public_ports": [], "interface_refs": [],
+                                     "component_managers": [], "capacity_kbps": None, "latency_ms": None,
+                                     "packet_loss": None, "link_type": None, "shared_vlan": None,
+                                     "vlan_tag": None, "uplinks": [], "mirror_to": None}
+"""A demanded node's or link's fields that read as their default when left out (protocol/messages.py
+`Demands.from_doc` builds the request's dataclasses from the keys present)."""
+_DEMAND_DEFAULTS: dict[str, Any] = {"bitstream_parts": {}, "images": {}, "order": 0}
+
+
+def _demand_doc(demand: dict[str, Any], rid: str) -> dict[str, Any]:
+    """A record's demand as stored: defaults left out, its element's reservation (the record's id) too."""
+    out = _lean(demand, _DEMAND_DEFAULTS)
+    element = demand.get("element")
+    if isinstance(element, dict):
+        lean = _lean(element, _ELEMENT_DEFAULTS)
+        if lean.get("reservation") == rid:
+            del lean["reservation"]
+        out["element"] = lean
+    return out
+
+
+def _demand_from(d: dict[str, Any], rid: str) -> dict[str, Any]:
+    demand = dict(d)
+    if isinstance(demand.get("element"), dict) and "reservation" not in demand["element"]:
+        demand["element"] = {**demand["element"], "reservation": rid}
+    return demand
+
+
+def _ticket_doc(ticket: Ticket, rec_id: str, group: str) -> dict[str, Any]:
+    """A record's ticket as stored: its id and reservation left out when they are the record's own."""
+    doc = ticket.to_doc()
+    if doc["id"] == f"{group}/{rec_id}":
+        del doc["id"]
+    if doc["reservation"] == rec_id:
+        del doc["reservation"]
+    return doc
+
+
+def _ticket_from(d: dict[str, Any], rec_id: str, group: str) -> Ticket:
+    return Ticket.from_doc({"id": f"{group}/{rec_id}", "reservation": rec_id, **d})
 
 
 @dataclass
@@ -108,21 +168,32 @@ class Record:
     held_as: dict[str, Any] | None = field(default=None, compare=False)  # its held index entry as stored (not stored)
 
     def to_doc(self) -> dict[str, Any]:
-        return {"id": self.id, "slice_urn": self.slice_urn, "owner_urn": self.owner_urn, "client_id": self.client_id,
-                "kind": self.kind, "component_id": self.component_id, "group": self.group,
-                "r": reservation_doc(self.r), "demand": self.demand, "details": self.details,
-                "ticket": self.ticket.to_doc() if self.ticket else None,
-                "lease": self.lease.to_doc() if self.lease else None,
-                "outbox": [message_doc(m) for m in self.outbox], "error_type": self.error_type,
-                "provisioned": self.provisioned, "shutdown": self.shutdown, "discard": self.discard,
-                "slice_uuid": self.slice_uuid, **({"update": self.update} if self.update else {})}
+        """The record as stored, lean (issue 33): defaults left out, the ticket's id and the lease's fields
+        that repeat the ticket's not spelled twice (slicex/ticket.py `lease_beside`); `from_doc` reads this and the full form written before."""
+        doc: dict[str, Any] = {
+            "id": self.id, "slice_urn": self.slice_urn, "owner_urn": self.owner_urn, "client_id": self.client_id,
+            "kind": self.kind, "component_id": self.component_id, "group": self.group,
+            "r": {k: v for k, v in reservation_doc(self.r).items() if k != "id" or v != self.id},
+            "demand": _demand_doc(self.demand, self.id), "details": self.details}
+        if self.ticket:
+            doc["ticket"] = _ticket_doc(self.ticket, self.id, self.group)
+        if self.lease:
+            doc["lease"] = lease_beside(self.lease, self.ticket)
+        if self.outbox:
+            doc["outbox"] = [message_doc(m) for m in self.outbox]
+        for name in ("error_type", "provisioned", "shutdown", "discard", "slice_uuid", "update"):
+            if getattr(self, name):
+                doc[name] = getattr(self, name)
+        return doc
 
     @staticmethod
     def from_doc(d: dict[str, Any]) -> Record:
-        return Record(d["id"], d["slice_urn"], d["owner_urn"], d["client_id"], d["kind"], d["component_id"],
-                      d["group"], reservation_from(d["r"]), dict(d["demand"]), SliverDetails(**d.get("details", {})),
-                      Ticket.from_doc(d["ticket"]) if d.get("ticket") else None,
-                      Lease.from_doc(d["lease"]) if d.get("lease") else None,
+        rid, group = d["id"], d["group"]
+        ticket = _ticket_from(d["ticket"], rid, group) if d.get("ticket") else None
+        return Record(rid, d["slice_urn"], d["owner_urn"], d["client_id"], d["kind"], d["component_id"],
+                      group, reservation_from(d["r"], rid), _demand_from(d["demand"], rid),
+                      SliverDetails(**d.get("details", {})), ticket,
+                      lease_from(d["lease"], ticket) if d.get("lease") else None,
                       [message_from(m) for m in d.get("outbox", [])], d.get("error_type", ""),
                       bool(d.get("provisioned")), bool(d.get("shutdown")), bool(d.get("discard")),
                       d.get("slice_uuid", ""), d.get("update", ""), indexed=True)
@@ -161,7 +232,6 @@ class Records:
 
     store: Store
     _holding: Any  # Recovery's reservation locks (a mixin of ActorSliceManager)
-    _unmarked = False  # `migrate` found no record: the layout mark goes in with the first record saved
 
     def _load(self, rid: str) -> Record | None:
         d = self.store.get(RESERVATIONS, rid)
@@ -208,7 +278,7 @@ class Records:
                                                       "end": rfc3339(rec.r.end) if rec.r.end else ""})
             if not rec.removed:  # saved again once gone (Delete saves after its messages, and at its end)
                 self.store.delete(RESERVATIONS, rec.id)
-                self.store.delete(SLIVERS_OF, _index_key(rec.slice_urn, rec.id))
+                self.store.delete(SLIVERS_OF, index_key(rec.slice_urn, rec.id))
                 rec.removed, rec.indexed = True, False
                 self._changed()
             self._file_held(rec, None)  # after the record: a crash between counts it once more, never less
@@ -220,9 +290,6 @@ class Records:
             if not rec.indexed:  # written before the record: a stored record is always found by its slice
                 self._index(rec.slice_urn, rec.id)
                 rec.indexed = True
-                if self._unmarked:  # the store's first record, of this layout: no later start reads them all
-                    self.store.put(LAYOUT, "records", {"version": LAYOUT_VERSION})
-                    self._unmarked = False
             self.store.put(RESERVATIONS, rec.id, rec.to_doc(), due=due_at(rec))
             if entry is None:  # no longer live: taken out after the record
                 self._file_held(rec, None)
@@ -239,40 +306,7 @@ class Records:
         return str(doc["version"]) if doc else ""
 
     def _index(self, slice_urn: str, rid: str) -> None:
-        self.store.put(SLIVERS_OF, _index_key(slice_urn, rid), {"slice_urn": slice_urn, "id": rid})
-
-    def migrate(self, now: datetime) -> int:
-        """Bring records a slice manager of an older layout stored to this one, once per store (start-up): each
-        is named by its slice's index, filed in the time index and, when live, in the held index, re-read under its lock so that a record
-        another worker changes meanwhile is never overwritten with what was read before. Returns how many
-        records were filed (0 when the store is on this layout already: then nothing else is read). The store
-        is marked done only when every record was; a record another live worker holds is left to it (its next
-        save files it) and the next start tries again."""
-        doc = self.store.get(LAYOUT, "records")
-        if doc is not None and int(doc.get("version", 0)) >= LAYOUT_VERSION:
-            return 0
-        rids = [d["id"] for d in self.store.scan(RESERVATIONS)]
-        if not rids:  # nothing to file (a new store: starting writes nothing; the first record saved marks it)
-            self._unmarked = True
-            return 0
-        indexed = {(d["slice_urn"], d["id"]) for d in self.store.scan(SLIVERS_OF)}
-        filed = 0
-        with self._holding(rids, now, strict=False) as mine:
-            for rid in mine:
-                d = self.store.get(RESERVATIONS, rid)
-                if d is None:
-                    continue
-                rec = Record.from_doc(d)
-                if (rec.slice_urn, rec.id) not in indexed:
-                    self._index(rec.slice_urn, rec.id)
-                self._file_held(rec, held.entry(rec))  # rec.held_as is None: an older layout filed none
-                self.store.put(RESERVATIONS, rec.id, d, due=due_at(rec))
-                filed += 1
-        if len(mine) == len(set(rids)):
-            self.store.put(LAYOUT, "records", {"version": LAYOUT_VERSION})
-        log.info("slice manager records on layout %d: %d of %d filed in the time index", LAYOUT_VERSION, filed,
-                 len(rids))
-        return filed
+        self.store.put(SLIVERS_OF, index_key(slice_urn, rid), {"slice_urn": slice_urn, "id": rid})
 
     def holds(self, rid: str) -> bool:
         """Whether the slice manager still holds this sliver (its record neither ended, failed nor being
@@ -309,6 +343,6 @@ class Records:
                     self.store.delete(REQUESTS, doc["key"])
 
 
-def _index_key(slice_urn: str, rid: str) -> str:
+def index_key(slice_urn: str, rid: str) -> str:
     return f"{slice_urn}#{rid}"
 

@@ -142,6 +142,38 @@ class Lease:
                      _labels(d.get("labels")))
 
 
+_LEASE_FROM_TICKET = ("holder", "reservation", "units", "start", "end", "sequence", "labels")
+
+
+def lease_beside(lease: Lease, ticket: Ticket | None) -> dict[str, Any]:
+    """A lease stored beside the ticket it redeemed: only the fields that differ from the ticket's (its units,
+    term and names usually repeat them), marked `from_ticket`. `lease_from` gives back the same lease, so its
+    signed bytes (`payload`) are the same: the signature still verifies. Without a ticket, the whole lease.
+    Its `id` stays (what a reader of the store looks a lease up by)."""
+    doc = lease.to_doc()
+    if ticket is None:
+        return doc
+    held = {"labels": [], **ticket.to_doc()}
+    doc = {"labels": [], **doc}  # spelled out here, so a lease without labels beside a ticket with some keeps none
+    for k in _LEASE_FROM_TICKET:
+        if doc[k] == held[k]:
+            del doc[k]
+    if doc.get("ticket") == ticket.id:
+        del doc["ticket"]
+    return {"from_ticket": True, **doc}
+
+
+def lease_from(d: dict[str, Any], ticket: Ticket | None) -> Lease:
+    """The lease `lease_beside` stored (or a whole lease's document, as stored before issue 33)."""
+    if not d.get("from_ticket"):
+        return Lease.from_doc(d)
+    if ticket is None:
+        raise ValueError("a lease stored beside its ticket, read without it")
+    held = {"labels": [], **ticket.to_doc()}
+    base: dict[str, Any] = {k: held[k] for k in _LEASE_FROM_TICKET}
+    return Lease.from_doc({**base, "ticket": ticket.id, **{k: v for k, v in d.items() if k != "from_ticket"}})
+
+
 def load_signing_key(key_pem: bytes):
     """Load a signing key once (loading validates the key, which costs far more than a signature)."""
     return serialization.load_pem_private_key(key_pem, None)

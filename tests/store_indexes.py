@@ -14,7 +14,7 @@ order is the order below, so a failure names the most basic index that went wron
 * Redis: every table's key index equals its hash's keys, and its time index names only documents it holds;
 * the claim counters per pool (per host: `core:<host>`, `mem:<host>`, ...; per switch: `vlan:<switch>`) and
   each pool's list of claims; Redis's namespace hashes and owner sets;
-* the authority's lease claims (`leased:<unit>`, owned by the lease) equal the leases' units;
+* the authority's lease claims (`leased:<unit>`, owned by its lease's `lease_owner`) equal the leases' units;
 * with a broker: its calendar equals the active tickets it stored, the calendar's interval index (by end), its
   group, unit and idle/busy indexes equal a recomputation from its bookings, the advance tickets waiting to
   start are those not claimed yet, the store's unit claims are exactly the started tickets' units, and its
@@ -26,7 +26,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from authority.actor import LEASES
+from authority.actor import LEASES, lease_document, lease_owner
 from broker.broker import TICKETS
 from broker.claims import counts_of
 from operations.ledger import OPEN, USAGE
@@ -34,6 +34,7 @@ from slice_manager import held
 from slice_manager.records import REQUESTS, RESERVATIONS, SLIVERS_OF, Record, due_at
 from slicex.inventory import UNIT_KINDS
 from slicex.store import counter_of, namespace_of
+from slicex.store.ownership import KEY_INDEXED
 from slicex.ticket import Lease, Ticket
 
 TIMED = (RESERVATIONS, LEASES, OPEN)
@@ -81,15 +82,16 @@ def _documents(store: Any) -> None:
     recs = [Record.from_doc(d) for d in store.scan(RESERVATIONS)]
     _same("records' time index", {r.id: due_at(r) for r in recs if due_at(r) is not None},
           _filed(store, RESERVATIONS))
-    leases = [Lease.from_doc(d["lease"]) for d in store.scan(LEASES)]
+    leases = [Lease.from_doc(lease_document(d)["lease"]) for d in store.scan(LEASES)]
     _same("leases' time index", {x.id: x.end.timestamp() for x in leases}, _filed(store, LEASES))
-    usage = {d["sliver_urn"]: d for d in store.scan(USAGE)}
-    open_now = {urn: d for urn, d in usage.items() if d.get("end") is None}
-    _same("open usage records (usage-open against usage)", open_now,
-          {d["sliver_urn"]: d for d in store.scan(OPEN)})
     from operations.accounting import UsageRecord
 
-    expiring = {urn: UsageRecord.from_doc(d).expires for urn, d in open_now.items()}
+    ended = [UsageRecord.from_doc(d) for d in store.scan(USAGE)]
+    _same("open usage records kept in `usage` (it holds ended ones only)", set(),
+          {r.sliver_urn for r in ended if r.end is None})
+    open_now = {r.sliver_urn: r for r in (UsageRecord.from_doc(d) for d in store.scan(OPEN))}
+    _same("ended usage records kept in `usage-open`", set(), {u for u, r in open_now.items() if r.end is not None})
+    expiring = {urn: r.expires for urn, r in open_now.items()}
     _same("open usage records' time index", {u: e.timestamp() for u, e in expiring.items() if e is not None},
           _filed(store, OPEN))
     _same("tables filed in the time index", set(), _timed_tables(store) - set(TIMED))
@@ -142,7 +144,8 @@ def _redis_keys(store: Any) -> None:
         tables |= {k[len(head):] for k in redis.scan_iter(match=head + "*")}
     for table in sorted(tables):
         keys = set(redis.hkeys(store._t(table)))
-        _same(f"Redis key index of {table}", keys, set(redis.zrange(store._k(table), 0, -1)))
+        indexed = keys if table in KEY_INDEXED else set()  # only tables read by prefix keep a key index
+        _same(f"Redis key index of {table}", indexed, set(redis.zrange(store._k(table), 0, -1)))
         _same(f"Redis time index of {table} (documents it names that are gone)", set(),
               set(redis.zrange(store._d(table), 0, -1)) - keys)
 
@@ -159,11 +162,11 @@ def _claims(store: Any) -> dict[str, str]:
               store.claims_in([ns]))
     redis = getattr(store, "_r", None)
     if redis is not None:
-        head, claim = store._o(""), store._c("")
+        head = store._o("")
         owners: dict[str, set[str]] = {}
         for k, o in claims.items():
             owners.setdefault(o, set()).add(k)
-        kept = {k[len(head):]: {m[len(claim):] for m in redis.smembers(k)} for k in redis.scan_iter(match=head + "*")}
+        kept = {k[len(head):]: set(redis.smembers(k)) for k in redis.scan_iter(match=head + "*")}
         _same("Redis owner sets", owners, {o: ks for o, ks in kept.items() if ks})
         pools = {k[len(store._pool("")):] for k in redis.scan_iter(match=store._pool("") + "*") if redis.hlen(k)}
         _same("Redis pool hashes", set(counts), pools)
@@ -175,8 +178,8 @@ def _claims(store: Any) -> dict[str, str]:
 
 
 def _leased(store: Any, claims: Mapping[str, str]) -> None:
-    leases = [Lease.from_doc(d["lease"]) for d in store.scan(LEASES)]
-    _same("lease claims (leased:<unit> → lease)", {f"leased:{u}": x.id for x in leases for u in x.units},
+    leases = [Lease.from_doc(lease_document(d)["lease"]) for d in store.scan(LEASES)]
+    _same("lease claims (leased:<unit> → lease)", {f"leased:{u}": lease_owner(x.id) for x in leases for u in x.units},
           {k: o for k, o in claims.items() if k.startswith("leased:")})
 
 

@@ -45,6 +45,14 @@ class Holding:
     readers: tuple[tuple[Actor, str], ...] = ()  # (reader, why it reads instead of asking by message)
 
 
+KEY_INDEXED = frozenset({"sm-slice-slivers", "sm-requests", "sm-held", "delegations", "broker-out-of-service",
+                         "bitstreams"})
+"""The tables read by key prefix (`Store.scan(table, prefix)`): on Redis only these keep a key index beside
+their hash (a sorted set of every key, written with each document); a prefix scan of another table reads its
+hash with HSCAN (issue 33: the index cost about 130 bytes per document). tests/unit/test_store_ownership.py
+checks that every prefix scan in the code names one of these."""
+
+
 _UNITS_READ = ((Actor.SLICE_MANAGER, "`usage_keys`: the operator dashboard's and metrics' view of every unit "
                 "in use, without an actor call per tick"),)
 
@@ -64,7 +72,7 @@ OWNERSHIP: tuple[Holding, ...] = (
     Holding("sm-updates", Actor.SLICE_MANAGER, "a slice's pending Update (staged, committing or reverting)"),
     Holding("sm-version", Actor.SLICE_MANAGER, "a token replaced on every write to its records (the dashboard's "
             "snapshot is built again only when it changes)"),
-    Holding("sm-layout", Actor.SLICE_MANAGER, "the layout version of its records (migrated once at start)"),
+    Holding("sm-layout", Actor.SLICE_MANAGER, "a layout mark of a store made before its layout steps (removed by step 1, deployment/migrations.py)"),
     Holding("sm-lock", Actor.SLICE_MANAGER, "reservation → the slice manager working on it", claims=True),
     # ---- broker
     Holding("delegations", Actor.BROKER, "per broker and authority: delegated pools and label sets with the "
@@ -82,8 +90,7 @@ OWNERSHIP: tuple[Holding, ...] = (
             "filed in the time index under its end (the reaper reads only expired ones)"),
     Holding("authority-version", Actor.AUTHORITY, "per authority: a token replaced whenever a lease is written "
             "or removed (the dashboard's snapshot is built again only when it changes)"),
-    Holding("authority-layout", Actor.AUTHORITY, "the layout version of its lease table (migrated once at "
-            "start)"),
+    Holding("authority-layout", Actor.AUTHORITY, "a layout mark of a store made before its layout steps (removed by step 1, deployment/migrations.py)"),
     Holding("authority-delegations", Actor.AUTHORITY, "per authority and broker: what it delegated (tickets "
             "are checked against it)"),
     Holding("authority-delegation-status", Actor.AUTHORITY, "per authority and broker: whether its delegation "
@@ -107,17 +114,18 @@ OWNERSHIP: tuple[Holding, ...] = (
     Holding("fpga_slivers", Actor.FPGA, "FPGA slivers"),
     Holding("fpga_maintenance", Actor.FPGA, "boards in maintenance"),
     # ---- operations
-    Holding("usage", Actor.OPERATIONS, "usage records (accounting)"),
+    Holding("usage", Actor.OPERATIONS, "usage records of slivers that ended (accounting)"),
     Holding("usage-open", Actor.OPERATIONS, "usage records of slivers still held (quotas), each filed in the "
             "time index under its expiry"),
-    Holding("usage-layout", Actor.OPERATIONS, "the layout version of the open usage records (filed in the "
-            "time index under their expiry once, at start)"),
+    Holding("usage-layout", Actor.OPERATIONS, "a layout mark of a store made before its layout steps (removed by step 1, deployment/migrations.py)"),
     Holding("snapshots", Actor.OPERATIONS, "the dashboard's latest snapshot per publisher, and `wanted`: when a "
             "dashboard view last asked for them (publishers build only for 5 minutes after it)"),
     Holding("quota-lock", Actor.OPERATIONS, "user or project → the Allocate being counted against its "
             "limits", claims=True),
     # ---- deployment
     Holding("deployment", Actor.DEPLOYMENT, "the deployment record: whose store this is (`slicex up`)"),
+    Holding("store-layout", Actor.DEPLOYMENT, "the last layout step done on the store (`slicex up` runs the "
+            "others: slicex/store/migration.py, deployment/migrations.py)"),
     Holding("health", Actor.DEPLOYMENT, "each process's last health probe (a write that proves the store "
             "takes writes)"),
     Holding("actor-roles", Actor.DEPLOYMENT, "role → the active broker or authority process (URL, lease "
@@ -203,6 +211,11 @@ class OwnedStore:
         claims is refused before anything is released."""
         self._claims(self.inner.claims_of(owner), write=True)
         return self.inner.release_owner(owner)
+
+    def reown(self, owner: str, new_owner: str) -> int:
+        """Checked like `release_owner`: only the actor's own claims change owner."""
+        self._claims(self.inner.claims_of(owner), write=True)
+        return self.inner.reown(owner, new_owner)
 
     def owner_of(self, key: str) -> str | None:
         self._claims([key], write=False)

@@ -1,12 +1,13 @@
 """Redis store: shared state for several processes (AM API workers, actors on other hosts).
 
 Same behaviour as the SQLite store (tests/integration/test_store_contract.py runs one contract against both).
-Documents are one hash per table, with two sorted sets beside it written in the same MULTI transaction as the
+Documents are one hash per table, with two sorted sets beside it written in the same Lua script as the
 document: its keys (score 0, so a key-prefix scan is a lexicographic range: it reads only the matching keys)
-and its time index (score: the document's `due`). A claim is a key whose value is its owner, each owner has a set of its
-claims and each claim namespace a hash of its claims (key → owner). `claim_all`, `release` and `release_owner` are Lua scripts, so each is atomic across every
-client of the server: two workers can never both win a key. A server that does not answer is
-UNAVAILABLE (11) or TIMEDOUT (8) with the URL (password removed) in the message, never a crash.
+and its time index (score: the document's `due`); the key index only for the tables read by prefix
+(slicex/store/ownership.py `KEY_INDEXED`). A claim is a field of its namespace's hash (key → owner), a member
+of its owner's set and a field of its counter's hash. Every write (`put`, `delete`, `claim_all`, `release`,
+`release_owner`, `reown`, the layout steps) is one Lua script, so each is atomic across every client of the
+server: two workers can never both win a key. A server that does not answer is UNAVAILABLE (11) or TIMEDOUT (8) with the URL (password removed) in the message, never a crash.
 
 On a Redis that Sentinel manages (`redis+sentinel://`, slicex.store.urls) the client asks the sentinels where
 the primary is and follows a failover: a call that meets one (the primary gone, or demoted, before the
@@ -19,7 +20,6 @@ no replica could be promoted with them either."""
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import re
 import time
@@ -31,14 +31,19 @@ import redis
 from redis.commands.core import Script
 
 from slicex.errors import Busy, DbError, TimedOut, Unavailable
-from slicex.store import counter_of
+from slicex.store import counter_of, namespace_of
+from slicex.store.codec import decode, encode
+from slicex.store.ownership import KEY_INDEXED
 from slicex.store.urls import SentinelUrl, is_sentinel_url, parse_sentinel_url
 
 log = logging.getLogger("slicex.store")
 
-# Every script's ARGV: owner, the claim key prefix, the namespace index prefix, then its own. A claim is a key
-# whose value is its owner, a member of its owner's set, and a field of its namespace's hash (field: the claim
-# key without the prefix, value: the owner), so `claims_in` reads a namespace without scanning the keyspace.
+# Every claim script's ARGV: owner, the prefix of the claim keys of the layout before (migration only), the
+# namespace hash prefix, the owner's set, the counters' hash, the counter hash prefix, the owner set prefix.
+# A claim is a field of its namespace's hash (field: the claim key, value: its owner; `claims_in` reads a
+# namespace without scanning the keyspace, `owner_of` one field) and a member of its owner's set (the key, so
+# a set of a few keys stays a small listpack). Before issue 33 each claim was also a key of its own
+# (`<prefix>:claim:<key>` → owner) and owner sets held those key names: `_MIGRATE_CLAIMS` drops them.
 _FENCE = """
 local fence_key, fence_token = ARGV[#ARGV - 1], ARGV[#ARGV]
 if fence_key ~= '' and redis.call('GET', fence_key) ~= fence_token then
@@ -49,9 +54,8 @@ end
 none). The write happens only while the key still holds that token, in the same script, so an actor that lost
 its lease (paused, cut off) cannot write once another took it over (slicex.store.redis_store.RedisStore.fenced)."""
 _NAMESPACE_OF = """
-local function index_of(key)
-  local k = string.sub(key, #ARGV[2] + 1)
-  return ARGV[3] .. (string.match(k, '^([^:]*):') or ''), k
+local function ns_of(k)
+  return ARGV[3] .. (string.match(k, '^([^:]*):') or '')
 end
 """
 # Claim counters (slicex.store.counter_of): ARGV[5] is the hash counter → claims it holds, ARGV[6] the prefix of
@@ -70,25 +74,22 @@ local function uncounted(k)
 end
 """
 _CLAIM_ALL = _FENCE + _NAMESPACE_OF + _COUNTERS + """
-for i, key in ipairs(KEYS) do
-  local owner = redis.call('GET', key)
+for i, k in ipairs(KEYS) do
+  local owner = redis.call('HGET', ns_of(k), k)
   if owner and owner ~= ARGV[1] then return 0 end
 end
-for i, key in ipairs(KEYS) do
-  redis.call('SET', key, ARGV[1])
-  redis.call('SADD', ARGV[4], key)
-  local ns, k = index_of(key)
-  redis.call('HSET', ns, k, ARGV[1])
+for i, k in ipairs(KEYS) do
+  redis.call('HSET', ns_of(k), k, ARGV[1])
+  redis.call('SADD', ARGV[4], k)
   counted(k, ARGV[1])
 end
 return 1
 """
 _RELEASE = _FENCE + _NAMESPACE_OF + _COUNTERS + """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('SREM', ARGV[4], KEYS[1])
-  local ns, k = index_of(KEYS[1])
-  redis.call('HDEL', ns, k)
+local k = KEYS[1]
+if redis.call('HGET', ns_of(k), k) == ARGV[1] then
+  redis.call('HDEL', ns_of(k), k)
+  redis.call('SREM', ARGV[4], k)
   uncounted(k)
   return 1
 end
@@ -96,11 +97,9 @@ return 0
 """
 _RELEASE_OWNER = _FENCE + _NAMESPACE_OF + _COUNTERS + """
 local n = 0
-for i, key in ipairs(redis.call('SMEMBERS', ARGV[4])) do
-  if redis.call('GET', key) == ARGV[1] then
-    redis.call('DEL', key)
-    local ns, k = index_of(key)
-    redis.call('HDEL', ns, k)
+for i, k in ipairs(redis.call('SMEMBERS', ARGV[4])) do
+  if redis.call('HGET', ns_of(k), k) == ARGV[1] then
+    redis.call('HDEL', ns_of(k), k)
     uncounted(k)
     n = n + 1
   end
@@ -110,12 +109,13 @@ return n
 """
 _PUT = _FENCE + """
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[2], 0, ARGV[1])
+if ARGV[4] == '1' then redis.call('ZADD', KEYS[2], 0, ARGV[1]) end
 if ARGV[3] == '' then redis.call('ZREM', KEYS[3], ARGV[1]) else redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1]) end
 return 1
 """
-"""A document and its index entries (KEYS: the table's hash, key index, time index; ARGV: key, JSON, due or
-''), in one script: atomic, and a single command that WAIT can follow on the same connection."""
+"""A document and its index entries (KEYS: the table's hash, key index, time index; ARGV: key, encoded
+document, due or '', '1' when its table keeps a key index), in one script: atomic, and a single command that
+WAIT can follow on the same connection."""
 _DELETE = _FENCE + """
 local n = redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
@@ -140,14 +140,52 @@ _LEASE_DROP = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-_INDEX_ONCE = _FENCE + _NAMESPACE_OF + """
+_REOWN = _FENCE + _NAMESPACE_OF + """
+local n = 0
+for i, k in ipairs(redis.call('SMEMBERS', ARGV[4])) do
+  if redis.call('HGET', ns_of(k), k) == ARGV[1] then
+    redis.call('HSET', ns_of(k), k, ARGV[8])
+    redis.call('SADD', ARGV[7] .. ARGV[8], k)
+    local c = string.match(k, '^(.*):[^:]*$')
+    if c and redis.call('HEXISTS', ARGV[6] .. c, k) == 1 then redis.call('HSET', ARGV[6] .. c, k, ARGV[8]) end
+    n = n + 1
+  end
+end
+redis.call('DEL', ARGV[4])
+return n
+"""
+"""Give every claim of one owner (ARGV[1]) to another (ARGV[8]) in one script: its namespace hash, both
+owners' sets and its counter's hash (the counts do not change)."""
+_MIGRATE_CLAIMS = _FENCE + _NAMESPACE_OF + """
+local n = 0
+for i, key in ipairs(redis.call('KEYS', ARGV[9])) do
+  local owner = redis.call('GET', key)
+  local k = string.sub(key, #ARGV[2] + 1)
+  if owner and not redis.call('HGET', ns_of(k), k) then redis.call('HSET', ns_of(k), k, owner) end
+  redis.call('DEL', key)
+  n = n + 1
+end
+for i, set in ipairs(redis.call('KEYS', ARGV[10])) do
+  for j, m in ipairs(redis.call('SMEMBERS', set)) do
+    if string.sub(m, 1, #ARGV[2]) == ARGV[2] then
+      redis.call('SREM', set, m)
+      redis.call('SADD', set, string.sub(m, #ARGV[2] + 1))
+    end
+  end
+end
+return n
+"""
+"""The claims of the layout before issue 33 (a key per claim, owner sets of those key names): each claim
+kept in its namespace hash (where `_INDEX_ONCE` put it), its key dropped, owner sets of bare claim keys.
+Idempotent: a second run finds no claim key and no prefixed member."""
+_INDEX_ONCE = _FENCE + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 local n = 0
 for i, key in ipairs(redis.call('KEYS', ARGV[4])) do
   local owner = redis.call('GET', key)
   if owner then
-    local ns, k = index_of(key)
-    redis.call('HSET', ns, k, owner)
+    local k = string.sub(key, #ARGV[2] + 1)
+    redis.call('HSET', ARGV[3] .. (string.match(k, '^([^:]*):') or ''), k, owner)
     n = n + 1
   end
 end
@@ -176,10 +214,10 @@ if ARGV[7] ~= 'force' and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 redis.call('DEL', ARGV[5])
 for i, key in ipairs(redis.call('KEYS', ARGV[8])) do redis.call('DEL', key) end
 local n = 0
-for i, key in ipairs(redis.call('KEYS', ARGV[4])) do
-  local owner = redis.call('GET', key)
-  if owner then
-    counted(string.sub(key, #ARGV[2] + 1), owner)
+for i, ns in ipairs(redis.call('KEYS', ARGV[4])) do
+  local all = redis.call('HGETALL', ns)
+  for j = 1, #all, 2 do
+    counted(all[j], all[j + 1])
     n = n + 1
   end
 end
@@ -258,10 +296,14 @@ class RedisStore:
         try:
             if is_sentinel_url(url):
                 self.sentinel = parse_sentinel_url(url)
-                self._r = _sentinel_client(self.sentinel, timeout)
+                self._r = _sentinel_client(self.sentinel, timeout, decode_responses=True)
+                self._rb = _sentinel_client(self.sentinel, timeout, decode_responses=False)
             else:
                 self._r = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
                                                decode_responses=True, health_check_interval=30)
+                self._rb = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                                decode_responses=False, health_check_interval=30)
+            # documents are bytes (slicex/store/codec.py): `_rb` reads them without decoding them as text
         except ValueError as exc:
             form = "redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/DB]" if is_sentinel_url(url) else \
                 "redis://HOST:PORT/DB"
@@ -279,10 +321,9 @@ class RedisStore:
         self._release_owner = self._r.register_script(_RELEASE_OWNER)
         self._index_once = self._r.register_script(_INDEX_ONCE)
         self._keys_once = self._r.register_script(_KEYS_ONCE)
-        self._indexed = False  # whether this client made sure the namespace indexes cover every claim
-        self._keys_indexed = False  # whether it made sure the key indexes cover every document
         self._count_all = self._r.register_script(_COUNT_ALL)
-        self._counted = False  # whether this client made sure the claim counters cover every claim
+        self._reown = self._r.register_script(_REOWN)
+        self._migrate_claims = self._r.register_script(_MIGRATE_CLAIMS)
 
     def _call(self, fn):
         return redis_call(self._shown, fn, sentinel=self.sentinel is not None)
@@ -344,9 +385,11 @@ class RedisStore:
     def _n(self, namespace: str) -> str:
         return f"{self.prefix}:ns:{namespace}"
 
-    def _args(self, owner: str, last: str) -> list[str]:
-        """ARGV of the claim scripts: owner, claim key prefix, namespace index prefix, then the script's own."""
-        return [owner, self._c(""), self._n(""), last, self._counts(), self._pool("")]
+    def _args(self, owner: str, *more: str) -> list[str]:
+        """ARGV of the claim scripts (`_NAMESPACE_OF`): owner, the layout-before claim key prefix, namespace
+        hash prefix, the owner's set, counters' hash, counter hash prefix, owner set prefix, then the script's
+        own."""
+        return [owner, self._c(""), self._n(""), self._o(owner), self._counts(), self._pool(""), self._o(""), *more]
 
     def _counts(self) -> str:
         return f"{self.prefix}:claim-counts"
@@ -398,38 +441,57 @@ class RedisStore:
 
     # ---- documents -------------------------------------------------------------------------------------------
     def get(self, table: str, key: str) -> dict[str, Any] | None:
-        raw = self._call(lambda: self._r.hget(self._t(table), key))
-        return json.loads(raw) if raw else None
+        raw = self._call(lambda: self._rb.hget(self._t(table), key))
+        return decode(raw) if raw else None
 
     def put(self, table: str, key: str, doc: dict[str, Any], due: float | None = None) -> None:
-        text = json.dumps(doc, sort_keys=True)
         self._write(self._put, [self._t(table), self._k(table), self._d(table)],
-                    [key, text, "" if due is None else repr(float(due))])
+                    [key, encode(doc), "" if due is None else repr(float(due)), "1" if table in KEY_INDEXED else ""])
 
     def delete(self, table: str, key: str) -> bool:
         return bool(self._write(self._delete, [self._t(table), self._k(table), self._d(table)], [key]))
 
     def scan(self, table: str, prefix: str = "") -> list[dict[str, Any]]:
+        if prefix and table not in KEY_INDEXED:  # no key index: the hash's matching fields, sorted by key
+            found = self._call(lambda: list(self._rb.hscan_iter(self._t(table), match=_glob_escape(prefix) + "*",
+                                                                count=1000)))
+            return [decode(v) for _k, v in sorted(found)]
         if prefix:  # a range of the table's key index: only the matching documents are read
-            self._index_keys()
             start = prefix.encode()  # UTF-8 never holds byte 0xff: every key with the prefix sorts below prefix+0xff
             keys = self._call(lambda: self._r.zrangebylex(self._k(table), b"[" + start, b"(" + start + b"\xff"))
-            texts = self._call(lambda: self._r.hmget(self._t(table), keys)) if keys else []
-            return [json.loads(t) for t in texts if t is not None]  # None: deleted between the two reads
-        items = self._call(lambda: self._r.hgetall(self._t(table)))
-        return [json.loads(items[k]) for k in sorted(items)]
+            texts = self._call(lambda: self._rb.hmget(self._t(table), keys)) if keys else []
+            return [decode(t) for t in texts if t is not None]  # None: deleted between the two reads
+        items = self._call(lambda: self._rb.hgetall(self._t(table)))
+        return [decode(items[k]) for k in sorted(items)]
 
     def due(self, table: str, until: float, limit: int | None = None) -> list[tuple[str, float]]:
         found = self._call(lambda: self._r.zrangebyscore(self._d(table), "-inf", until, start=0,
                                                          num=-1 if limit is None else limit, withscores=True))
         return [(k, float(at)) for k, at in found]
 
-    def _index_keys(self) -> None:
-        """Make sure the key indexes cover documents a store made before them holds (once per client)."""
-        if not self._keys_indexed:
-            self._write(self._keys_once, [f"{self.prefix}:keys-indexed"],
-                        [_glob_escape(self._t("")) + "*", self._t(""), self._k("")])
-            self._keys_indexed = True
+    def reindex(self) -> int:
+        """Bring a store of an older layout to this one: every claim in its namespace's hash and its own key
+        dropped (issue 33), owner sets of bare claim keys, every document key of a table read by prefix in its
+        key index (the others' key indexes dropped), every claim counted again. A migration step
+        (deployment/migrations.py): each script is one atomic Redis call and may run any number of times."""
+        everything = _glob_escape(self._c("")) + "*"
+        claims = self._write(self._index_once, [f"{self.prefix}:ns-indexed"], [*self._args("")[:3], everything])
+        docs = self._write(self._keys_once, [f"{self.prefix}:keys-indexed"],
+                           [_glob_escape(self._t("")) + "*", self._t(""), self._k("")])
+        dropped = self._write(self._migrate_claims, [],
+                              self._args("", "", everything, _glob_escape(self._o("")) + "*"))
+        self._recount()
+        unused = [k for k in self._call(lambda: list(self._r.scan_iter(match=_glob_escape(self._k("")) + "*")))
+                  if k[len(self._k("")):] not in KEY_INDEXED]
+        if unused:
+            self._call(lambda: self._r.unlink(*unused))
+        return max(int(claims), 0) + max(int(docs), 0) + int(dropped)
+
+    def _recount(self) -> None:
+        """Every counter and counter hash rebuilt from the namespace hashes, in one script."""
+        self._write(self._count_all, [f"{self.prefix}:counted"],
+                    [*self._args("")[:3], _glob_escape(self._n("")) + "*", self._counts(), self._pool(""), "force",
+                     _glob_escape(self._pool("")) + "*"])
 
     # ---- claims ----------------------------------------------------------------------------------------------
     def claim(self, key: str, owner: str) -> bool:
@@ -438,28 +500,26 @@ class RedisStore:
     def claim_all(self, keys: list[str], owner: str) -> bool:
         if not keys:
             return True
-        return bool(self._write(self._claim_all, [self._c(k) for k in keys], self._args(owner, self._o(owner))))
+        return bool(self._write(self._claim_all, list(keys), self._args(owner)))
 
     def release(self, key: str, owner: str) -> bool:
-        return bool(self._write(self._release, [self._c(key)], self._args(owner, self._o(owner))))
+        return bool(self._write(self._release, [key], self._args(owner)))
 
     def release_owner(self, owner: str) -> int:
-        return int(self._write(self._release_owner, [self._o(owner)], self._args(owner, self._o(owner))))
+        return int(self._write(self._release_owner, [self._o(owner)], self._args(owner)))
+
+    def reown(self, owner: str, new_owner: str) -> int:
+        return int(self._write(self._reown, [self._o(owner), self._o(new_owner)], self._args(owner, new_owner)))
 
     def owner_of(self, key: str) -> str | None:
-        return self._call(lambda: self._r.get(self._c(key)))
+        return self._call(lambda: self._r.hget(self._n(namespace_of(key)), key))
 
     def claims_of(self, owner: str) -> list[str]:
-        n = len(self._c(""))
-        return sorted(k[n:] for k in self._call(lambda: self._r.smembers(self._o(owner))))
+        return sorted(self._call(lambda: self._r.smembers(self._o(owner))))
 
     def claims_in(self, namespaces: Iterable[str]) -> dict[str, str]:
         """One round trip: the hash of each namespace, pipelined (after a one-off index of older claims)."""
         wanted = sorted(set(namespaces))
-        if not self._indexed:
-            self._write(self._index_once, [f"{self.prefix}:ns-indexed"],
-                        self._args("", _glob_escape(self._c("")) + "*"))
-            self._indexed = True
         if not wanted:
             return {}
         pipe = self._r.pipeline(transaction=False)
@@ -471,38 +531,27 @@ class RedisStore:
         return out
 
     def all_claims(self, prefix: str = "") -> dict[str, str]:
-        pattern = _glob_escape(self._c(prefix)) + "*"
-        keys = self._call(lambda: list(self._r.scan_iter(match=pattern, count=1000)))
-        if not keys:
-            return {}
-        owners = self._call(lambda: self._r.mget(keys))
-        n = len(self._c(""))
-        return {k[n:]: o for k, o in zip(keys, owners, strict=True) if o is not None}
+        """Every claim (starting with `prefix`): the namespace hashes, read whole (tests and diagnostics)."""
+        hashes = self._call(lambda: list(self._r.scan_iter(match=_glob_escape(self._n("")) + "*", count=1000)))
+        out: dict[str, str] = {}
+        for h in hashes:
+            out.update((k, o) for k, o in self._call(lambda h=h: self._r.hgetall(h)).items() if k.startswith(prefix))
+        return out
 
     # ---- claim counters ----------------------------------------------------------------------------------------
-    def _count_once(self, force: bool = False) -> None:
-        if self._counted and not force:
-            return
-        self._write(self._count_all, [f"{self.prefix}:counted"],
-                    [*self._args("", _glob_escape(self._c("")) + "*"), "force" if force else "",
-                     _glob_escape(self._pool("")) + "*"])
-        self._counted = True
-
     def claim_counts(self, prefix: str = "") -> dict[str, int]:
         """Counter → claims it holds (counters starting with `prefix`): one hash, kept by the claim scripts."""
-        self._count_once()
         counts = self._call(lambda: self._r.hgetall(self._counts()))
         return {c: int(n) for c, n in counts.items() if c.startswith(prefix) and int(n) > 0}
 
     def claims_under(self, counter: str) -> dict[str, str]:
-        self._count_once()
         return dict(self._call(lambda: self._r.hgetall(self._pool(counter))))
 
     def recount_claims(self, repair: bool = False) -> dict[str, int]:
         """Every counter recomputed from the claims themselves (a scan of the keyspace: start-up checks and
         tests); with `repair`, the kept counters and each counter's hash are rebuilt from them in one script."""
         if repair:
-            self._count_once(force=True)
+            self._recount()
         counts: dict[str, int] = {}
         for key in self.all_claims():
             c = counter_of(key)
@@ -520,9 +569,10 @@ class RedisStore:
 
     def close(self) -> None:
         self._r.close()
+        self._rb.close()
 
 
-def _sentinel_client(url: SentinelUrl, timeout: float) -> redis.Redis:
+def _sentinel_client(url: SentinelUrl, timeout: float, decode_responses: bool) -> redis.Redis:
     """A client of the primary the sentinels name now: a connection lost (or refused as READONLY by a demoted
     primary) asks them again, so it follows a failover. Short timeouts and one retry (which asks the
     sentinels again): a primary cut off by a partition drops packets instead of refusing them, and a call
@@ -538,4 +588,4 @@ def _sentinel_client(url: SentinelUrl, timeout: float) -> redis.Redis:
     return sentinels.master_for(url.master, db=url.db, password=url.password,
                                 socket_timeout=max(min(timeout, 3.0), url.wait_ms / 1000 + 1),
                                 socket_connect_timeout=quick, retry=Retry(NoBackoff(), 1),
-                                decode_responses=True, health_check_interval=30)
+                                decode_responses=decode_responses, health_check_interval=30)

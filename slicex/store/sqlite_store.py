@@ -24,6 +24,7 @@ from typing import Any
 from slicex.diskfaults import remedy, space_fault
 from slicex.errors import DbError, GeniError, Unavailable
 from slicex.store import counter_of
+from slicex.store.codec import decode, encode
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS docs (tbl TEXT NOT NULL, key TEXT NOT NULL, doc TEXT NOT NULL, due REAL,
@@ -161,10 +162,10 @@ class SqliteStore:
 
     def get(self, table: str, key: str) -> dict[str, Any] | None:
         row = self._read(lambda db: db.execute("SELECT doc FROM docs WHERE tbl=? AND key=?", (table, key)).fetchone())
-        return json.loads(row[0]) if row else None
+        return decode(row[0]) if row else None
 
     def put(self, table: str, key: str, doc: dict[str, Any], due: float | None = None) -> None:
-        text = json.dumps(doc, sort_keys=True)
+        text = encode(doc)
         self._run(lambda db: db.execute("INSERT OR REPLACE INTO docs (tbl, key, doc, due) VALUES (?, ?, ?, ?)",
                                         (table, key, text, due)))
 
@@ -180,7 +181,7 @@ class SqliteStore:
         else:
             rows = self._read(lambda db: db.execute("SELECT doc FROM docs WHERE tbl=? ORDER BY key",
                                                     (table,)).fetchall())
-        return [json.loads(r[0]) for r in rows]
+        return [decode(r[0]) for r in rows]
 
     def due(self, table: str, until: float, limit: int | None = None) -> list[tuple[str, float]]:
         """The partial index on (tbl, due): only the rows due by `until` are read, earliest first."""
@@ -210,6 +211,10 @@ class SqliteStore:
     def release_owner(self, owner: str) -> int:
         cur = self._run(lambda db: db.execute("DELETE FROM claims WHERE owner=?", (owner,)))
         return cur.rowcount
+
+    def reown(self, owner: str, new_owner: str) -> int:
+        """One statement: the claims keep their keys, so their counters do not move."""
+        return self._run(lambda db: db.execute("UPDATE claims SET owner=? WHERE owner=?", (new_owner, owner))).rowcount
 
     def owner_of(self, key: str) -> str | None:
         row = self._read(lambda db: db.execute("SELECT owner FROM claims WHERE key=?", (key,)).fetchone())

@@ -198,6 +198,7 @@ def test_a_redis_store_made_before_counters_gets_them_counted_from_its_claims(tm
             store._r.set(store._c(key), owner)
             store._r.sadd(store._o(owner), store._c(key))
         fresh = type(store)(REDIS_URL, prefix=store.prefix)
+        fresh.reindex()  # the migration step `redis indexes` (deployment/migrations.py)
         assert fresh.claim_counts() == counts_of(CLAIMS)
         assert fresh.claims_under("vlan:sw1") == {"vlan:sw1:1000": "g2"}
         assert fresh.release("vlan:sw1:1000", "g2") and "vlan:sw1" not in fresh.claim_counts()

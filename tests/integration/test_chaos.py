@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
+from slice_manager.records import Record
 from slicex import procs
 from slicex.home import Home
 from slicex.store import Store, open_store
@@ -127,10 +128,10 @@ class Deployment:
         store = self.store()
         try:
             left: list[dict[str, Any]] = [
-                {"id": d["id"], "slice": d["slice_urn"], "state": d["r"]["state"], "pending": d["r"]["pending"],
-                 "outbox": d.get("outbox"), "reason": d["r"]["reason"]}
-                for d in store.scan("sm-reservations")
-                if d["r"]["pending"] != "None" or d.get("outbox") or d["r"]["state"] not in ("Closed", "Failed")]
+                {"id": r.id, "slice": r.slice_urn, "state": r.r.state, "pending": r.r.pending,
+                 "outbox": r.outbox, "reason": r.r.reason}
+                for r in map(Record.from_doc, store.scan("sm-reservations"))
+                if r.r.pending != "None" or r.outbox or r.r.state not in ("Closed", "Failed")]
             left += [{"broker-tickets": d["ticket"].get("id")} for d in store.scan("broker-tickets")]
             left += [{"authority-leases": d["lease"].get("id")} for d in store.scan("authority-leases")
                      if d.get("state") == "active"]

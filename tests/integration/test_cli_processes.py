@@ -64,7 +64,7 @@ def test_up_distributed_detach_runs_actor_processes_and_down_stops_them(tmp_path
             return {k: v for k, v in RedisStore(REDIS).all_claims().items() if not k.startswith("sa_slice:")}
 
         claims = units()
-        assert claims and all(owner.startswith("ticket:") for owner in claims.values())
+        assert claims and all(owner.startswith(("ticket:", "lease-")) for owner in claims.values())  # broker groups, leases (authority lease_owner)
         assert am_proxy.Delete([urn], creds, {})["code"]["geni_code"] == 0
         assert units() == {}
         assert "broker actor" in (home / "logs" / "slicex.log").read_text()

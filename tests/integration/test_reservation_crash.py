@@ -16,7 +16,7 @@ from datetime import timedelta
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from authority.actor import LEASES, Authority
+from authority.actor import LEASES, Authority, lease_owner
 from authority.substrate.emulated import EmulatedDriver
 from broker.broker import TICKETS, Broker
 from resources import export_substrate
@@ -86,7 +86,7 @@ def converged(w: World, store) -> None:
     leased = {k[len("leased:"):]: g for k, g in claims.items() if k.startswith("leased:")}
     assert units == {u: r.ticket.group for r in held for u in r.ticket.units}, "units held by nobody, or lost"
     active = [r for r in records if r.r.state in rs.HOLDS_LEASE]
-    assert leased == {u: r.lease.id for r in active for u in r.lease.units}, "leases held by nobody, or lost"
+    assert leased == {u: lease_owner(r.lease.id) for r in active for u in r.lease.units}, "leases held by nobody, or lost"
     assert {d["lease"]["id"] for d in store.scan(LEASES)} == {r.lease.id for r in active}
     assert {d["ticket"]["id"] for d in store.scan(TICKETS)} == {r.ticket.id for r in held}
     assert set(w.broker.calendar.bookings) == {r.ticket.id for r in held}, "broker promises nobody holds"

@@ -343,12 +343,15 @@ def test_claims_in_lists_the_named_namespaces_only(store):
 
 
 def test_claims_written_before_namespace_indexes_are_found():
-    """A Redis store written by slicex before claims had namespace hashes: the first `claims_in` indexes them."""
+    """A Redis store written by slicex before claims had namespace hashes: the migration step `redis indexes`
+    (deployment/migrations.py) indexes them."""
     old = redis_store()
     try:
         old._r.set(old._c("core:pc1:0"), "g1")
         old._r.sadd(old._o("g1"), old._c("core:pc1:0"))
         fresh = redis_store(old.prefix)
+        assert fresh.claims_in(["core"]) == {}  # not indexed: what `slicex up` refuses to start on unmigrated
+        assert fresh.reindex() > 0 and fresh.reindex() == 0  # once: a second run finds it done
         assert fresh.claims_in(["core"]) == {"core:pc1:0": "g1"}
         assert fresh.release_owner("g1") == 1 and fresh.claims_in(["core"]) == {}
         fresh.close()
@@ -416,16 +419,38 @@ def test_sqlite_store_of_the_layout_before_the_time_index_is_migrated_on_open(tm
 
 def test_documents_written_before_key_indexes_are_found_by_prefix():
     """A Redis store written by slicex before tables had key indexes (documents in the table's hash only): the
-    first prefix scan indexes them, and later writes keep the index."""
+    migration step `redis indexes` indexes the tables read by prefix (KEY_INDEXED), and later writes keep the
+    index; a table outside them is read by prefix from its hash."""
     old = redis_store()
     try:
-        old._r.hset(old._t("t"), mapping={"s1#a": '{"k": "a"}', "s2#b": '{"k": "b"}'})
+        for table in ("sm-requests", "t"):
+            old._r.hset(old._t(table), mapping={"s1#a": '{"k": "a"}', "s2#b": '{"k": "b"}'})
         fresh = redis_store(old.prefix)
-        assert [d["k"] for d in fresh.scan("t", "s1#")] == ["a"]
-        fresh.delete("t", "s1#a")
-        fresh.put("t", "s1#c", {"k": "c"})
-        assert [d["k"] for d in fresh.scan("t", "s1")] == ["c"] and [d["k"] for d in fresh.scan("t", "s2")] == ["b"]
+        assert fresh.scan("sm-requests", "s1#") == [] and [d["k"] for d in fresh.scan("t", "s1#")] == ["a"]
+        fresh.reindex()
+        for table in ("sm-requests", "t"):
+            assert [d["k"] for d in fresh.scan(table, "s1#")] == ["a"]
+            fresh.delete(table, "s1#a")
+            fresh.put(table, "s1#c", {"k": "c"})
+            assert [d["k"] for d in fresh.scan(table, "s1")] == ["c"] and \
+                [d["k"] for d in fresh.scan(table, "s2")] == ["b"]
+        assert fresh._r.exists(fresh._k("sm-requests")) and not fresh._r.exists(fresh._k("t"))
         fresh.close()
     finally:
         old.flush()
         old.close()
+
+
+def test_reown_gives_every_claim_of_one_owner_to_another_and_keeps_the_counts(store):
+    store.claim_all(["leased:core:pc1:0", "leased:mem:pc1:3", "bare"], "long-owner")
+    store.claim("leased:core:pc1:1", "other")
+    counts = store.claim_counts()
+    assert store.reown("long-owner", "short") == 3 and store.reown("long-owner", "short") == 0
+    assert store.claims_of("long-owner") == [] and store.claims_of("short") == ["bare", "leased:core:pc1:0",
+                                                                               "leased:mem:pc1:3"]
+    assert store.claims_in(["leased"]) == {"leased:core:pc1:0": "short", "leased:mem:pc1:3": "short",
+                                           "leased:core:pc1:1": "other"}
+    assert store.claims_under("leased:core:pc1") == {"leased:core:pc1:0": "short", "leased:core:pc1:1": "other"}
+    assert store.claim_counts() == counts == store.recount_claims()
+    assert not store.claim("leased:core:pc1:0", "long-owner")  # the new owner holds it
+    assert store.release_owner("short") == 3 and store.claim_counts() == {"leased:core:pc1": 1}

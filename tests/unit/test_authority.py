@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from authority.actor import LEASES, Authority
+from authority.actor import LEASES, Authority, lease_owner
 from protocol.delegation import Delegation, Pool
 from protocol.messages import SliverSpec
 from slicex.errors import CredentialInvalid, Expired, Refused, SearchFailed, ServerError
@@ -103,7 +103,7 @@ def test_a_lease_is_signed_and_redeeming_again_returns_it():
     assert (lease.units, lease.end, status["units"]) == (("core:pc1:0",), T0 + H, ["core:pc1:0"])
     again, _ = a.redeem(ticket(), spec(), T0)
     assert again == lease and d.calls == [("create", "r1")]
-    assert a.store.all_claims() == {"leased:core:pc1:0": lease.id}
+    assert a.store.all_claims() == {"leased:core:pc1:0": lease_owner(lease.id)}
 
 
 def test_two_promises_of_one_unit_are_never_both_leased():
@@ -151,7 +151,7 @@ def test_expired_leases_are_reaped_on_the_authoritys_clock():
     a.redeem(ticket(("core:pc1:1",), tid="g/r2", end=T0 + 2 * H), spec("r2"), T0)
     assert a.reap(T0 + H - timedelta(seconds=1)) == []
     assert a.reap(T0 + H) == ["g/r1"] and [lease.id for lease in a.leases()] == ["g/r2"]
-    assert a.store.all_claims() == {"leased:core:pc1:1": "g/r2"}
+    assert a.store.all_claims() == {"leased:core:pc1:1": lease_owner("g/r2")}
 
 
 

@@ -19,7 +19,7 @@ from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slicex.clock import ManualClock
 from slicex.inventory import UNIT_KINDS
-from slicex.store.ownership import OWNERSHIP, markdown_table
+from slicex.store.ownership import KEY_INDEXED, OWNERSHIP, markdown_table
 from slicex.store.sqlite_store import SqliteStore
 from slicex.term import Term
 from tests.factories import request_rspec, vm
@@ -150,3 +150,18 @@ def test_placement_reads_the_brokers_own_claims_and_no_other_actors():
     got = broker.place("sm", demands, Term(now, now + timedelta(minutes=10)), now)
     assert got.tickets["r-a"].units and store.listed
     assert all(listed == sorted(UNIT_KINDS) for listed in store.listed), store.listed
+
+
+def test_every_table_read_by_prefix_keeps_a_key_index():
+    """A prefix scan of a table outside KEY_INDEXED still answers on Redis (HSCAN), but reads the whole hash:
+    every table the code scans by prefix is declared."""
+    sources = _sources()
+    constants = _constants(sources)
+    scanned = set()
+    for m, (_path, tree) in sources.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "scan" \
+                    and len(node.args) > 1 and "store" in ast.unparse(node.func.value).lower():
+                arg = node.args[0]
+                scanned.add(arg.value if isinstance(arg, ast.Constant) else constants[m].get(getattr(arg, "id", "")))
+    assert scanned - {None} and scanned <= KEY_INDEXED, scanned - KEY_INDEXED
