@@ -29,6 +29,7 @@ from operations.accounting import UsageRecord
 from operations.ledger import LAYOUT as USAGE_LAYOUT
 from operations.ledger import OPEN, USAGE
 from slice_manager import held
+from slice_manager.held import HELD
 from slice_manager.records import LAYOUT as SM_LAYOUT
 from slice_manager.records import RESERVATIONS, SLIVERS_OF, Record, due_at, index_key
 from slicex.store.migration import Step
@@ -120,7 +121,7 @@ def held_index(store: Any) -> int:
         entry = held.entry(Record.from_doc(d))
         if entry is not None:
             for key in held.keys(entry):
-                store.put(held.HELD, key, entry)
+                store.put(HELD, key, entry)
             n += 1
     return n
 
