@@ -17,6 +17,7 @@ lab's namespaces, and removes the namespaces, links and relay."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -95,6 +96,19 @@ class LabHost:
         for user in users:
             self.slicex(home, "user", "add", user)
         return home
+
+    def joined_home(self, home: Path, actors: LabHost) -> Path:
+        """A copy of `home` (made on `actors`' host: its CA, users, keys, deployment id) for this host, serving
+        on this host's address and calling the broker and the authority on `actors`' address: the home of an
+        AM worker (or a standby actor) that joins a distributed deployment from another host."""
+        joined = home.parent.parent / self.name / "home"
+        shutil.copytree(home, joined, ignore=shutil.ignore_patterns("run", "logs", "*.log"))
+        doc = yaml.safe_load((joined / "slicex.yaml").read_text())
+        doc.update({"host": self.address,
+                    "broker_url": f"https://{actors.address}:{doc.get('broker_port', 8002)}/",
+                    "authority_url": f"https://{actors.address}:{doc.get('authority_port', 8003)}/"})
+        (joined / "slicex.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        return joined
 
     def am_url(self, home: Path) -> str:
         doc = yaml.safe_load((home / "slicex.yaml").read_text()) or {}

@@ -30,7 +30,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import yaml
 
 from deployment.leadership import roles_status
 from lab import edge, line, running
@@ -133,12 +132,7 @@ def test_four_faults_under_load_lose_nothing_leak_nothing_and_service_resumes(tm
             home_a = h1.make_home(AUTHORITY, tick_seconds=0.2, dashboard_port=None, store=ha.url(),
                                   actor_timeout_seconds=5)
             h1.slicex(home_a, "up", "--distributed", "--detach", timeout=180)
-            home_b = home_a.parent.parent / h2.name / "home"
-            shutil.copytree(home_a, home_b, ignore=shutil.ignore_patterns("run", "logs", "*.log"))
-            doc = yaml.safe_load((home_b / "slicex.yaml").read_text())
-            doc.update({"host": h2.address, "broker_url": f"https://{h1.address}:{doc.get('broker_port', 8002)}/",
-                        "authority_url": f"https://{h1.address}:{doc.get('authority_port', 8003)}/"})
-            (home_b / "slicex.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+            home_b = h2.joined_home(home_a, h1)
             (home_b / "logs").mkdir(exist_ok=True)
             for what in (["am-worker", "--join"], ["actor", "broker", "--standby"],
                          ["actor", "authority", "--standby"]):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,7 +22,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from lab import edge, line, running
 from slicex.home import Home
@@ -71,12 +69,7 @@ def deployment():
         a.slicex(home_a, "up", "--distributed", "--detach", timeout=180)
         # host B: a copy of A's home (its CA, users, keys, deployment id), serving on B's own address and
         # calling the actors over the fibre on A's
-        home_b = home_a.parent.parent / b.name / "home"
-        shutil.copytree(home_a, home_b, ignore=shutil.ignore_patterns("run", "logs", "*.log"))
-        doc = yaml.safe_load((home_b / "slicex.yaml").read_text())
-        doc.update({"host": b.address, "broker_url": f"https://{a.address}:{doc.get('broker_port', 8002)}/",
-                    "authority_url": f"https://{a.address}:{doc.get('authority_port', 8003)}/"})
-        (home_b / "slicex.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        home_b = b.joined_home(home_a, a)
         (home_b / "run").mkdir(exist_ok=True)
         state = [lab, {"h1": home_a, "h2": home_b}, _join(b, home_b)]  # a test may start the worker again
         try:
