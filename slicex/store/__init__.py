@@ -13,6 +13,13 @@ index, atomically with the document (a put without `due`, or a delete, takes it 
 the keys filed at or before `until`, earliest first, reading only those. It is how clocks find what fell due
 (expiries, deadlines, undelivered messages) without reading every document.
 
+Claim changes: every claim, release or new owner of a claim marks its counter (its pool) with a new claims
+generation, atomically with the change; `claim_changes(since)` lists the counters marked after generation
+`since` and the generation the answer is complete to, reading only those (an index on SQLite, a sorted set on
+Redis). A process keeping a copy of the claims reads again only the pools that changed since it last asked.
+Generations only order changes: a store may skip numbers (SQLite takes one per claim changed, Redis one per
+write), so a reader compares them, never counts them. A store made before has generation 0 and nothing marked.
+
 `reown(owner, new_owner)` gives every claim of one owner to another atomically (a migration step renames
 owners; deployment/migrations.py)."""
 
@@ -54,6 +61,7 @@ class Store(Protocol):
     def all_claims(self, prefix: str = "") -> dict[str, str]: ...
     def claim_counts(self, prefix: str = "") -> dict[str, int]: ...
     def claims_under(self, counter: str) -> dict[str, str]: ...
+    def claim_changes(self, since: int) -> tuple[int, list[str]]: ...
     def recount_claims(self, repair: bool = False) -> dict[str, int]: ...
     def close(self) -> None: ...
 
