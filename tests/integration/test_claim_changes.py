@@ -1,7 +1,7 @@
 """A placement reads from the store what changed since the last one, not every pool in use (issue 33): the
 store marks each pool a claim, release or new owner touches with a new claims generation, atomically with the
-change, and the broker's copy of the claims reads again only the pools marked since it last asked. The same
-contract on SQLite and on a real Redis; the copy still follows what another broker process on the store did,
+change (the store contract: tests/integration/test_store_contract.py), and the broker's copy of the claims
+reads again only the pools marked since it last asked. On SQLite and on a real Redis, the copy still follows what another broker process on the store did,
 including a change the pool counters cannot show (a unit released and another owner's claimed in its pool)."""
 
 from __future__ import annotations
@@ -20,43 +20,6 @@ from slicex.term import Term
 from tests.integration.test_broker_counters import AUTH, KEY, MIN, SUB, close, open_kind, request_of
 
 KINDS = ["sqlite", "redis"]
-
-
-@pytest.fixture(params=KINDS)
-def store(request, tmp_path) -> Any:
-    s = open_kind(request.param, tmp_path)
-    yield s
-    close(s)
-
-
-def test_claim_changes_names_the_pools_changed_since_a_generation(store):
-    gen0, before = store.claim_changes(0)
-    assert (gen0, before) == (0, [])
-    assert store.claim_all(["core:h1:0", "core:h1:1", "vlan:sw:7"], "g1")
-    gen1, changed = store.claim_changes(gen0)
-    assert gen1 > gen0 and sorted(changed) == ["core:h1", "vlan:sw"]
-    assert store.claim_changes(gen1) == (gen1, [])  # nothing since
-
-    assert store.claim_all(["core:h1:0"], "g1")  # held already: nothing changes
-    assert not store.claim_all(["core:h2:0", "core:h1:1"], "g2")  # refused: nothing changes
-    assert not store.release("core:h1:0", "g2")  # not its claim: nothing changes
-    assert store.recount_claims(repair=True)  # a repair changes no claim
-    assert store.claim_changes(gen1) == (gen1, [])
-
-    assert store.claim_all(["core:h2:0"], "g2")
-    gen2, changed = store.claim_changes(gen1)
-    assert gen2 > gen1 and changed == ["core:h2"]
-    assert store.release("core:h1:0", "g1")
-    gen3, changed = store.claim_changes(gen2)
-    assert gen3 > gen2 and changed == ["core:h1"]
-    assert store.reown("g2", "g3") == 1
-    gen4, changed = store.claim_changes(gen3)
-    assert gen4 > gen3 and changed == ["core:h2"]
-    assert store.release_owner("g1") == 2
-    gen5, changed = store.claim_changes(gen4)
-    assert gen5 > gen4 and sorted(changed) == ["core:h1", "vlan:sw"]
-    assert sorted(store.claim_changes(gen2)[1]) == ["core:h1", "core:h2", "vlan:sw"]  # each pool once
-    assert store.claim_changes(gen2)[0] == gen5
 
 
 class Counting:
