@@ -93,6 +93,11 @@ class ClaimCopy:
         """Read again the pools the store marked changed since the copy's generation (one read of the changes;
         each changed pool's claims, this process's own changes included). Returns the pools read."""
         seen, changed = self.store.claim_changes(self.seen)
+        if seen < self.seen:  # the store went back (a restored copy, a failover that lost writes)
+            log.warning("the store's claims generation went back (%d after %d); every claim read again",
+                        seen, self.seen)
+            self.reload()
+            return sorted(self.by_counter)
         stale = sorted({c for c in changed if c.partition(":")[0] in self.kinds})
         for c in stale:
             for k in list(self.by_counter.get(c, ())):

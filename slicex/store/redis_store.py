@@ -566,11 +566,13 @@ class RedisStore:
         return dict(self._call(lambda: self._r.hgetall(self._pool(counter))))
 
     def claim_changes(self, since: int) -> tuple[int, list[str]]:
-        """The counters whose claims changed after generation `since`, and the generation this answer brings
-        its reader to (one range of a sorted set: as many members as counters changed)."""
-        found = self._call(lambda: self._r.zrangebyscore(self._counts() + "-changed", f"({since}", "+inf",
-                                                         withscores=True))
-        return (max(since, int(found[-1][1])) if found else since), [c for c, _g in found]
+        """The store's claims generation now and the counters whose claims changed after generation `since`
+        (one MULTI: the generation and a range of a sorted set, as many members as counters changed)."""
+        pipe = self._r.pipeline(transaction=True)
+        pipe.get(self._counts() + "-gen")
+        pipe.zrangebyscore(self._counts() + "-changed", f"({since}", "+inf")
+        gen, changed = self._call(pipe.execute)
+        return int(gen or 0), list(changed)
 
     def recount_claims(self, repair: bool = False) -> dict[str, int]:
         """Every counter recomputed from the claims themselves (a scan of the keyspace: start-up checks and

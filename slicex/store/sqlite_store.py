@@ -299,11 +299,13 @@ class SqliteStore:
         return {k: o for k, o in rows if counter_of(k) == counter}
 
     def claim_changes(self, since: int) -> tuple[int, list[str]]:
-        """The counters whose claims changed after generation `since`, and the generation this answer brings
-        its reader to (one indexed range read: as many rows as counters changed, not as counters in use)."""
-        rows = self._read(lambda db: db.execute("SELECT counter, gen FROM claim_changes WHERE gen > ? ORDER BY gen",
-                                                (since,)).fetchall())
-        return (max(since, rows[-1][1]) if rows else since), [c for c, _g in rows]
+        """The store's claims generation now and the counters whose claims changed after generation `since`
+        (one statement, so one snapshot: an indexed range, as many rows as counters changed, not as counters in
+        use, and the index's last entry)."""
+        rows = self._read(lambda db: db.execute(
+            "SELECT counter, gen FROM claim_changes WHERE gen > ? "
+            "UNION ALL SELECT NULL, COALESCE(MAX(gen), 0) FROM claim_changes", (since,)).fetchall())
+        return int(rows[-1][1]), [c for c, _g in rows if c is not None]
 
     def recount_claims(self, repair: bool = False) -> dict[str, int]:
         """Every counter recomputed from the claims themselves (a full read: start-up checks and tests); with

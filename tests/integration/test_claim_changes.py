@@ -120,3 +120,27 @@ def test_the_copy_follows_another_broker_process_on_the_store(kind, tmp_path):
         assert a._copy.owner == units
     finally:
         close(store)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_copy_reads_every_claim_again_when_the_store_went_back(kind, tmp_path):
+    """A store restored from a copy, or a Redis failover that lost its last writes, answers a generation lower
+    than the one the copy saw; changes marked at generations the copy thinks it has read are read all the same."""
+    from broker.claims import ClaimCopy
+
+    store = open_kind(kind, tmp_path)
+    try:
+        assert store.claim_all(["core:h1:0", "core:h1:1", "core:h2:0"], "g1")
+        copy = ClaimCopy(store, UNIT_KINDS)
+        copy.reload()
+        assert store.release("core:h1:0", "g1") and store.claim_all(["core:h1:0"], "g2")
+        if kind == "sqlite":
+            store._run(lambda db: db.execute("UPDATE claim_changes SET gen = 0"))
+        else:
+            store._r.set(store._counts() + "-gen", 0)
+            store._r.zadd(store._counts() + "-changed", {"core:h1": 0, "core:h2": 0})
+        copy.sync()
+        assert copy.owner == unit_claims(store) and copy.owner["core:h1:0"] == "g2"
+        assert copy.seen == 0
+    finally:
+        close(store)
