@@ -194,7 +194,7 @@ class Broker:
         self._lock = threading.RLock()
         self.calendar = Calendar()
         self._claimed = _Flags()  # ticket id -> its units are claimed in the store
-        self._copy = ClaimCopy(self.store, UNIT_KINDS)  # the store's unit claims, kept in step by its counters
+        self._copy = ClaimCopy(self.store, UNIT_KINDS)  # the store's unit claims, kept in step by its claim changes
         self._out_units: dict[tuple[str, frozenset[str]], frozenset[str]] = {}  # reclaimed pools -> their units
         self._delegation_cache: tuple[tuple[tuple[str, str], ...], list[dict[str, Any]]] | None = None
         self._substrates: dict[str, Substrate] = {}  # authority -> the substrate description it delegated
@@ -527,8 +527,8 @@ class Broker:
         (claims of an earlier attempt of this very request, cut short by a crash, are its own to take again),
         and inventory the authority reclaimed or is reclaiming. For a `future` term (an advance reservation) a
         claim whose ticket ends before the term starts does not count. A view asked unit by unit: the store's
-        claim counters are read (pools that changed behind this process's back are read again), not every
-        claim, and the calendar answers from each unit's own bookings."""
+        claim changes since the last placement are read (only pools that changed are read again), not every
+        claim or counter, and the calendar answers from each unit's own bookings."""
         self._copy.sync()
         ends_before = None
         if future:

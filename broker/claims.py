@@ -1,13 +1,15 @@
-"""The broker's copy of the store's unit claims, kept in step by the store's claim counters.
+"""The broker's copy of the store's unit claims, kept in step by the store's claim changes.
 
 Every broker process on a store must not promise a unit another one claimed. Reading every claim at every
-placement made each placement cost as much as the whole aggregate's use; instead the broker keeps the claims
+placement made each placement cost as much as the whole aggregate's use; so did reading every pool's claim
+counter (issue 33: Allocate 6.2 → 11.5 ms from 0 to 6,318 live slices). Instead the broker keeps the claims
 in memory (read once at start), applies its own claims and releases to the copy, and before a placement asks
-the store only for its counters (slicex.store `claim_counts`: per pool, how many claims it holds, kept
-atomically with the claims). A pool whose counter differs from the copy's count is read again, that pool
-alone (`claims_under`). What the counters cannot show (another process released one unit and claimed
-another of the same pool between two placements) the store's atomic `claim_all` still refuses; the broker
-then reads every claim again (`reload`) and places again.
+the store only which pools changed since the generation it last saw (slicex.store `claim_changes`: each
+claim, release or new owner marks its pool with a new generation, atomically with the change). Each changed
+pool is read again, that pool alone (`claims_under`), so a placement reads as much as changed since the last
+one, not as much as is in use. Should the store refuse a claim all the same (a race between the question and
+the claim), the store's atomic `claim_all` refuses it; the broker then reads every claim again (`reload`)
+and places again.
 
 Plain data over a store; the broker holds its lock around every call."""
 
@@ -32,6 +34,7 @@ class ClaimCopy:
         self.owner: dict[str, str] = {}
         self.by_counter: dict[str, set[str]] = {}
         self.by_owner: dict[str, set[str]] = {}
+        self.seen = 0  # the store's claims generation the copy is complete to (slicex.store `claim_changes`)
 
     # ---- the copy --------------------------------------------------------------------------------------------
     def _add(self, key: str, owner: str) -> None:
@@ -73,7 +76,9 @@ class ClaimCopy:
     # ---- in step with the store ------------------------------------------------------------------------------
     def reload(self) -> None:
         """Every unit claim read again (start-up, and after a lost claim race)."""
+        seen, _changed = self.store.claim_changes(self.seen)  # before the read: a change during it is read again
         claims = self.store.claims_in(self.kinds)
+        self.seen = seen
         self.owner, self.by_counter, self.by_owner = {}, {}, {}
         for k, o in claims.items():
             self._add(k, o)
@@ -85,15 +90,21 @@ class ClaimCopy:
         return {c: n for c, n in self.store.claim_counts().items() if c.partition(":")[0] in self.kinds}
 
     def sync(self) -> list[str]:
-        """Read again the pools whose store counter differs from the copy's count (one read of the counters;
-        each differing pool's claims). Returns the pools read."""
-        kept, mine = self.stored_counts(), self.counts()
-        stale = sorted(c for c in kept.keys() | mine.keys() if kept.get(c, 0) != mine.get(c, 0))
+        """Read again the pools the store marked changed since the copy's generation (one read of the changes;
+        each changed pool's claims, this process's own changes included). Returns the pools read."""
+        seen, changed = self.store.claim_changes(self.seen)
+        if seen < self.seen:  # the store went back (a restored copy, a failover that lost writes)
+            log.warning("the store's claims generation went back (%d after %d); every claim read again",
+                        seen, self.seen)
+            self.reload()
+            return sorted(self.by_counter)
+        stale = sorted({c for c in changed if c.partition(":")[0] in self.kinds})
         for c in stale:
             for k in list(self.by_counter.get(c, ())):
                 self._remove(k)
             for k, o in self.store.claims_under(c).items():
                 self._add(k, o)
+        self.seen = seen
         return stale
 
     def verify(self) -> dict[str, tuple[int, int]]:

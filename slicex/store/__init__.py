@@ -13,6 +13,15 @@ index, atomically with the document (a put without `due`, or a delete, takes it 
 the keys filed at or before `until`, earliest first, reading only those. It is how clocks find what fell due
 (expiries, deadlines, undelivered messages) without reading every document.
 
+Claim changes: every claim, release or new owner of a claim marks its counter (its pool) with a new claims
+generation, atomically with the change; `claim_changes(since)` answers the store's generation now and the
+counters marked after generation `since`, reading only those (an index on SQLite, a sorted set on
+Redis). A process keeping a copy of the claims reads again only the pools that changed since it last asked.
+Generations only order changes: a store may skip numbers (SQLite takes one per claim changed, Redis one per
+write), so a reader compares them, never counts them. A store made before has generation 0 and nothing marked. A
+generation lower than one a reader saw means the store went back (restored from a copy, or a Redis failover
+that lost its last writes): the reader reads every claim again.
+
 `reown(owner, new_owner)` gives every claim of one owner to another atomically (a migration step renames
 owners; deployment/migrations.py)."""
 
@@ -54,6 +63,7 @@ class Store(Protocol):
     def all_claims(self, prefix: str = "") -> dict[str, str]: ...
     def claim_counts(self, prefix: str = "") -> dict[str, int]: ...
     def claims_under(self, counter: str) -> dict[str, str]: ...
+    def claim_changes(self, since: int) -> tuple[int, list[str]]: ...
     def recount_claims(self, repair: bool = False) -> dict[str, int]: ...
     def close(self) -> None: ...
 

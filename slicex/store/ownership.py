@@ -247,6 +247,12 @@ class OwnedStore:
         readable = self._readable()
         return {c: n for c, n in self.inner.claim_counts(prefix).items() if namespace_of(c + ":") in readable}
 
+    def claim_changes(self, since: int) -> tuple[int, list[str]]:
+        """The changed counters of the namespaces this actor may read (the generation is the store's)."""
+        readable = self._readable()
+        gen, changed = self.inner.claim_changes(since)
+        return gen, [c for c in changed if namespace_of(c + ":") in readable]
+
     def claims_under(self, counter: str) -> dict[str, str]:
         self._claims([counter + ":"], write=False)
         return self.inner.claims_under(counter)

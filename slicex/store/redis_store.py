@@ -61,18 +61,33 @@ end
 # Claim counters (slicex.store.counter_of): ARGV[5] is the hash counter → claims it holds, ARGV[6] the prefix of
 # each counter's hash of its claims (key → owner), so `claims_under` reads one pool. A counter moves only when
 # its hash gains or loses the field, in the same script as the claim: claiming twice counts once.
-_COUNTERS = """
+_CHANGED = """
+local claim_gen = nil
+local function changed(c)
+  if not claim_gen then claim_gen = redis.call('INCR', ARGV[5] .. '-gen') end
+  redis.call('ZADD', ARGV[5] .. '-changed', claim_gen, c)
+end
+"""
+"""Per counter, the claims generation of its last change (a sorted set beside the counters' hash, scored by
+generation; one INCR of the generation per script): a reader asks for the counters changed after the
+generation it last saw (`claim_changes`) and reads only those."""
+_COUNTING = """
 local function counted(k, owner)
   local c = string.match(k, '^(.*):[^:]*$')
-  if c and redis.call('HSET', ARGV[6] .. c, k, owner) == 1 then redis.call('HINCRBY', ARGV[5], c, 1) end
+  if c and redis.call('HSET', ARGV[6] .. c, k, owner) == 1 then
+    redis.call('HINCRBY', ARGV[5], c, 1)
+    changed(c)
+  end
 end
 local function uncounted(k)
   local c = string.match(k, '^(.*):[^:]*$')
   if c and redis.call('HDEL', ARGV[6] .. c, k) == 1 then
     if redis.call('HINCRBY', ARGV[5], c, -1) <= 0 then redis.call('HDEL', ARGV[5], c) end
+    changed(c)
   end
 end
 """
+_COUNTERS = _CHANGED + _COUNTING
 _CLAIM_ALL = _FENCE + _NAMESPACE_OF + _COUNTERS + """
 for i, k in ipairs(KEYS) do
   local owner = redis.call('HGET', ns_of(k), k)
@@ -140,14 +155,17 @@ _LEASE_DROP = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-_REOWN = _FENCE + _NAMESPACE_OF + """
+_REOWN = _FENCE + _NAMESPACE_OF + _CHANGED + """
 local n = 0
 for i, k in ipairs(redis.call('SMEMBERS', ARGV[4])) do
   if redis.call('HGET', ns_of(k), k) == ARGV[1] then
     redis.call('HSET', ns_of(k), k, ARGV[8])
     redis.call('SADD', ARGV[7] .. ARGV[8], k)
     local c = string.match(k, '^(.*):[^:]*$')
-    if c and redis.call('HEXISTS', ARGV[6] .. c, k) == 1 then redis.call('HSET', ARGV[6] .. c, k, ARGV[8]) end
+    if c and redis.call('HEXISTS', ARGV[6] .. c, k) == 1 then
+      redis.call('HSET', ARGV[6] .. c, k, ARGV[8])
+      changed(c)
+    end
     n = n + 1
   end
 end
@@ -209,7 +227,7 @@ return n
 """
 """Index the document keys of a store written before key indexes (once per store, like `_INDEX_ONCE`): one
 script, so no put or delete of another client lands between reading a table and indexing it."""
-_COUNT_ALL = _FENCE + _NAMESPACE_OF + _COUNTERS + """
+_COUNT_ALL = _FENCE + _NAMESPACE_OF + "local function changed(c) end\n" + _COUNTING + """
 if ARGV[7] ~= 'force' and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 redis.call('DEL', ARGV[5])
 for i, key in ipairs(redis.call('KEYS', ARGV[8])) do redis.call('DEL', key) end
@@ -225,7 +243,7 @@ redis.call('SET', KEYS[1], '1')
 return n
 """
 """Count the claims of a store written before claim counters (once per store, as `_INDEX_ONCE`), or recount
-every counter from the claims (`force`: a repair)."""
+every counter from the claims (`force`: a repair). No claim changes, so no counter is marked changed."""
 
 
 def redact(url: str) -> str:
@@ -546,6 +564,15 @@ class RedisStore:
 
     def claims_under(self, counter: str) -> dict[str, str]:
         return dict(self._call(lambda: self._r.hgetall(self._pool(counter))))
+
+    def claim_changes(self, since: int) -> tuple[int, list[str]]:
+        """The store's claims generation now and the counters whose claims changed after generation `since`
+        (one MULTI: the generation and a range of a sorted set, as many members as counters changed)."""
+        pipe = self._r.pipeline(transaction=True)
+        pipe.get(self._counts() + "-gen")
+        pipe.zrangebyscore(self._counts() + "-changed", f"({since}", "+inf")
+        gen, changed = self._call(pipe.execute)
+        return int(gen or 0), list(changed)
 
     def recount_claims(self, repair: bool = False) -> dict[str, int]:
         """Every counter recomputed from the claims themselves (a scan of the keyspace: start-up checks and

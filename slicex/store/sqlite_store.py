@@ -60,6 +60,32 @@ END""",
   DELETE FROM claim_counts WHERE counter = {_counter_sql('OLD.key')} AND n <= 0;
 END""",
 )
+_CHANGES_TABLE = ("CREATE TABLE IF NOT EXISTS claim_changes (counter TEXT PRIMARY KEY, gen INTEGER NOT NULL)",
+                  "CREATE INDEX IF NOT EXISTS claim_changes_gen ON claim_changes (gen)")
+"""Per counter, the claims generation of its last change (a claim, release or new owner of one of its
+claims): a reader asks for the counters changed after the generation it last saw and reads only those (an
+index on `gen`). The generation is MAX(gen) + 1, taken inside the statement that changes the claim."""
+
+
+def _changed_sql(key: str) -> str:
+    """SQL marking `counter_of(key)` changed at a new generation (run by a trigger, so in the claim's statement)."""
+    return (f"INSERT INTO claim_changes (counter, gen) VALUES ({_counter_sql(key)}, "
+            f"(SELECT COALESCE(MAX(gen), 0) + 1 FROM claim_changes)) "
+            f"ON CONFLICT (counter) DO UPDATE SET gen = excluded.gen;")
+
+
+_CHANGES_TRIGGERS = (
+    f"""CREATE TRIGGER IF NOT EXISTS claim_change_in AFTER INSERT ON claims WHEN instr(NEW.key, ':') > 0 BEGIN
+  {_changed_sql('NEW.key')}
+END""",
+    f"""CREATE TRIGGER IF NOT EXISTS claim_change_out AFTER DELETE ON claims WHEN instr(OLD.key, ':') > 0 BEGIN
+  {_changed_sql('OLD.key')}
+END""",
+    f"""CREATE TRIGGER IF NOT EXISTS claim_change_owner AFTER UPDATE OF owner ON claims
+WHEN instr(NEW.key, ':') > 0 BEGIN
+  {_changed_sql('NEW.key')}
+END""",
+)
 _RECOUNT = f"SELECT {_counter_sql('key')} AS c, COUNT(*) FROM claims WHERE instr(key, ':') > 0 GROUP BY c"
 
 BUSY_TIMEOUT_SECONDS = 30.0
@@ -257,6 +283,8 @@ class SqliteStore:
             self._db.execute(trigger)
         if new:
             self._db.execute(f"INSERT INTO claim_counts (counter, n) {_RECOUNT}")
+        for statement in (*_CHANGES_TABLE, *_CHANGES_TRIGGERS):  # a store made before: empty, generation 0
+            self._db.execute(statement)
 
     def claim_counts(self, prefix: str = "") -> dict[str, int]:
         """Counter → claims it holds (counters starting with `prefix`), as the triggers keep them."""
@@ -269,6 +297,15 @@ class SqliteStore:
         rows = self._read(lambda db: db.execute("SELECT key, owner FROM claims WHERE key>? AND key<?",
                                                 (counter + ":", counter + ":" + _LAST)).fetchall())
         return {k: o for k, o in rows if counter_of(k) == counter}
+
+    def claim_changes(self, since: int) -> tuple[int, list[str]]:
+        """The store's claims generation now and the counters whose claims changed after generation `since`
+        (one statement, so one snapshot: an indexed range, as many rows as counters changed, not as counters in
+        use, and the index's last entry)."""
+        rows = self._read(lambda db: db.execute(
+            "SELECT counter, gen FROM claim_changes WHERE gen > ? "
+            "UNION ALL SELECT NULL, COALESCE(MAX(gen), 0) FROM claim_changes", (since,)).fetchall())
+        return int(rows[-1][1]), [c for c, _g in rows if c is not None]
 
     def recount_claims(self, repair: bool = False) -> dict[str, int]:
         """Every counter recomputed from the claims themselves (a full read: start-up checks and tests); with

@@ -441,6 +441,39 @@ def test_documents_written_before_key_indexes_are_found_by_prefix():
         old.close()
 
 
+def test_claim_changes_names_the_pools_changed_since_a_generation(stores):
+    """Every claim, release and new owner marks its pool changed, atomically, seen from another connection
+    (another process); nothing else does. Generations only grow; their steps are the store's own."""
+    store, other = stores.open(), stores.open()
+    gen0, before = store.claim_changes(0)
+    assert (gen0, before) == (0, [])
+    assert store.claim_all(["core:h1:0", "core:h1:1", "vlan:sw:7"], "g1")
+    gen1, changed = other.claim_changes(gen0)
+    assert gen1 > gen0 and sorted(changed) == ["core:h1", "vlan:sw"]
+    assert store.claim_changes(gen1) == (gen1, [])  # nothing since
+
+    assert store.claim_all(["core:h1:0"], "g1")  # held already: nothing changes
+    assert not store.claim_all(["core:h2:0", "core:h1:1"], "g2")  # refused: nothing changes
+    assert not store.release("core:h1:0", "g2")  # not its claim: nothing changes
+    assert store.recount_claims(repair=True)  # a repair changes no claim
+    assert store.claim_changes(gen1) == (gen1, [])
+
+    assert store.claim_all(["core:h2:0"], "g2")
+    gen2, changed = store.claim_changes(gen1)
+    assert gen2 > gen1 and changed == ["core:h2"]
+    assert store.release("core:h1:0", "g1")
+    gen3, changed = store.claim_changes(gen2)
+    assert gen3 > gen2 and changed == ["core:h1"]
+    assert store.reown("g2", "g3") == 1
+    gen4, changed = store.claim_changes(gen3)
+    assert gen4 > gen3 and changed == ["core:h2"]
+    assert store.release_owner("g1") == 2
+    gen5, changed = store.claim_changes(gen4)
+    assert gen5 > gen4 and sorted(changed) == ["core:h1", "vlan:sw"]
+    assert sorted(store.claim_changes(gen2)[1]) == ["core:h1", "core:h2", "vlan:sw"]  # each pool once
+    assert store.claim_changes(gen2)[0] == gen5
+
+
 def test_reown_gives_every_claim_of_one_owner_to_another_and_keeps_the_counts(store):
     store.claim_all(["leased:core:pc1:0", "leased:mem:pc1:3", "bare"], "long-owner")
     store.claim("leased:core:pc1:1", "other")
