@@ -79,11 +79,12 @@ def _fill(disk: Path) -> Path:
         top = "\n".join(sorted(usage.splitlines(), key=lambda line: -int(line.split()[0]))[:10])
         logs = "".join(p.read_text(errors="replace")[-3000:] for p in disk.rglob("*.log"))
         raise AssertionError(f"the small disk was full already ({exc}); largest:\n{top}\nlogs:\n{logs}") from None
-    with open(filler, "wb") as f:
+    # Unbuffered: a buffered writer keeps what the full disk refused and raises ENOSPC again when it closes
+    # (CI saw that OSError at the `with` line).
+    with open(filler, "wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * (1 << 16))
-                f.flush()
         except OSError:
             pass
     return filler
