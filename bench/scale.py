@@ -37,9 +37,17 @@ deployment that places no Allocate --ready-seconds after it answers stops the be
 word on delegating the substrate (a delegation too large for one actor request is refused: docs/architecture.md).
 --store redis://HOST:PORT/DB FLUSHES that database before and after the run.
 
+--keep-home DIR keeps the filled deployment (stopped) and writes DIR/scale-home.json (hosts, racks, store,
+live slices). --from-home DIR starts a later run from a copy of that home instead of filling again: the L
+values below its live count are measured first in a new home (with --store on the next Redis database,
+flushed before and after), the rest on the copy, which is restarted and filled further as needed. So a new
+build is measured at L = 10,000 without another 20-minute fill, and the kept home stays as it was (on SQLite;
+on Redis the database is the kept one, changed only by the lifecycles, which leave it as they found it). A home
+kept by an older build is brought up to this build's store layout by `slicex up`, as an operator's would be.
+
 Run: .venv/bin/python bench/scale.py [--hosts 1000] [--racks 10] [--live 0,1000,10000] [--samples 40]
      [--store redis://127.0.0.1:6379/N] [--json FILE] [--plot FILE [--compare LABEL=EARLIER.jsonl]]
-     [--fill-minutes M] [--quick]"""
+     [--fill-minutes M] [--keep-home DIR | --from-home DIR] [--quick]"""
 
 from __future__ import annotations
 
@@ -47,6 +55,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -130,6 +139,23 @@ class Server:
         (self.home / "slicex.yaml").write_text(yaml.safe_dump(cfg))
         _slicex(self.home, "ca", "init", "--authority", AUTH)
         _slicex(self.home, "user", "add", USER)
+
+    @classmethod
+    def copied(cls, root: Path, kept: Path, store: str | None) -> Server:
+        """A stopped home kept by an earlier run (--keep-home), copied under `root` with new free ports."""
+        server = cls.__new__(cls)
+        server.home, server.store, server.proc, server.pids, server.am_url, server.sa_url = (
+            root / "home", store, None, [], "", "")
+        shutil.copytree(kept / "home", server.home, ignore=shutil.ignore_patterns("run", "logs"), symlinks=True)
+        cfg = yaml.safe_load((server.home / "slicex.yaml").read_text())
+        if (cfg.get("store") or None) != store:
+            raise RuntimeError(f"--from-home {kept}: its store is {cfg.get('store') or 'SQLite'}, this run's "
+                               f"{store or 'SQLite'}")
+        cfg["substrate"] = str(server.home / "substrate.yaml")
+        cfg.update({k: _free_port() for k in ("sa_port", "am_port", "am_v2_port", "chapi_port", "broker_port",
+                                              "authority_port")})
+        (server.home / "slicex.yaml").write_text(yaml.safe_dump(cfg))
+        return server
 
     def start(self) -> float:
         """Start `slicex up`; the seconds until it answered GetVersion."""
@@ -538,19 +564,60 @@ def earlier(path: Path, label: str) -> list[dict]:
 
 
 # ---- main -----------------------------------------------------------------------------------------------------
+KEPT = "scale-home.json"  # beside a kept home: what it was filled with
+
+
+def kept_home(path: Path) -> dict[str, Any]:
+    """What an earlier --keep-home run left in `path` (hosts, racks, store, live)."""
+    try:
+        kept = json.loads((path / KEPT).read_text())
+    except (OSError, ValueError) as exc:
+        raise RuntimeError(f"--from-home {path}: not a home kept by bench/scale.py --keep-home ({exc})") from None
+    if not (path / "home" / "slicex.yaml").is_file():
+        raise RuntimeError(f"--from-home {path}: no home/slicex.yaml in it")
+    return kept
+
+
+def next_database(url: str) -> str:
+    """The Redis URL of the database after `url`'s (where --from-home measures the L below the kept home's)."""
+    base, _, db = url.rstrip("/").rpartition("/")
+    return f"{base}/{int(db) + 1}" if db.isdigit() and base.count("/") >= 2 else f"{url.rstrip('/')}/1"
+
+
 def run(args: argparse.Namespace, targets: list[int], rows: list[dict]) -> None:
     """Fill and measure at each L, appending to `rows` (and to --json FILE as each L is done, so a run that
-    stops part way keeps what it measured)."""
+    stops part way keeps what it measured). With --from-home, the L below the kept home's live count first in
+    a new home, then the rest on a copy of the kept one."""
     if args.json:
         Path(args.json).write_text("")
+    if not args.from_home:
+        _run_on(args, targets, rows, kept=None)
+        return
+    kept = kept_home(Path(args.from_home))
+    below = [t for t in targets if t < kept["live"]]
+    if below:
+        fresh = argparse.Namespace(**{**vars(args), "store": args.store and next_database(args.store)})
+        _run_on(fresh, below, rows, kept=None)
+    _run_on(args, [t for t in targets if t >= kept["live"]], rows, kept=kept,
+            empty=next((r["value"] for r in rows if r["what"] == "store" and r["live_slices"] == 0), None))
+
+
+def _run_on(args: argparse.Namespace, targets: list[int], rows: list[dict], kept: dict[str, Any] | None,
+            empty: float | None = None) -> None:
+    """Fill and measure at each of `targets` on one deployment: a new one, or a copy of the kept home."""
+    if not targets:
+        return
     with contextlib.ExitStack() as stack:
         tmp = args.keep_home or stack.enter_context(tempfile.TemporaryDirectory(prefix="slicex-scale-"))
-        if args.store:
-            _flush(args.store)
-        server = Server(Path(tmp), args.hosts, args.racks, args.store)
+        if kept is not None:
+            server = Server.copied(Path(tmp), Path(args.from_home), args.store)
+        else:
+            if args.store:
+                _flush(args.store)
+            server = Server(Path(tmp), args.hosts, args.racks, args.store)
+        live = kept["live"] if kept is not None else 0
         try:
             server.start()
-            live, empty = 0, None
             for target in targets:
                 t0 = time.perf_counter()
                 before = live
@@ -579,7 +646,10 @@ def run(args: argparse.Namespace, targets: list[int], rows: list[dict]) -> None:
                     break
         finally:
             server.stop()
-            if args.store and not args.keep_home:
+            if args.keep_home:
+                (Path(args.keep_home) / KEPT).write_text(json.dumps(
+                    {"hosts": args.hosts, "racks": args.racks, "store": args.store, "live": live}) + "\n")
+            elif args.store and kept is None:
                 _flush(args.store)
 
 
@@ -617,6 +687,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="make the deployment's home under DIR (a new directory) and keep it after the run, "
                         "filled and stopped, to start it again with `slicex --home DIR/home up` (to profile "
                         "it); with --store, the Redis database is then not flushed at the end")
+    p.add_argument("--from-home", metavar="DIR",
+                   help="start from a copy of the home an earlier --keep-home DIR run left (filled), instead of "
+                        "filling again; the L below its live count are measured first in a new home (with "
+                        "--store: on the next Redis database); --hosts and --racks are the kept home's")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--quick", action="store_true",
                    help="a small run: --hosts 50 --racks 5 --live 0,50 --samples 20 --list-samples 3 "
@@ -634,6 +708,16 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--hosts, --samples, --list-samples, --fill-clients and --idle-seconds must be positive")
     if args.keep_home and Path(args.keep_home).exists():
         p.error(f"--keep-home {args.keep_home}: exists; give a new directory")
+    if args.keep_home and args.from_home:
+        p.error("--keep-home and --from-home: one or the other (copy a kept home by hand to keep it twice)")
+    if args.from_home:
+        try:
+            kept = kept_home(Path(args.from_home))
+        except RuntimeError as exc:
+            p.error(str(exc))
+        if (kept.get("store") or None) != (args.store or None):
+            p.error(f"--from-home {args.from_home}: kept on {kept.get('store') or 'SQLite'}; give the same --store")
+        args.hosts, args.racks = kept["hosts"], kept["racks"]
     if args.store and not args.store.startswith(("redis://", "rediss://")):
         p.error(f"--store {args.store}: a redis:// URL (the embedded deployment on SQLite is the default)")
     compared = []

@@ -211,7 +211,8 @@ def _record_config(home: Home, key: str, value: Any) -> None:
     """Set one top-level key of slicex.yaml, keeping the rest of the file (and the operator's comments)."""
     line = yaml.safe_dump({key: value}, default_flow_style=True).strip().removeprefix("{").removesuffix("}")
     text = home.config_file.read_text() if home.config_file.exists() else ""
-    pattern = re.compile(rf"^{re.escape(key)}:.*$", re.MULTILINE)
+    # the key's line and its block continuation (indented lines, or `- item` lines of a block list)
+    pattern = re.compile(rf"^{re.escape(key)}:.*$(?:\n(?:[ \t]+\S|- ).*$)*", re.MULTILINE)
     text = pattern.sub(lambda _m: line, text, count=1) if pattern.search(text) else \
         text + ("" if text.endswith("\n") or not text else "\n") + line + "\n"
     home.config_file.write_text(text)

@@ -19,7 +19,8 @@ SINGLE = ("slicex up to GetVersion answered", "slicex up to the first Allocate p
 def test_the_scale_bench_measures_every_cost_at_every_live_slice_count(tmp_path: Path):
     jsonl, png = tmp_path / "scale.jsonl", tmp_path / "scale.png"
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "scale.py"), "--quick", "--quiet", "--json", str(jsonl),
-                          "--plot", str(png)], capture_output=True, text=True, timeout=900, cwd=ROOT)
+                          "--plot", str(png), "--keep-home", str(tmp_path / "kept")], capture_output=True, text=True,
+                         timeout=900, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     assert rows == [json.loads(line) for line in jsonl.read_text().splitlines()]  # the file holds what was printed
@@ -42,6 +43,20 @@ def test_the_scale_bench_measures_every_cost_at_every_live_slice_count(tmp_path:
     stores = {r["live_slices"]: r["value"] for r in rows if r["what"] == "store"}
     assert added["live_slices"] == 50 and added["value"] == (stores[50] - stores[0]) / 99
     assert "live_slices" in out.stdout.splitlines()[2]  # the table's header, under the machine and the title
+
+    # a later run starts from the kept home (no second fill to 50): L below it in a new home, the rest on a copy
+    kept = json.loads((tmp_path / "kept" / "scale-home.json").read_text())
+    assert kept == {"hosts": 50, "racks": 5, "store": None, "live": 50}
+    kept_db = (tmp_path / "kept" / "home" / "state.db").read_bytes()
+    again = subprocess.run([sys.executable, str(ROOT / "bench" / "scale.py"), "--from-home", str(tmp_path / "kept"),
+                            "--live", "5,50,52", "--samples", "2", "--list-samples", "1", "--idle-seconds", "1",
+                            "--quiet"], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert again.returncode == 0, again.stderr[-3000:]
+    later = [json.loads(line) for line in again.stdout.splitlines() if line.startswith("{")]
+    fills = {r["live_slices"]: r["value"] for r in later if r["what"].startswith("fill rate")}
+    assert set(fills) == {5, 52}  # 50 was not filled again
+    assert {r["live_slices"] for r in later} == {5, 50, 52}
+    assert (tmp_path / "kept" / "home" / "state.db").read_bytes() == kept_db  # the kept home stays as it was
 
 
 def test_the_scale_bench_refuses_a_shrinking_list_of_live_slice_counts():

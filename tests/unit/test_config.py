@@ -130,3 +130,20 @@ def test_the_operator_guide_carries_the_reference_as_the_model_makes_it():
     guide = (Path(__file__).parents[2] / "docs" / "operator-guide.md").read_text()
     assert reference_table() in guide, "regenerate: python -c 'from slicex.config import reference_table; " \
                                        "print(reference_table())'"
+
+
+def test_a_key_slicex_records_replaces_a_block_list_whole_and_keeps_the_rest(tmp_path: Path):
+    """`slicex up` records `deployment_stores`; written by a YAML tool (or an operator) as a block list, the
+    old items stayed behind the new line and the next `up` refused slicex.yaml as not valid YAML."""
+    from cli.main import _record_config
+
+    home = Home(tmp_path)
+    home.config_file.write_text("# the operator's comment\nauthority: x.test\ndeployment_stores:\n- sqlite:///a.db\n"
+                                "- sqlite:///b.db\nam:\n  max_lease_days: 3\n")
+    _record_config(home, "deployment_stores", ["sqlite:///c.db"])
+    text = home.config_file.read_text()
+    assert text.startswith("# the operator's comment\n")
+    assert yaml.safe_load(text) == {"authority": "x.test", "deployment_stores": ["sqlite:///c.db"],
+                                    "am": {"max_lease_days": 3}}
+    _record_config(home, "am", {"max_lease_days": 4})  # a nested block replaced whole too
+    assert yaml.safe_load(home.config_file.read_text())["am"] == {"max_lease_days": 4}
