@@ -14,6 +14,9 @@ store has not done before it starts any actor; every other process refuses a sto
   name (authority/actor.py `lease_owner`), one atomic `reown` per lease.
 5 held index (issue 33): every live slice manager record filed in `sm-held` under its owner's and its slice's
   authority (slice_manager/held.py), so a federation peer's usage limit reads only the peer's namespaces.
+6 broker ticket index (issue 33): every active broker ticket filed in the time index under its end plus the
+  expiry grace (and, on Redis, in its table's key index: tickets are read by claim group), every active ticket
+  not claimed yet named in `broker-advance`, so a broker's start reads the advance tickets only.
 
 Each step reads every document of its tables once and may run again (kill -9 mid-step: the next `slicex up`
 runs it from its start); the readers of this slicex read the forms before and after it."""
@@ -24,7 +27,7 @@ from typing import Any
 
 from authority.actor import LAYOUT as AUTHORITY_LAYOUT
 from authority.actor import LEASES, lease_document, lease_owner, packed
-from broker.broker import TICKETS, lean_ticket
+from broker.broker import ADVANCE, TICKETS, lean_ticket, ticket_due
 from operations.accounting import UsageRecord
 from operations.ledger import LAYOUT as USAGE_LAYOUT
 from operations.ledger import OPEN, USAGE
@@ -126,6 +129,18 @@ def held_index(store: Any) -> int:
     return n
 
 
+def broker_ticket_index(store: Any) -> int:
+    n = 0
+    for d in store.scan(TICKETS):
+        tid = d["ticket"]["id"]
+        active = d.get("state") == "active"
+        if active and not d.get("claimed", True):
+            store.put(ADVANCE, tid, {"id": tid, "broker": d["broker"]})
+        store.put(TICKETS, tid, d, due=ticket_due(d) if active else None)
+        n += 1
+    return n
+
+
 STEPS = (Step(1, "time index", time_index), Step(2, "redis indexes", redis_indexes),
          Step(3, "lean records", lean_records), Step(4, "lease claim owners", lease_claim_owners),
-         Step(5, "held index", held_index))
+         Step(5, "held index", held_index), Step(6, "broker ticket index", broker_ticket_index))

@@ -15,10 +15,13 @@ order is the order below, so a failure names the most basic index that went wron
 * the claim counters per pool (per host: `core:<host>`, `mem:<host>`, ...; per switch: `vlan:<switch>`) and
   each pool's list of claims; Redis's namespace hashes and owner sets;
 * the authority's lease claims (`leased:<unit>`, owned by its lease's `lease_owner`) equal the leases' units;
-* with a broker: its calendar equals the active tickets it stored, the calendar's interval index (by end), its
-  group, unit and idle/busy indexes equal a recomputation from its bookings, the advance tickets waiting to
-  start are those not claimed yet, the store's unit claims are exactly the started tickets' units, and its
-  in-memory copy of the unit claims (and that copy's counts) equals the store's."""
+* the broker tickets' time index (each active ticket under its end plus the grace) and `broker-advance` (every
+  active ticket not claimed yet);
+* with a broker: its calendar holds stored active tickets as stored, every advance one and, for each group it
+  read, every one of the group; the calendar's interval index (by end), its group, unit and idle/busy indexes
+  equal a recomputation from its bookings, the advance tickets waiting to start are those not claimed yet, the
+  store's unit claims are exactly the started tickets' units, its in-memory copy of the unit claims equals the
+  store's for every pool it read, and its counts (the counters read at start for the others) the store's."""
 
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from authority.actor import LEASES, lease_document, lease_owner
-from broker.broker import TICKETS
+from broker.broker import ADVANCE, TICKETS, ticket_due
 from broker.claims import counts_of
 from operations.ledger import OPEN, USAGE
 from slice_manager import held
@@ -37,7 +40,7 @@ from slicex.store import counter_of, namespace_of
 from slicex.store.ownership import KEY_INDEXED
 from slicex.ticket import Lease, Ticket
 
-TIMED = (RESERVATIONS, LEASES, OPEN)
+TIMED = (RESERVATIONS, LEASES, OPEN, TICKETS)
 """The tables whose documents are filed in the time index."""
 
 
@@ -94,6 +97,11 @@ def _documents(store: Any) -> None:
     expiring = {urn: r.expires for urn, r in open_now.items()}
     _same("open usage records' time index", {u: e.timestamp() for u, e in expiring.items() if e is not None},
           _filed(store, OPEN))
+    tickets = store.scan(TICKETS)
+    _same("broker tickets' time index", {d["ticket"]["id"]: ticket_due(d) for d in tickets
+                                         if d.get("state") == "active"}, _filed(store, TICKETS))
+    waiting = {d["ticket"]["id"] for d in tickets if d.get("state") == "active" and not d.get("claimed", True)}
+    _same("advance tickets not named in broker-advance", set(), waiting - {d["id"] for d in store.scan(ADVANCE)})
     _same("tables filed in the time index", set(), _timed_tables(store) - set(TIMED))
     return recs
 
@@ -198,9 +206,13 @@ def _broker(broker: Any, store: Any, claims: Mapping[str, str]) -> None:
         if td.get("broker") == broker.name and td.get("state") == "active":
             t = Ticket.from_doc(td["ticket"])
             tickets[t.id] = (frozenset(td.get("booked", t.units)), t.term, bool(td.get("claimed", True)))
-    _same("broker calendar against its stored tickets", {h: (u, term) for h, (u, term, _c) in tickets.items()},
-          {h: (b.units, b.term) for h, b in cal.bookings.items()})
-    _same("broker's claimed flags", {h: c for h, (_u, _t, c) in tickets.items()}, dict(broker._claimed))
+    # a start books the advance tickets only; a started one joins the calendar when a call touches its group
+    held = {h: (u, term) for h, (u, term, _c) in tickets.items() if h in cal.bookings}
+    _same("broker calendar against its stored tickets", held, {h: (b.units, b.term) for h, b in cal.bookings.items()})
+    _same("broker calendar's advance tickets", {h for h, (_u, _t, c) in tickets.items() if not c},
+          {h for h in cal.bookings if not tickets.get(h, (0, 0, True))[2]})
+    _same("broker's claimed flags", {h: c for h, (_u, _t, c) in tickets.items() if h in cal.bookings},
+          dict(broker._claimed))
     _same("advance tickets waiting to start", {h for h, (_u, _t, c) in tickets.items() if not c},
           set(broker._claimed.waiting))
     _same("calendar's interval index (by end)", sorted((b.term.end, h) for h, b in cal.bookings.items()), cal._ends)
@@ -208,6 +220,8 @@ def _broker(broker: Any, store: Any, claims: Mapping[str, str]) -> None:
     for h in cal.bookings:
         groups.setdefault(h.rsplit("/", 1)[0], set()).add(h)
     _same("calendar's group index", groups, cal._groups)
+    for g in groups.keys() & broker._groups_loaded:
+        _same(f"calendar's bookings of loaded group {g}", {h for h in tickets if h.rsplit("/", 1)[0] == g}, groups[g])
     _same("calendar's unit index", _spans(cal.bookings.values()),
           {u: sorted(s) for u, s in cal._by_unit.items()})
     for name, pool in cal.pools.items():
@@ -218,10 +232,11 @@ def _broker(broker: Any, store: Any, claims: Mapping[str, str]) -> None:
     _same("unit claims against the started tickets", {u: h.rsplit("/", 1)[0] for h, (us, _t, c) in tickets.items()
                                                        if c for u in us}, units)
     copy = broker._copy
-    _same("broker's copy of the unit claims", units, copy.owner)
+    read = {k: o for k, o in units.items() if copy.complete or counter_of(k) in copy.loaded}
+    _same("broker's copy of the unit claims", read, copy.owner)
     by_counter: dict[str, set[str]] = {}
     by_owner: dict[str, set[str]] = {}
-    for k, o in units.items():
+    for k, o in read.items():
         by_counter.setdefault(counter_of(k), set()).add(k)
         by_owner.setdefault(o, set()).add(k)
     _same("broker's copy by pool", by_counter, copy.by_counter)

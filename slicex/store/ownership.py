@@ -46,7 +46,7 @@ class Holding:
 
 
 KEY_INDEXED = frozenset({"sm-slice-slivers", "sm-requests", "sm-held", "delegations", "broker-out-of-service",
-                         "bitstreams"})
+                         "broker-tickets", "bitstreams"})
 """The tables read by key prefix (`Store.scan(table, prefix)`): on Redis only these keep a key index beside
 their hash (a sorted set of every key, written with each document); a prefix scan of another table reads its
 hash with HSCAN (issue 33: the index cost about 130 bytes per document). tests/unit/test_store_ownership.py
@@ -79,7 +79,11 @@ OWNERSHIP: tuple[Holding, ...] = (
             "substrate description, reclaimed, draining, and the signed delegation documents accepted"),
     Holding("broker-out-of-service", Actor.BROKER, "per broker and authority: a copy of the delegation record's "
             "reclaimed and draining lists, read at every placement"),
-    Holding("broker-tickets", Actor.BROKER, "tickets with their placement (rebuilt into the calendar at start)"),
+    Holding("broker-tickets", Actor.BROKER, "tickets with their placement, each active one filed in the time "
+            "index under its end plus a grace (the broker's clock drops those nobody relinquished); read by key "
+            "prefix per claim group into the calendar when a call touches the group"),
+    Holding("broker-advance", Actor.BROKER, "ticket id → its broker, for the tickets not claimed yet (advance "
+            "reservations): what a start books into the calendar"),
     Holding("broker-relinquished", Actor.BROKER, "tickets and groups given back in the last hour: a late "
             "request for them is refused"),
     Holding("broker-version", Actor.BROKER, "per broker: a token replaced whenever inventory or promises change"),
