@@ -858,6 +858,7 @@ class Broker:
         if limit is not None and end > limit:
             raise OutOfRange(f"broker {self.name}: cannot extend ticket {ticket.id} past {limit:%Y-%m-%dT%H:%M:%SZ}")
         with self._lock:
+            self._ensure_group(ticket.group)
             doc = self.store.get(TICKETS, ticket.id)
             if doc is not None and doc.get("state") == "active":
                 current = Ticket.from_doc(doc["ticket"])
@@ -875,6 +876,7 @@ class Broker:
                 except CalendarError:
                     self._forget_released(booked)
                     self.calendar.book(current.id, booked, current.term)
+                self._claimed.setdefault(current.id, bool(doc.get("claimed", True)) if doc else True)
             try:
                 self.calendar.extend(current.id, end)
             except CalendarError as exc:
