@@ -17,6 +17,8 @@ store has not done before it starts any actor; every other process refuses a sto
 6 broker ticket index (issue 33): every active broker ticket filed in the time index under its end plus the
   expiry grace (and, on Redis, in its table's key index: tickets are read by claim group), every active ticket
   not claimed yet named in `broker-advance`, so a broker's start reads the advance tickets only.
+7 open usage key index (issue 33): on Redis, every open usage record in its table's key index, so the ledger's
+  rotating check (`Ledger.sweep`) reads a page of them by key range.
 
 Each step reads every document of its tables once and may run again (kill -9 mid-step: the next `slicex up`
 runs it from its start); the readers of this slicex read the forms before and after it."""
@@ -141,6 +143,16 @@ def broker_ticket_index(store: Any) -> int:
     return n
 
 
+def open_usage_key_index(store: Any) -> int:
+    n = 0
+    for d in store.scan(OPEN):
+        rec = UsageRecord.from_doc(d)
+        store.put(OPEN, rec.sliver_urn, d, due=_usage_due(rec))
+        n += 1
+    return n
+
+
 STEPS = (Step(1, "time index", time_index), Step(2, "redis indexes", redis_indexes),
          Step(3, "lean records", lean_records), Step(4, "lease claim owners", lease_claim_owners),
-         Step(5, "held index", held_index), Step(6, "broker ticket index", broker_ticket_index))
+         Step(5, "held index", held_index), Step(6, "broker ticket index", broker_ticket_index),
+         Step(7, "open usage key index", open_usage_key_index))

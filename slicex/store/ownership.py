@@ -46,11 +46,12 @@ class Holding:
 
 
 KEY_INDEXED = frozenset({"sm-slice-slivers", "sm-requests", "sm-held", "delegations", "broker-out-of-service",
-                         "broker-tickets", "bitstreams"})
+                         "broker-tickets", "usage-open", "bitstreams"})
 """The tables read by key prefix (`Store.scan(table, prefix)`): on Redis only these keep a key index beside
 their hash (a sorted set of every key, written with each document); a prefix scan of another table reads its
 hash with HSCAN (issue 33: the index cost about 130 bytes per document). tests/unit/test_store_ownership.py
-checks that every prefix scan in the code names one of these."""
+checks that every prefix scan in the code names one of these. A table swept a page at a time (`Store.page`:
+`usage-open`) keeps one too, so a page reads its own documents only."""
 
 
 _UNITS_READ = ((Actor.SLICE_MANAGER, "`usage_keys`: the operator dashboard's and metrics' view of every unit "
@@ -197,6 +198,10 @@ class OwnedStore:
     def due(self, table: str, until: float, limit: int | None = None) -> list[tuple[str, float]]:
         self._table(table, write=False)
         return self.inner.due(table, until, limit)
+
+    def page(self, table: str, cursor: str, limit: int) -> tuple[list[dict[str, Any]], str]:
+        self._table(table, write=False)
+        return self.inner.page(table, cursor, limit)
 
     def claim(self, key: str, owner: str) -> bool:
         self._claims([key], write=True)

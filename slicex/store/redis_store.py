@@ -487,6 +487,17 @@ class RedisStore:
                                                          num=-1 if limit is None else limit, withscores=True))
         return [(k, float(at)) for k, at in found]
 
+    def page(self, table: str, cursor: str, limit: int) -> tuple[list[dict[str, Any]], str]:
+        """A table with a key index: the next `limit` keys after `cursor` (a lexicographic range), then their
+        documents. Another: one HSCAN step of its hash (about `limit` fields; a small hash answers whole)."""
+        if table in KEY_INDEXED:
+            start = b"(" + cursor.encode() if cursor else b"-"
+            keys = self._call(lambda: self._r.zrangebylex(self._k(table), start, b"+", start=0, num=limit))
+            texts = self._call(lambda: self._rb.hmget(self._t(table), keys)) if keys else []
+            return [decode(t) for t in texts if t is not None], (keys[-1] if len(keys) == limit else "")
+        nxt, found = self._call(lambda: self._rb.hscan(self._t(table), int(cursor or 0), count=limit))
+        return [decode(v) for v in found.values()], ("" if int(nxt) == 0 else str(int(nxt)))
+
     def reindex(self) -> int:
         """Bring a store of an older layout to this one: every claim in its namespace's hash and its own key
         dropped (issue 33), owner sets of bare claim keys, every document key of a table read by prefix in its

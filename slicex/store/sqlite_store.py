@@ -216,6 +216,12 @@ class SqliteStore:
             (table, until, -1 if limit is None else limit)).fetchall())
         return [(k, float(d)) for k, d in rows]
 
+    def page(self, table: str, cursor: str, limit: int) -> tuple[list[dict[str, Any]], str]:
+        """The next `limit` documents by key after the key `cursor` names (a range of the primary key)."""
+        rows = self._read(lambda db: db.execute(
+            "SELECT key, doc FROM docs WHERE tbl=? AND key>? ORDER BY key LIMIT ?", (table, cursor, limit)).fetchall())
+        return [decode(r[1]) for r in rows], (rows[-1][0] if len(rows) == limit else "")
+
     def claim(self, key: str, owner: str) -> bool:
         return self.claim_all([key], owner)
 

@@ -62,6 +62,11 @@ class Counting:
         self._count("claims:unit" if "core" in set(namespaces) else "claims:other", len(found))
         return found
 
+    def page(self, table: str, cursor: str, limit: int) -> tuple:
+        docs, after = self._store.page(table, cursor, limit)
+        self._count(table, len(docs))
+        return docs, after
+
     def claims_under(self, counter: str) -> dict:
         found = self._store.claims_under(counter)
         self._count("claims:pool", len(found))
@@ -204,6 +209,28 @@ def test_the_first_listresources_after_a_change_reads_the_claim_counters_not_eve
             ad = d._advertise(True, filled.clock.now())
             runs[n] = collections.Counter(filled.store.read)
             assert "<rspec" in ad
+        finally:
+            d.stop()
+    assert runs[10] == runs[40], runs
+
+
+def test_a_step_of_the_ledgers_check_reads_a_page_of_usage_not_every_record(store_url, tmp_path):
+    """The ledger's rotating check (`Ledger.sweep`) reads a page of open usage records and each one's sliver
+    record, whatever is open; following it page after page checks every open record once."""
+    runs = {}
+    for n in (10, 40):
+        filled = Filled(tmp_path, store_url(f"w{n}"), f"w{n}", n)
+        d = filled.start()
+        try:
+            now = filled.clock.now()
+            filled.store.read.clear()
+            assert d.ledger.sweep(d.sm.holds, now, page=5) == [] and not d.ledger.swept
+            runs[n] = collections.Counter(filled.store.read)
+            steps = 1
+            while not d.ledger.swept:
+                assert d.ledger.sweep(d.sm.holds, now, page=5) == []
+                steps += 1
+            assert -(-n // 5) <= steps <= n // 5 + 1  # a pass: every open record once (a last page may be empty)
         finally:
             d.stop()
     assert runs[10] == runs[40], runs

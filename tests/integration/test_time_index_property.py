@@ -83,7 +83,7 @@ class World:
         else:  # the slice manager goes on, talking to the restarted actor
             self.sm.broker, self.sm.authority = self.broker, self.authority
         self.sm.reap(self.clock.now())
-        self.ledger.reconcile(self.sm.records, self.clock.now())
+        self.ledger.sweep(self.sm.holds, self.clock.now())
 
     def live(self, slice_urn: str) -> list[Any]:
         return self.sm.slivers(slice_urn, self.clock.now())
