@@ -9,7 +9,9 @@ the check costs the same per tick whatever is open; a pass over every open recor
 pure parts are operations/accounting.py (records, totals) and operations/quotas.py (limits, checks).
 
 Store tables: `usage` holds the ended records, `usage-open` the open ones (what is held
-now: scanned on each Allocate under a limit), each filed in the time index under its expiry, so the reaper's
+now), each with what it counts against its user's and project's limits added to their usage counters in the
+same write (`Store.put` tally: an Allocate under a limit reads two counters, not every open record), and
+filed in the time index under its expiry, so the reaper's
 `settle` reads only the records that expired and those of the slivers it ended. A check and the allocation it admits run under
 one store claim per user, per project and per federation peer limited (`quota-lock:<urn>`,
 `quota-lock:peer:<name>`), so two threads or AM workers cannot both admit requests that together pass a limit:
@@ -26,8 +28,9 @@ from dataclasses import replace
 from datetime import datetime
 
 from operations import quotas
-from operations.accounting import UsageRecord, ended_at, held_now, project_of, sliver_amounts, user_key
+from operations.accounting import UsageRecord, ended_at, project_of, sliver_amounts, tally_of, user_key
 from protocol.slice_manager import Sliver
+from resources.kind import Amounts
 from rspec.request import Request
 from rspec.substrate import Substrate
 from slicex.config import SlicexConfig
@@ -73,16 +76,42 @@ class Ledger:
         return [UsageRecord.from_doc(d) for d in self.store.scan(OPEN)]
 
     def _open(self, rec: UsageRecord) -> None:
-        """Write an open record, filed in the time index under its expiry (`settle` finds it there). Only
-        there: `usage` gets it when it ends (a store made before issue 33 may hold an older copy there too,
-        which `usage_records` reads beneath the open one)."""
-        self.store.put(OPEN, rec.sliver_urn, rec.to_doc(), due=rec.expires.timestamp() if rec.expires else None)
+        """Write an open record, filed in the time index under its expiry (`settle` finds it there), with what
+        it counts against its user's and project's limits added to their counters (one write). Only there:
+        `usage` gets it when it ends (a store made before issue 33 may hold an older copy there too, which
+        `usage_records` reads beneath the open one). A link an Update placed to replace another counts beyond
+        it while both are open; the replaced one names it (`replaced_by`), so that it counts whole once the
+        replaced one ends (`_close`)."""
+        replaced = None
+        if rec.replaces:
+            doc = self.store.get(OPEN, rec.replaces)
+            replaced = UsageRecord.from_doc(doc) if doc is not None else None
+        self._put_open(rec, replaced)
+        if replaced is not None and replaced.replaced_by != rec.sliver_urn:
+            self._put_open(replace(replaced, replaced_by=rec.sliver_urn), None)
+
+    def _put_open(self, rec: UsageRecord, replaced: UsageRecord | None) -> None:
+        self.store.put(OPEN, rec.sliver_urn, rec.to_doc(), due=rec.expires.timestamp() if rec.expires else None,
+                       tally=tally_of(OPEN, rec, replaced))
 
     def _close(self, rec: UsageRecord, end: datetime, reason: str) -> UsageRecord:
+        """End a record: out of `usage-open` (and its counters), into `usage`. The link replacing it, if any,
+        counts whole from now: written first, so a crash between the writes over-counts, never under-counts."""
+        if rec.replaced_by:
+            doc = self.store.get(OPEN, rec.replaced_by)
+            if doc is not None and (by := UsageRecord.from_doc(doc)).replaces == rec.sliver_urn:
+                self._put_open(by, None)
         done = rec.closed(end, reason)
         self.store.put(USAGE, rec.sliver_urn, done.to_doc())
         self.store.delete(OPEN, rec.sliver_urn)
         return done
+
+    def held(self, user: str, project: str | None) -> tuple[Amounts, Amounts]:
+        """What a user (`user_key`), and the project, hold now: their usage counters, one read each."""
+        mine = Amounts.from_doc(self.store.tallies(f"{OPEN}|user:{user}"))
+        theirs = Amounts.from_doc(self.store.tallies(f"{OPEN}|project:{project}")) if project is not None \
+            else Amounts()
+        return mine, theirs
 
     def began(self, user: str, slice_urn: str, slivers: Iterable[Sliver], now: datetime,
               replaces: Mapping[str, str] | None = None) -> None:
@@ -166,7 +195,7 @@ class Ledger:
                 end = peers.admit("Allocate", user, slice_urn, now, end, request, asked_end)
             end, _ = quotas.lease_end(user, project, self.policy, now, end, now, cut=not asked_end)
             if lock:
-                held_user, held_project = held_now(self.open_records(), user_key(user), project)
+                held_user, held_project = self.held(user_key(user), project)
                 quotas.check_amounts(user_key(user), project, self.policy, held_user, held_project,
                                      quotas.request_amounts(self.substrate, request))
             slivers = allocate(end)
@@ -192,7 +221,7 @@ class Ledger:
             if peers is not None:  # the peer counts slivers, nodes and cores: a replaced link adds none
                 peers.admit("Allocate", user, slice_urn, now, end, new, True)
             if lock:
-                held_user, held_project = held_now(self.open_records(), user_key(user), project)
+                held_user, held_project = self.held(user_key(user), project)
                 quotas.check_amounts(user_key(user), project, self.policy, held_user, held_project,
                                      quotas.update_amounts(self.substrate, desired, named))
             return update()

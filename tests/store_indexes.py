@@ -10,7 +10,8 @@ order is the order below, so a failure names the most basic index that went wron
   the requests stored by slice;
 * the held index (a federation peer's usage): every live sliver filed under its owner's and its slice's
   authority, nothing else when `exact` (a crash may leave an entry for a sliver that ended: over-counting);
-* the open usage records: exactly the usage records not yet ended;
+* the open usage records: exactly the usage records not yet ended; the usage counters per user and project
+  (what the open records count against limits: `tally_of`), and each replaced record naming its replacement;
 * Redis: every table's key index equals its hash's keys, and its time index names only documents it holds;
 * the claim counters per pool (per host: `core:<host>`, `mem:<host>`, ...; per switch: `vlan:<switch>`) and
   each pool's list of claims; Redis's namespace hashes and owner sets;
@@ -94,6 +95,7 @@ def _documents(store: Any) -> None:
           {r.sliver_urn for r in ended if r.end is None})
     open_now = {r.sliver_urn: r for r in (UsageRecord.from_doc(d) for d in store.scan(OPEN))}
     _same("ended usage records kept in `usage-open`", set(), {u for u, r in open_now.items() if r.end is not None})
+    _usage_counters(store, open_now)
     expiring = {urn: r.expires for urn, r in open_now.items()}
     _same("open usage records' time index", {u: e.timestamp() for u, e in expiring.items() if e is not None},
           _filed(store, OPEN))
@@ -104,6 +106,38 @@ def _documents(store: Any) -> None:
     _same("advance tickets not named in broker-advance", set(), waiting - {d["id"] for d in store.scan(ADVANCE)})
     _same("tables filed in the time index", set(), _timed_tables(store) - set(TIMED))
     return recs
+
+
+def _kept_tallies(store: Any) -> dict[str, dict[str, int]]:
+    """Every usage counter the store keeps (its non-zero fields)."""
+    redis = getattr(store, "_r", None)
+    if redis is not None:
+        head = store._tally("")
+        kept = {k[len(head):]: {f: int(n) for f, n in redis.hgetall(k).items() if int(n)}
+                for k in redis.scan_iter(match=head + "*")}
+    else:
+        kept = {}
+        for c, f, n in store._read(lambda db: db.execute("SELECT counter, field, n FROM tallies").fetchall()):
+            if n:
+                kept.setdefault(c, {})[f] = int(n)
+    return {c: fields for c, fields in kept.items() if fields}
+
+
+def _usage_counters(store: Any, open_now: Mapping[str, Any]) -> None:
+    from operations.accounting import tally_of
+
+    want: dict[str, dict[str, int]] = {}
+    for rec in open_now.values():
+        for c, fields in tally_of(OPEN, rec, open_now.get(rec.replaces) if rec.replaces else None).items():
+            for f, n in fields.items():
+                want.setdefault(c, {})[f] = want.setdefault(c, {}).get(f, 0) + n
+    want = {c: {f: n for f, n in fields.items() if n} for c, fields in want.items()}
+    _same("usage counters (per user and project: what the open usage records count against limits)",
+          {c: fields for c, fields in want.items() if fields}, _kept_tallies(store))
+    _same("replaced usage records naming the records replacing them",
+          {r.replaces: u for u, r in open_now.items() if r.replaces in open_now},
+          {u: r.replaced_by for u, r in open_now.items() if r.replaced_by and u in
+           {x.replaces for x in open_now.values()}})
 
 
 def _slices(store: Any, recs: list[Record], exact: bool) -> None:

@@ -10,7 +10,7 @@ access. A claim's namespace is the text of its key before the first ":" (`core:p
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -52,6 +52,10 @@ their hash (a sorted set of every key, written with each document); a prefix sca
 hash with HSCAN (issue 33: the index cost about 130 bytes per document). tests/unit/test_store_ownership.py
 checks that every prefix scan in the code names one of these. A table swept a page at a time (`Store.page`:
 `usage-open`) keeps one too, so a page reads its own documents only."""
+
+TALLIED = frozenset({"usage-open"})
+"""The tables whose documents carry tallies (`Store.put(..., tally=)`): on Redis a put to one of these reads the
+document's previous tally to take it out (a hash beside the table); other tables' puts skip it."""
 
 
 _UNITS_READ = ((Actor.SLICE_MANAGER, "`usage_keys`: the operator dashboard's and metrics' view of every unit "
@@ -121,7 +125,8 @@ OWNERSHIP: tuple[Holding, ...] = (
     # ---- operations
     Holding("usage", Actor.OPERATIONS, "usage records of slivers that ended (accounting)"),
     Holding("usage-open", Actor.OPERATIONS, "usage records of slivers still held (quotas), each filed in the "
-            "time index under its expiry"),
+            "time index under its expiry and counted in its owner's and project's usage counters (tallies "
+            "`usage-open|user:…`, `usage-open|project:…`)"),
     Holding("usage-layout", Actor.OPERATIONS, "a layout mark of a store made before its layout steps (removed by step 1, deployment/migrations.py)"),
     Holding("snapshots", Actor.OPERATIONS, "the dashboard's latest snapshot per publisher, and `wanted`: when a "
             "dashboard view last asked for them (publishers build only for 5 minutes after it)"),
@@ -180,12 +185,15 @@ class OwnedStore:
         self._table(table, write=False)
         return self.inner.get(table, key)
 
-    def put(self, table: str, key: str, doc: dict[str, Any], due: float | None = None) -> None:
+    def put(self, table: str, key: str, doc: dict[str, Any], due: float | None = None,
+            tally: Mapping[str, Mapping[str, int]] | None = None) -> None:
         self._table(table, write=True)
-        if due is None:
-            self.inner.put(table, key, doc)
-        else:
-            self.inner.put(table, key, doc, due=due)
+        extra: dict[str, Any] = {}
+        if due is not None:
+            extra["due"] = due
+        if tally is not None:
+            extra["tally"] = tally
+        self.inner.put(table, key, doc, **extra)
 
     def delete(self, table: str, key: str) -> bool:
         self._table(table, write=True)
@@ -202,6 +210,11 @@ class OwnedStore:
     def page(self, table: str, cursor: str, limit: int) -> tuple[list[dict[str, Any]], str]:
         self._table(table, write=False)
         return self.inner.page(table, cursor, limit)
+
+    def tallies(self, counter: str) -> dict[str, int]:
+        """Tallies are named by their table's owner's documents: `<table>|<name>`."""
+        self._table(counter.partition("|")[0], write=False)
+        return self.inner.tallies(counter)
 
     def claim(self, key: str, owner: str) -> bool:
         self._claims([key], write=True)

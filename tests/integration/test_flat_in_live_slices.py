@@ -67,6 +67,11 @@ class Counting:
         self._count(table, len(docs))
         return docs, after
 
+    def tallies(self, counter: str) -> dict:
+        found = self._store.tallies(counter)
+        self._count("tallies", 1)  # one counter document, however many records it sums
+        return found
+
     def claims_under(self, counter: str) -> dict:
         found = self._store.claims_under(counter)
         self._count("claims:pool", len(found))
@@ -231,6 +236,33 @@ def test_a_step_of_the_ledgers_check_reads_a_page_of_usage_not_every_record(stor
                 assert d.ledger.sweep(d.sm.holds, now, page=5) == []
                 steps += 1
             assert -(-n // 5) <= steps <= n // 5 + 1  # a pass: every open record once (a last page may be empty)
+        finally:
+            d.stop()
+    assert runs[10] == runs[40], runs
+
+
+def test_a_quota_check_reads_the_users_and_projects_counters_not_every_open_usage_record(store_url, tmp_path):
+    """An Allocate under a user's and a project's limits counts what they hold from their usage counters (two
+    reads), not from every open usage record; and the counters say what the records hold."""
+    from operations.accounting import user_key
+    from operations.quotas import policy_from_config
+
+    runs = {}
+    for n in (10, 40):
+        filled = Filled(tmp_path, store_url(f"q{n}"), f"q{n}", n)
+        d = filled.start()
+        try:
+            d.ledger.policy = policy_from_config({"users": {"default": {"cores": 1000}},
+                                                  "projects": {"default": {"cores": 1000}}})
+            now = filled.clock.now()
+            request = parse_request(request_rspec([vm("extra")]))
+            slice_urn = f"urn:publicid:IDN+{AUTHORITY}+slice+extra"
+            filled.store.read.clear()
+            d.ledger.allocate(OWNER, slice_urn, request, now, now + timedelta(hours=1), True,
+                              lambda end, d=d, s=slice_urn, r=request, t=now: d.sm.allocate(s, OWNER, r, end, t))
+            runs[n] = {t: c for t, c in filled.store.read.items() if t in ("usage-open", "usage", "tallies")}
+            mine, _ = d.ledger.held(user_key(OWNER), None)
+            assert mine.nodes == n + 1, (mine, n)
         finally:
             d.stop()
     assert runs[10] == runs[40], runs

@@ -329,6 +329,8 @@ def corruptions(store: Any, w: World) -> list[tuple[str, Any]]:
         ("leases' time index", lambda: store.put(LEASES, lease["lease"]["id"], lease)),
         # an open record copied into `usage` (which holds ended ones only, issue 33's lean records)
         ("open usage records", lambda: store.put(USAGE, rec.id, store.get(OPEN, rec.id))),
+        # an open usage record written again without its tally: its user's counter no longer counts it
+        ("usage counters", lambda: store.put(OPEN, rec.id, store.get(OPEN, rec.id))),
         ("records' slice index", lambda: store.delete(SLIVERS_OF, f"{rec.slice_urn}#{rec.id}")),
         ("lease claims", lambda: store.release(f"leased:{lease['lease']['units'][0]}", lease_owner(lease["lease"]["id"]))),
         ("broker calendar against its stored tickets", lambda: w.broker.calendar.release(rec.ticket.id)),
