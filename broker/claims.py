@@ -25,6 +25,8 @@ from collections.abc import Set as AbstractSet
 from slicex.store import counter_of
 
 log = logging.getLogger("slicex.broker")
+LATEST = 2**62
+"""A claims generation no store reaches: `claim_changes(LATEST)` answers the generation alone, no counter."""
 
 
 class ClaimCopy:
@@ -91,7 +93,7 @@ class ClaimCopy:
         """Start again from the store's counters (start-up, after a lost claim race, a store that went back):
         one read of the counters, bounded by the substrate's pools; each pool's claims are read when first
         asked about (`load`), so a start reads no claim."""
-        seen, _changed = self.store.claim_changes(self.seen)  # before the read: a change during it is read again
+        seen, _changed = self.store.claim_changes(LATEST)  # before the read: a change during it is read again
         counted = {c: n for c, n in self.store.claim_counts().items() if c.partition(":")[0] in self.kinds}
         self.seen, self.counted, self.complete = seen, counted, False
         self.owner, self.by_counter, self.by_owner, self.loaded = {}, {}, {}, set()
@@ -132,7 +134,7 @@ class ClaimCopy:
         """Every unit claim (one read of the unit namespaces): for the questions about every claim (find-slot,
         availability over a future term), asked on request."""
         if not self.complete:
-            seen, _changed = self.store.claim_changes(self.seen)
+            seen, _changed = self.store.claim_changes(LATEST)
             claims = self.store.claims_in(self.kinds)
             self.owner, self.by_counter, self.by_owner = {}, {}, {}
             for k, o in claims.items():

@@ -125,8 +125,8 @@ OWNERSHIP: tuple[Holding, ...] = (
     # ---- operations
     Holding("usage", Actor.OPERATIONS, "usage records of slivers that ended (accounting)"),
     Holding("usage-open", Actor.OPERATIONS, "usage records of slivers still held (quotas), each filed in the "
-            "time index under its expiry and counted in its owner's and project's usage counters (tallies "
-            "`usage-open|user:…`, `usage-open|project:…`)"),
+            "time index under its expiry and counted in its owner's and its project's usage counters (store "
+            "tallies, read by a quota check)"),
     Holding("usage-layout", Actor.OPERATIONS, "a layout mark of a store made before its layout steps (removed by step 1, deployment/migrations.py)"),
     Holding("snapshots", Actor.OPERATIONS, "the dashboard's latest snapshot per publisher, and `wanted`: when a "
             "dashboard view last asked for them (publishers build only for 5 minutes after it)"),
