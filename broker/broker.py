@@ -72,6 +72,11 @@ OUT_OF_SERVICE = "broker-out-of-service"
 the delegation record's two lists small enough to read at every placement (the record itself carries the whole
 substrate description and the signed documents: 150 KB for the default substrate, and more with every host)."""
 TICKETS = "broker-tickets"
+"""Tickets by id (`<group>/<reservation>`), each active one filed in the time index under its end plus
+EXPIRY_GRACE (`tick` drops the ones that fell due) and read by key prefix per group (`_ensure_group`)."""
+ADVANCE = "broker-advance"
+"""Ticket id → its broker, for the tickets not claimed yet (advance reservations): the unfinished work a start
+books into its calendar. Written before its ticket, removed after the ticket is claimed, failed or dropped."""
 
 
 def lean_ticket(doc: dict[str, Any]) -> dict[str, Any]:
@@ -120,6 +125,11 @@ class _Choice:
 
 def _span(term: Term) -> str:
     return f"{term.start:%Y-%m-%dT%H:%M:%SZ}..{term.end:%Y-%m-%dT%H:%M:%SZ}"
+
+
+def ticket_due(doc: Mapping[str, Any]) -> float:
+    """When `tick` drops an active ticket nobody relinquished: EXPIRY_GRACE after its end."""
+    return (parse_time(doc["ticket"]["end"]) + EXPIRY_GRACE).timestamp()
 
 
 def _utcnow() -> datetime:
@@ -203,8 +213,9 @@ class Broker:
         self._unpublished: dict[str, tuple[frozenset[str], Term]] = {}
         self._swept: datetime | None = None  # when `tick` last forgot relinquished tickets
         self.fault = lambda boundary: None  # fault injection (tests): called at internal boundaries
-        self._load()
-        self._copy.verify()
+        self._all_loaded = False  # the calendar holds every active ticket (`_load(every=True)`)
+        self._groups_loaded: set[str] = set()  # claim groups whose tickets the calendar holds (`_ensure_group`)
+        self._load(every=False)
 
     def _now(self, now: datetime | None) -> datetime:
         if self.clock is not None:
@@ -212,9 +223,14 @@ class Broker:
         return now or _utcnow()
 
     # ---- state from the store --------------------------------------------------------------------------------
-    def _load(self) -> None:
-        """Rebuild calendar, claim flags and the copy of the store's unit claims from the store (start-up,
-        after losing a race, and before an advance placement or a find-slot question)."""
+    def _load(self, every: bool = True) -> None:
+        """Rebuild calendar, claim flags and the copy of the store's unit claims from the store. A start (not
+        `every`) books only the tickets not claimed yet (advance reservations, `ADVANCE`): a started ticket is
+        in the store's claims, which placements ask, and in its time index, which expires it; its booking is
+        read with its group's (`_ensure_group`) when a call touches the group. So a start reads the
+        delegations, the unfinished work and the claim counters, however many tickets are live. `every`
+        (before an advance placement or a find-slot question, which ask when every promise ends) reads every
+        ticket."""
         cal = Calendar()
         docs = [d for d in self.store.scan(DELEGATIONS) if d.get("broker") == self.name]
         substrates: dict[str, Substrate] = {}
@@ -229,7 +245,13 @@ class Broker:
             cal.draining |= set(d.get("draining", []))
         cal.open_inventory = not docs
         claimed = _Flags()
-        for td in self.store.scan(TICKETS):
+        if every:
+            docs = self.store.scan(TICKETS)
+        else:
+            advance = [d["id"] for d in self.store.scan(ADVANCE) if d.get("broker") == self.name]
+            docs = [d for tid in advance if (d := self.store.get(TICKETS, tid)) is not None
+                    and not d.get("claimed", True)]
+        for td in docs:
             if td.get("broker") != self.name or td.get("state") != "active":
                 continue
             t = Ticket.from_doc(td["ticket"])
@@ -246,7 +268,25 @@ class Broker:
                 continue
             claimed.setdefault(tid, self._claimed.get(tid, True))
         self.calendar, self._claimed, self._substrates = cal, claimed, substrates
+        self._all_loaded, self._groups_loaded = every, set()
         self._copy.reload()
+
+    def _ensure_group(self, group: str) -> None:
+        """Book a claim group's active tickets into the calendar, if a start left them out (one key-prefix read
+        of the group's tickets, once per group)."""
+        if self._all_loaded or group in self._groups_loaded:
+            return
+        for td in self.store.scan(TICKETS, f"{group}/"):
+            t = Ticket.from_doc(td["ticket"])
+            if (td.get("broker") != self.name or td.get("state") != "active" or t.group != group
+                    or t.id in self.calendar.bookings):
+                continue
+            try:
+                self.calendar.book(t.id, td.get("booked", list(t.units)), t.term)
+            except CalendarError:
+                continue  # a stale copy overlapping a newer promise: the store's claims decide
+            self._claimed.setdefault(t.id, bool(td.get("claimed", True)))
+        self._groups_loaded.add(group)
 
     def _put_ticket(self, t: Ticket, booked: Sequence[str], claimed: bool, state: str = "active",
                     reason: str = "", placement: Mapping[str, Any] | None = None) -> None:
@@ -254,7 +294,14 @@ class Broker:
                                "state": state, "reason": reason}
         if placement:
             doc["placement"] = dict(placement)  # what `place` answers again for a repeated request
-        self.store.put(TICKETS, t.id, lean_ticket(doc))
+        if not claimed:  # before the ticket: a start finds every advance ticket
+            self.store.put(ADVANCE, t.id, {"id": t.id, "broker": self.name})
+        self._store_ticket(t.id, lean_ticket(doc))
+
+    def _store_ticket(self, tid: str, doc: dict[str, Any]) -> None:
+        """Write a ticket record, an active one filed in the time index under when `tick` drops it."""
+        active = doc.get("state") == "active"
+        self.store.put(TICKETS, tid, doc, due=ticket_due(doc) if active else None)
 
     # ---- delegation ----------------------------------------------------------------------------------------
     def _delegation_doc(self, authority: str) -> dict[str, Any]:
@@ -489,7 +536,7 @@ class Broker:
                       if (kind := c.partition(":")[0]) in UNIT_KINDS and kind not in NAMED}
             named = set(self.store.claims_in(NAMED))
             for u in self.calendar.booked_by(self._claimed.waiting, Term(now, now + timedelta(seconds=1))):
-                if u.partition(":")[0] in NAMED or u not in self._copy.owner:  # a claimed one is counted
+                if u.partition(":")[0] in NAMED or self._copy.owner_of(u) is None:  # a claimed one is counted
                     named.add(u)
             return {"version": version, "unchanged": False, "counts": counts, "units": sorted(named)}
 
@@ -503,7 +550,7 @@ class Broker:
         a claim whose ticket this broker knows to end before the term starts is left out; any other claim
         (another broker's, or an ended ticket not yet relinquished) counts."""
         out: set[str] = set()
-        claims = self._copy.owner  # read by `_load` just before
+        claims = self._copy.everything()  # every claim: asked on request (a time window's advertisement)
         for key in (k for k, o in list(claims.items()) if o != group):
             owner = claims[key]
             mine = [h for h in self.calendar.holders_ever(key) if h.rsplit("/", 1)[0] == owner]
@@ -579,6 +626,7 @@ class Broker:
                 if self._granted(group, list(rids.values())):
                     return self._placed(group, list(rids.values()))
                 self._refuse_relinquished(group, list(rids.values()))
+                self._ensure_group(group)
                 for tid in self.calendar.holders_of(group):
                     self.calendar.release(tid)  # part of an earlier attempt cut short: placed again as a whole
             if future:
@@ -600,8 +648,8 @@ class Broker:
                                              "details": to_doc(dict(p.details))} for p in placed}
                 try:
                     pending = self._grant(holder, exact, term, now, group, where)
-                except Busy:
-                    self._load()  # another broker process on the store won a unit: see its promises, again
+                except Busy:  # another broker process on the store won a unit: see its promises, again
+                    self._load(every=future)
                     continue
                 break
             else:
@@ -623,7 +671,7 @@ class Broker:
         now = self._now(now)
         with self._lock:
             self._load()  # advance bookings other broker processes on this store made are in the store only
-            claims = dict(self._copy.owner)
+            claims = dict(self._copy.everything())
             # a claim the calendar explains ends with its booking; any other holds its unit whatever the time
             held = {k for k, owner in claims.items()
                     if not any(h.rsplit("/", 1)[0] == owner for h in self.calendar.holders_ever(k))}
@@ -745,6 +793,7 @@ class Broker:
             owner = self.store.owner_of(k)
             if owner is None:
                 continue
+            self._ensure_group(owner)
             mine = [h for h in self.calendar.holders_ever(k) if h.rsplit("/", 1)[0] == owner]
             if mine and all(self.calendar.bookings[h].term.end <= now for h in mine):
                 for h in mine:
@@ -809,6 +858,7 @@ class Broker:
         if limit is not None and end > limit:
             raise OutOfRange(f"broker {self.name}: cannot extend ticket {ticket.id} past {limit:%Y-%m-%dT%H:%M:%SZ}")
         with self._lock:
+            self._ensure_group(ticket.group)
             doc = self.store.get(TICKETS, ticket.id)
             if doc is not None and doc.get("state") == "active":
                 current = Ticket.from_doc(doc["ticket"])
@@ -826,6 +876,7 @@ class Broker:
                 except CalendarError:
                     self._forget_released(booked)
                     self.calendar.book(current.id, booked, current.term)
+                self._claimed.setdefault(current.id, bool(doc.get("claimed", True)) if doc else True)
             try:
                 self.calendar.extend(current.id, end)
             except CalendarError as exc:
@@ -858,10 +909,10 @@ class Broker:
         with self._lock:
             released = 0
             self._remember_relinquished(f"{group}/*", now)
+            self._ensure_group(group)
             for tid in self.calendar.holders_of(group):
                 released += self._drop(tid, ())
-            released += self.store.release_owner(group)
-            self._copy.released_owner(group)
+            released += self._release_owner(group)
             self._bump()
             return released
 
@@ -871,8 +922,10 @@ class Broker:
         group = tid.rsplit("/", 1)[0]
         doc = self.store.get(TICKETS, tid)
         with self._lock:
+            self._ensure_group(group)
             booking = self.calendar.bookings.get(tid)
         self.store.delete(TICKETS, tid)
+        self.store.delete(ADVANCE, tid)
         self.fault("broker:relinquishing")
         keys = set(units) | (booking.units if booking else set()) | set(doc.get("booked", doc["ticket"]["units"]) if doc else [])
         gone = [k for k in keys if self.store.release(k, group)]
@@ -886,9 +939,17 @@ class Broker:
             live = bool(self.calendar.holders_of(group))
         self._bump()
         if not live:
-            released += self.store.release_owner(group)
-            with self._lock:
-                self._copy.released_owner(group)
+            released += self._release_owner(group)
+        return released
+
+    def _release_owner(self, group: str) -> int:
+        """Release every claim of a group left (a crashed attempt's), and tell the copy which."""
+        keys = self.store.claims_of(group)
+        if not keys:
+            return 0
+        released = self.store.release_owner(group)
+        with self._lock:
+            self._copy.released(keys, group)
         return released
 
     def tick(self, now: datetime) -> dict[str, list[str]]:
@@ -910,7 +971,8 @@ class Broker:
                         self._claimed[tid] = True
                         if doc:
                             doc.pop("claimed", None)  # claimed: the default
-                            self.store.put(TICKETS, tid, doc)
+                            self._store_ticket(tid, doc)
+                        self.store.delete(ADVANCE, tid)
                         started.append(tid)
                     else:
                         lost = [k for k in sorted(b.units) if self.store.owner_of(k) not in (None, group)]
@@ -919,15 +981,30 @@ class Broker:
                         if doc:
                             doc.update(state="failed", reason=f"broker {self.name}: at the start of advance ticket "
                                        f"{tid} its unit {lost[0] if lost else '?'} was held by someone else")
-                            self.store.put(TICKETS, tid, doc)
+                            self._store_ticket(tid, doc)
+                        self.store.delete(ADVANCE, tid)
                         failed.append(tid)
-            expired = self.calendar.ending_by(now - EXPIRY_GRACE)  # the interval index, not every booking
+            expired = self._expired(now)
             for tid in expired:
                 self._drop(tid, ())
             if started or failed:
                 self._bump()
         self._forget_relinquished(now)  # the store's only: no calendar under the lock meanwhile
         return {"started": started, "failed": failed, "expired": expired}
+
+    def _expired(self, now: datetime) -> list[str]:
+        """Tickets ended more than EXPIRY_GRACE ago: the calendar's interval index (tickets not written yet
+        included) and the store's time index (the started tickets a start left out of the calendar), each
+        read up to `now` only. A ticket of the time index is checked against its record (another broker process
+        on the store may have extended it since)."""
+        out = dict.fromkeys(self.calendar.ending_by(now - EXPIRY_GRACE))
+        for tid, _at in self.store.due(TICKETS, now.timestamp()):
+            if tid in out:
+                continue
+            doc = self.store.get(TICKETS, tid)
+            if doc is not None and doc.get("broker") == self.name and ticket_due(doc) <= now.timestamp():
+                out[tid] = None
+        return list(out)
 
     def _forget_relinquished(self, now: datetime) -> None:
         """Forget the relinquished tickets remembered long enough, once per RELINQUISHED_SWEEP (and at the

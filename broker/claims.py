@@ -3,13 +3,16 @@
 Every broker process on a store must not promise a unit another one claimed. Reading every claim at every
 placement made each placement cost as much as the whole aggregate's use; so did reading every pool's claim
 counter (issue 33: Allocate 6.2 → 11.5 ms from 0 to 6,318 live slices). Instead the broker keeps the claims
-in memory (read once at start), applies its own claims and releases to the copy, and before a placement asks
-the store only which pools changed since the generation it last saw (slicex.store `claim_changes`: each
-claim, release or new owner marks its pool with a new generation, atomically with the change). Each changed
-pool is read again, that pool alone (`claims_under`), so a placement reads as much as changed since the last
-one, not as much as is in use. Should the store refuse a claim all the same (a race between the question and
-the claim), the store's atomic `claim_all` refuses it; the broker then reads every claim again (`reload`)
-and places again.
+in memory, applies its own claims and releases to the copy, and before a placement asks the store only which
+pools changed since the generation it last saw (slicex.store `claim_changes`: each claim, release or new owner
+marks its pool with a new generation, atomically with the change). Each changed pool is read again, that pool
+alone (`claims_under`), so a placement reads as much as changed since the last one, not as much as is in use.
+
+A start reads no claim either (`slicex up` would cost as much as the aggregate's use): only the store's claim
+counters, one per pool, bounded by the substrate. A pool's claims are read the first time a placement asks
+about one of its units (`load`), which also checks its counter against them. Should the store refuse a claim
+all the same (a race between the question and the claim), the store's atomic `claim_all` refuses it; the broker
+then starts the copy again from the counters (`reload`) and places again.
 
 Plain data over a store; the broker holds its lock around every call."""
 
@@ -22,11 +25,14 @@ from collections.abc import Set as AbstractSet
 from slicex.store import counter_of
 
 log = logging.getLogger("slicex.broker")
+LATEST = 2**62
+"""A claims generation no store reaches: `claim_changes(LATEST)` answers the generation alone, no counter."""
 
 
 class ClaimCopy:
     """Unit → ticket group, by pool counter and by owner, as the store holds them (`kinds`: the unit
-    namespaces, resources' UNIT_KINDS)."""
+    namespaces, resources' UNIT_KINDS), read a pool at a time when first asked about (`loaded`); `counted`
+    holds every pool's claim count as the store's counters had it at start, for pools not read yet."""
 
     def __init__(self, store, kinds: Iterable[str]):
         self.store = store
@@ -34,9 +40,15 @@ class ClaimCopy:
         self.owner: dict[str, str] = {}
         self.by_counter: dict[str, set[str]] = {}
         self.by_owner: dict[str, set[str]] = {}
+        self.loaded: set[str] = set()  # pools whose claims the copy holds
+        self.counted: dict[str, int] = {}  # pool -> claims, from the store's counters (pools not loaded)
+        self.complete = False  # every pool read (`everything`): a pool not loaded holds no claim
         self.seen = 0  # the store's claims generation the copy is complete to (slicex.store `claim_changes`)
 
     # ---- the copy --------------------------------------------------------------------------------------------
+    def _known(self, counter: str) -> bool:
+        return self.complete or counter in self.loaded
+
     def _add(self, key: str, owner: str) -> None:
         old = self.owner.get(key)
         if old == owner:
@@ -60,31 +72,84 @@ class ClaimCopy:
 
     def claimed(self, keys: Iterable[str], owner: str) -> None:
         """The store granted `owner` these keys."""
-        for k in keys:
-            self._add(k, owner)
+        self._changed(keys, lambda k: self._add(k, owner))
 
     def released(self, keys: Iterable[str], owner: str) -> None:
         """The store released these keys of `owner`."""
-        for k in keys:
-            if self.owner.get(k) == owner:
-                self._remove(k)
+        self._changed(keys, lambda k: self._remove(k) if self.owner.get(k) == owner else None)
 
-    def released_owner(self, owner: str) -> None:
-        for k in list(self.by_owner.get(owner, ())):
-            self._remove(k)
+    def _changed(self, keys: Iterable[str], apply) -> None:
+        """Apply this process's own change to the pools read; a pool not read yet is read now, with the change
+        (so the copy's counts stay the store's without waiting for the next `sync`)."""
+        for k in keys:
+            c = counter_of(k)
+            if self._known(c):
+                apply(k)
+            elif c.partition(":")[0] in self.kinds:
+                self._replace(c, self.store.claims_under(c))
 
     # ---- in step with the store ------------------------------------------------------------------------------
     def reload(self) -> None:
-        """Every unit claim read again (start-up, and after a lost claim race)."""
-        seen, _changed = self.store.claim_changes(self.seen)  # before the read: a change during it is read again
-        claims = self.store.claims_in(self.kinds)
-        self.seen = seen
-        self.owner, self.by_counter, self.by_owner = {}, {}, {}
+        """Start again from the store's counters (start-up, after a lost claim race, a store that went back):
+        one read of the counters, bounded by the substrate's pools; each pool's claims are read when first
+        asked about (`load`), so a start reads no claim."""
+        seen, _changed = self.store.claim_changes(LATEST)  # before the read: a change during it is read again
+        counted = {c: n for c, n in self.store.claim_counts().items() if c.partition(":")[0] in self.kinds}
+        self.seen, self.counted, self.complete = seen, counted, False
+        self.owner, self.by_counter, self.by_owner, self.loaded = {}, {}, {}, set()
+
+    def load(self, counter: str) -> None:
+        """Read one pool's claims, the first time the copy is asked about it. Its count from the store's
+        counters must agree (no change marked it since they were read: `sync` reads changed pools): a store
+        whose counters were lost or never kept is recounted from its claims, and the copy starts again."""
+        if self._known(counter) or counter.partition(":")[0] not in self.kinds:
+            return
+        claims = self.store.claims_under(counter)
+        kept = self.counted.get(counter, 0)
+        if kept != len(claims):
+            self.sync()  # changed since the counters were read (another process claimed meanwhile)?
+            if self._known(counter):
+                return
+            log.warning("claim counter %s said %d claims, the pool holds %d; every counter recounted from the "
+                        "claims", counter, kept, len(claims))
+            self.store.recount_claims(repair=True)
+            self.reload()
+            claims = self.store.claims_under(counter)
+        self._replace(counter, claims)
+
+    def _replace(self, counter: str, claims: Mapping[str, str]) -> None:
+        for k in list(self.by_counter.get(counter, ())):
+            self._remove(k)
         for k, o in claims.items():
             self._add(k, o)
+        self.loaded.add(counter)
+        self.counted.pop(counter, None)
+
+    def owner_of(self, key: str) -> str | None:
+        """Who holds `key` (its pool read first, if not yet)."""
+        self.load(counter_of(key))
+        return self.owner.get(key)
+
+    def everything(self) -> dict[str, str]:
+        """Every unit claim (one read of the unit namespaces): for the questions about every claim (find-slot,
+        availability over a future term), asked on request."""
+        if not self.complete:
+            seen, _changed = self.store.claim_changes(LATEST)
+            claims = self.store.claims_in(self.kinds)
+            self.owner, self.by_counter, self.by_owner = {}, {}, {}
+            for k, o in claims.items():
+                self._add(k, o)
+            self.seen, self.counted, self.loaded, self.complete = seen, {}, set(self.by_counter), True
+        return self.owner
+
+    def any(self) -> bool:
+        return bool(self.owner) or any(self.counted.values())
 
     def counts(self) -> dict[str, int]:
-        return {c: len(keys) for c, keys in self.by_counter.items() if c.partition(":")[0] in self.kinds}
+        """Claims per pool: counted from the copy for pools read, the counters read at start for the others."""
+        out = {c: n for c, n in self.counted.items() if n}
+        out.update((c, len(keys)) for c, keys in self.by_counter.items() if c.partition(":")[0] in self.kinds)
+        return out
 
     def stored_counts(self) -> dict[str, int]:
         return {c: n for c, n in self.store.claim_counts().items() if c.partition(":")[0] in self.kinds}
@@ -94,44 +159,31 @@ class ClaimCopy:
         each changed pool's claims, this process's own changes included). Returns the pools read."""
         seen, changed = self.store.claim_changes(self.seen)
         if seen < self.seen:  # the store went back (a restored copy, a failover that lost writes)
-            log.warning("the store's claims generation went back (%d after %d); every claim read again",
+            log.warning("the store's claims generation went back (%d after %d); the claims are read again",
                         seen, self.seen)
+            self.seen = 0
             self.reload()
-            return sorted(self.by_counter)
+            return []
         stale = sorted({c for c in changed if c.partition(":")[0] in self.kinds})
         for c in stale:
-            for k in list(self.by_counter.get(c, ())):
-                self._remove(k)
-            for k, o in self.store.claims_under(c).items():
-                self._add(k, o)
+            self._replace(c, self.store.claims_under(c))
         self.seen = seen
         return stale
 
-    def verify(self) -> dict[str, tuple[int, int]]:
-        """Start-up: the store's counters against the claims themselves (just read by `reload`); counters
-        that disagree (a store whose counters were lost or never kept) are rebuilt from the claims. Returns
-        counter → (kept, counted) of those that disagreed."""
-        kept, counted = self.stored_counts(), self.counts()
-        wrong = {c: (kept.get(c, 0), counted.get(c, 0)) for c in kept.keys() | counted.keys()
-                 if kept.get(c, 0) != counted.get(c, 0)}
-        if wrong:
-            log.warning("claim counters disagreed with the claims for %d pools (e.g. %s); recounted from the "
-                        "claims", len(wrong), next(iter(sorted(wrong))))
-            self.store.recount_claims(repair=True)
-        return wrong
-
     # ---- questions -------------------------------------------------------------------------------------------
     def held_by_others(self, counter: str, group: str) -> int:
-        """Claims of a pool held by anyone but `group`."""
+        """Claims of a pool held by anyone but `group` (the pool read first, if not yet: a policy weighs the
+        hosts it walks, first-fit until one fits, the others every host once)."""
+        self.load(counter)
         keys = self.by_counter.get(counter, ())
         mine = self.by_owner.get(group, ())
         return len(keys) - (sum(1 for k in mine if counter_of(k) == counter) if mine else 0)
 
 
 class ClaimedByOthers(AbstractSet[str]):
-    """The units the copy says are claimed by anyone but `group`, asked one at a time; with `explained`,
-    a claim is left out when its unit's booking by the same group ends before a future term (the claim
-    ends with it)."""
+    """The units the copy says are claimed by anyone but `group`, asked one at a time (each pool's claims read
+    when first asked about); with `explained`, a claim is left out when its unit's booking by the same group
+    ends before a future term (the claim ends with it)."""
 
     def __init__(self, copy: ClaimCopy, group: str, ends_before=None):
         self.copy = copy
@@ -139,19 +191,19 @@ class ClaimedByOthers(AbstractSet[str]):
         self.ends_before = ends_before  # (unit, owner) -> True when that claim cannot hold during the term
 
     def __contains__(self, unit: object) -> bool:
-        owner = self.copy.owner.get(unit) if isinstance(unit, str) else None
+        owner = self.copy.owner_of(unit) if isinstance(unit, str) else None
         if owner is None or owner == self.group:
             return False
         return not (self.ends_before is not None and self.ends_before(unit, owner))
 
     def __iter__(self) -> Iterator[str]:
-        return (k for k in list(self.copy.owner) if k in self)
+        return (k for k in list(self.copy.everything()) if k in self)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
     def __bool__(self) -> bool:
-        return bool(self.copy.owner)
+        return self.copy.any()
 
 
 def counts_of(claims: Mapping[str, str]) -> dict[str, int]:

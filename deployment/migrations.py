@@ -14,18 +14,26 @@ store has not done before it starts any actor; every other process refuses a sto
   name (authority/actor.py `lease_owner`), one atomic `reown` per lease.
 5 held index (issue 33): every live slice manager record filed in `sm-held` under its owner's and its slice's
   authority (slice_manager/held.py), so a federation peer's usage limit reads only the peer's namespaces.
+6 broker ticket index (issue 33): every active broker ticket filed in the time index under its end plus the
+  expiry grace (and, on Redis, in its table's key index: tickets are read by claim group), every active ticket
+  not claimed yet named in `broker-advance`, so a broker's start reads the advance tickets only.
+7 usage counters (issue 33): every open usage record rewritten with its tally (what it counts against its
+  user's and project's limits, `operations/accounting.py` `tally_of`; a replaced link names the one replacing
+  it), so a quota check reads two counters instead of every open record; on Redis also in its table's key
+  index, so the ledger's rotating check (`Ledger.sweep`) reads a page of them by key range.
 
 Each step reads every document of its tables once and may run again (kill -9 mid-step: the next `slicex up`
 runs it from its start); the readers of this slicex read the forms before and after it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from authority.actor import LAYOUT as AUTHORITY_LAYOUT
 from authority.actor import LEASES, lease_document, lease_owner, packed
-from broker.broker import TICKETS, lean_ticket
-from operations.accounting import UsageRecord
+from broker.broker import ADVANCE, TICKETS, lean_ticket, ticket_due
+from operations.accounting import UsageRecord, tally_of
 from operations.ledger import LAYOUT as USAGE_LAYOUT
 from operations.ledger import OPEN, USAGE
 from slice_manager import held
@@ -126,6 +134,29 @@ def held_index(store: Any) -> int:
     return n
 
 
+def broker_ticket_index(store: Any) -> int:
+    n = 0
+    for d in store.scan(TICKETS):
+        tid = d["ticket"]["id"]
+        active = d.get("state") == "active"
+        if active and not d.get("claimed", True):
+            store.put(ADVANCE, tid, {"id": tid, "broker": d["broker"]})
+        store.put(TICKETS, tid, d, due=ticket_due(d) if active else None)
+        n += 1
+    return n
+
+
+def usage_counters(store: Any) -> int:
+    opened = {rec.sliver_urn: rec for rec in map(UsageRecord.from_doc, store.scan(OPEN))}
+    by = {rec.replaces: urn for urn, rec in opened.items() if rec.replaces in opened}
+    for urn, rec in opened.items():
+        rec = replace(rec, replaced_by=by.get(urn, rec.replaced_by))
+        store.put(OPEN, urn, rec.to_doc(), due=_usage_due(rec),
+                  tally=tally_of(OPEN, rec, opened.get(rec.replaces) if rec.replaces else None))
+    return len(opened)
+
+
 STEPS = (Step(1, "time index", time_index), Step(2, "redis indexes", redis_indexes),
          Step(3, "lean records", lean_records), Step(4, "lease claim owners", lease_claim_owners),
-         Step(5, "held index", held_index))
+         Step(5, "held index", held_index), Step(6, "broker ticket index", broker_ticket_index),
+         Step(7, "usage counters", usage_counters))

@@ -339,12 +339,14 @@ def warm_caches() -> None:
 
 
 STORE_CHECK_SECONDS = 1.0
-LEDGER_SWEEP_SECONDS = 3600.0
-"""How often the reaper runs the ledger's full reconcile (every open usage record against every live sliver):
-it ends the usage of slivers that failed inside a call. Not at start (a start reads only unfinished work),
-unless the store's open records are not yet filed in the time index. Every tick runs the ledger's `settle`
-instead, which reads only the usage of the slivers the tick ended and of those whose expiry passed (another
-worker's reaper ended them)."""
+LEDGER_SWEEP_SECONDS = 60.0
+"""How often the reaper runs a step of the ledger's rotating check (`Ledger.sweep`: the next page of open usage
+records, each against the slice manager's record of its sliver), which ends the usage of slivers that failed
+inside a call: a pass over every open record takes open / LEDGER_SWEEP_PAGE steps (10,000 slivers: 20 minutes),
+and no step reads more than a page. Not at start (a start reads only unfinished work). Every tick runs the
+ledger's `settle`, which reads only the usage of the slivers the tick ended and of those whose expiry passed
+(another worker's reaper ended them)."""
+LEDGER_SWEEP_PAGE = 500
 
 
 def guarded(store: Store | None, cfg: SlicexConfig) -> Any:
@@ -539,7 +541,7 @@ class EmbeddedDeployment:
                                    self.cfg.metrics_interval_seconds)
         self._checks: dict[str, str] = {}  # the store guard's last verdict (health(), the reaper's tick)
         self._checked_at = 0.0
-        self._reconciled_at: float | None = None  # when the ledger last ended the usage of slivers gone
+        self._swept_at: float | None = None  # when the ledger's rotating check last ran a step
         self.metrics.watch_health(lambda: self._checks)
         self.am = AggregateManager(AmIdentity(self.am_urn, self.advertised.am_url, self.cfg.advertised_host(),
                                               self.driver.description, v2_url=self.advertised.am_v2_url),
@@ -664,14 +666,13 @@ class EmbeddedDeployment:
                 gone = self.sm.reap(self.clock.now())
                 if gone:
                     log.info("reaped %d expired slivers", len(gone))
-                if self._reconciled_at is None:  # the first tick: `slicex up`'s layout steps filed every open record
-                    self._reconciled_at = time.monotonic()
-                if time.monotonic() - self._reconciled_at >= LEDGER_SWEEP_SECONDS:
-                    # the full sweep, slowly: it reads every open usage record and live sliver
-                    self._reconciled_at = time.monotonic()
-                    self.ledger.reconcile(self.sm.records, self.clock.now())
-                else:  # usage of the slivers this tick ended, and of those expired (the time index)
-                    self.ledger.settle(gone, self.sm.holds, self.clock.now())
+                # usage of the slivers this tick ended, and of those expired (the time index)
+                self.ledger.settle(gone, self.sm.holds, self.clock.now())
+                if self._swept_at is None:  # the first tick: the first step a period later
+                    self._swept_at = time.monotonic()
+                if time.monotonic() - self._swept_at >= LEDGER_SWEEP_SECONDS:
+                    self._swept_at = time.monotonic()  # one page of the rotating check, slowly
+                    self.ledger.sweep(self.sm.holds, self.clock.now(), LEDGER_SWEEP_PAGE)
         except Exception:  # noqa: BLE001 - the reaper must keep running
             log.exception("reaper failed; will retry next tick")
         if self.store.fault is None:  # the dashboard's snapshots: when changed, else every few seconds

@@ -70,6 +70,7 @@ class UsageRecord:
     end: datetime | None = None  # None while the sliver lives
     end_reason: str = ""  # deleted | shut down | expired | ended (failed or released by the aggregate)
     replaces: str = ""  # an Update's new link: the sliver it replaces at commit (counted beyond it meanwhile)
+    replaced_by: str = ""  # the link an Update placed to replace this one: it counts whole once this one ends
 
     @property
     def open(self) -> bool:
@@ -88,7 +89,7 @@ class UsageRecord:
                                "start": rfc3339(self.start)}
         for name, value in (("project", self.project), ("expires", self.expires and rfc3339(self.expires)),
                             ("end", self.end and rfc3339(self.end)), ("end_reason", self.end_reason),
-                            ("replaces", self.replaces)):
+                            ("replaces", self.replaces), ("replaced_by", self.replaced_by)):
             if value:
                 doc[name] = value
         return doc
@@ -99,7 +100,7 @@ class UsageRecord:
                            d.get("client_id", ""), Amounts.from_doc(d.get("amounts", {})), parse_time(d["start"]),
                            parse_time(d["expires"]) if d.get("expires") else None,
                            parse_time(d["end"]) if d.get("end") else None, d.get("end_reason", ""),
-                           d.get("replaces", ""))
+                           d.get("replaces", ""), d.get("replaced_by", ""))
 
 
 def ended_at(rec: UsageRecord, now: datetime) -> datetime:
@@ -204,6 +205,18 @@ def beyond(amounts: Amounts, base: Amounts) -> Amounts:
     """What `amounts` holds past `base`, resource by resource (never below zero): the charge of a link an
     Update replaces by a larger one, or nothing for a smaller one."""
     return Amounts(*(max(0, getattr(amounts, r) - getattr(base, r)) for r in RESOURCES))
+
+
+def tally_of(table: str, rec: UsageRecord, replaced: UsageRecord | None) -> dict[str, dict[str, int]]:
+    """What an open record adds to its user's and its project's usage counters (`Store.put` tally, named
+    `<table>|user:<user>` and `<table>|project:<project>`): what it counts against limits (`counted`), with
+    `replaced` the open record it replaces, if any."""
+    amounts = counted(rec, {replaced.sliver_urn: replaced} if replaced is not None else {})
+    fields = {r: n for r, n in amounts.to_doc().items() if n}
+    out = {f"{table}|user:{rec.user}": fields}
+    if rec.project is not None:
+        out[f"{table}|project:{rec.project}"] = fields
+    return out
 
 
 def counted(rec: UsageRecord, open_by_urn: Mapping[str, UsageRecord]) -> Amounts:

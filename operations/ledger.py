@@ -2,13 +2,16 @@
 
 The AM API endpoint (am/api.py) hands this its Allocate, Provision and Renew (to refuse what passes a limit
 before anything is taken) and tells it of Delete and Shutdown; the deployment's reaper (deployment/service.py) calls
-`settle` every tick, which ends the records of slivers that expired or that it ended, and `reconcile` (every
-open record against every live sliver) at a slow pace, which also ends those of slivers that failed inside a
-call (never at start: `slicex up`'s layout steps file every open record in the time index). The pure parts are
-operations/accounting.py (records, totals) and operations/quotas.py (limits, checks).
+`settle` every tick, which ends the records of slivers that expired or that it ended, and `sweep` at a slow
+pace: a rotating check, one page of open records at a time (`Store.page`), of each against the slice manager's
+record of its sliver, which ends those of slivers that failed inside a call. No tick reads more than a page, so
+the check costs the same per tick whatever is open; a pass over every open record takes open / page steps. The
+pure parts are operations/accounting.py (records, totals) and operations/quotas.py (limits, checks).
 
 Store tables: `usage` holds the ended records, `usage-open` the open ones (what is held
-now: scanned on each Allocate under a limit), each filed in the time index under its expiry, so the reaper's
+now), each with what it counts against its user's and project's limits added to their usage counters in the
+same write (`Store.put` tally: an Allocate under a limit reads two counters, not every open record), and
+filed in the time index under its expiry, so the reaper's
 `settle` reads only the records that expired and those of the slivers it ended. A check and the allocation it admits run under
 one store claim per user, per project and per federation peer limited (`quota-lock:<urn>`,
 `quota-lock:peer:<name>`), so two threads or AM workers cannot both admit requests that together pass a limit:
@@ -23,12 +26,11 @@ from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
 from operations import quotas
-from operations.accounting import UsageRecord, ended_at, held_now, project_of, sliver_amounts, user_key
-from protocol import reservations as rs
+from operations.accounting import UsageRecord, ended_at, project_of, sliver_amounts, tally_of, user_key
 from protocol.slice_manager import Sliver
+from resources.kind import Amounts
 from rspec.request import Request
 from rspec.substrate import Substrate
 from slicex.config import SlicexConfig
@@ -47,6 +49,8 @@ LOCK_WAIT = 30.0
 """Seconds an Allocate waits for another one of the same user or project being counted before it is Busy."""
 LOCK_STALE = 300.0
 """A count lock older than this was left by a process that died while allocating; it is taken over."""
+SWEEP_PAGE = 500
+"""Open usage records one `sweep` step reads (about: a Redis page is an HSCAN step)."""
 
 
 def usage_records(store: Store) -> list[UsageRecord]:
@@ -57,17 +61,12 @@ def usage_records(store: Store) -> list[UsageRecord]:
     return [UsageRecord.from_doc(d) for d in records.values()]
 
 
-def live_slivers(records: Iterable[Any]) -> set[str]:
-    """The slivers the slice manager still holds (ActorSliceManager.records(): neither ended, failed nor being
-    discarded)."""
-    return {rec.id for rec in records if rec.r.state not in (rs.CLOSE_WAIT, rs.CLOSED, rs.FAILED) and not rec.discard}
-
-
 class Ledger:
     def __init__(self, store: Store, substrate: Substrate, policy: quotas.QuotaPolicy | None = None):
         self.store = scoped(store, Actor.OPERATIONS)
         self.substrate = substrate
         self.policy = policy or quotas.QuotaPolicy()
+        self._cursor = ""  # where `sweep` goes on ("": a new pass over the open records)
 
     # ---- records -------------------------------------------------------------------------------------------
     def records(self) -> list[UsageRecord]:
@@ -77,16 +76,42 @@ class Ledger:
         return [UsageRecord.from_doc(d) for d in self.store.scan(OPEN)]
 
     def _open(self, rec: UsageRecord) -> None:
-        """Write an open record, filed in the time index under its expiry (`settle` finds it there). Only
-        there: `usage` gets it when it ends (a store made before issue 33 may hold an older copy there too,
-        which `usage_records` reads beneath the open one)."""
-        self.store.put(OPEN, rec.sliver_urn, rec.to_doc(), due=rec.expires.timestamp() if rec.expires else None)
+        """Write an open record, filed in the time index under its expiry (`settle` finds it there), with what
+        it counts against its user's and project's limits added to their counters (one write). Only there:
+        `usage` gets it when it ends (a store made before issue 33 may hold an older copy there too, which
+        `usage_records` reads beneath the open one). A link an Update placed to replace another counts beyond
+        it while both are open; the replaced one names it (`replaced_by`), so that it counts whole once the
+        replaced one ends (`_close`)."""
+        replaced = None
+        if rec.replaces:
+            doc = self.store.get(OPEN, rec.replaces)
+            replaced = UsageRecord.from_doc(doc) if doc is not None else None
+        self._put_open(rec, replaced)
+        if replaced is not None and replaced.replaced_by != rec.sliver_urn:
+            self._put_open(replace(replaced, replaced_by=rec.sliver_urn), None)
+
+    def _put_open(self, rec: UsageRecord, replaced: UsageRecord | None) -> None:
+        self.store.put(OPEN, rec.sliver_urn, rec.to_doc(), due=rec.expires.timestamp() if rec.expires else None,
+                       tally=tally_of(OPEN, rec, replaced))
 
     def _close(self, rec: UsageRecord, end: datetime, reason: str) -> UsageRecord:
+        """End a record: out of `usage-open` (and its counters), into `usage`. The link replacing it, if any,
+        counts whole from now: written first, so a crash between the writes over-counts, never under-counts."""
+        if rec.replaced_by:
+            doc = self.store.get(OPEN, rec.replaced_by)
+            if doc is not None and (by := UsageRecord.from_doc(doc)).replaces == rec.sliver_urn:
+                self._put_open(by, None)
         done = rec.closed(end, reason)
         self.store.put(USAGE, rec.sliver_urn, done.to_doc())
         self.store.delete(OPEN, rec.sliver_urn)
         return done
+
+    def held(self, user: str, project: str | None) -> tuple[Amounts, Amounts]:
+        """What a user (`user_key`), and the project, hold now: their usage counters, one read each."""
+        mine = Amounts.from_doc(self.store.tallies(f"{OPEN}|user:{user}"))
+        theirs = Amounts.from_doc(self.store.tallies(f"{OPEN}|project:{project}")) if project is not None \
+            else Amounts()
+        return mine, theirs
 
     def began(self, user: str, slice_urn: str, slivers: Iterable[Sliver], now: datetime,
               replaces: Mapping[str, str] | None = None) -> None:
@@ -123,21 +148,24 @@ class Ledger:
         urn = canonical_urn(slice_urn)
         return self.ended([r.sliver_urn for r in self.open_records() if r.slice_urn == urn], now, "shut down")
 
-    def reconcile(self, records: Callable[[], Iterable[Any]], now: datetime) -> list[UsageRecord]:
-        """End the open records whose slivers the slice manager no longer holds (expired, failed, released):
-        at their expiry when it has passed, else now. Reads the slice manager's records only when some usage
-        is open; the open records are read first, so a sliver allocated meanwhile is never taken for gone."""
-        open_now = self.open_records()
-        if not open_now:
-            return []
-        live = live_slivers(records())
-        return [self._gone(rec, now) for rec in open_now if rec.sliver_urn not in live]
+    def sweep(self, held: Callable[[str], bool], now: datetime, page: int = SWEEP_PAGE) -> list[UsageRecord]:
+        """One step of the rotating check: the next page of open records (about `page`), each ended unless the
+        slice manager still holds its sliver (`held`, one record read): at its expiry when it has passed, else
+        now. The open record is read first, so a sliver allocated meanwhile is never taken for gone. Returns
+        the records it ended; `swept` says whether the step finished a pass."""
+        docs, self._cursor = self.store.page(OPEN, self._cursor, page)
+        return [self._gone(rec, now) for rec in map(UsageRecord.from_doc, docs) if not held(rec.sliver_urn)]
+
+    @property
+    def swept(self) -> bool:
+        """Whether the last `sweep` finished a pass over every open record (the next one starts another)."""
+        return not self._cursor
 
     def settle(self, gone: Iterable[str], held: Callable[[str], bool], now: datetime) -> list[UsageRecord]:
         """End the usage of the slivers the reaper ended on this tick (`gone`) and of the open records whose
         expiry has passed (the time index: slivers another process's reaper ended), each unless the slice
         manager still holds it (`held`, one record read). Reads only those, so a tick costs what it ends,
-        however many records are open; `reconcile` is the full sweep."""
+        however many records are open; `sweep` is the rotating check."""
         urns = dict.fromkeys([*gone, *(urn for urn, _at in self.store.due(OPEN, now.timestamp()))])
         out = []
         for urn in urns:
@@ -167,7 +195,7 @@ class Ledger:
                 end = peers.admit("Allocate", user, slice_urn, now, end, request, asked_end)
             end, _ = quotas.lease_end(user, project, self.policy, now, end, now, cut=not asked_end)
             if lock:
-                held_user, held_project = held_now(self.open_records(), user_key(user), project)
+                held_user, held_project = self.held(user_key(user), project)
                 quotas.check_amounts(user_key(user), project, self.policy, held_user, held_project,
                                      quotas.request_amounts(self.substrate, request))
             slivers = allocate(end)
@@ -193,7 +221,7 @@ class Ledger:
             if peers is not None:  # the peer counts slivers, nodes and cores: a replaced link adds none
                 peers.admit("Allocate", user, slice_urn, now, end, new, True)
             if lock:
-                held_user, held_project = held_now(self.open_records(), user_key(user), project)
+                held_user, held_project = self.held(user_key(user), project)
                 quotas.check_amounts(user_key(user), project, self.policy, held_user, held_project,
                                      quotas.update_amounts(self.substrate, desired, named))
             return update()

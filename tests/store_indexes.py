@@ -10,15 +10,19 @@ order is the order below, so a failure names the most basic index that went wron
   the requests stored by slice;
 * the held index (a federation peer's usage): every live sliver filed under its owner's and its slice's
   authority, nothing else when `exact` (a crash may leave an entry for a sliver that ended: over-counting);
-* the open usage records: exactly the usage records not yet ended;
+* the open usage records: exactly the usage records not yet ended; the usage counters per user and project
+  (what the open records count against limits: `tally_of`), and each replaced record naming its replacement;
 * Redis: every table's key index equals its hash's keys, and its time index names only documents it holds;
 * the claim counters per pool (per host: `core:<host>`, `mem:<host>`, ...; per switch: `vlan:<switch>`) and
   each pool's list of claims; Redis's namespace hashes and owner sets;
 * the authority's lease claims (`leased:<unit>`, owned by its lease's `lease_owner`) equal the leases' units;
-* with a broker: its calendar equals the active tickets it stored, the calendar's interval index (by end), its
-  group, unit and idle/busy indexes equal a recomputation from its bookings, the advance tickets waiting to
-  start are those not claimed yet, the store's unit claims are exactly the started tickets' units, and its
-  in-memory copy of the unit claims (and that copy's counts) equals the store's."""
+* the broker tickets' time index (each active ticket under its end plus the grace) and `broker-advance` (every
+  active ticket not claimed yet);
+* with a broker: its calendar holds stored active tickets as stored, every advance one and, for each group it
+  read, every one of the group; the calendar's interval index (by end), its group, unit and idle/busy indexes
+  equal a recomputation from its bookings, the advance tickets waiting to start are those not claimed yet, the
+  store's unit claims are exactly the started tickets' units, its in-memory copy of the unit claims equals the
+  store's for every pool it read, and its counts (the counters read at start for the others) the store's."""
 
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from authority.actor import LEASES, lease_document, lease_owner
-from broker.broker import TICKETS
+from broker.broker import ADVANCE, TICKETS, ticket_due
 from broker.claims import counts_of
 from operations.ledger import OPEN, USAGE
 from slice_manager import held
@@ -37,7 +41,7 @@ from slicex.store import counter_of, namespace_of
 from slicex.store.ownership import KEY_INDEXED
 from slicex.ticket import Lease, Ticket
 
-TIMED = (RESERVATIONS, LEASES, OPEN)
+TIMED = (RESERVATIONS, LEASES, OPEN, TICKETS)
 """The tables whose documents are filed in the time index."""
 
 
@@ -91,11 +95,49 @@ def _documents(store: Any) -> None:
           {r.sliver_urn for r in ended if r.end is None})
     open_now = {r.sliver_urn: r for r in (UsageRecord.from_doc(d) for d in store.scan(OPEN))}
     _same("ended usage records kept in `usage-open`", set(), {u for u, r in open_now.items() if r.end is not None})
+    _usage_counters(store, open_now)
     expiring = {urn: r.expires for urn, r in open_now.items()}
     _same("open usage records' time index", {u: e.timestamp() for u, e in expiring.items() if e is not None},
           _filed(store, OPEN))
+    tickets = store.scan(TICKETS)
+    _same("broker tickets' time index", {d["ticket"]["id"]: ticket_due(d) for d in tickets
+                                         if d.get("state") == "active"}, _filed(store, TICKETS))
+    waiting = {d["ticket"]["id"] for d in tickets if d.get("state") == "active" and not d.get("claimed", True)}
+    _same("advance tickets not named in broker-advance", set(), waiting - {d["id"] for d in store.scan(ADVANCE)})
     _same("tables filed in the time index", set(), _timed_tables(store) - set(TIMED))
     return recs
+
+
+def _kept_tallies(store: Any) -> dict[str, dict[str, int]]:
+    """Every usage counter the store keeps (its non-zero fields)."""
+    redis = getattr(store, "_r", None)
+    if redis is not None:
+        head = store._tally("")
+        kept = {k[len(head):]: {f: int(n) for f, n in redis.hgetall(k).items() if int(n)}
+                for k in redis.scan_iter(match=head + "*")}
+    else:
+        kept = {}
+        for c, f, n in store._read(lambda db: db.execute("SELECT counter, field, n FROM tallies").fetchall()):
+            if n:
+                kept.setdefault(c, {})[f] = int(n)
+    return {c: fields for c, fields in kept.items() if fields}
+
+
+def _usage_counters(store: Any, open_now: Mapping[str, Any]) -> None:
+    from operations.accounting import tally_of
+
+    want: dict[str, dict[str, int]] = {}
+    for rec in open_now.values():
+        for c, fields in tally_of(OPEN, rec, open_now.get(rec.replaces) if rec.replaces else None).items():
+            for f, n in fields.items():
+                want.setdefault(c, {})[f] = want.setdefault(c, {}).get(f, 0) + n
+    want = {c: {f: n for f, n in fields.items() if n} for c, fields in want.items()}
+    _same("usage counters (per user and project: what the open usage records count against limits)",
+          {c: fields for c, fields in want.items() if fields}, _kept_tallies(store))
+    _same("replaced usage records naming the records replacing them",
+          {r.replaces: u for u, r in open_now.items() if r.replaces in open_now},
+          {u: r.replaced_by for u, r in open_now.items() if r.replaced_by and u in
+           {x.replaces for x in open_now.values()}})
 
 
 def _slices(store: Any, recs: list[Record], exact: bool) -> None:
@@ -198,9 +240,15 @@ def _broker(broker: Any, store: Any, claims: Mapping[str, str]) -> None:
         if td.get("broker") == broker.name and td.get("state") == "active":
             t = Ticket.from_doc(td["ticket"])
             tickets[t.id] = (frozenset(td.get("booked", t.units)), t.term, bool(td.get("claimed", True)))
-    _same("broker calendar against its stored tickets", {h: (u, term) for h, (u, term, _c) in tickets.items()},
-          {h: (b.units, b.term) for h, b in cal.bookings.items()})
-    _same("broker's claimed flags", {h: c for h, (_u, _t, c) in tickets.items()}, dict(broker._claimed))
+    # a start books the advance tickets only; a started one joins the calendar with its group, when a call
+    # touches the group (then every ticket of the group is there)
+    def booked(h: str, claimed: bool) -> bool:
+        return (broker._all_loaded or not claimed or h in cal.bookings
+                or h.rsplit("/", 1)[0] in broker._groups_loaded)
+    held = {h: (u, term) for h, (u, term, c) in tickets.items() if booked(h, c)}
+    _same("broker calendar against its stored tickets", held, {h: (b.units, b.term) for h, b in cal.bookings.items()})
+    _same("broker's claimed flags", {h: c for h, (_u, _t, c) in tickets.items() if h in cal.bookings},
+          dict(broker._claimed))
     _same("advance tickets waiting to start", {h for h, (_u, _t, c) in tickets.items() if not c},
           set(broker._claimed.waiting))
     _same("calendar's interval index (by end)", sorted((b.term.end, h) for h, b in cal.bookings.items()), cal._ends)
@@ -218,10 +266,11 @@ def _broker(broker: Any, store: Any, claims: Mapping[str, str]) -> None:
     _same("unit claims against the started tickets", {u: h.rsplit("/", 1)[0] for h, (us, _t, c) in tickets.items()
                                                        if c for u in us}, units)
     copy = broker._copy
-    _same("broker's copy of the unit claims", units, copy.owner)
+    read = {k: o for k, o in units.items() if copy.complete or counter_of(k) in copy.loaded}
+    _same("broker's copy of the unit claims", read, copy.owner)
     by_counter: dict[str, set[str]] = {}
     by_owner: dict[str, set[str]] = {}
-    for k, o in units.items():
+    for k, o in read.items():
         by_counter.setdefault(counter_of(k), set()).add(k)
         by_owner.setdefault(o, set()).add(k)
     _same("broker's copy by pool", by_counter, copy.by_counter)

@@ -13,6 +13,17 @@ index, atomically with the document (a put without `due`, or a delete, takes it 
 the keys filed at or before `until`, earliest first, reading only those. It is how clocks find what fell due
 (expiries, deadlines, undelivered messages) without reading every document.
 
+Tallies: `put` with `tally` ({counter: {field: amount}}) adds the amounts to those counters atomically with the
+document, taking out what the document's previous version added (a put without `tally`, or a delete, takes
+it all out); `tallies(counter)` reads one counter's fields (zero ones left out). It is how a sum over many
+documents (what a user holds now, for quotas) is one read (SQLite: a `tally` column and triggers in the
+document's statement; Redis: the same script as the document).
+
+Pages: `page(table, cursor, limit)` reads about `limit` documents of a table from where `cursor` left off ("" for
+the start) and answers the cursor to go on from ("" once the table is done): a sweep over a whole table a
+page at a time (SQLite: a range of the primary key after the last key; Redis: HSCAN's cursor, which may answer
+a small hash whole). A pass sees every document present from its start to its end at least once.
+
 Claim changes: every claim, release or new owner of a claim marks its counter (its pool) with a new claims
 generation, atomically with the change; `claim_changes(since)` answers the store's generation now and the
 counters marked after generation `since`, reading only those (an index on SQLite, a sorted set on
@@ -27,7 +38,7 @@ owners; deployment/migrations.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 
@@ -48,10 +59,13 @@ def namespace_of(key: str) -> str:
 
 class Store(Protocol):
     def get(self, table: str, key: str) -> dict[str, Any] | None: ...
-    def put(self, table: str, key: str, doc: dict[str, Any], due: float | None = None) -> None: ...
+    def put(self, table: str, key: str, doc: dict[str, Any], due: float | None = None,
+            tally: Mapping[str, Mapping[str, int]] | None = None) -> None: ...
     def delete(self, table: str, key: str) -> bool: ...
     def scan(self, table: str, prefix: str = "") -> list[dict[str, Any]]: ...
     def due(self, table: str, until: float, limit: int | None = None) -> list[tuple[str, float]]: ...
+    def page(self, table: str, cursor: str, limit: int) -> tuple[list[dict[str, Any]], str]: ...
+    def tallies(self, counter: str) -> dict[str, int]: ...
     def claim(self, key: str, owner: str) -> bool: ...
     def claim_all(self, keys: list[str], owner: str) -> bool: ...
     def release(self, key: str, owner: str) -> bool: ...

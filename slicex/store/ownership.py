@@ -10,7 +10,7 @@ access. A claim's namespace is the text of its key before the first ":" (`core:p
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -46,11 +46,16 @@ class Holding:
 
 
 KEY_INDEXED = frozenset({"sm-slice-slivers", "sm-requests", "sm-held", "delegations", "broker-out-of-service",
-                         "bitstreams"})
+                         "broker-tickets", "usage-open", "bitstreams"})
 """The tables read by key prefix (`Store.scan(table, prefix)`): on Redis only these keep a key index beside
 their hash (a sorted set of every key, written with each document); a prefix scan of another table reads its
 hash with HSCAN (issue 33: the index cost about 130 bytes per document). tests/unit/test_store_ownership.py
-checks that every prefix scan in the code names one of these."""
+checks that every prefix scan in the code names one of these. A table swept a page at a time (`Store.page`:
+`usage-open`) keeps one too, so a page reads its own documents only."""
+
+TALLIED = frozenset({"usage-open"})
+"""The tables whose documents carry tallies (`Store.put(..., tally=)`): on Redis a put to one of these reads the
+document's previous tally to take it out (a hash beside the table); other tables' puts skip it."""
 
 
 _UNITS_READ = ((Actor.SLICE_MANAGER, "`usage_keys`: the operator dashboard's and metrics' view of every unit "
@@ -79,7 +84,11 @@ OWNERSHIP: tuple[Holding, ...] = (
             "substrate description, reclaimed, draining, and the signed delegation documents accepted"),
     Holding("broker-out-of-service", Actor.BROKER, "per broker and authority: a copy of the delegation record's "
             "reclaimed and draining lists, read at every placement"),
-    Holding("broker-tickets", Actor.BROKER, "tickets with their placement (rebuilt into the calendar at start)"),
+    Holding("broker-tickets", Actor.BROKER, "tickets with their placement, each active one filed in the time "
+            "index under its end plus a grace (the broker's clock drops those nobody relinquished); read by key "
+            "prefix per claim group into the calendar when a call touches the group"),
+    Holding("broker-advance", Actor.BROKER, "ticket id → its broker, for the tickets not claimed yet (advance "
+            "reservations): what a start books into the calendar"),
     Holding("broker-relinquished", Actor.BROKER, "tickets and groups given back in the last hour: a late "
             "request for them is refused"),
     Holding("broker-version", Actor.BROKER, "per broker: a token replaced whenever inventory or promises change"),
@@ -116,7 +125,8 @@ OWNERSHIP: tuple[Holding, ...] = (
     # ---- operations
     Holding("usage", Actor.OPERATIONS, "usage records of slivers that ended (accounting)"),
     Holding("usage-open", Actor.OPERATIONS, "usage records of slivers still held (quotas), each filed in the "
-            "time index under its expiry"),
+            "time index under its expiry and counted in its owner's and its project's usage counters (store "
+            "tallies, read by a quota check)"),
     Holding("usage-layout", Actor.OPERATIONS, "a layout mark of a store made before its layout steps (removed by step 1, deployment/migrations.py)"),
     Holding("snapshots", Actor.OPERATIONS, "the dashboard's latest snapshot per publisher, and `wanted`: when a "
             "dashboard view last asked for them (publishers build only for 5 minutes after it)"),
@@ -175,12 +185,15 @@ class OwnedStore:
         self._table(table, write=False)
         return self.inner.get(table, key)
 
-    def put(self, table: str, key: str, doc: dict[str, Any], due: float | None = None) -> None:
+    def put(self, table: str, key: str, doc: dict[str, Any], due: float | None = None,
+            tally: Mapping[str, Mapping[str, int]] | None = None) -> None:
         self._table(table, write=True)
-        if due is None:
-            self.inner.put(table, key, doc)
-        else:
-            self.inner.put(table, key, doc, due=due)
+        extra: dict[str, Any] = {}
+        if due is not None:
+            extra["due"] = due
+        if tally is not None:
+            extra["tally"] = tally
+        self.inner.put(table, key, doc, **extra)
 
     def delete(self, table: str, key: str) -> bool:
         self._table(table, write=True)
@@ -193,6 +206,15 @@ class OwnedStore:
     def due(self, table: str, until: float, limit: int | None = None) -> list[tuple[str, float]]:
         self._table(table, write=False)
         return self.inner.due(table, until, limit)
+
+    def page(self, table: str, cursor: str, limit: int) -> tuple[list[dict[str, Any]], str]:
+        self._table(table, write=False)
+        return self.inner.page(table, cursor, limit)
+
+    def tallies(self, counter: str) -> dict[str, int]:
+        """Tallies are named by their table's owner's documents: `<table>|<name>`."""
+        self._table(counter.partition("|")[0], write=False)
+        return self.inner.tallies(counter)
 
     def claim(self, key: str, owner: str) -> bool:
         self._claims([key], write=True)

@@ -20,10 +20,11 @@ no replica could be promoted with them either."""
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -33,7 +34,7 @@ from redis.commands.core import Script
 from slicex.errors import Busy, DbError, TimedOut, Unavailable
 from slicex.store import counter_of, namespace_of
 from slicex.store.codec import decode, encode
-from slicex.store.ownership import KEY_INDEXED
+from slicex.store.ownership import KEY_INDEXED, TALLIED
 from slicex.store.urls import SentinelUrl, is_sentinel_url, parse_sentinel_url
 
 log = logging.getLogger("slicex.store")
@@ -122,19 +123,45 @@ end
 redis.call('DEL', ARGV[4])
 return n
 """
-_PUT = _FENCE + """
+_TALLY = """
+local function tally(json, sign, prefix)
+  for counter, fields in pairs(cjson.decode(json)) do
+    for field, n in pairs(fields) do
+      if redis.call('HINCRBY', prefix .. counter, field, sign * n) == 0 then redis.call('HDEL', prefix .. counter, field) end
+    end
+  end
+end
+"""
+"""Add (sign 1) or take out (-1) a document's tally ({counter: {field: n}}, JSON) from the counters' hashes."""
+_PUT = _FENCE + _TALLY + """
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 if ARGV[4] == '1' then redis.call('ZADD', KEYS[2], 0, ARGV[1]) end
 if ARGV[3] == '' then redis.call('ZREM', KEYS[3], ARGV[1]) else redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1]) end
+if ARGV[7] == '1' then
+  local old = redis.call('HGET', KEYS[4], ARGV[1])
+  if old then tally(old, -1, ARGV[6]) end
+  if ARGV[5] ~= '' then
+    tally(ARGV[5], 1, ARGV[6])
+    redis.call('HSET', KEYS[4], ARGV[1], ARGV[5])
+  elseif old then
+    redis.call('HDEL', KEYS[4], ARGV[1])
+  end
+end
 return 1
 """
-"""A document and its index entries (KEYS: the table's hash, key index, time index; ARGV: key, encoded
-document, due or '', '1' when its table keeps a key index), in one script: atomic, and a single command that
+"""A document, its index entries and its tally (KEYS: the table's hash, key index, time index, tallies by key;
+ARGV: key, encoded document, due or '', '1' when its table keeps a key index, the tally's JSON or '', the
+counters' hash prefix, '1' when its table keeps tallies), in one script: atomic, and a single command that
 WAIT can follow on the same connection."""
-_DELETE = _FENCE + """
+_DELETE = _FENCE + _TALLY + """
 local n = redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
+local old = redis.call('HGET', KEYS[4], ARGV[1])
+if old then
+  tally(old, -1, ARGV[2])
+  redis.call('HDEL', KEYS[4], ARGV[1])
+end
 return n
 """
 _LEASE_TAKE = """
@@ -462,12 +489,29 @@ class RedisStore:
         raw = self._call(lambda: self._rb.hget(self._t(table), key))
         return decode(raw) if raw else None
 
-    def put(self, table: str, key: str, doc: dict[str, Any], due: float | None = None) -> None:
-        self._write(self._put, [self._t(table), self._k(table), self._d(table)],
-                    [key, encode(doc), "" if due is None else repr(float(due)), "1" if table in KEY_INDEXED else ""])
+    def put(self, table: str, key: str, doc: dict[str, Any], due: float | None = None,
+            tally: Mapping[str, Mapping[str, int]] | None = None) -> None:
+        if tally and table not in TALLIED:
+            raise ValueError(f"table {table} keeps no tallies (slicex/store/ownership.py TALLIED)")
+        counts = json.dumps({c: {f: int(n) for f, n in fields.items() if n} for c, fields in tally.items()},
+                            sort_keys=True) if tally else ""
+        self._write(self._put, [self._t(table), self._k(table), self._d(table), self._tallied(table)],
+                    [key, encode(doc), "" if due is None else repr(float(due)), "1" if table in KEY_INDEXED else "",
+                     counts, self._tally(""), "1" if table in TALLIED else ""])
 
     def delete(self, table: str, key: str) -> bool:
-        return bool(self._write(self._delete, [self._t(table), self._k(table), self._d(table)], [key]))
+        return bool(self._write(self._delete, [self._t(table), self._k(table), self._d(table), self._tallied(table)],
+                                [key, self._tally("")]))
+
+    def _tallied(self, table: str) -> str:
+        return f"{self.prefix}:tally-of:{table}"
+
+    def _tally(self, counter: str) -> str:
+        return f"{self.prefix}:tally:{counter}"
+
+    def tallies(self, counter: str) -> dict[str, int]:
+        found = self._call(lambda: self._r.hgetall(self._tally(counter)))
+        return {f: int(n) for f, n in found.items() if int(n)}
 
     def scan(self, table: str, prefix: str = "") -> list[dict[str, Any]]:
         if prefix and table not in KEY_INDEXED:  # no key index: the hash's matching fields, sorted by key
@@ -486,6 +530,17 @@ class RedisStore:
         found = self._call(lambda: self._r.zrangebyscore(self._d(table), "-inf", until, start=0,
                                                          num=-1 if limit is None else limit, withscores=True))
         return [(k, float(at)) for k, at in found]
+
+    def page(self, table: str, cursor: str, limit: int) -> tuple[list[dict[str, Any]], str]:
+        """A table with a key index: the next `limit` keys after `cursor` (a lexicographic range), then their
+        documents. Another: one HSCAN step of its hash (about `limit` fields; a small hash answers whole)."""
+        if table in KEY_INDEXED:
+            start = b"(" + cursor.encode() if cursor else b"-"
+            keys = self._call(lambda: self._r.zrangebylex(self._k(table), start, b"+", start=0, num=limit))
+            texts = self._call(lambda: self._rb.hmget(self._t(table), keys)) if keys else []
+            return [decode(t) for t in texts if t is not None], (keys[-1] if len(keys) == limit else "")
+        nxt, found = self._call(lambda: self._rb.hscan(self._t(table), int(cursor or 0), count=limit))
+        return [decode(v) for v in found.values()], ("" if int(nxt) == 0 else str(int(nxt)))
 
     def reindex(self) -> int:
         """Bring a store of an older layout to this one: every claim in its namespace's hash and its own key

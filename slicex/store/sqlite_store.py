@@ -17,7 +17,7 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,36 @@ WHEN instr(NEW.key, ':') > 0 BEGIN
   {_changed_sql('NEW.key')}
 END""",
 )
+# ---- tallies: per counter and field, the sum of what the documents' `tally` column adds (slicex.store)
+_TALLIES_TABLE = ("CREATE TABLE IF NOT EXISTS tallies (counter TEXT NOT NULL, field TEXT NOT NULL, n INTEGER NOT NULL, "
+                  "PRIMARY KEY (counter, field))")
+_TALLY_ROWS = "SELECT c.key AS counter, f.key AS field, f.value AS n FROM json_each({0}) c, json_each(c.value) f"
+
+
+def _tally_sql(column: str, sign: str) -> str:
+    """SQL adding (sign '+') or taking out ('-') what a row's tally holds, run by a trigger in its statement."""
+    return (f"INSERT INTO tallies (counter, field, n) SELECT counter, field, {sign}n FROM "
+            f"({_TALLY_ROWS.format(column)}) WHERE true "
+            f"ON CONFLICT (counter, field) DO UPDATE SET n = n + excluded.n;")
+
+
+_TALLY_TRIGGERS = (
+    f"""CREATE TRIGGER IF NOT EXISTS tally_in AFTER INSERT ON docs WHEN NEW.tally IS NOT NULL BEGIN
+  {_tally_sql('NEW.tally', '+')}
+END""",
+    f"""CREATE TRIGGER IF NOT EXISTS tally_out AFTER DELETE ON docs WHEN OLD.tally IS NOT NULL BEGIN
+  {_tally_sql('OLD.tally', '-')}
+END""",
+    f"""CREATE TRIGGER IF NOT EXISTS tally_moved AFTER UPDATE OF tally ON docs
+WHEN OLD.tally IS NOT NULL OR NEW.tally IS NOT NULL BEGIN
+  {_tally_sql('OLD.tally', '-')}
+  {_tally_sql('NEW.tally', '+')}
+END""",
+)
+_PUT = ("INSERT INTO docs (tbl, key, doc, due, tally) VALUES (?, ?, ?, ?, ?) ON CONFLICT (tbl, key) DO UPDATE SET "
+        "doc = excluded.doc, due = excluded.due, tally = excluded.tally")
+"""An upsert, not INSERT OR REPLACE: a replaced row fires the update trigger (REPLACE's delete fires none)."""
+
 _RECOUNT = f"SELECT {_counter_sql('key')} AS c, COUNT(*) FROM claims WHERE instr(key, ':') > 0 GROUP BY c"
 
 BUSY_TIMEOUT_SECONDS = 30.0
@@ -144,9 +174,14 @@ class SqliteStore:
         try:
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 self._db.execute(statement)
-            if "due" not in {row[1] for row in self._db.execute("PRAGMA table_info(docs)")}:
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(docs)")}
+            if "due" not in columns:
                 self._db.execute("ALTER TABLE docs ADD COLUMN due REAL")  # a store made before the time index
+            if "tally" not in columns:
+                self._db.execute("ALTER TABLE docs ADD COLUMN tally TEXT")  # a store made before tallies
             self._db.execute(_DUE_INDEX)
+            for statement in (_TALLIES_TABLE, *_TALLY_TRIGGERS):
+                self._db.execute(statement)
             self._prepare_claim_counts()
             self._db.execute("COMMIT")
         except BaseException:
@@ -190,10 +225,16 @@ class SqliteStore:
         row = self._read(lambda db: db.execute("SELECT doc FROM docs WHERE tbl=? AND key=?", (table, key)).fetchone())
         return decode(row[0]) if row else None
 
-    def put(self, table: str, key: str, doc: dict[str, Any], due: float | None = None) -> None:
+    def put(self, table: str, key: str, doc: dict[str, Any], due: float | None = None,
+            tally: Mapping[str, Mapping[str, int]] | None = None) -> None:
         text = encode(doc)
-        self._run(lambda db: db.execute("INSERT OR REPLACE INTO docs (tbl, key, doc, due) VALUES (?, ?, ?, ?)",
-                                        (table, key, text, due)))
+        counts = json.dumps({c: {f: int(n) for f, n in fields.items() if n} for c, fields in tally.items()},
+                            sort_keys=True) if tally else None
+        self._run(lambda db: db.execute(_PUT, (table, key, text, due, counts)))
+
+    def tallies(self, counter: str) -> dict[str, int]:
+        rows = self._read(lambda db: db.execute("SELECT field, n FROM tallies WHERE counter=?", (counter,)).fetchall())
+        return {f: int(n) for f, n in rows if n}
 
     def delete(self, table: str, key: str) -> bool:
         cur = self._run(lambda db: db.execute("DELETE FROM docs WHERE tbl=? AND key=?", (table, key)))
@@ -215,6 +256,12 @@ class SqliteStore:
             "SELECT key, due FROM docs WHERE tbl=? AND due IS NOT NULL AND due<=? ORDER BY due, key LIMIT ?",
             (table, until, -1 if limit is None else limit)).fetchall())
         return [(k, float(d)) for k, d in rows]
+
+    def page(self, table: str, cursor: str, limit: int) -> tuple[list[dict[str, Any]], str]:
+        """The next `limit` documents by key after the key `cursor` names (a range of the primary key)."""
+        rows = self._read(lambda db: db.execute(
+            "SELECT key, doc FROM docs WHERE tbl=? AND key>? ORDER BY key LIMIT ?", (table, cursor, limit)).fetchall())
+        return [decode(r[1]) for r in rows], (rows[-1][0] if len(rows) == limit else "")
 
     def claim(self, key: str, owner: str) -> bool:
         return self.claim_all([key], owner)

@@ -487,3 +487,23 @@ def test_reown_gives_every_claim_of_one_owner_to_another_and_keeps_the_counts(st
     assert store.claim_counts() == counts == store.recount_claims()
     assert not store.claim("leased:core:pc1:0", "long-owner")  # the new owner holds it
     assert store.release_owner("short") == 3 and store.claim_counts() == {"leased:core:pc1": 1}
+
+
+@pytest.mark.parametrize("table", ["paged", "usage-open"])  # Redis: HSCAN; a range of the key index (KEY_INDEXED)
+def test_pages_sweep_a_whole_table_a_few_documents_at_a_time(store, table):
+    """`page` reads about `limit` documents from where its cursor left off; following the cursors until it
+    answers "" sees every document of the table once, and none of another table."""
+    for i in range(700):  # enough for Redis to keep a hash table (HSCAN answers a listpack, <= 512, whole)
+        store.put(table, f"k{i:03d}", {"i": i})
+    store.put("other", "x", {"i": -1})
+    seen: list[int] = []
+    cursor, pages = "", 0
+    while True:
+        docs, cursor = store.page(table, cursor, 50)
+        assert len(docs) <= 120  # about the limit
+        seen += [d["i"] for d in docs]
+        pages += 1
+        if not cursor:
+            break
+    assert sorted(seen) == list(range(700)) and pages >= 7
+    assert store.page("empty", "", 10) == ([], "")

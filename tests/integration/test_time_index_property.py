@@ -83,7 +83,7 @@ class World:
         else:  # the slice manager goes on, talking to the restarted actor
             self.sm.broker, self.sm.authority = self.broker, self.authority
         self.sm.reap(self.clock.now())
-        self.ledger.reconcile(self.sm.records, self.clock.now())
+        self.ledger.sweep(self.sm.holds, self.clock.now())
 
     def live(self, slice_urn: str) -> list[Any]:
         return self.sm.slivers(slice_urn, self.clock.now())
@@ -329,6 +329,8 @@ def corruptions(store: Any, w: World) -> list[tuple[str, Any]]:
         ("leases' time index", lambda: store.put(LEASES, lease["lease"]["id"], lease)),
         # an open record copied into `usage` (which holds ended ones only, issue 33's lean records)
         ("open usage records", lambda: store.put(USAGE, rec.id, store.get(OPEN, rec.id))),
+        # an open usage record written again without its tally: its user's counter no longer counts it
+        ("usage counters", lambda: store.put(OPEN, rec.id, store.get(OPEN, rec.id))),
         ("records' slice index", lambda: store.delete(SLIVERS_OF, f"{rec.slice_urn}#{rec.id}")),
         ("lease claims", lambda: store.release(f"leased:{lease['lease']['units'][0]}", lease_owner(lease["lease"]["id"]))),
         ("broker calendar against its stored tickets", lambda: w.broker.calendar.release(rec.ticket.id)),

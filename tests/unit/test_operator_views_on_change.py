@@ -115,9 +115,9 @@ def test_a_record_written_before_serials_gets_one_when_its_delegation_is_sent_ag
     assert counting.scans.get(DELEGATIONS, 0) == 1
 
 
-def test_the_reaper_settles_usage_every_tick_and_reconciles_all_of_it_only_at_start_and_slowly(monkeypatch):
-    """The ledger's full reconcile reads every open usage record and live sliver: it runs on the first tick and
-    at LEDGER_SWEEP_SECONDS; every other tick runs `settle` with the slivers that tick ended."""
+def test_the_reaper_settles_usage_every_tick_and_sweeps_a_page_only_slowly(monkeypatch):
+    """Every tick runs `settle` with the slivers that tick ended; one page of the ledger's rotating check runs
+    every LEDGER_SWEEP_SECONDS, never at start."""
     from types import SimpleNamespace
 
     from deployment import service
@@ -125,22 +125,22 @@ def test_the_reaper_settles_usage_every_tick_and_reconciles_all_of_it_only_at_st
     mono = [100.0]
     monkeypatch.setattr(service.time, "monotonic", lambda: mono[0])
     ended: list[list[str]] = [[], [], ["s1"], [], []]
-    reconciled: list[float] = []
+    swept: list[tuple[float, int]] = []
     settled: list[list[str]] = []
     deployment = SimpleNamespace(
-        _checked_at=mono[0], _reconciled_at=float("-inf"), publishers=[], clock=ManualClock(),
+        _checked_at=mono[0], _swept_at=None, publishers=[], clock=ManualClock(),
         store=SimpleNamespace(fault=None), _check_store=lambda: None,
-        sm=SimpleNamespace(reap=lambda now: ended.pop(0), records=lambda: [], holds=lambda urn: False),
-        ledger=SimpleNamespace(reconcile=lambda records, now: reconciled.append(mono[0]),
+        sm=SimpleNamespace(reap=lambda now: ended.pop(0), holds=lambda urn: False),
+        ledger=SimpleNamespace(sweep=lambda held, now, page: swept.append((mono[0], page)),
                                settle=lambda gone, held, now: settled.append(list(gone))))
     for _ in range(5):
         mono[0] += 0.5
         service.EmbeddedDeployment._tick(deployment)
-    assert reconciled == [100.5] and settled == [[], ["s1"], [], []]  # the full sweep once, at start
+    assert swept == [] and settled == [[], [], ["s1"], [], []]  # no sweep at start
     mono[0] += service.LEDGER_SWEEP_SECONDS
     ended.append([])
     service.EmbeddedDeployment._tick(deployment)
-    assert len(reconciled) == 2  # the slow sweep
+    assert swept == [(mono[0], service.LEDGER_SWEEP_PAGE)] and len(settled) == 6  # one page, slowly
 
 
 def counted(obj, name: str, every: bool = False) -> list[int]:

@@ -158,20 +158,20 @@ def test_records_open_at_allocate_and_end_at_delete_shutdown_and_expiry(world):
     # the rest of the LAN expires: the reaper's reconcile ends it at its expiry, not when it noticed
     clock.advance(45 * MIN)
     asm.reap(clock.now())
-    assert ledger.reconcile(lambda: [], clock.now())  # nothing live: all the open ones end
+    assert ledger.sweep(lambda urn: False, clock.now()) and ledger.swept  # nothing live: all the open ones end
     assert ledger.open_records() == [] and store.scan(OPEN) == []
     ends = {r.client_id: (r.end, r.end_reason) for r in ledger.records() if r.slice_urn == canonical_urn(SLICE)}
     assert ends["n2"] == (now + 60 * MIN, "expired") and ends["n1"] == (now + 30 * MIN, "deleted")
 
 
-def test_reconcile_keeps_what_the_slice_manager_still_holds(world):
+def test_the_sweep_keeps_what_the_slice_manager_still_holds(world):
     store, clock, asm = world
     ledger = Ledger(store, SUB)
     allocate(ledger, asm, ALICE, SLICE, two_vms(), clock.now())
-    assert ledger.reconcile(asm.records, clock.now()) == [] and len(ledger.open_records()) == 2
+    assert ledger.sweep(asm.holds, clock.now()) == [] and len(ledger.open_records()) == 2
     clock.advance(11 * MIN)  # allocation expired
     asm.reap(clock.now())
-    gone = ledger.reconcile(asm.records, clock.now())
+    gone = ledger.sweep(asm.holds, clock.now())
     assert {r.end for r in gone} == {clock.now() - MIN} and {r.end_reason for r in gone} == {"expired"}
 
 
@@ -277,7 +277,7 @@ def test_settle_keeps_a_sliver_still_held_and_agrees_with_reconcile(world):
     assert {s.urn for s in other} <= set(gone) | {r.sliver_urn for r in ledger.open_records()}
     ended = ledger.settle(gone, asm.holds, clock.now())
     assert {r.sliver_urn for r in ended} == {s.urn for s in other}
-    assert ledger.reconcile(asm.records, clock.now()) == []  # the full sweep finds nothing more
+    assert ledger.sweep(asm.holds, clock.now()) == []  # the rotating check finds nothing more
     assert {r.sliver_urn for r in ledger.open_records()} == {s.urn for s in kept}
 
 
