@@ -43,7 +43,7 @@ from operations.snapshot import publishers_for
 from protocol.api import AuthorityApi, BrokerApi
 from resources import InUse, usage_counts
 from rspec.advertisement import AdvertisementCache, Usage
-from rspec.substrate import Substrate, SubstrateError, default_substrate, load_substrate
+from rspec.substrate import QEMU_VM, Substrate, SubstrateError, VmSize, default_substrate, load_substrate
 from slice_manager.actor import ActorSliceManager
 from slice_manager.peer_gate import held_slivers, wanted_nodes
 from slicex import pki
@@ -111,7 +111,18 @@ def deployment_substrate(cfg: SlicexConfig) -> Substrate:
     from authority.substrate.images import offered_images
 
     catalogue, default_image = node_images(cfg.netns)
-    return replace(substrate, images=offered_images(catalogue, substrate.authority, default_image))
+    return replace(substrate, images=offered_images(catalogue, substrate.authority, default_image),
+                   vm_sizes=with_qemu_vm(substrate.vm_sizes))
+
+
+def with_qemu_vm(sizes: tuple[VmSize, ...]) -> tuple[VmSize, ...]:
+    """The netns substrate's sliver types: the substrate file's, and `qemu-vm` (a VM with its own kernel,
+    authority/substrate/vm.py) where the file defines no VM size of its own and this host has QEMU."""
+    from authority.substrate.vm_image import qemu_missing
+
+    if any(s.machine == "qemu" for s in sizes) or qemu_missing():
+        return sizes
+    return (*sizes, QEMU_VM)
 
 
 def own_ports(cfg: SlicexConfig) -> dict[int, str]:
