@@ -1,0 +1,88 @@
+"""A qemu-vm node beside a container node on one link of the netns substrate, through the AM API as omni drives
+it (`slicex up --substrate netns` in its own process): the VM runs its own kernel (`uname -r` differs from the
+host's) and loads a kernel module, its user logs in with ssh through the manifest's login port, it pings the
+container across the link, its console log is the slice's to read, and Delete leaves no process, tap, disk or
+uid range. One VM at a time: under TCG a boot costs a core for ~20-60 s (about 1-2 minutes for the whole test
+on a 2-core host)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from lxml import etree
+
+from authority.substrate import hostnet
+from authority.substrate.images import DEFAULT_DIR, DEFAULT_IMAGE, ImageCatalogue
+from authority.substrate.netns import NetnsDriver
+from authority.substrate.vm_image import qemu_missing, vm_form
+from rspec.manifest import SERVICES_EXT
+from tests.factories import RSPEC3, request_rspec, vm
+from tests.integration.conftest import make_home
+from tests.integration.netns_support import new_prefix, require_host
+from tests.integration.test_netns_am import ok, slice_of, up_then_down
+from tests.integration.test_netns_login import logins_of, nodes_of, ssh
+
+
+@pytest.fixture
+def vm_up(tmp_path: Path):
+    require_host()
+    if qemu_missing():
+        pytest.skip(f"qemu-vm nodes need {', '.join(qemu_missing())} (scripts/system-deps.sh installs them)")
+    img = ImageCatalogue(DEFAULT_DIR).get(DEFAULT_IMAGE)
+    if img is None or vm_form(img.rootfs.parent) is None:
+        pytest.skip(f"image {DEFAULT_IMAGE} has no VM form in {DEFAULT_DIR} (`make node-image` makes it)")
+    if shutil.which("ssh") is None:
+        pytest.skip("needs openssh-client (scripts/system-deps.sh installs it)")
+    prefix = new_prefix()
+    home = make_home(tmp_path / "home", substrate_driver="netns", netns={"prefix": prefix}, sa_port=0, am_port=0)
+    with up_then_down(home, prefix) as up:
+        yield home, up, prefix
+
+
+def _addresses(node: etree._Element) -> list[str]:
+    return [ip.get("address") for ip in node.iter(f"{{{RSPEC3}}}ip")]
+
+
+def test_a_vm_node_runs_its_own_kernel_loads_a_module_reaches_a_container_and_delete_leaves_nothing(vm_up):
+    home, up, prefix = vm_up
+    am, urn, creds = slice_of(home, up.start(), "alice", "vmslice")
+    alice = {"urn": f"urn:publicid:IDN+{home.config().authority}+user+alice",
+             "keys": [home.user_ssh_pub("alice").read_text()]}
+    request = request_rspec([vm("v1", sliver_type="qemu-vm", ifaces=["v1:if0"]), vm("c1", ifaces=["c1:if0"])],
+                            [{"client_id": "lan0", "ifaces": ["v1:if0", "c1:if0"], "capacity": 100000}])
+    driver = NetnsDriver(prefix)
+    ok(am.Allocate(urn, creds, request, {}))
+    manifest = ok(am.Provision([urn], creds, {"geni_users": [alice]}))["geni_rspec"]
+    nodes = nodes_of(manifest)
+    port = logins_of(nodes["v1"])["alice"][1]
+    c1_address = _addresses(nodes["c1"])[0]
+    started = time.monotonic()
+    ok(am.PerformOperationalAction([urn], creds, "geni_start", {}))
+    boot_s = time.monotonic() - started
+    states = {s["geni_sliver_urn"]: s["geni_operational_status"] for s in ok(am.Status([urn], creds, {}))["geni_slivers"]}
+    assert sorted(set(states.values())) == ["geni_ready"], states
+
+    out = ssh(home, "alice", port, f"uname -r; sudo -n modprobe dummy && grep -c '^dummy ' /proc/modules; "
+                                   f"ping -c 3 -W 2 {c1_address} >/dev/null && echo reached; hostname")
+    lines = out.stdout.split()
+    assert len(lines) == 4, (out.stdout, out.stderr)
+    assert lines[0] != os.uname().release and lines[0].endswith("cloud-amd64"), lines  # its own kernel
+    assert lines[1:] == ["1", "reached", "v1"], (out.stdout, out.stderr, boot_s)
+
+    described = ok(am.Describe([urn], creds, {"geni_rspec_version": {"type": "GENI", "version": "3"},
+                                               "slicex_console": True}))
+    box = nodes_of(described["geni_rspec"])["v1"].find(f"{{{SERVICES_EXT}}}container")
+    assert box.get("machine") == "qemu" and box.get("accel") in ("kvm", "tcg"), etree.tostring(box)
+    assert box.get("kernel") == lines[0]
+    assert "v1 ready after" in described["slicex_console"]["v1"], described["slicex_console"]
+    assert "c1" not in described["slicex_console"]  # a container has no console log
+
+    ns = next(n for n in hostnet.namespaces() if n.startswith(prefix + "-") and
+              any(d.endswith("v") for d in hostnet.links(n)))
+    ok(am.Delete([urn], creds, {}))
+    assert ns not in hostnet.namespaces()
+    assert not driver.leftovers(), driver.leftovers()  # no QEMU, cgroup, disk, tap (its namespace) or uid range
