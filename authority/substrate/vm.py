@@ -64,9 +64,11 @@ h=$(cat $D/hostname)
 hostname "$h"
 echo "$h" > /etc/hostname
 grep -q " $h\\$" /etc/hosts 2>/dev/null || echo "127.0.1.1 $h" >> /etc/hosts
-resize2fs /dev/vda >/dev/null 2>&1
+echo "slicex: init at $(cut -d' ' -f1 /proc/uptime) s"
+resize2fs /dev/vda >/dev/null 2>&1 &
 ip link set lo up
 modprobe virtio_net
+echo "slicex: modules at $(cut -d' ' -f1 /proc/uptime) s"
 n=0
 while [ $n -lt 100 ]; do
   missing=0
@@ -82,6 +84,7 @@ while read -r mac addr; do
   done
 done < $D/interfaces
 mkdir -p /run/sshd && chmod 755 /run/sshd
+echo "slicex: interfaces at $(cut -d' ' -f1 /proc/uptime) s"
 [ -s /etc/ssh/ssh_host_ed25519_key ] || ssh-keygen -q -t ed25519 -N '' -f /etc/ssh/ssh_host_ed25519_key
 /bin/sh $D/sync-users
 echo "slicex: $h ready after $(cut -d' ' -f1 /proc/uptime) s"
@@ -158,7 +161,7 @@ def accel_of(probe: dict) -> str:
 
 # ---- the host side -------------------------------------------------------------------------------------------
 
-def probe_accel(form: dict | None, cache: Path = PROBE_FILE, timeout: float = 20.0) -> dict:
+def probe_accel(form: dict | None, cache: Path = PROBE_FILE, timeout: float = 10.0) -> dict:
     """Whether KVM boots a guest here: a boot of the VM form's kernel with KVM (no root disk: it must reach its
     root-mount panic within `timeout`). /dev/kvm accepting KVM_CREATE_VM is not enough (nested hosts where
     guests abort or stall); the answer is kept in `cache` for the host's boot. {"kvm": bool, "why": str}."""
