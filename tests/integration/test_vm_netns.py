@@ -7,9 +7,14 @@ on a 2-core host)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,23 +23,31 @@ from lxml import etree
 from authority.substrate import hostnet
 from authority.substrate.images import DEFAULT_DIR, DEFAULT_IMAGE, ImageCatalogue
 from authority.substrate.netns import NetnsDriver
+from authority.substrate.vm import NodeVM, tap_name
 from authority.substrate.vm_image import qemu_missing, vm_form
+from protocol.messages import SliverSpec
 from rspec.manifest import SERVICES_EXT
 from tests.factories import RSPEC3, request_rspec, vm
 from tests.integration.conftest import make_home
-from tests.integration.netns_support import new_prefix, require_host
+from tests.integration.netns_support import new_prefix, require_host, started_driver
 from tests.integration.test_netns_am import ok, slice_of, up_then_down
 from tests.integration.test_netns_login import logins_of, nodes_of, ssh
 
+NOW = datetime.now(UTC)
 
-@pytest.fixture
-def vm_up(tmp_path: Path):
+
+def _require_vm() -> None:
     require_host()
     if qemu_missing():
         pytest.skip(f"qemu-vm nodes need {', '.join(qemu_missing())} (scripts/system-deps.sh installs them)")
     img = ImageCatalogue(DEFAULT_DIR).get(DEFAULT_IMAGE)
     if img is None or vm_form(img.rootfs.parent) is None:
         pytest.skip(f"image {DEFAULT_IMAGE} has no VM form in {DEFAULT_DIR} (`make node-image` makes it)")
+
+
+@pytest.fixture
+def vm_up(tmp_path: Path):
+    _require_vm()
     if shutil.which("ssh") is None:
         pytest.skip("needs openssh-client (scripts/system-deps.sh installs it)")
     prefix = new_prefix()
@@ -86,3 +99,71 @@ def test_a_vm_node_runs_its_own_kernel_loads_a_module_reaches_a_container_and_de
     ok(am.Delete([urn], creds, {}))
     assert ns not in hostnet.namespaces()
     assert not driver.leftovers(), driver.leftovers()  # no QEMU, cgroup, disk, tap (its namespace) or uid range
+
+
+CHILD = """
+import json, sys
+from datetime import UTC, datetime
+from authority.substrate.netns import NetnsDriver
+from protocol.messages import SliverSpec
+d = NetnsDriver(sys.argv[1])
+d.start()
+print("started", flush=True)
+for doc in json.loads(sys.argv[2]):
+    d.create(SliverSpec.from_doc(doc), datetime.now(UTC))
+print("done", flush=True)
+"""
+
+
+def _vm_specs(tag: str) -> tuple[SliverSpec, SliverSpec]:
+    ref = "v1:if0"
+    link = SliverSpec(f"urn:{tag}:lan", "link", "lan0", labels=(("vlan", 1000),),
+                      details={"capacity_kbps": 0, "subnet": "10.10.0", "interface_refs": [ref]})
+    node = SliverSpec(f"urn:{tag}:v1", "node", "v1", labels=(("vlan", 1000),), details={
+        "slice_urn": f"urn:slice:{tag}", "cores": 1, "memory_mb": 256, "disk_gb": 2, "machine": "qemu",
+        "interfaces": {ref: {"component_id": "x", "ip": "", "netmask": ""}}})
+    return link, node
+
+
+@pytest.mark.parametrize("outcome", ["undone", "done"])
+def test_sigkill_while_a_vm_node_is_provisioned_is_undone_or_adopted_after_the_restart(outcome):
+    """The authority's process dies with SIGKILL once the VM node's disk exists, before the provision returns.
+    Restarted with no live lease for it (the provision never committed) it leaves nothing; restarted with the
+    lease live it adopts the node whole (disk, tap joined to its interface, boot record), and Delete then leaves
+    nothing. No boot: this is the host's side."""
+    _require_vm()
+    with started_driver() as driver:
+        link, node = _vm_specs(f"vmkill{outcome}")
+        driver.shutdown()  # the child starts (and owns) the switch and controller, as a crashed aggregate did
+        child = subprocess.Popen([sys.executable, "-c", CHILD, driver.prefix,
+                                  json.dumps([link.to_doc(), node.to_doc()])],
+                                 stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
+        vm = driver._container(driver._node_plan(node))
+        assert isinstance(vm, NodeVM)
+        assert child.stdout.readline().strip() == "started"
+        deadline = time.monotonic() + 60
+        try:
+            while time.monotonic() < deadline and child.poll() is None and not vm.layer.exists():
+                time.sleep(0.002)
+        finally:
+            child.send_signal(signal.SIGKILL)
+            child.wait(10)
+        assert "done" not in child.stdout.read()  # cut in the middle, not after
+        restarted = NetnsDriver(driver.prefix)
+        restarted.start()
+        if outcome == "undone":
+            restarted.reconcile([])
+            assert restarted.leftovers() == []
+            return
+        report = restarted.reconcile([(link, {"state": "geni_notready", "vlan": 1000}),
+                                      (node, {"state": "geni_notready"})])
+        plan = restarted._node_plan(node)
+        assert report["adopted"] == [plan.netns], report
+        assert vm.meta()["interfaces"][0][0] == tap_name(plan.interfaces[0].ns_if)
+        assert tap_name(plan.interfaces[0].ns_if) in hostnet.links(plan.netns)
+        assert "mirred" in subprocess.run(["tc", "-n", plan.netns, "filter", "show", "dev", plan.interfaces[0].ns_if,
+                                           "ingress"], capture_output=True, text=True).stdout
+        assert vm.layer.exists() and not vm.running()
+        restarted.destroy(node, {}, NOW)
+        restarted.destroy(link, {}, NOW)
+        assert restarted.leftovers() == []
