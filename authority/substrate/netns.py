@@ -103,7 +103,7 @@ DESCRIPTION = ("netns substrate: each node is an unprivileged LXC container on t
                "system from an image, users, processes and uid range; cores and memory enforced by cgroups) in a "
                "network namespace of its own, each link a VLAN segment of a private Open vSwitch bridge "
                "programmed over OpenFlow, capacity enforced with tc, an sshd per node on a host port; nodes "
-               "share the host's kernel")
+               "share the host's kernel (a qemu-vm node, where offered, runs its own)")
 VM_BOOT_SECONDS = 240.0  # a qemu-vm node's start to its sshd's banner (TCG on a loaded 2-core host: ~20-60 s)
 STATE_ROOT = Path("/var/lib")  # /var/lib/slicex-<prefix>: containers, their layers, uid-shifted image copies
 UID_RANGES_DIR = Path("/var/lib/slicex/uid-ranges")  # host-wide: deployments sharing a host never share a range

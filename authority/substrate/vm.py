@@ -60,6 +60,10 @@ mkdir -p /dev/pts /dev/shm
 mount -t devpts -o gid=5,mode=620 devpts /dev/pts
 mount -t tmpfs -o nosuid,nodev tmpfs /dev/shm
 mount -t tmpfs -o nosuid,nodev tmpfs /tmp
+# geni_stop and geni_restart end QEMU as a power cut would: what the guest writes reaches its disk within ~1 s
+mount -o remount,commit=1 /
+echo 100 > /proc/sys/vm/dirty_expire_centisecs
+echo 50 > /proc/sys/vm/dirty_writeback_centisecs
 read -r h < $D/hostname
 hostname "$h"
 echo "$h" > /etc/hostname

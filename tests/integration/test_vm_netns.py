@@ -96,6 +96,11 @@ def test_a_vm_node_runs_its_own_kernel_loads_a_module_reaches_a_container_and_de
 
     ns = next(n for n in hostnet.namespaces() if n.startswith(prefix + "-") and
               any(d.endswith("v") for d in hostnet.links(n)))
+    v1_urn = nodes_of(described["geni_rspec"])["v1"].get("sliver_id")
+    ok(am.PerformOperationalAction([v1_urn], creds, "geni_stop", {}))  # QEMU ends: no process of the node is left
+    states = {s["geni_sliver_urn"]: s["geni_operational_status"] for s in ok(am.Status([urn], creds, {}))["geni_slivers"]}
+    assert states[v1_urn] == "geni_notready", states
+    assert not [p for p in driver.processes() if "qemu" in p[1]], driver.processes()
     ok(am.Delete([urn], creds, {}))
     assert ns not in hostnet.namespaces()
     assert not driver.leftovers(), driver.leftovers()  # no QEMU, cgroup, disk, tap (its namespace) or uid range
