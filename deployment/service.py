@@ -111,16 +111,21 @@ def deployment_substrate(cfg: SlicexConfig) -> Substrate:
     from authority.substrate.images import offered_images
 
     catalogue, default_image = node_images(cfg.netns)
+    from authority.substrate.vm_image import vm_form
+
+    default = catalogue.get(default_image)
     return replace(substrate, images=offered_images(catalogue, substrate.authority, default_image),
-                   vm_sizes=with_qemu_vm(substrate.vm_sizes))
+                   vm_sizes=with_qemu_vm(substrate.vm_sizes, default is not None and
+                                         vm_form(default.rootfs.parent) is not None))
 
 
-def with_qemu_vm(sizes: tuple[VmSize, ...]) -> tuple[VmSize, ...]:
+def with_qemu_vm(sizes: tuple[VmSize, ...], vm_image: bool) -> tuple[VmSize, ...]:
     """The netns substrate's sliver types: the substrate file's, and `qemu-vm` (a VM with its own kernel,
-    authority/substrate/vm.py) where the file defines no VM size of its own and this host has QEMU."""
+    authority/substrate/vm.py) where the file defines no VM size of its own, this host has QEMU and the
+    default image its VM form (`vm_image`; `slicex image build` makes it)."""
     from authority.substrate.vm_image import qemu_missing
 
-    if any(s.machine == "qemu" for s in sizes) or qemu_missing():
+    if any(s.machine == "qemu" for s in sizes) or not vm_image or qemu_missing():
         return sizes
     return (*sizes, QEMU_VM)
 

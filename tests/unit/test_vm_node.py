@@ -49,11 +49,12 @@ def test_tap_names_fit_linux_and_differ_from_the_veth_end():
     assert tap_name("xab12deadbeefn") == "xab12deadbeefv" and len(tap_name("xab12deadbeefn")) <= 15
 
 
-def test_qemu_vm_is_added_only_where_the_file_defines_no_vm_size_of_its_own(monkeypatch):
+def test_qemu_vm_is_added_only_where_the_file_defines_none_and_the_host_can_boot_one(monkeypatch):
     monkeypatch.setattr("authority.substrate.vm_image.qemu_missing", lambda: [])
     small = VmSize("small", 1, 1024)
-    assert with_qemu_vm((small,)) == (small, QEMU_VM)
+    assert with_qemu_vm((small,), True) == (small, QEMU_VM)
+    assert with_qemu_vm((small,), False) == (small,)  # the default image has no VM form yet
     mine = VmSize("big-vm", 4, 8192, 40, "qemu")
-    assert with_qemu_vm((small, mine)) == (small, mine)
+    assert with_qemu_vm((small, mine), True) == (small, mine)
     monkeypatch.setattr("authority.substrate.vm_image.qemu_missing", lambda: ["qemu-img (Debian package qemu-utils)"])
-    assert with_qemu_vm((small,)) == (small,)
+    assert with_qemu_vm((small,), True) == (small,)
