@@ -91,7 +91,7 @@ from authority.substrate.netns_plan import (
 )
 from authority.substrate.openflow import DEFAULT_CONTROLLER, FlowProgrammer, OfctlProgrammer, flow_programmer
 from authority.substrate.ovs import OvsSwitch, default_run_dir
-from authority.substrate.vm import NodeVM, accel_of, probe_accel, tap_name
+from authority.substrate.vm import NodeVM, accel_of, machine_at, probe_accel, tap_name
 from authority.substrate.vm_image import qemu_missing, raw_size, vm_form
 from protocol.messages import REWIRE, SliverSpec
 from rspec.blockstore import Blockstore
@@ -710,9 +710,8 @@ class NetnsDriver:
         return kind(self.lxcpath, plan.netns, self.layers_dir)
 
     def _machine_at(self, name: str) -> NodeContainer:
-        """The machine whose directory is `lxcpath/<name>` (a VM's holds vm.json), for a node no lease names."""
-        kind = NodeVM if (self.lxcpath / name / "vm.json").exists() else NodeContainer
-        return kind(self.lxcpath, name, self.layers_dir)
+        """The machine whose directory is `lxcpath/<name>`, for a node no lease names."""
+        return machine_at(self.lxcpath, name, self.layers_dir)
 
     def _check_vm(self, spec: SliverSpec) -> None:
         """Refuse at Provision what a qemu-vm node cannot do yet, and a host that cannot run one, saying why."""

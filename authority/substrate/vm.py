@@ -196,6 +196,12 @@ def probe_accel(form: dict | None, cache: Path = PROBE_FILE, timeout: float = 10
     return answer
 
 
+def machine_at(lxcpath: Path, name: str, layers: Path | None = None) -> NodeContainer:
+    """The machine whose directory is `lxcpath/<name>`: a VM's holds vm.json, else it is a container."""
+    kind = NodeVM if (Path(lxcpath) / name / "vm.json").exists() else NodeContainer
+    return kind(lxcpath, name, layers)
+
+
 class NodeVM(NodeContainer):
     """One VM node under `lxcpath/<name>/`: `vm.json` (what it boots with: base disk, kernel, initramfs, its
     uid, namespace, host name, interfaces and forwards), `seed.tar`, `console.log`, `qemu.pid`, `start-error`;
@@ -375,6 +381,11 @@ class NodeVM(NodeContainer):
         except OSError:
             pass
         return out
+
+    def summary(self) -> dict[str, object]:
+        meta = self.meta()
+        return {**super().summary(), "hostname": meta.get("hostname", ""), "machine": "qemu",
+                "accel": meta.get("accel", "")}
 
     def attach(self, argv: Sequence[str], timeout: float = 5.0, limit: int = 1 << 20,
                stdin: Path | None = None) -> tuple[int | None, bytes]:

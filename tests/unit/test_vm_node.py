@@ -58,3 +58,14 @@ def test_qemu_vm_is_added_only_where_the_file_defines_none_and_the_host_can_boot
     assert with_qemu_vm((small, mine), True) == (small, mine)
     monkeypatch.setattr("authority.substrate.vm_image.qemu_missing", lambda: ["qemu-img (Debian package qemu-utils)"])
     assert with_qemu_vm((small,), True) == (small,)
+
+
+def test_a_node_directory_with_a_boot_record_is_a_vm(tmp_path):
+    from authority.substrate.vm import NodeVM, machine_at
+
+    (tmp_path / "xab12-aaaa").mkdir()
+    (tmp_path / "xab12-bbbb").mkdir()
+    (tmp_path / "xab12-bbbb" / "vm.json").write_text('{"hostname": "v1", "accel": "tcg"}')
+    assert not isinstance(machine_at(tmp_path, "xab12-aaaa"), NodeVM)
+    vm = machine_at(tmp_path, "xab12-bbbb")
+    assert isinstance(vm, NodeVM) and vm.meta() == {"hostname": "v1", "accel": "tcg"}
