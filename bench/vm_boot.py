@@ -3,7 +3,8 @@
 Per run, through the driver as the authority calls it (authority/substrate/netns.py, one node on a LAN):
   provision  create: namespace, veth, tap and redirects, the qcow2 overlay, the boot record (a container:
              its layer file system, overlay and configuration)
-  ready      geni_start until the node's sshd answers with its banner at the login relay's end
+  ready      geni_start until Status is geni_ready (a VM's sshd answered with its banner at the login relay's
+             end; Status polled every 0.5 s)
   guest      the guest's own uptime when its init started sshd (from its console log): kernel and init
   memory     the node's cgroup memory (page cache of files left out) after --idle seconds
   rss        QEMU's resident memory at the same moment
@@ -67,6 +68,8 @@ def one(driver: NetnsDriver, kind: str, idle: float) -> dict:
     t1 = time.monotonic()
     driver.modify(link, status[link.id], "geni_start", NOW)
     status[node.id] = driver.modify(node, status[node.id], "geni_start", NOW)
+    while driver.status(node, status[node.id], NOW)[0] == "geni_configuring":  # a VM booting
+        time.sleep(0.5)
     t2 = time.monotonic()
     plan = driver._node_plan(node)
     box = driver._container(plan)

@@ -471,9 +471,11 @@ class EmbeddedDeployment:
         self.host_driver = None if broker_url else host_driver(self.cfg, home)
         self.driver = substrate_driver(self.substrate, self.bitstreams, self.fpga_backend, failures, self.host_driver)
         if broker_url and self.cfg.substrate_driver == "netns":  # what GetVersion says the substrate is
-            from authority.substrate.netns import DESCRIPTION
+            from authority.substrate.netns import DESCRIPTION, vm_description
+            from authority.substrate.vm import cached_probe
 
-            self.driver.description = DESCRIPTION
+            # KVM or TCG as the authority actor's driver probed it on this host (when it has already)
+            self.driver.description = DESCRIPTION + vm_description(cached_probe())
         if broker_url and self.cfg.substrate_driver == "openstack":
             from authority.substrate.openstack import DESCRIPTION as OPENSTACK
 

@@ -284,8 +284,14 @@ check_vm() {
   omni "$cfg" -a slicex -V3 createslice vmcheck &&
     omni "$cfg" -a slicex -V3 allocate vmcheck "$DIR/request-vm.xml" && expect "Allocated slivers" &&
     omni "$cfg" -a slicex -V3 provision vmcheck && expect "Provisioned slivers" &&
-    omni "$cfg" -a slicex -V3 poa vmcheck geni_start && expect "was successful" &&
-    omni "$cfg" -a slicex -V3 describe vmcheck && expect 'machine=\\"qemu\\"' || return 1
+    omni "$cfg" -a slicex -V3 poa vmcheck geni_start && expect "was successful" || return 1
+  for _ in $(seq 60); do  # the VM is geni_configuring until its sshd answers
+    omni "$cfg" -a slicex -V3 status vmcheck || return 1
+    grep -q geni_configuring <<<"$LAST" || break
+    sleep 5
+  done
+  expect "geni_ready" && ! grep -q geni_configuring <<<"$LAST" || { echo "FAILED: vm1 not ready"; return 1; }
+  omni "$cfg" -a slicex -V3 describe vmcheck && expect 'machine=\\"qemu\\"' || return 1
   # vm1's login port and c1's address, from the manifest in omni's output
   port=$(grep -o 'client_id=\\"vm1\\".*' <<<"$LAST" | grep -o 'port=\\"[0-9]*' | head -1 | grep -o '[0-9]*$')
   addr=$(grep -o 'client_id=\\"c1\\".*' <<<"$LAST" | grep -o 'ip address=\\"[0-9.]*' | head -1 | grep -o '[0-9.]*$')

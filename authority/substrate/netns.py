@@ -104,13 +104,21 @@ DESCRIPTION = ("netns substrate: each node is an unprivileged LXC container on t
                "network namespace of its own, each link a VLAN segment of a private Open vSwitch bridge "
                "programmed over OpenFlow, capacity enforced with tc, an sshd per node on a host port; nodes "
                "share the host's kernel (a qemu-vm node, where offered, runs its own)")
-VM_BOOT_SECONDS = 240.0  # a qemu-vm node's start to its sshd's banner (TCG on a loaded 2-core host: ~20-60 s)
+VM_BOOT_SECONDS = 300.0  # a qemu-vm node's start to its sshd's banner, else Status fails it (TCG, loaded: 20-80 s)
 STATE_ROOT = Path("/var/lib")  # /var/lib/slicex-<prefix>: containers, their layers, uid-shifted image copies
 UID_RANGES_DIR = Path("/var/lib/slicex/uid-ranges")  # host-wide: deployments sharing a host never share a range
 NEEDED = ("root", "ip", "tc", "ethtool", "netns", "veth", "tbf", "broadcast_policer")
 DEFAULT_LAYERS_RESERVE_MB = 2048  # kept free on the node layers' file system (slicex.yaml netns.layers_reserve_mb)
 HOST_TMPFS_OPTIONS = "size=64m,mode=711,nosuid,nodev"  # the files the host hands its nodes
 READY, NOTREADY, FAILED, READY_BUSY = "geni_ready", "geni_notready", "geni_failed", "geni_ready_busy"
+
+
+def vm_description(probe: dict | None) -> str:
+    """What GetVersion's description adds about qemu-vm nodes: KVM or TCG, and why (nothing where none run)."""
+    if not probe:
+        return ""
+    return (f"; qemu-vm nodes: QEMU virtual machines with their own kernel, "
+            f"{'KVM' if probe['kvm'] else 'TCG (software emulation)'} ({probe['why']})")
 
 
 class NetnsDriver:
@@ -197,9 +205,7 @@ class NetnsDriver:
         self._lock = threading.RLock()
         # qemu-vm nodes: KVM where a probe boot shows it works, else TCG (GetVersion's description says which)
         self.vm_probe = self._probe_vm()
-        if self.vm_probe:
-            self.description += (f"; qemu-vm nodes: QEMU virtual machines with their own kernel, "
-                                 f"{'KVM' if self.vm_probe['kvm'] else 'TCG (software emulation)'} ({self.vm_probe['why']})")
+        self.description += vm_description(self.vm_probe)
 
     def _probe_vm(self) -> dict | None:
         """Whether KVM boots a guest here (once per host boot); None where qemu-vm nodes cannot run (no QEMU,
@@ -417,7 +423,14 @@ class NetnsDriver:
             container = self._container(plan)
             if not container.running():
                 return FAILED, f"the container of node {spec.client_id} ({plan.netns}) is not running"
-            if plan.machine != "qemu" and "sshd" not in container.process_names():
+            if plan.machine == "qemu":
+                booted = NodeVM(self.lxcpath, ns, self.layers_dir).boot_state(
+                    lambda argv: hostnet.exec_in(ns, argv, timeout=10), VM_BOOT_SECONDS)
+                if booted == "booting":
+                    return "geni_configuring", ""
+                if booted != "ready":
+                    return FAILED, f"node {spec.client_id}: {booted}"
+            elif "sshd" not in container.process_names():
                 return FAILED, f"the sshd of node {spec.client_id} (container {ns}) is not running"
             if status.get("login_port") and not self._relay(plan).forward_running():
                 return FAILED, (f"the login port {self.login_address}:{status['login_port']} of node "
@@ -1038,17 +1051,12 @@ class NetnsDriver:
                        boot: bool) -> None:
         """The container (its sshd) and execute services follow the node: booted with it (services run at
         each boot, not when a restarted aggregate adopts a running node), stopped with it."""
-        if plan.machine == "qemu":
+        if plan.machine == "qemu":  # the guest boots on its own: Status says configuring until its sshd answers
             vm = NodeVM(self.lxcpath, plan.netns, self.layers_dir)
             if not up or restart:
                 vm.stop()
             if up and not vm.running():
                 vm.start()
-            if up and boot and not vm.wait_ssh(lambda argv: hostnet.exec_in(plan.netns, argv, timeout=10),
-                                               VM_BOOT_SECONDS):
-                raise ServerError(f"node {spec.client_id}: its VM's sshd did not answer within {VM_BOOT_SECONDS:.0f} s "
-                                  f"({'QEMU runs' if vm.running() else 'QEMU exited'}; its console, Describe option "
-                                  f"slicex_console, ends: {vm.console(300)[-300:]!r})")
             return
         container, services = self._container(plan), self._services(plan)
         if not up or restart:

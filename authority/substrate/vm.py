@@ -29,7 +29,7 @@ import signal
 import subprocess
 import tarfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from authority.substrate.container import (
@@ -92,12 +92,16 @@ exec /usr/sbin/sshd -D -f $D/sshd_config -E /var/log/sshd.log
 """
 
 # the root shell that starts QEMU: into the node's cgroups, the files opened as root, then QEMU in the node's
-# namespace as the slice's uid without capabilities ("$@": cgroup task files, "--", QEMU's command line)
+# namespace as the slice's uid without capabilities ("$@": cgroup task files, "--", QEMU's command line); its
+# console through `dd` (byte by byte: written as it comes; `head` holds it back until its buffer fills), so a
+# guest writing to it without end fills no more than SX_CONSOLE_MAX bytes of the host's disk (dd's CPU is the
+# node's: it runs in the node's cgroups)
 LAUNCH = """while [ "$1" != "--" ]; do echo $$ > "$1" || exit 70; shift; done; shift
 exec 3<"$SX_BASE" 4<>"$SX_TOP" 5<"$SX_SEED" 6<"$SX_KERNEL" 7<"$SX_INITRD" || exit 71
-exec nsenter --net="/run/netns/$SX_NETNS" setpriv --reuid="$SX_UID" --regid="$SX_UID" --clear-groups \
-  --inh-caps=-all --bounding-set=-all --no-new-privs "$@"
+nsenter --net="/run/netns/$SX_NETNS" setpriv --reuid="$SX_UID" --regid="$SX_UID" --clear-groups \
+  --inh-caps=-all --bounding-set=-all --no-new-privs "$@" 2>&1 | dd bs=1 count="$SX_CONSOLE_MAX" status=none 3<&- 4<&- 5<&- 6<&- 7<&-
 """
+CONSOLE_MAX = 4 * 2**20  # what a node's console log may hold (from its start: the boot and init messages first)
 
 
 # ---- the pure part -------------------------------------------------------------------------------------------
@@ -168,14 +172,21 @@ def accel_of(probe: dict) -> str:
 
 # ---- the host side -------------------------------------------------------------------------------------------
 
+def cached_probe(cache: Path = PROBE_FILE) -> dict | None:
+    """The answer of this host boot's probe (`probe_accel`), if one ran."""
+    try:
+        return json.loads(cache.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def probe_accel(form: dict | None, cache: Path = PROBE_FILE, timeout: float = 10.0) -> dict:
     """Whether KVM boots a guest here: a boot of the VM form's kernel with KVM (no root disk: it must reach its
     root-mount panic within `timeout`). /dev/kvm accepting KVM_CREATE_VM is not enough (nested hosts where
     guests abort or stall); the answer is kept in `cache` for the host's boot. {"kvm": bool, "why": str}."""
-    try:
-        return json.loads(cache.read_text())
-    except (OSError, ValueError):
-        pass
+    cached = cached_probe(cache)
+    if cached is not None:
+        return cached
     if form is None or not os.path.exists("/dev/kvm"):
         return {"kvm": False, "why": "no /dev/kvm" if form is not None else "no VM image to probe with"}
     argv = [QEMU, "-accel", "kvm", "-cpu", "host", "-m", "128", "-nodefaults", "-no-user-config", "-display",
@@ -273,6 +284,7 @@ class NodeVM(NodeContainer):
         if not meta:
             raise ServerError(f"VM node {self.name} is not defined on this host")
         self.remove_cgroups()
+        (self.dir / "ready").unlink(missing_ok=True)
         tasks = self._make_cgroups(NodeLimits(**{k: meta["limits"][k] for k in
                                                 ("cores", "memory_mb", "cpuset", "pids", "disk_gb")}))
         keys = {}
@@ -287,12 +299,13 @@ class NodeVM(NodeContainer):
         lower = self.dir / "lower"
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SX_BASE": str(lower), "SX_TOP": str(self.layer),
                "SX_SEED": str(seed), "SX_KERNEL": meta["kernel"], "SX_INITRD": meta["initrd"],
-               "SX_NETNS": meta["netns"], "SX_UID": str(meta["uid"])}
+               "SX_NETNS": meta["netns"], "SX_UID": str(meta["uid"]), "SX_CONSOLE_MAX": str(CONSOLE_MAX)}
         with open(self.console_log, "wb") as console:
             proc = subprocess.Popen(["sh", "-c", LAUNCH, "sh", *map(str, tasks), "--", *argv], env=env,
                                     stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
                                     start_new_session=True)
         write_atomic(self.dir / "qemu.pid", f"{proc.pid}\n")
+        write_atomic(self.dir / "started", f"{time.time():.3f}\n")
         time.sleep(0.3)
         if proc.poll() is not None:
             raise ServerError(f"VM node {self.name}: QEMU exited at once ({proc.returncode}): "
@@ -350,18 +363,26 @@ class NodeVM(NodeContainer):
         self.remove_cgroups()
         (self.dir / "qemu.pid").unlink(missing_ok=True)
 
-    def wait_ssh(self, netns_exec, timeout: float) -> bool:
-        """Until the guest's sshd answers with its banner at 127.0.0.1:22 of the node's namespace (QEMU accepts
-        there at once and closes when nothing listens in the guest). `netns_exec(argv)` runs in the namespace."""
-        deadline = time.monotonic() + timeout
+    def boot_state(self, netns_exec: Callable[[list[str]], subprocess.CompletedProcess],
+                   timeout: float) -> str:
+        """"ready" once the guest's sshd has answered with its banner at 127.0.0.1:22 of the node's namespace
+        (QEMU accepts there at once and closes when nothing listens in the guest; `netns_exec(argv)` runs in
+        the namespace), kept in the node's directory until its next start; "booting" before; why it failed
+        once `timeout` seconds have passed since the start without an answer."""
+        if (self.dir / "ready").exists():
+            return "ready"
         probe = ["timeout", "3", "bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/22 && head -c 8 <&3"]
-        while time.monotonic() < deadline:
-            if not self.running():
-                return False
-            if netns_exec(probe).stdout.startswith("SSH-"):
-                return True
-            time.sleep(0.5)
-        return False
+        if netns_exec(probe).stdout.startswith("SSH-"):
+            write_atomic(self.dir / "ready", "")
+            return "ready"
+        try:
+            since = time.time() - float((self.dir / "started").read_text())
+        except (OSError, ValueError):
+            since = 0.0
+        if since > timeout:
+            return (f"its VM's sshd did not answer within {timeout:.0f} s of its start (its console, Describe "
+                    f"option slicex_console, ends: {self.console(300)[-300:]!r})")
+        return "booting"
 
     def console(self, limit: int = CONSOLE_TAIL) -> str:
         """The end of the node's console log (the guest's kernel and init messages since its last start)."""
