@@ -191,9 +191,11 @@ def build_vm_form(image_dir: Path, rootfs: Path, build_id: str, work: Path,
     work.mkdir(mode=0o700)
     debs_dir = work / "debs"
     say("VM form: finding Debian's cloud kernel")
-    kpkg = kernel_package(_run(["apt-cache", "depends", KERNEL_META]))
+    found = subprocess.run(["apt-cache", "depends", KERNEL_META], capture_output=True, text=True, timeout=120)
+    kpkg = kernel_package(found.stdout)
     if kpkg is None:
-        raise ServerError(f"building the VM form: the host's apt offers no {KERNEL_META} (a Debian amd64 host's does)")
+        raise ServerError(f"building the VM form: the host's apt offers no {KERNEL_META} (a Debian amd64 host's "
+                          f"does once its package lists are there: apt-get update)")
     say(f"VM form: downloading {kpkg}, {', '.join(EXTRA_DEBS)}, {INITRD_DEB}")
     debs = _download([kpkg, *EXTRA_DEBS, INITRD_DEB], debs_dir)
     kdir, bbdir = work / "kernel", work / "busybox"
