@@ -29,7 +29,8 @@ redis: system-deps
 demo: system-deps venv
 	$(BIN)/slicex demo
 
-# The netns substrate's default node image (debootstrap, ~40 s once per host; kept in /var/lib/slicex/images).
+# The netns substrate's default node image (debootstrap, ~40 s once per host; kept in /var/lib/slicex/images) and its
+# VM form for qemu-vm nodes (Debian's cloud kernel, an initramfs, a qcow2 base; ~20 s more).
 node-image: system-deps venv
 	@$(BIN)/slicex image build --quiet
 

@@ -504,6 +504,9 @@ class AggregateManager:
             from am.measurement import slice_measurement
 
             value["slicex_measurement"] = slice_measurement(slivers)
+        if options.get("slicex_console"):  # qemu-vm nodes' console logs, to whom may describe the slice
+            value["slicex_console"] = {s.client_id: str(s.details.get("console") or "") for s in slivers
+                                       if s.kind == "node" and "console" in s.details}
         return result(value)
 
     def Allocate(self, cert, slice_urn, credentials, rspec, options) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TextIO
 
 from authority.substrate.images import DEFAULT_DIR, DEFAULT_IMAGE, DEFAULT_SUITE, PACKAGES, ImageCatalogue
+from authority.substrate.vm_image import qemu_missing, vm_form
 from slicex.errors import GeniError
 
 STAGES = ("Retrieving", "Validating", "Extracting", "Unpacking", "Configuring")
@@ -55,14 +56,24 @@ def catalogue_for(args: argparse.Namespace) -> ImageCatalogue:
 
 
 def build_with_progress(catalogue: ImageCatalogue, name: str = DEFAULT_IMAGE, suite: str = DEFAULT_SUITE,
-                        mirror: str | None = None, replace: bool = False, quiet: bool = False):
+                        mirror: str | None = None, replace: bool = False, quiet: bool = False, vm: bool = False):
+    """The image (built when missing or `replace`), and with `vm` its VM form (made when it has none of this
+    build; skipped, saying why, where QEMU's tools are missing)."""
     existing = catalogue.get(name)
-    if existing is not None and not replace:
+    if vm and qemu_missing():
+        print(f"not making the VM form of {name} (qemu-vm nodes): this host lacks {', '.join(qemu_missing())}",
+              file=sys.stderr)
+        vm = False
+    if existing is not None and not replace and not vm:
         return existing
-    print(f"building node image {name} (Debian {suite}, debootstrap into {catalogue.root}; about a minute)",
-          file=sys.stderr)
+    if existing is None or replace:
+        print(f"building node image {name} (Debian {suite}, debootstrap into {catalogue.root}; about a minute)",
+              file=sys.stderr)
+    if vm:
+        print(f"making the VM form of {name} if it has none (Debian's cloud kernel, an initramfs, a qcow2 base; "
+              f"about a minute)", file=sys.stderr)
     progress = None if quiet else BuildProgress()
-    img = catalogue.build(name, suite, PACKAGES, mirror, progress, replace)
+    img = catalogue.build(name, suite, PACKAGES, mirror, progress, replace, vm=vm)
     if progress is not None:
         progress.finish()
     return img
@@ -70,11 +81,16 @@ def build_with_progress(catalogue: ImageCatalogue, name: str = DEFAULT_IMAGE, su
 
 def cmd_image_build(args: argparse.Namespace) -> int:
     try:
-        img = build_with_progress(catalogue_for(args), args.name, args.suite, args.mirror, args.replace, args.quiet)
+        img = build_with_progress(catalogue_for(args), args.name, args.suite, args.mirror, args.replace, args.quiet,
+                                  vm=not args.no_vm)
     except GeniError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1
     print(f"{img.name}: {img.size_bytes / 2**20:.0f} MiB, built {img.built} ({img.rootfs})")
+    form = vm_form(img.rootfs.parent)
+    if form is not None:
+        print(f"{img.name} VM form: kernel {form['kernel']}, base disk {Path(form['disk']).stat().st_size / 2**20:.0f} "
+              f"MiB ({Path(form['disk']).parent})")
     return 0
 
 
@@ -106,12 +122,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                             f"netns.images_dir)")
     image_sub = image.add_subparsers(dest="image_command", required=True)
     build = image_sub.add_parser("build", help="debootstrap an image: minbase with sshd, iproute2, ping, iperf3, "
-                                               "procps, ethtool, sudo")
+                                               "procps, ethtool, sudo; and its VM form for qemu-vm nodes")
     build.add_argument("name", nargs="?", default=DEFAULT_IMAGE, help=f"image name (default {DEFAULT_IMAGE})")
     build.add_argument("--suite", default=DEFAULT_SUITE, help=f"Debian suite (default {DEFAULT_SUITE})")
     build.add_argument("--mirror", help="Debian mirror URL (default: the one this host's apt uses)")
     build.add_argument("--replace", action="store_true", help="build again even if the image exists")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
+    build.add_argument("--no-vm", action="store_true", help="skip the VM form qemu-vm nodes boot (Debian's cloud "
+                                                            "kernel, an initramfs and a qcow2 base, made by default "
+                                                            "where QEMU's tools are installed)")
     build.set_defaults(func=cmd_image_build)
     ls = image_sub.add_parser("list", help="the catalogue: name, Debian version, size, when built, owner (users' "
                                            "images made with CreateImage), public, the image it was made from")

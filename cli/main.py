@@ -1009,21 +1009,22 @@ def _delegation_lines(home: Home) -> tuple[bool, list[str]]:
 
 
 def _node_lines(home: Home) -> list[str]:
-    """On the netns substrate, each node container of this deployment: running or not, the limits it got,
+    """On the netns substrate, each node (container or VM) of this deployment: running or not, the limits it got,
     the memory and CPU time it used."""
     cfg = home.config()
     if cfg.substrate_driver != "netns":
         return []
-    from authority.substrate.container import NodeContainer
     from authority.substrate.netns import STATE_ROOT
+    from authority.substrate.vm import machine_at
     from deployment.service import netns_prefix
 
     lxcpath = Path(cfg.netns.state_dir or STATE_ROOT / f"slicex-{netns_prefix(cfg, home)}") / "lxc"
     names = sorted(d.name for d in lxcpath.iterdir()) if lxcpath.is_dir() else []
-    lines = [f"nodes:      {len(names)} container{'s' if len(names) != 1 else ''} in {lxcpath}"]
+    lines = [f"nodes:      {len(names)} node{'s' if len(names) != 1 else ''} in {lxcpath}"]
     for name in names:
-        n = NodeContainer(lxcpath, name).summary()
-        lines.append(f"  {n['hostname'] or '?':<12} {name}  {'running' if n['running'] else 'stopped':<8} "
+        n = machine_at(lxcpath, name).summary()
+        kind = f"VM ({n.get('accel') or '?'})" if n.get("machine") == "qemu" else "container"
+        lines.append(f"  {n['hostname'] or '?':<12} {name}  {kind:<9} {'running' if n['running'] else 'stopped':<8} "
                      f"cores {n.get('cores', '?')} (cpuset {n.get('cpuset', '?')}), memory {n.get('memory_mb', '?')} MB "
                      f"(using {int(n.get('memory_bytes', 0)) / 2**20:.1f} MB), disk {n.get('disk_gb', '?')} GB "
                      f"(using {int(n.get('disk_used_bytes', 0)) / 2**20:.1f} MB), pids {n.get('pids', '?')}, "

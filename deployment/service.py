@@ -43,7 +43,7 @@ from operations.snapshot import publishers_for
 from protocol.api import AuthorityApi, BrokerApi
 from resources import InUse, usage_counts
 from rspec.advertisement import AdvertisementCache, Usage
-from rspec.substrate import Substrate, SubstrateError, default_substrate, load_substrate
+from rspec.substrate import QEMU_VM, Substrate, SubstrateError, VmSize, default_substrate, load_substrate
 from slice_manager.actor import ActorSliceManager
 from slice_manager.peer_gate import held_slivers, wanted_nodes
 from slicex import pki
@@ -111,7 +111,23 @@ def deployment_substrate(cfg: SlicexConfig) -> Substrate:
     from authority.substrate.images import offered_images
 
     catalogue, default_image = node_images(cfg.netns)
-    return replace(substrate, images=offered_images(catalogue, substrate.authority, default_image))
+    from authority.substrate.vm_image import vm_form
+
+    default = catalogue.get(default_image)
+    return replace(substrate, images=offered_images(catalogue, substrate.authority, default_image),
+                   vm_sizes=with_qemu_vm(substrate.vm_sizes, default is not None and
+                                         vm_form(default.rootfs.parent) is not None))
+
+
+def with_qemu_vm(sizes: tuple[VmSize, ...], vm_image: bool) -> tuple[VmSize, ...]:
+    """The netns substrate's sliver types: the substrate file's, and `qemu-vm` (a VM with its own kernel,
+    authority/substrate/vm.py) where the file defines no VM size of its own, this host has QEMU and the
+    default image its VM form (`vm_image`; `slicex image build` makes it)."""
+    from authority.substrate.vm_image import qemu_missing
+
+    if any(s.machine == "qemu" for s in sizes) or not vm_image or qemu_missing():
+        return sizes
+    return (*sizes, QEMU_VM)
 
 
 def own_ports(cfg: SlicexConfig) -> dict[int, str]:
@@ -457,9 +473,11 @@ class EmbeddedDeployment:
         self.host_driver = None if broker_url else host_driver(self.cfg, home)
         self.driver = substrate_driver(self.substrate, self.bitstreams, self.fpga_backend, failures, self.host_driver)
         if broker_url and self.cfg.substrate_driver == "netns":  # what GetVersion says the substrate is
-            from authority.substrate.netns import DESCRIPTION
+            from authority.substrate.netns import DESCRIPTION, vm_description
+            from authority.substrate.vm import cached_probe
 
-            self.driver.description = DESCRIPTION
+            # KVM or TCG as the authority actor's driver probed it on this host (when it has already)
+            self.driver.description = DESCRIPTION + vm_description(cached_probe())
         if broker_url and self.cfg.substrate_driver == "openstack":
             from authority.substrate.openstack import DESCRIPTION as OPENSTACK
 

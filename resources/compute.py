@@ -214,7 +214,8 @@ class Compute:
                                   "vm_size": size.name,
                                   "disk_image": image or (substrate.images[0].urn if substrate.images else ""),
                                   "host": h.name, "cores": size.cores, "memory_mb": size.memory_mb,
-                                  "disk_gb": size.disk_gb})
+                                  "disk_gb": size.disk_gb,
+                                  **({"machine": size.machine} if size.machine != "container" else {})})
         free = ", ".join(f"{h.name}: {free_cores(h, taken)} cores free"
                          + (f", {free_disk_gb(h, taken)} GB of disk" if h.disk_gb else "") for h in candidates)
         disk_part = f", {size.disk_gb} GB of disk" if any(h.disk_gb for h in candidates) else ""

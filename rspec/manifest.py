@@ -162,7 +162,8 @@ def _annotate_node(el: etree._Element, v: SliverView, cm: str) -> None:
         # the host CPUs the node may run on are a cpuset ("0,1"), not a count: records written before it was
         # named so call it "cpus"
         shown = {**machine, "cpuset": machine.get("cpuset", machine.get("cpus"))}
-        for attr in ("image", "cores", "memory_mb", "cpuset", "pids", "memory_bytes", "disk_gb", "disk_used_bytes"):
+        for attr in ("image", "cores", "memory_mb", "cpuset", "pids", "memory_bytes", "disk_gb", "disk_used_bytes",
+                     "machine", "accel", "kernel"):  # the last three: a qemu-vm node's (its accelerator, its kernel)
             if shown.get(attr) not in (None, ""):
                 box.set(attr, str(shown[attr]))
     results = d.get("execute") or []

@@ -46,6 +46,10 @@ class VmSize:
     cores: int
     memory_mb: int
     disk_gb: int = 10
+    machine: str = "container"  # what a node of this size is on the netns substrate: a container, or "qemu" (a VM)
+
+
+QEMU_VM = VmSize("qemu-vm", 1, 512, 10, "qemu")  # the netns substrate's VM type where the substrate file has none
 
 
 @dataclass(frozen=True)
@@ -277,7 +281,8 @@ IFACE_KEYS = {"name", "bandwidth_kbps", "switch_port", "role"}
 SWITCH_KEYS = {"name", "ports", "vlan_range", "site"}
 PORT_KEYS = {"name", "bandwidth_kbps"}
 TRUNK_KEYS = {"name", "between", "bandwidth_kbps", "vlan_range", "vlan_translation", "qinq", "s_vlan_range"}
-SIZE_KEYS = {"name", "cores", "memory_mb", "disk_gb"}
+SIZE_KEYS = {"name", "cores", "memory_mb", "disk_gb", "machine"}
+MACHINES = ("container", "qemu")
 IMAGE_KEYS = {"name", "urn", "os", "version", "description", "url"}
 EXT_KEYS = {"name", "switch", "port", "remote_aggregate", "remote_aggregate_url", "remote_port", "vlan_range",
             "capacity_kbps", "min_capacity_kbps", "granularity_kbps", "mtu", "te_metric", "vlan_translation", "qinq",
@@ -457,8 +462,12 @@ def substrate_from_dict(data: Any, source: str = "<substrate>") -> Substrate:
         n = r.name(v, "VM size")
         if any(s.name == n for s in sizes):
             raise r.fail(v, f"two VM sizes are named {n}", "give each size its own name")
+        machine = r.text(v, "machine", "container")
+        if machine not in MACHINES:
+            raise r.fail(v, f"VM size {n}: machine {machine!r} is not one of {', '.join(MACHINES)}",
+                         "write machine: qemu for a VM with its own kernel, or leave it out (a container)")
         sizes.append(VmSize(n, r.number(v, "cores", 1, f"VM size {n}"), r.number(v, "memory_mb", 1024, f"VM size {n}"),
-                            r.number(v, "disk_gb", 10, f"VM size {n}")))
+                            r.number(v, "disk_gb", 10, f"VM size {n}"), machine))
     images = []
     for i in r.items(data, "images", "image"):
         r.keys(i, IMAGE_KEYS, "image")

@@ -2,7 +2,7 @@
 # Run the interop checks of docs/interop.md against fresh slicex deployments and print a table of the results.
 #
 # Usage: scripts/interop-check.sh GENI_TOOLS_TREE [--redis redis://HOST:PORT/N] [--deployments embedded,distributed]
-#          [--checks accept,loop,stitch,federation] [--port-base P] [--cycles N] [--out DIR] [--sequential]
+#          [--checks accept,loop,stitch,federation,vm] [--port-base P] [--cycles N] [--out DIR] [--sequential]
 #
 # GENI_TOOLS_TREE: a work tree of GENI-NSF/geni-tools (outside this checkout). Its Python 2 environment is
 # PY2 (environment; default <parent of the tree>/py2/bin/python, which scripts/setup-interop.sh makes: it is
@@ -14,6 +14,9 @@
 #               sx1-sx3 across sx2, provision, start and status at each, delete; AM API v2 allocate sx1-sx2, delete
 #   federation  two testbeds a.test and b.test joined by a cable, and the Slice Exchange Point
 #               (docs/federation.md): omni through the SEP with a speaks-for credential, allocate to delete
+#   vm          (only when asked: root, QEMU and the VM image) `slicex up --substrate netns`, a qemu-vm node and a
+#               container on one link (docs/interop/request-vm.xml): allocate, provision, start, ssh into the VM
+#               (its kernel is not the host's, `modprobe dummy`, ping the container), delete, nothing left
 #
 # on each deployment: embedded (`slicex up`, SQLite) and distributed (`slicex up --distributed`, Redis).
 #   --redis URL        the distributed deployment's Redis (default $SLICEX_REDIS_URL); databases N..N+6 of it
@@ -67,7 +70,7 @@ for d in ${DEPLOYMENTS//,/ }; do
   case "$d" in embedded|distributed) ;; *) die "--deployments: embedded or distributed, not $d" ;; esac
 done
 for c in ${CHECKS//,/ }; do
-  case "$c" in accept|loop|stitch|federation) ;; *) die "--checks: accept, loop, stitch, federation, not $c" ;; esac
+  case "$c" in accept|loop|stitch|federation|vm) ;; *) die "--checks: accept, loop, stitch, federation, vm, not $c" ;; esac
 done
 if [[ ",$DEPLOYMENTS," == *,distributed,* ]]; then
   [[ "$REDIS" =~ ^redis://[^/]+/([0-9]+)$ ]] || die "distributed needs --redis redis://HOST:PORT/N (or SLICEX_REDIS_URL)"
@@ -267,6 +270,48 @@ EOF
     printf '%s\n' "$out"
     grep -q "code 12" <<<"$out" || { echo "FAILED: testbed $n still answers Status for $slice"; return 1; }
   done
+}
+
+check_vm() {
+  local vh=$DIR/vm cfg port addr ssh_ prefix host_kernel
+  SLICEX_HOME=$vh "$SLICEX" ca init --port-base $((BASE + 40)) >/dev/null &&
+    SLICEX_HOME=$vh "$SLICEX" user add alice >/dev/null || return 1
+  set_yaml "$vh" dashboard_port null
+  if [ "$DEP" = distributed ]; then set_yaml "$vh" store "$(redis_db 6)"; flushdb "$(redis_db 6)"; fi
+  up "$vh" "${UP_ARGS[@]}" --substrate netns || return 1
+  cfg=$vh/omni_config
+  cp "$REPO/docs/interop/request-vm.xml" "$DIR/" || return 1
+  omni "$cfg" -a slicex -V3 createslice vmcheck &&
+    omni "$cfg" -a slicex -V3 allocate vmcheck "$DIR/request-vm.xml" && expect "Allocated slivers" &&
+    omni "$cfg" -a slicex -V3 provision vmcheck && expect "Provisioned slivers" &&
+    omni "$cfg" -a slicex -V3 poa vmcheck geni_start && expect "was successful" || return 1
+  for _ in $(seq 60); do  # the VM is geni_configuring until its sshd answers
+    omni "$cfg" -a slicex -V3 status vmcheck || return 1
+    grep -q geni_configuring <<<"$LAST" || break
+    sleep 5
+  done
+  expect "geni_ready" && ! grep -q geni_configuring <<<"$LAST" || { echo "FAILED: vm1 not ready"; return 1; }
+  omni "$cfg" -a slicex -V3 describe vmcheck && expect 'machine=\\"qemu\\"' || return 1
+  # vm1's login port and c1's address, from the manifest in omni's output
+  port=$(grep -o 'client_id=\\"vm1\\".*' <<<"$LAST" | grep -o 'port=\\"[0-9]*' | head -1 | grep -o '[0-9]*$')
+  addr=$(grep -o 'client_id=\\"c1\\".*' <<<"$LAST" | grep -o 'ip address=\\"[0-9.]*' | head -1 | grep -o '[0-9.]*$')
+  [ -n "$port" ] && [ -n "$addr" ] || { echo "FAILED: no login port of vm1 or address of c1 in the manifest"; return 1; }
+  chmod 600 "$vh/alice-ssh"
+  ssh_=(ssh -i "$vh/alice-ssh" -p "$port" -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null
+        -o LogLevel=ERROR alice@127.0.0.1)
+  host_kernel=$(uname -r)
+  log ssh vm1 "uname -r; sudo modprobe dummy; ping $addr"
+  out=$("${ssh_[@]}" "uname -r; sudo -n modprobe dummy && grep -c '^dummy ' /proc/modules; ping -c 3 -W 2 -q $addr >/dev/null && echo reached") ||
+    { echo "FAILED: ssh to vm1: $out"; return 1; }
+  printf '%s\n' "$out"
+  [ "$(sed -n 1p <<<"$out")" != "$host_kernel" ] || { echo "FAILED: vm1 runs the host's kernel"; return 1; }
+  [ "$(sed -n 2,3p <<<"$out" | tr '\n' ' ')" = "1 reached " ] || { echo "FAILED: no module or no ping"; return 1; }
+  omni "$cfg" -a slicex -V3 delete vmcheck && expect "Deleted slivers" || return 1
+  prefix=$(cd "$REPO" && "$PY3" -c 'import sys; from pathlib import Path; from slicex.home import Home
+from deployment.service import netns_prefix; h = Home(Path(sys.argv[1])); print(netns_prefix(h.config(), h))' "$vh")
+  if ip netns list | grep -q "^$prefix-" || pgrep -f "qemu-system-x86_64 -name $prefix-" >/dev/null; then
+    echo "FAILED: a namespace or QEMU of $prefix is left after delete"; return 1
+  fi
 }
 
 # run_deployment DEP: every check on one deployment, each logged to DIR/CHECK.log, results appended

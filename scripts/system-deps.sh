@@ -3,7 +3,8 @@
 # netns substrate (real slivers on one host) Open vSwitch (userspace datapath, started privately, never the
 # system service), iperf3, ethtool, ping and openssh-server; chromium for the dashboard's browser test
 # (tests/integration/test_dashboard_browser.py drives it with Playwright, no browser download); lxc, uidmap and
-# debootstrap for the netns substrate's container nodes and their images; nftables and socat for the lab.
+# debootstrap for the netns substrate's container nodes and their images; qemu-system-x86 and qemu-utils for its
+# qemu-vm nodes; nftables and socat for the lab.
 # With --bench (`make bench-deps`), also nginx: the C floor bench/tls_floor.py measures slicex against (run by
 # the bench on its own configuration and ports; the package's own service is never started).
 set -euo pipefail
@@ -30,6 +31,9 @@ command -v lxc-start >/dev/null || lean+=(lxc)
 [ -e /usr/sbin/init.lxc.static ] || lean+=(lxc)
 command -v newuidmap >/dev/null || lean+=(uidmap)
 command -v debootstrap >/dev/null || lean+=(debootstrap)
+# qemu-vm nodes of the netns substrate and their images' VM form (TCG where KVM is not usable)
+command -v qemu-system-x86_64 >/dev/null || lean+=(qemu-system-x86)
+command -v qemu-img >/dev/null || lean+=(qemu-utils)
 if [ "$bench" -eq 1 ]; then
   [ -x /usr/sbin/nginx ] || lean+=(nginx)
 fi

@@ -265,3 +265,29 @@ def broadcast_policer(ns: str, ifname: str) -> dict[str, int] | None:
 def qdisc(ns: str | None, ifname: str) -> str:
     base = ["tc"] + (["-n", ns] if ns else [])
     return run(base + ["qdisc", "show", "dev", ifname], check=False).stdout
+
+
+# ---- VM nodes' taps ----------------------------------------------------------------------------------------------
+def add_tap(ns: str, name: str, uid: int) -> None:
+    """A tap device in namespace `ns` that uid `uid` (a VM node's QEMU) may attach to; up (its carrier follows
+    QEMU's attachment). An existing one is kept."""
+    if name not in links(ns):
+        run(["ip", "-n", ns, "tuntap", "add", "dev", name, "mode", "tap", "user", str(uid), "group", str(uid)])
+    run(["ip", "-n", ns, "link", "set", name, "up"])
+
+
+def join_redirect(ns: str, a: str, b: str) -> None:
+    """Join two interfaces of a namespace without a bridge: what arrives on either leaves by the other (an
+    ingress u32 match-all with a mirred egress redirect each way), through the other's egress qdiscs (its
+    token bucket and broadcast policer). Made afresh each time."""
+    for src, dst in ((a, b), (b, a)):
+        run(["tc", "-n", ns, "qdisc", "del", "dev", src, "ingress"], check=False)
+        run(["tc", "-n", ns, "qdisc", "add", "dev", src, "handle", "ffff:", "ingress"])
+        run(["tc", "-n", ns, "filter", "add", "dev", src, "parent", "ffff:", "protocol", "all", "prio", "1", "u32",
+             "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", dst])
+
+
+def no_ipv6(ns: str, ifname: str) -> None:
+    """No address of the namespace's own on an interface a guest's NIC is joined to (it would answer or send
+    beside the guest, under the guest's MAC)."""
+    exec_in(ns, ["sysctl", "-q", "-w", f"net.ipv6.conf.{ifname}.disable_ipv6=1"])

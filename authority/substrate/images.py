@@ -41,6 +41,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from authority.substrate.vm_image import build_vm_form, vm_form
 from slicex.errors import AlreadyExists, BadArgs, Forbidden, SearchFailed, ServerError, TooBig
 
 DEFAULT_DIR = Path("/var/lib/slicex/images")
@@ -209,16 +210,18 @@ class ImageCatalogue:
                          bool(meta.get("public", True)), str(meta.get("base", "")))
 
     def build(self, name: str = DEFAULT_IMAGE, suite: str = DEFAULT_SUITE, packages: tuple[str, ...] = PACKAGES,
-              mirror: str | None = None, progress: ProgressFn | None = None, replace: bool = False) -> NodeImage:
+              mirror: str | None = None, progress: ProgressFn | None = None, replace: bool = False,
+              vm: bool = False) -> NodeImage:
         """debootstrap an image (a minute or less from a near mirror); an existing image is kept unless
-        `replace`. Nodes already running keep the copy they booted."""
+        `replace`. With `vm`, also its VM form (vm_image.py: Debian's cloud kernel, an initramfs, a qcow2 base)
+        when it has none of this build. Nodes already running keep the copy they booted."""
         check_name(name)
         if shutil.which("debootstrap") is None:
             raise ServerError("building a node image needs debootstrap (scripts/system-deps.sh installs it)")
         with self.locked():
             existing = self.get(name)
             if existing is not None and not replace:
-                return existing
+                return self._with_vm_form(existing, progress) if vm else existing
             work = self.root / f".build-{name}-{uuid.uuid4().hex[:6]}"
             try:
                 rootfs = work / "rootfs"
@@ -234,10 +237,23 @@ class ImageCatalogue:
                         "mirror": mirror, "description": f"Debian {suite} (minbase) with {', '.join(packages)}"}
                 (work / "image.json").write_text(json.dumps(meta, indent=1) + "\n")
                 (work / "debootstrap.log").unlink(missing_ok=True)
-                return self._publish(work, name)
+                img = self._publish(work, name)
             finally:
                 if work.exists():
                     remove_tree(work)
+            return self._with_vm_form(img, progress) if vm else img
+
+    def _with_vm_form(self, image: NodeImage, progress: ProgressFn | None) -> NodeImage:
+        """The image with its VM form (vm_image.py) made when it has none of its build; call it locked."""
+        form = vm_form(image.rootfs.parent)
+        if form is None or form.get("image_build_id") != image.build_id:
+            work = self.root / f".build-{image.name}-vm{uuid.uuid4().hex[:6]}"
+            try:
+                build_vm_form(image.rootfs.parent, image.rootfs, image.build_id, work, progress)
+            finally:
+                if work.exists():
+                    remove_tree(work)
+        return image
 
     def snapshot(self, name: str, base: NodeImage, layer: Path, offset: int, owner: str, public: bool,
                  description: str, max_user_bytes: int = DEFAULT_MAX_USER_BYTES) -> NodeImage:

@@ -91,6 +91,8 @@ from authority.substrate.netns_plan import (
 )
 from authority.substrate.openflow import DEFAULT_CONTROLLER, FlowProgrammer, OfctlProgrammer, flow_programmer
 from authority.substrate.ovs import OvsSwitch, default_run_dir
+from authority.substrate.vm import NodeVM, accel_of, machine_at, probe_accel, tap_name
+from authority.substrate.vm_image import qemu_missing, raw_size, vm_form
 from protocol.messages import REWIRE, SliverSpec
 from rspec.blockstore import Blockstore
 from slicex.errors import BadArgs, GeniError, InsufficientDisk, ServerError, Unsupported
@@ -101,13 +103,22 @@ DESCRIPTION = ("netns substrate: each node is an unprivileged LXC container on t
                "system from an image, users, processes and uid range; cores and memory enforced by cgroups) in a "
                "network namespace of its own, each link a VLAN segment of a private Open vSwitch bridge "
                "programmed over OpenFlow, capacity enforced with tc, an sshd per node on a host port; nodes "
-               "share the host's kernel")
+               "share the host's kernel (a qemu-vm node, where offered, runs its own)")
+VM_BOOT_SECONDS = 300.0  # a qemu-vm node's start to its sshd's banner, else Status fails it (TCG, loaded: 20-80 s)
 STATE_ROOT = Path("/var/lib")  # /var/lib/slicex-<prefix>: containers, their layers, uid-shifted image copies
 UID_RANGES_DIR = Path("/var/lib/slicex/uid-ranges")  # host-wide: deployments sharing a host never share a range
 NEEDED = ("root", "ip", "tc", "ethtool", "netns", "veth", "tbf", "broadcast_policer")
 DEFAULT_LAYERS_RESERVE_MB = 2048  # kept free on the node layers' file system (slicex.yaml netns.layers_reserve_mb)
 HOST_TMPFS_OPTIONS = "size=64m,mode=711,nosuid,nodev"  # the files the host hands its nodes
 READY, NOTREADY, FAILED, READY_BUSY = "geni_ready", "geni_notready", "geni_failed", "geni_ready_busy"
+
+
+def vm_description(probe: dict | None) -> str:
+    """What GetVersion's description adds about qemu-vm nodes: KVM or TCG, and why (nothing where none run)."""
+    if not probe:
+        return ""
+    return (f"; qemu-vm nodes: QEMU virtual machines with their own kernel, "
+            f"{'KVM' if probe['kvm'] else 'TCG (software emulation)'} ({probe['why']})")
 
 
 class NetnsDriver:
@@ -192,6 +203,18 @@ class NetnsDriver:
         self.public_host = public_host or public_address  # what the manifest names for them
         self.snapshotting: set[str] = set()  # namespaces of nodes frozen while an image is made of them
         self._lock = threading.RLock()
+        # qemu-vm nodes: KVM where a probe boot shows it works, else TCG (GetVersion's description says which)
+        self.vm_probe = self._probe_vm()
+        self.description += vm_description(self.vm_probe)
+
+    def _probe_vm(self) -> dict | None:
+        """Whether KVM boots a guest here (once per host boot); None where qemu-vm nodes cannot run (no QEMU,
+        or the default image has no VM form yet)."""
+        if qemu_missing():
+            return None
+        img = self.images.get(self.default_image)
+        form = vm_form(img.rootfs.parent) if img is not None else None
+        return probe_accel(form) if form is not None else None
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -258,7 +281,7 @@ class NetnsDriver:
             shutil.rmtree(self.nodes_dir, ignore_errors=True)  # node directories went with their slivers
             if self.lxcpath.is_dir():
                 for d in self.lxcpath.iterdir():
-                    NodeContainer(self.lxcpath, d.name, self.layers_dir).destroy()
+                    self._machine_at(d.name).destroy()
             self._remove_layers(keep=set())
             for point in mounts_under(self.state_dir):
                 unmount(point)
@@ -283,6 +306,8 @@ class NetnsDriver:
             if spec.kind != "node":
                 raise BadArgs(f"the netns substrate has no {spec.kind} slivers")
             plan = self._node_plan(spec)
+            if plan.machine == "qemu":
+                self._check_vm(spec)
             services_of(spec.details, spec.client_id)  # refuse an unknown shell now, not at boot
             installs_of(spec.details, spec.client_id, self.install_sources)  # and a file server not offered
             accts = accounts(spec.details.get("logins") or ())
@@ -295,7 +320,7 @@ class NetnsDriver:
                 self.node_slices[plan.netns] = owner
                 self._capture_ports(spec, plan)  # before its ports exist: _build's push mirrors to them
                 self._build(plan, up=False)
-                self._define(plan, image, index, limits, self._attach(spec, plan, index))
+                self._define(plan, image, index, limits, self._attach(spec, plan, index), spec)
                 self._set_users(plan, accts, running=False)
                 port = self._relay(plan).ensure_forward(None)
                 self._public_forwards(spec, plan)
@@ -305,7 +330,7 @@ class NetnsDriver:
                     raise
                 raise ServerError(f"node {spec.client_id}: {exc}") from None
             return {"state": NOTREADY, "netns": plan.netns, "login_port": port, "image": image.name,
-                    "uid_range": index, "limits": limits.to_doc(),
+                    "uid_range": index, "limits": limits.to_doc(), **self._vm_record(plan),
                     "interfaces": {i.client_id: {"device": i.ns_if, "address": i.address, "vlan": i.vlan,
                                                  "rate_kbps": i.rate_kbps} for i in plan.interfaces}}
 
@@ -398,7 +423,14 @@ class NetnsDriver:
             container = self._container(plan)
             if not container.running():
                 return FAILED, f"the container of node {spec.client_id} ({plan.netns}) is not running"
-            if "sshd" not in container.process_names():
+            if plan.machine == "qemu":
+                booted = NodeVM(self.lxcpath, ns, self.layers_dir).boot_state(
+                    lambda argv: hostnet.exec_in(ns, argv, timeout=10), VM_BOOT_SECONDS)
+                if booted == "booting":
+                    return "geni_configuring", ""
+                if booted != "ready":
+                    return FAILED, f"node {spec.client_id}: {booted}"
+            elif "sshd" not in container.process_names():
                 return FAILED, f"the sshd of node {spec.client_id} (container {ns}) is not running"
             if status.get("login_port") and not self._relay(plan).forward_running():
                 return FAILED, (f"the login port {self.login_address}:{status['login_port']} of node "
@@ -434,7 +466,10 @@ class NetnsDriver:
         plan = self._node_plan(spec)
         if status.get("limits"):
             out["container"] = {**status["limits"], "image": status.get("image", ""),
-                                **self._container(plan).usage()}
+                                **self._container(plan).usage(), **self._vm_record(plan)}
+        machine = self._container(plan)
+        if isinstance(machine, NodeVM):
+            out["console"] = machine.console()
         services = services_of(spec.details, spec.client_id)
         if services:
             out["execute"] = self._services(plan).results(services)
@@ -451,6 +486,9 @@ class NetnsDriver:
         if spec.kind != "node":
             raise BadArgs(f"{spec.client_id or spec.id} is a {spec.kind}; an image is made of a node")
         plan = self._node_plan(spec)
+        if plan.machine == "qemu":
+            raise Unsupported(f"node {spec.client_id} is a qemu-vm: CreateImage of a VM node is not built yet "
+                              f"(container nodes only)")
         container = self._container(plan)
         layer = container.fs / "upper"
         booted = str(status.get("image") or "")
@@ -516,7 +554,7 @@ class NetnsDriver:
                     if NodeContainer(self.lxcpath, d.name).thaw():  # a snapshot cut before it could
                         log.info("netns reconcile thawed container %s (frozen by a cut CreateImage)", d.name)
                     if d.name not in keep:
-                        NodeContainer(self.lxcpath, d.name, self.layers_dir).destroy()
+                        self._machine_at(d.name).destroy()
                         self.datasets.release(d.name)
                         removed.append(f"container {d.name}")
             removed += [f"node disk {f}" for f in self._remove_layers(keep)]
@@ -556,7 +594,7 @@ class NetnsDriver:
                 self._build(plan, up=up)
                 recorded = status.get("image")
                 image = (self.images.get(recorded) or recorded) if recorded else self._image(spec)
-                self._define(plan, image, index, self._limits(spec, plan), self._attach(spec, plan, index))
+                self._define(plan, image, index, self._limits(spec, plan), self._attach(spec, plan, index), spec)
                 self._set_users(plan, accounts(spec.details.get("logins") or ()), running=False)
                 self._relay(plan).ensure_forward(status.get("login_port"))
                 self._public_forwards(spec, plan)
@@ -680,7 +718,31 @@ class NetnsDriver:
                    for d in self.lxcpath.iterdir()) if self.lxcpath.is_dir() else False
 
     def _container(self, plan: NodePlan) -> NodeContainer:
-        return NodeContainer(self.lxcpath, plan.netns, self.layers_dir)
+        """The node's machine: its container, or its VM (a qemu-vm node)."""
+        kind = NodeVM if plan.machine == "qemu" else NodeContainer
+        return kind(self.lxcpath, plan.netns, self.layers_dir)
+
+    def _machine_at(self, name: str) -> NodeContainer:
+        """The machine whose directory is `lxcpath/<name>`, for a node no lease names."""
+        return machine_at(self.lxcpath, name, self.layers_dir)
+
+    def _check_vm(self, spec: SliverSpec) -> None:
+        """Refuse at Provision what a qemu-vm node cannot do yet, and a host that cannot run one, saying why."""
+        missing = qemu_missing()
+        if missing:
+            raise Unsupported(f"node {spec.client_id}: a qemu-vm node needs {', '.join(missing)} on the aggregate's "
+                              f"host (scripts/system-deps.sh installs them)")
+        for what, key in (("execute or install services", "services"), ("datasets (emulab:blockstore)", "blockstores")):
+            if spec.details.get(key):
+                raise BadArgs(f"node {spec.client_id}: a qemu-vm node has no {what} yet (container nodes do); "
+                              f"run them over ssh after geni_start")
+
+    def _vm_record(self, plan: NodePlan) -> dict[str, Any]:
+        """What the manifest and the record say of a VM node's machine (nothing for a container)."""
+        if plan.machine != "qemu":
+            return {}
+        meta = NodeVM(self.lxcpath, plan.netns, self.layers_dir).meta()
+        return {"machine": "qemu", "accel": meta.get("accel", ""), "kernel": meta.get("kernel_version", "")}
 
     def _mount_host_files(self) -> None:
         """The tmpfs the host hands its nodes' files from (/run/slicex, LXC's init): a node's mount table names
@@ -727,7 +789,7 @@ class NetnsDriver:
                 fs = f.stat()
             except OSError:
                 continue
-            promised += max(0, fs.st_size - fs.st_blocks * 512)
+            promised += max(0, (raw_size(f) or fs.st_size) - fs.st_blocks * 512)  # a VM's qcow2: its disk's size
         why = disk_admission(limits.disk_gb, promised, st.f_bavail * st.f_frsize, self.layers_reserve_bytes)
         if why is not None:
             raise InsufficientDisk(f"node {spec.client_id}: {why}; delete nodes or ask for a smaller sliver type "
@@ -745,12 +807,61 @@ class NetnsDriver:
         return out
 
     def _define(self, plan: NodePlan, image: NodeImage | str, index: int, limits: NodeLimits,
-                mounts: list[tuple[Path, str]] | None = None) -> None:
-        # a node that shares its namespace with its container: its root may bind port 22, its users ping
+                mounts: list[tuple[Path, str]] | None = None, spec: SliverSpec | None = None) -> None:
+        # a node that shares its namespace with its container: its root may bind port 22, its users ping (a VM's
+        # QEMU, as the slice's uid, binds port 22 and the public ports it forwards into the guest)
         hostnet.exec_in(plan.netns, ["sysctl", "-q", "-w", "net.ipv4.ip_unprivileged_port_start=22",
                                      "net.ipv4.ping_group_range=0 2147483647"], check=True)
+        if plan.machine == "qemu":
+            self._define_vm(plan, image, index, limits, spec)
+            return
         self._container(plan).define(plan.hostname, self._lower(image, index), uid_base(index), plan.netns, limits,
                                      mounts or ())
+
+    def _define_vm(self, plan: NodePlan, image: NodeImage | str, index: int, limits: NodeLimits,
+                   spec: SliverSpec | None) -> None:
+        """A VM node's disk, taps and boot record. Its overlay is over a link to the VM form's base kept in the
+        deployment (`bases/vm/<image>-<build>.qcow2`), so a rebuilt image never changes a disk's base under it."""
+        name = image if isinstance(image, str) else image.name
+        img = self.images.get(name)
+        form = vm_form(img.rootfs.parent) if img is not None else None
+        pinned_dir = self.bases_dir / "vm"
+        pins = sorted(pinned_dir.glob(f"{name}-*.qcow2")) if pinned_dir.is_dir() else []
+        if form is not None:
+            pinned = pinned_dir / f"{name}-{form['build_id']}.qcow2"
+            if not pinned.exists():
+                pinned_dir.mkdir(parents=True, exist_ok=True)
+                pinned_dir.chmod(0o700)
+                tmp = pinned.with_name(pinned.name + ".tmp")
+                tmp.unlink(missing_ok=True)
+                try:
+                    os.link(form["disk"], tmp)
+                except OSError:  # another file system: a copy
+                    shutil.copyfile(form["disk"], tmp)
+                tmp.rename(pinned)
+        elif pins:
+            pinned = pins[-1]
+        else:
+            raise BadArgs(f"node {plan.client_id}: image {name} has no VM form on this host (`slicex image build "
+                          f"{name}` makes it where QEMU is installed)")
+        node = NodeVM(self.lxcpath, plan.netns, self.layers_dir)
+        recorded = node.meta()
+        if recorded and (node.dir / "lower").is_symlink():
+            pinned = Path(os.readlink(node.dir / "lower"))  # a disk made before keeps its base
+        if form is None:
+            form = {k: recorded[v] for k, v in (("vmlinuz", "kernel"), ("initrd", "initrd"), ("cmdline", "cmdline"),
+                                                ("kernel", "kernel_version"))} if recorded else None
+            if form is None:
+                raise BadArgs(f"node {plan.client_id}: image {name} has no VM form on this host")
+        uid = uid_base(index)
+        for i in plan.interfaces:
+            tap = tap_name(i.ns_if)
+            hostnet.add_tap(plan.netns, tap, uid)
+            hostnet.join_redirect(plan.netns, tap, i.ns_if)
+        forwards = [22] + [int(pp["port"]) for pp in ((spec.details.get("public_ports") or ()) if spec else ())]
+        node.define_vm(plan.hostname, form, pinned, uid, plan.netns, limits,
+                       [(tap_name(i.ns_if), i.mac, i.address) for i in plan.interfaces], forwards,
+                       accel_of(self.vm_probe or {}))
 
     def _set_users(self, plan: NodePlan, accts: list[Account], running: bool) -> None:
         container = self._container(plan)
@@ -772,7 +883,11 @@ class NetnsDriver:
         bucket goes on after the port is added: Open vSwitch removes a root qdisc already on an interface it
         adds as a port."""
         hostnet.add_veth(plan.netns, i.ns_if, i.host_if, i.mac)
-        if i.address:
+        if plan.machine == "qemu":  # the guest holds the address; its tap is joined to this end (_define_vm)
+            hostnet.no_ipv6(plan.netns, i.ns_if)
+            if tap_name(i.ns_if) in hostnet.links(plan.netns):
+                hostnet.join_redirect(plan.netns, tap_name(i.ns_if), i.ns_if)
+        elif i.address:
             hostnet.set_address(plan.netns, i.ns_if, i.address)
         tbf = tbf_args(i.rate_kbps) if i.rate_kbps else None
         # the node's end: its link's rate, and its broadcast and multicast policed (a flood would take the shared
@@ -936,6 +1051,13 @@ class NetnsDriver:
                        boot: bool) -> None:
         """The container (its sshd) and execute services follow the node: booted with it (services run at
         each boot, not when a restarted aggregate adopts a running node), stopped with it."""
+        if plan.machine == "qemu":  # the guest boots on its own: Status says configuring until its sshd answers
+            vm = NodeVM(self.lxcpath, plan.netns, self.layers_dir)
+            if not up or restart:
+                vm.stop()
+            if up and not vm.running():
+                vm.start()
+            return
         container, services = self._container(plan), self._services(plan)
         if not up or restart:
             services.stop()

@@ -159,6 +159,7 @@ class NodePlan:
     netns: str
     hostname: str
     interfaces: tuple[IfacePlan, ...]
+    machine: str = "container"  # or "qemu": a VM node (its sliver type's `machine`, authority/substrate/vm.py)
 
     def names(self) -> set[str]:
         return {self.netns} | {i.ns_if for i in self.interfaces} | {i.host_if for i in self.interfaces}
@@ -227,7 +228,8 @@ def node_plan(prefix: str, sliver_id: str, client_id: str, labels: Iterable[tupl
         switch = (layout or RackLayout()).cabled.get(str(info.get("component_id") or ""), "")
         ifaces.append(IfacePlan(cid, ns_if, host_if, mac_for(sliver_id, cid), link.vlan if link else None,
                                 _address(cid, info, link), link.capacity_kbps if link else 0, switch))
-    plan = NodePlan(sliver_id, client_id, netns_name(prefix, sliver_id), hostname_for(client_id), tuple(ifaces))
+    plan = NodePlan(sliver_id, client_id, netns_name(prefix, sliver_id), hostname_for(client_id), tuple(ifaces),
+                    str(details.get("machine") or "container"))
     names = [i.ns_if for i in ifaces] + [i.host_if for i in ifaces]
     if len(set(names)) != len(names):
         raise BadArgs(f"node {client_id}: two interfaces hash to one device name; rename an interface")

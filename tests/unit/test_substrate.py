@@ -74,6 +74,7 @@ def test_worked_example_loads_as_the_guide_describes_it():
      "  - {name: e, switch: s, port: up, remote_aggregate: 'urn:publicid:IDN+x+authority+am',"
      " remote_port: 'urn:publicid:IDN+p+interface+x'}\n" + HOST, ":5:", "other end"),
     ("authority: x\nhosts: [\n", ":", "syntax"),
+    ("authority: x\nvm_sizes:\n  - {name: big, machine: xen}\n" + HOST, ":3:", "machine: qemu"),
 ])
 def test_substrate_mistakes_name_file_line_and_fix(tmp_path, text, where, fix):
     f = tmp_path / "site.yaml"
@@ -219,3 +220,11 @@ def test_an_ndl_file_with_entities_or_bad_syntax_is_refused(tmp_path):
     f.write_text("this is not turtle")
     with pytest.raises(SubstrateError, match="not valid Turtle"):
         load_substrate(f)
+
+
+def test_a_vm_size_may_be_a_qemu_machine(tmp_path):
+    f = tmp_path / "site.yaml"
+    f.write_text("authority: x\nvm_sizes:\n  - {name: small}\n  - {name: kvm-big, cores: 2, memory_mb: 2048, "
+                 "machine: qemu}\n" + HOST)
+    sizes = {s.name: s.machine for s in load_substrate(f).vm_sizes}
+    assert sizes == {"small": "container", "kvm-big": "qemu"}
