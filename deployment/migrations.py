@@ -32,12 +32,13 @@ from slice_manager import held
 from slice_manager.held import HELD
 from slice_manager.records import LAYOUT as SM_LAYOUT
 from slice_manager.records import RESERVATIONS, SLIVERS_OF, Record, due_at, index_key
+from slicex.codec import decode
 from slicex.store.migration import Step
 from slicex.ticket import Lease
 
 
 def _lease_end(doc: dict[str, Any]) -> float:
-    return Lease.from_doc(lease_document(doc)["lease"]).end.timestamp()
+    return decode(lease_document(doc)["lease"], Lease, "lease").end.timestamp()
 
 
 def _usage_due(rec: UsageRecord) -> float | None:

@@ -32,6 +32,7 @@ from broker.claims import counts_of
 from operations.ledger import OPEN, USAGE
 from slice_manager import held
 from slice_manager.records import REQUESTS, RESERVATIONS, SLIVERS_OF, Record, due_at
+from slicex.codec import decode
 from slicex.inventory import UNIT_KINDS
 from slicex.store import counter_of, namespace_of
 from slicex.store.ownership import KEY_INDEXED
@@ -82,7 +83,7 @@ def _documents(store: Any) -> None:
     recs = [Record.from_doc(d) for d in store.scan(RESERVATIONS)]
     _same("records' time index", {r.id: due_at(r) for r in recs if due_at(r) is not None},
           _filed(store, RESERVATIONS))
-    leases = [Lease.from_doc(lease_document(d)["lease"]) for d in store.scan(LEASES)]
+    leases = [decode(lease_document(d)["lease"], Lease, "lease") for d in store.scan(LEASES)]
     _same("leases' time index", {x.id: x.end.timestamp() for x in leases}, _filed(store, LEASES))
     from operations.accounting import UsageRecord
 
@@ -178,7 +179,7 @@ def _claims(store: Any) -> dict[str, str]:
 
 
 def _leased(store: Any, claims: Mapping[str, str]) -> None:
-    leases = [Lease.from_doc(lease_document(d)["lease"]) for d in store.scan(LEASES)]
+    leases = [decode(lease_document(d)["lease"], Lease, "lease") for d in store.scan(LEASES)]
     _same("lease claims (leased:<unit> → lease)", {f"leased:{u}": lease_owner(x.id) for x in leases for u in x.units},
           {k: o for k, o in claims.items() if k.startswith("leased:")})
 
@@ -196,7 +197,7 @@ def _broker(broker: Any, store: Any, claims: Mapping[str, str]) -> None:
     tickets = {}
     for td in store.scan(TICKETS):
         if td.get("broker") == broker.name and td.get("state") == "active":
-            t = Ticket.from_doc(td["ticket"])
+            t = decode(td["ticket"], Ticket, "ticket")
             tickets[t.id] = (frozenset(td.get("booked", t.units)), t.term, bool(td.get("claimed", True)))
     _same("broker calendar against its stored tickets", {h: (u, term) for h, (u, term, _c) in tickets.items()},
           {h: (b.units, b.term) for h, b in cal.bookings.items()})
