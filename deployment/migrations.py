@@ -32,7 +32,7 @@ from slice_manager import held
 from slice_manager.held import HELD
 from slice_manager.records import LAYOUT as SM_LAYOUT
 from slice_manager.records import RESERVATIONS, SLIVERS_OF, Record, due_at, index_key
-from slicex.codec import decode
+from slicex.codec import decode, encode
 from slicex.store.migration import Step
 from slicex.ticket import Lease
 
@@ -58,7 +58,7 @@ def time_index(store: Any) -> int:
         store.put(LEASES, lease_document(d)["lease"]["id"], d, due=_lease_end(d))
         n += 1
     for d in store.scan(OPEN):
-        rec = UsageRecord.from_doc(d)
+        rec = decode(d, UsageRecord, "usage record")
         store.put(OPEN, rec.sliver_urn, d, due=_usage_due(rec))
         n += 1
     store.delete(SM_LAYOUT, "records")
@@ -92,18 +92,18 @@ def lean_records(store: Any) -> int:
             n += 1
     opened = set()
     for d in store.scan(OPEN):
-        rec = UsageRecord.from_doc(d)
+        rec = decode(d, UsageRecord, "usage record")
         opened.add(rec.sliver_urn)
-        if rec.to_doc() != d:
-            store.put(OPEN, rec.sliver_urn, rec.to_doc(), due=_usage_due(rec))
+        if encode(rec) != d:
+            store.put(OPEN, rec.sliver_urn, encode(rec), due=_usage_due(rec))
             n += 1
     for d in store.scan(USAGE):
-        rec = UsageRecord.from_doc(d)
+        rec = decode(d, UsageRecord, "usage record")
         if rec.sliver_urn in opened:  # a copy of an open record: `usage` holds ended ones only
             store.delete(USAGE, rec.sliver_urn)
             n += 1
-        elif rec.to_doc() != d:
-            store.put(USAGE, rec.sliver_urn, rec.to_doc())
+        elif encode(rec) != d:
+            store.put(USAGE, rec.sliver_urn, encode(rec))
             n += 1
     return n
 

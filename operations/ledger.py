@@ -21,9 +21,10 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
+
+from msgspec.structs import replace
 
 from operations import quotas
 from operations.accounting import UsageRecord, ended_at, held_now, project_of, sliver_amounts, user_key
@@ -31,6 +32,7 @@ from protocol import reservations as rs
 from protocol.slice_manager import Sliver
 from rspec.request import Request
 from rspec.substrate import Substrate
+from slicex.codec import decode, encode
 from slicex.config import SlicexConfig
 from slicex.errors import Busy, GeniError
 from slicex.peers import PeerGate
@@ -54,7 +56,7 @@ def usage_records(store: Store) -> list[UsageRecord]:
     the same sliver in `usage`, as a store made before issue 33 holds)."""
     records = {d["sliver_urn"]: d for d in store.scan(USAGE)}
     records.update((d["sliver_urn"], d) for d in store.scan(OPEN))
-    return [UsageRecord.from_doc(d) for d in records.values()]
+    return [decode(d, UsageRecord, "usage record") for d in records.values()]
 
 
 def live_slivers(records: Iterable[Any]) -> set[str]:
@@ -74,17 +76,17 @@ class Ledger:
         return usage_records(self.store)
 
     def open_records(self) -> list[UsageRecord]:
-        return [UsageRecord.from_doc(d) for d in self.store.scan(OPEN)]
+        return [decode(d, UsageRecord, "usage record") for d in self.store.scan(OPEN)]
 
     def _open(self, rec: UsageRecord) -> None:
         """Write an open record, filed in the time index under its expiry (`settle` finds it there). Only
         there: `usage` gets it when it ends (a store made before issue 33 may hold an older copy there too,
         which `usage_records` reads beneath the open one)."""
-        self.store.put(OPEN, rec.sliver_urn, rec.to_doc(), due=rec.expires.timestamp() if rec.expires else None)
+        self.store.put(OPEN, rec.sliver_urn, encode(rec), due=rec.expires.timestamp() if rec.expires else None)
 
     def _close(self, rec: UsageRecord, end: datetime, reason: str) -> UsageRecord:
         done = rec.closed(end, reason)
-        self.store.put(USAGE, rec.sliver_urn, done.to_doc())
+        self.store.put(USAGE, rec.sliver_urn, encode(done))
         self.store.delete(OPEN, rec.sliver_urn)
         return done
 
@@ -106,7 +108,7 @@ class Ledger:
         """Note each sliver's new end (Provision, Renew): when it expires, its record ends then."""
         for s in slivers:
             doc = self.store.get(OPEN, s.urn)
-            if doc is not None and (rec := UsageRecord.from_doc(doc)).expires != s.expires:
+            if doc is not None and (rec := decode(doc, UsageRecord, "usage record")).expires != s.expires:
                 self._open(replace(rec, expires=s.expires))
 
     def ended(self, sliver_urns: Iterable[str], now: datetime, reason: str) -> list[UsageRecord]:
@@ -114,7 +116,7 @@ class Ledger:
         for urn in sliver_urns:
             doc = self.store.get(OPEN, urn)
             if doc is not None:
-                out.append(self._close(UsageRecord.from_doc(doc), now, reason))
+                out.append(self._close(decode(doc, UsageRecord, "usage record"), now, reason))
         return out
 
     def shut_down(self, slice_urn: str, now: datetime) -> list[UsageRecord]:
@@ -143,7 +145,7 @@ class Ledger:
         for urn in urns:
             doc = self.store.get(OPEN, urn)
             if doc is not None and not held(urn):
-                out.append(self._gone(UsageRecord.from_doc(doc), now))
+                out.append(self._gone(decode(doc, UsageRecord, "usage record"), now))
         return out
 
     def _gone(self, rec: UsageRecord, now: datetime) -> UsageRecord:
@@ -204,7 +206,7 @@ class Ledger:
         note = ""
         for s in slivers:
             doc = self.store.get(OPEN, s.urn)
-            start = UsageRecord.from_doc(doc).start if doc else now
+            start = decode(doc, UsageRecord, "usage record").start if doc else now
             end, said = quotas.lease_end(user_key(s.owner_urn), project_of(s.slice_urn), self.policy, start, end, now,
                                          cut)
             note = said or note

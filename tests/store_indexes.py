@@ -87,10 +87,10 @@ def _documents(store: Any) -> None:
     _same("leases' time index", {x.id: x.end.timestamp() for x in leases}, _filed(store, LEASES))
     from operations.accounting import UsageRecord
 
-    ended = [UsageRecord.from_doc(d) for d in store.scan(USAGE)]
+    ended = [decode(d, UsageRecord, "usage record") for d in store.scan(USAGE)]
     _same("open usage records kept in `usage` (it holds ended ones only)", set(),
           {r.sliver_urn for r in ended if r.end is None})
-    open_now = {r.sliver_urn: r for r in (UsageRecord.from_doc(d) for d in store.scan(OPEN))}
+    open_now = {r.sliver_urn: r for r in (decode(d, UsageRecord, "usage record") for d in store.scan(OPEN))}
     _same("ended usage records kept in `usage-open`", set(), {u for u, r in open_now.items() if r.end is not None})
     expiring = {urn: r.expires for urn, r in open_now.items()}
     _same("open usage records' time index", {u: e.timestamp() for u, e in expiring.items() if e is not None},
