@@ -85,7 +85,7 @@ def samples() -> dict[str, tuple[type, Any, Callable[[Any], Any], Callable[[Any]
         "ticket (5 units)": (Ticket, ticket, *codec(Ticket)),
         "lease (5 units)": (Lease, lease, *codec(Lease)),
         "sliver spec (1 VM)": (SliverSpec, spec, *codec(SliverSpec)),
-        "usage record": (UsageRecord, usage, UsageRecord.to_doc, UsageRecord.from_doc),
+        "usage record": (UsageRecord, usage, *codec(UsageRecord)),
     }
 
 
@@ -106,9 +106,9 @@ def codecs(tp: type, to_doc: Callable[[Any], Any], from_doc: Callable[[Any], Any
     """Codec name -> a maker of (encode: value -> bytes, decode: bytes -> value) (making one may fail: a codec
     that cannot carry the type)."""
     def repository() -> tuple[Any, Any]:
-        from slicex.store.codec import _json
+        from slicex.store.codec import _DECODER, _json
 
-        return (lambda v: _json(to_doc(v)), lambda b: from_doc(json.loads(b)))
+        return (lambda v: _json(to_doc(v)), lambda b: from_doc(_DECODER.decode(b)))  # as the store writes and reads
 
     def pydantic() -> tuple[Any, Any]:
         from pydantic import TypeAdapter
