@@ -63,7 +63,6 @@ from slice_manager.records import (  # noqa: F401 - re-exported
 from slice_manager.recovery import LIVENESS, SLICE_WAIT, WORKER_WAIT, Recovery  # noqa: F401 - re-exported
 from slice_manager.updater import Updates
 from slicex.clock import parse_time, rfc3339
-from slicex.codec import encode
 from slicex.errors import (
     BadArgs,
     Busy,
@@ -203,7 +202,7 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
                 if node.install:
                     details["install"] = [{"url": u, "install_path": path} for u, path in node.install]
                 if node.blockstores:
-                    details["blockstores"] = encode(node.blockstores)
+                    details["blockstores"] = [b.to_doc() for b in node.blockstores]
                 deps = tuple(dict.fromkeys(link_of_iface[i.client_id] for i in node.interfaces
                                            if i.client_id in link_of_iface))
                 r = rs.Reservation(urns[cid], resource=what, depends_on=deps, gate="redeem")

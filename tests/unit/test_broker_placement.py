@@ -298,3 +298,21 @@ def test_an_answer_missing_a_ticket_fails_the_allocation_and_gives_everything_ba
     with pytest.raises(GeniError, match="holds no ticket for n1"):
         asm.allocate(SLICE, "o", parse_request(three_node_lan()), now + 10 * MIN, now)
     assert asm.records() == [] and store.all_claims() == {} and real.broker.calendar.bookings == {}
+
+
+def test_a_node_with_a_dataset_is_allocated_and_provisioned_with_its_blockstore_as_the_driver_reads_it(tmp_path):
+    """The slice manager hands a blockstore to the authority as SliverDetails declares it (strings: size_mb
+    "64"), so the spec the driver gets passes the check on arrival and reads back the same Blockstore."""
+    from rspec.blockstore import Blockstore
+
+    store, real, broker, asm = world(tmp_path)
+    now = ManualClock().now()
+    xml = ('<rspec xmlns="http://www.geni.net/resources/rspec/3" '
+           'xmlns:emulab="http://www.protogeni.net/resources/rspec/ext/emulab/1" type="request">'
+           '<node client_id="n1" exclusive="false"><sliver_type name="XOSmall"/>'
+           '<emulab:blockstore name="b" mountpoint="/data" size="64MB" dataset="d1"/></node></rspec>')
+    asm.allocate(SLICE, "o", parse_request(xml), now + 10 * MIN, now)
+    (rec,) = asm.records(SLICE)
+    assert rec.details["blockstores"] == [{"name": "b", "dataset": "d1", "mountpoint": "/data", "size_mb": "64"}]
+    spec = asm._spec(rec, ())
+    assert [Blockstore.from_doc(b) for b in spec.details["blockstores"]] == [Blockstore("b", "d1", "/data", 64)]
