@@ -213,7 +213,8 @@ class SliverDetails(TypedDict, total=False):
     cores: int
     memory_mb: int
     disk_gb: int  # the node's disk (its writable layer), from its VM size
-    interfaces: dict[str, dict[str, str]]  # request interface client_id -> component_id, ip, netmask
+    interfaces: dict[str, dict[str, str | int | None]]  # request interface client_id -> component_id, ip, netmask,
+    # and once provisioned its sliver_id, mac_address and its link's vlan_tag (an int, None before a tag is chosen)
     execute: list[dict[str, str]]  # post-boot commands: shell, command
     install: list[dict[str, str]]  # tar archives to unpack: url, install_path
     blockstores: list[dict[str, str]]  # persistent datasets to mount: name, dataset, mountpoint, size_mb (rspec/blockstore.py)

@@ -152,3 +152,14 @@ def test_a_malformed_form_of_each_type_is_badargs_naming_the_field(hint, wire, w
     with pytest.raises(MalformedMessage, match=why) as err:
         decode(wire, hint, where)
     assert isinstance(err.value, BadArgs) and err.value.code == 1
+
+
+def test_a_spec_whose_interfaces_carry_their_links_tag_crosses_the_wire():
+    """Once provisioned (and after an Update rewires a node), a node's interfaces carry their sliver id, MAC
+    and their link's VLAN tag, an int: SliverDetails declared strings only, so the spec of such a node was
+    refused on arrival (embedded: a committed Update reverted)."""
+    details = {"interfaces": {"n1:if0": {"component_id": "eth1", "ip": "10.0.0.1", "netmask": "255.255.255.0",
+                                         "sliver_id": "r1:n1:if0", "mac_address": "02:00:00:00:00:01",
+                                         "vlan_tag": 1042}, "n1:if1": {"component_id": "eth2", "vlan_tag": None}}}
+    spec = decode({"id": "r1", "kind": "node", "details": details}, SliverSpec, "spec")
+    assert spec.details == details

@@ -128,7 +128,7 @@ def test_a_malformed_sliver_spec_is_badargs_before_the_authority_acts():
     ({"cores": 2, "corez": 2}, "unknown detail\\(s\\) corez"),
     ({"cores": "two"}, "details.cores: expected int"),
     ({"interfaces": ["eth0"]}, "details.interfaces: expected object, got array"),
-    ({"interfaces": {"eth0": {"ip": 7}}}, r"details.interfaces\[...\]\[...\]: expected str, got int"),
+    ({"interfaces": {"eth0": {"ip": [7]}}}, r"details.interfaces\[...\]\[...\]: expected int \| str \| null, got array"),
 ])
 def test_a_sliver_spec_with_an_undeclared_or_mistyped_detail_is_badargs_on_arrival(details, why):
     ticket = encode(Ticket("g/r1", "broker", "sm", "r1", ("core:h:0",), T0, T0 + timedelta(hours=1)))
