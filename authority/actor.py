@@ -34,10 +34,13 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+import msgspec
+
 from authority.substrate.images import image_urn
 from protocol.api import BrokerApi
 from protocol.messages import Maintenance, SliverSpec
 from slicex.clock import Clock
+from slicex.codec import decode, encode
 from slicex.errors import (
     BadArgs,
     CredentialInvalid,
@@ -157,8 +160,8 @@ def packed(doc: dict[str, Any]) -> dict[str, Any]:
     """A lease's document as stored (issue 33: units once): the ticket whole (signed), the lease beside it
     (slicex/ticket.py `lease_beside`: only what differs), the spec without the units, labels and id the lease
     already holds. `lease_document` reads this and the whole form stored before."""
-    ticket = Ticket.from_doc(doc["ticket"])
-    lease = Lease.from_doc(doc["lease"])
+    ticket = decode(doc["ticket"], Ticket, "ticket")
+    lease = decode(doc["lease"], Lease, "lease")
     spec = {k: v for k, v in doc["spec"].items() if k not in _SPEC_DEFAULTS or v != _SPEC_DEFAULTS[k]}
     if spec.get("units") == list(lease.units):
         del spec["units"]
@@ -173,10 +176,10 @@ def lease_document(doc: dict[str, Any]) -> dict[str, Any]:
     spec = doc.get("spec") or {}
     if not spec.get("packed"):
         return doc
-    lease = lease_from(doc["lease"], Ticket.from_doc(doc["ticket"]))
+    lease = lease_from(doc["lease"], decode(doc["ticket"], Ticket, "ticket"))
     full = {"id": lease.reservation, "client_id": "", "units": list(lease.units), "labels": [list(lb) for lb in lease.labels],
             **{k: v for k, v in spec.items() if k != "packed"}}
-    return {**doc, "lease": lease.to_doc(), "spec": full}
+    return {**doc, "lease": encode(lease), "spec": full}
 
 
 class Authority:
@@ -353,7 +356,7 @@ class Authority:
 
     def _put(self, lease_id: str, doc: dict[str, Any]) -> None:
         """Store a lease filed in the time index under its end, in one write: the reaper finds it there."""
-        self.store.put(LEASES, lease_id, packed(doc), due=Lease.from_doc(doc["lease"]).end.timestamp())
+        self.store.put(LEASES, lease_id, packed(doc), due=decode(doc["lease"], Lease, "lease").end.timestamp())
         self._changed()
 
     def _changed(self) -> None:
@@ -377,12 +380,12 @@ class Authority:
         with self._lease_lock(ticket.id):
             doc = self._doc(ticket.id)
             if doc is not None and doc["state"] == "active":
-                return Lease.from_doc(doc["lease"]), doc["status"]  # asked again after a lost answer
+                return decode(doc["lease"], Lease, "lease"), doc["status"]  # asked again after a lost answer
             units, keys = self._take(ticket)
             lease = self._signed(Lease(ticket.id, self.name, ticket.id, ticket.holder, ticket.reservation, units,
                                        now, ticket.end, ticket.sequence, labels=ticket.labels))
-            spec = replace(spec, units=units, labels=spec.labels or ticket.labels)
-            self._put(lease.id, {"lease": lease.to_doc(), "ticket": ticket.to_doc(), "spec": spec.to_doc(),
+            spec = msgspec.structs.replace(spec, units=units, labels=spec.labels or ticket.labels)
+            self._put(lease.id, {"lease": encode(lease), "ticket": encode(ticket), "spec": encode(spec),
                                  "status": {}, "state": "creating"})
             self.fault("authority:leased")
             try:
@@ -395,7 +398,7 @@ class Authority:
                 raise ServerError(f"authority {self.name}: the substrate could not set up {spec.kind} "
                                   f"{spec.client_id or spec.id}: {exc}") from None
             self.fault("authority:created")
-            self._put(lease.id, {"lease": lease.to_doc(), "ticket": ticket.to_doc(), "spec": spec.to_doc(),
+            self._put(lease.id, {"lease": encode(lease), "ticket": encode(ticket), "spec": encode(spec),
                                  "status": status, "state": "active"})
             return lease, status
 
@@ -432,15 +435,15 @@ class Authority:
                                    f"never redeemed); provision again")
             if doc["state"] != "active":
                 raise SearchFailed(f"authority {self.name}: lease {ticket.id} is still being set up; retry")
-            redeemed = Ticket.from_doc(doc["ticket"])
+            redeemed = decode(doc["ticket"], Ticket, "ticket")
             if (ticket.units, ticket.reservation) != (redeemed.units, redeemed.reservation):
                 raise Refused(f"authority {self.name}: ticket {ticket.id} promises other units than the one redeemed "
                               f"into lease {ticket.id}; refused")
-            current = Lease.from_doc(doc["lease"])
+            current = decode(doc["lease"], Lease, "lease")
             if ticket.sequence < current.sequence:
                 return current  # an older extension arriving late
-            longer = self._signed(replace(current, end=ticket.end, sequence=ticket.sequence, signature=""))
-            doc.update(lease=longer.to_doc(), ticket=ticket.to_doc())
+            longer = self._signed(msgspec.structs.replace(current, end=ticket.end, sequence=ticket.sequence, signature=""))
+            doc.update(lease=encode(longer), ticket=encode(ticket))
             self._put(longer.id, doc)
             return longer
 
@@ -455,7 +458,7 @@ class Authority:
                 raise SearchFailed(f"authority {self.name}: no active lease {lease_id}")
             if properties:
                 doc["spec"] = {**doc["spec"], "details": {**doc["spec"].get("details", {}), **properties}}
-            status = self.substrate.modify(SliverSpec.from_doc(doc["spec"]), doc["status"], action, now)
+            status = self.substrate.modify(decode(doc["spec"], SliverSpec, "spec"), doc["status"], action, now)
             doc["status"] = status
             self._put(lease_id, doc)
             return status
@@ -467,14 +470,14 @@ class Authority:
         doc = self._doc(lease_id) if view is not None else None
         if doc is None or doc["state"] != "active":
             return {}
-        return view(SliverSpec.from_doc(doc["spec"]), doc["status"])
+        return view(decode(doc["spec"], SliverSpec, "spec"), doc["status"])
 
     def status(self, lease_id: str, now: datetime) -> tuple[str, str]:
         """(GENI operational state, error) of a leased unit, as of `now`."""
         doc = self._doc(lease_id)
         if doc is None or doc["state"] != "active":
             raise SearchFailed(f"authority {self.name}: no active lease {lease_id}")
-        return self.substrate.status(SliverSpec.from_doc(doc["spec"]), doc["status"], now)
+        return self.substrate.status(decode(doc["spec"], SliverSpec, "spec"), doc["status"], now)
 
     def snapshot(self, lease_id: str, name: str, owner: str, public: bool, now: datetime) -> dict[str, Any]:
         """CreateImage of a leased node: its driver makes the image (one with no disks to copy answers
@@ -487,7 +490,7 @@ class Authority:
             if snapshot is None:
                 raise Unsupported(f"this aggregate's substrate cannot make images of its nodes: "
                                   f"{self.substrate.description}")
-            image = snapshot(SliverSpec.from_doc(doc["spec"]), doc["status"], name, owner, public, self._now(now))
+            image = snapshot(decode(doc["spec"], SliverSpec, "spec"), doc["status"], name, owner, public, self._now(now))
         return {**image.to_record(), "urn": image_urn(parse_urn(self.name).authority, image.name)}
 
     def lease_doc(self, lease_id: str) -> dict[str, Any] | None:
@@ -503,7 +506,7 @@ class Authority:
                 for k in self.store.claims_of(lease_owner(lease_id)):  # a redeem that crashed before recording
                     self.store.release(k, lease_owner(lease_id))
                 return False
-            spec = SliverSpec.from_doc(doc["spec"])
+            spec = decode(doc["spec"], SliverSpec, "spec")
             try:
                 self.substrate.destroy(spec, doc["status"], now)
             except GeniError:
@@ -520,7 +523,7 @@ class Authority:
         the host against when it starts (remove what no lease holds, adopt the rest)."""
         if self.store is None:
             return []
-        return [(SliverSpec.from_doc(d["spec"]), d["status"]) for d in self._scan()
+        return [(decode(d["spec"], SliverSpec, "spec"), d["status"]) for d in self._scan()
                 if d.get("state") == "active" and d["lease"]["authority"] == self.name]
 
     def leases(self) -> list[Lease]:
@@ -528,7 +531,7 @@ class Authority:
             return []
         # each lease read beside its ticket (`lease_from`), not its whole document rebuilt: the dashboard's
         # snapshot reads every lease when one changes
-        leases = (lease_from(d["lease"], Ticket.from_doc(d["ticket"]) if d["lease"].get("from_ticket") else None)
+        leases = (lease_from(d["lease"], decode(d["ticket"], Ticket, "ticket") if d["lease"].get("from_ticket") else None)
                   for d in self.store.scan(LEASES) if d.get("state") == "active")
         return [lease for lease in leases if lease.authority == self.name]
 
@@ -543,7 +546,7 @@ class Authority:
             d = self._doc(lease_id)
             if d is None:
                 continue
-            lease = Lease.from_doc(d["lease"])
+            lease = decode(d["lease"], Lease, "lease")
             if lease.authority == self.name and lease.end <= now:
                 self.close(lease.id, now)
                 gone.append(lease.id)

@@ -1,9 +1,10 @@
 """Which codec for the one typed model (issue 33): pydantic v2's `TypeAdapter` against msgspec, beside the
-hand-written `to_doc`/`from_doc` codecs of today, on a 10-node `Demands` round trip and on each record kind
-the store holds per live sliver.
+repository's own codec (slicex/codec.py over msgspec; a type not yet a Struct writes its own `to_doc`/`from_doc`,
+named "hand-written"), on a 10-node `Demands` round trip and on each record kind the store holds per live sliver.
 
 A round trip is encode (typed value -> JSON bytes) then decode (JSON bytes -> typed value, validated on the
-way in: pydantic and msgspec check every field's type; the hand-written codecs check what they check). Each
+way in: pydantic and msgspec check every field's type; the repository's codec as it is used: the document
+the store writes, and the value read back from it). Each
 is timed over --rounds rounds after a warm-up, best of --repeat, in microseconds per round trip, with the JSON
 bytes each writes. Output: a table, then one JSON object per measurement per line.
 
@@ -41,15 +42,19 @@ def _rspec(nodes: int) -> str:
 
 
 def samples() -> dict[str, tuple[type, Any, Callable[[Any], Any], Callable[[Any], Any]]]:
-    """Record kind -> (its type, a value as the store holds it for one small VM, the hand-written encode to a
+    """Record kind -> (its type, a value as the store holds it for one small VM, the repository's encode to a
     document, and decode from one)."""
     from operations.accounting import UsageRecord
-    from protocol.messages import Demands, SliverDetails, SliverSpec, demands_of
+    from protocol.messages import Demand, Demands, NodeDemand, SliverDetails, SliverSpec, demands_of
     from resources.kind import Amounts
     from rspec.request import parse_request
     from slice_manager import reservation as rs
     from slice_manager.records import Record
+    from slicex.codec import decode, encode
     from slicex.ticket import Lease, Ticket
+
+    def codec(tp: type) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+        return encode, lambda d: decode(d, tp, tp.__name__)
 
     request = replace(parse_request(_rspec(10)), xml="")
     rids = {e.client_id: f"{URN}+sliver+{i:016x}" for i, e in enumerate([*request.nodes, *request.links])}
@@ -69,19 +74,18 @@ def samples() -> dict[str, tuple[type, Any, Callable[[Any], Any], Callable[[Any]
     record = Record(sliver, f"{URN}+slice+fill38", f"{URN}+user+bench", "n2", "node", f"{URN}+node+r01h3", group,
                     rs.Reservation(sliver, rs.ACTIVE, rs.NONE, None, 2, "", 3, "node n2 (small)", gate="redeem",
                                    end=end),
-                    {"element": {k: v for k, v in one.to_doc()["nodes"][0].items() if v not in (None, [])},
-                     "order": 1, "image_policy": "reject", "bitstream_parts": {}, "images": {}},
+                    Demand(NodeDemand.of(one.request.nodes[0]), 1),
                     details, ticket, lease, [], "", True, False, False,
                     "0cb9fc20-1ac9-4148-8118-add57dd4e8ad")
     usage = UsageRecord(sliver, f"{URN}+slice+fill38", f"{URN}+user+bench", None, "node", "n2",
                         Amounts(cores=1, memory_mb=2048, disk_gb=20, nodes=1), start, end)
     return {
-        "Demands (10 nodes, 9 links)": (Demands, demands, Demands.to_doc, Demands.from_doc),
+        "Demands (10 nodes, 9 links)": (Demands, demands, *codec(Demands)),
         "sm record (1 VM)": (Record, record, Record.to_doc, Record.from_doc),
-        "ticket (5 units)": (Ticket, ticket, Ticket.to_doc, Ticket.from_doc),
-        "lease (5 units)": (Lease, lease, Lease.to_doc, Lease.from_doc),
-        "sliver spec (1 VM)": (SliverSpec, spec, SliverSpec.to_doc, SliverSpec.from_doc),
-        "usage record": (UsageRecord, usage, UsageRecord.to_doc, UsageRecord.from_doc),
+        "ticket (5 units)": (Ticket, ticket, *codec(Ticket)),
+        "lease (5 units)": (Lease, lease, *codec(Lease)),
+        "sliver spec (1 VM)": (SliverSpec, spec, *codec(SliverSpec)),
+        "usage record": (UsageRecord, usage, *codec(UsageRecord)),
     }
 
 
@@ -101,9 +105,10 @@ def _best(fn: Callable[[], Any], rounds: int, repeat: int) -> float:
 def codecs(tp: type, to_doc: Callable[[Any], Any], from_doc: Callable[[Any], Any]) -> dict[str, Callable[[], Any]]:
     """Codec name -> a maker of (encode: value -> bytes, decode: bytes -> value) (making one may fail: a codec
     that cannot carry the type)."""
-    def hand() -> tuple[Any, Any]:
-        return (lambda v: json.dumps(to_doc(v), sort_keys=True, separators=(",", ":")).encode(),
-                lambda b: from_doc(json.loads(b)))
+    def repository() -> tuple[Any, Any]:
+        from slicex.store.codec import _DECODER, _json
+
+        return (lambda v: _json(to_doc(v)), lambda b: from_doc(_DECODER.decode(b)))  # as the store writes and reads
 
     def pydantic() -> tuple[Any, Any]:
         from pydantic import TypeAdapter
@@ -116,7 +121,7 @@ def codecs(tp: type, to_doc: Callable[[Any], Any], from_doc: Callable[[Any], Any
 
         return msgspec.json.Encoder().encode, msgspec.json.Decoder(tp).decode
 
-    return {"hand-written": hand, "pydantic": pydantic, "msgspec": msgspec}
+    return {"repository": repository, "pydantic": pydantic, "msgspec": msgspec}
 
 
 def run(rounds: int, repeat: int) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
 from cryptography import x509
 
 from broker.calendar import Calendar, CalendarError, Unavailable, common_free_labels
@@ -42,6 +43,7 @@ from resources import STANDARD, units_under
 from resources.kind import Placement
 from rspec.substrate import Image, Substrate
 from slicex.clock import Clock, parse_time, rfc3339
+from slicex.codec import decode, encode
 from slicex.errors import (
     BadArgs,
     Busy,
@@ -254,7 +256,7 @@ class Broker:
         for td in docs:
             if td.get("broker") != self.name or td.get("state") != "active":
                 continue
-            t = Ticket.from_doc(td["ticket"])
+            t = decode(td["ticket"], Ticket, "ticket")
             try:
                 cal.book(t.id, td.get("booked", list(t.units)), t.term)
             except CalendarError:
@@ -277,7 +279,7 @@ class Broker:
         if self._all_loaded or group in self._groups_loaded:
             return
         for td in self.store.scan(TICKETS, f"{group}/"):
-            t = Ticket.from_doc(td["ticket"])
+            t = decode(td["ticket"], Ticket, "stored ticket")
             if (td.get("broker") != self.name or td.get("state") != "active" or t.group != group
                     or t.id in self.calendar.bookings):
                 continue
@@ -290,7 +292,7 @@ class Broker:
 
     def _put_ticket(self, t: Ticket, booked: Sequence[str], claimed: bool, state: str = "active",
                     reason: str = "", placement: Mapping[str, Any] | None = None) -> None:
-        doc: dict[str, Any] = {"broker": self.name, "ticket": t.to_doc(), "booked": list(booked), "claimed": claimed,
+        doc: dict[str, Any] = {"broker": self.name, "ticket": encode(t), "booked": list(booked), "claimed": claimed,
                                "state": state, "reason": reason}
         if placement:
             doc["placement"] = dict(placement)  # what `place` answers again for a repeated request
@@ -340,7 +342,7 @@ class Broker:
                 later = set(delegation.names())
                 kept = [d for d in doc.get("signed", [])
                         if set(Delegation.from_doc(d["body"]).names()) - later]
-                doc["signed"] = kept + [signed.to_doc()]
+                doc["signed"] = kept + [encode(signed)]
             old = Delegation.from_doc(doc["delegation"]) if doc.get("delegation") else None
             new_names = set(delegation.names())
             merged = Delegation(delegation.authority, self.name,
@@ -699,7 +701,7 @@ class Broker:
         tickets, placements = {}, {}
         for rid in rids:
             doc = self.store.get(TICKETS, f"{group}/{rid}") or {}
-            tickets[rid] = Ticket.from_doc(doc["ticket"])
+            tickets[rid] = decode(doc["ticket"], Ticket, "ticket")
             placements[rid] = doc.get("placement") or {}
         return PlaceAnswer(tickets, placements)
 
@@ -861,7 +863,7 @@ class Broker:
             self._ensure_group(ticket.group)
             doc = self.store.get(TICKETS, ticket.id)
             if doc is not None and doc.get("state") == "active":
-                current = Ticket.from_doc(doc["ticket"])
+                current = decode(doc["ticket"], Ticket, "ticket")
                 if current.sequence > ticket.sequence and current.end == end:
                     return current  # asked again after a lost answer: the same extension
                 booked = doc.get("booked", list(current.units))
@@ -887,7 +889,7 @@ class Broker:
             extended = self.calendar.bookings[current.id]
             self._unpublished[current.id] = (extended.units, extended.term)
             claimed = self._claimed.get(current.id, True)
-        longer = sign_ticket(replace(current, end=end, sequence=max(current.sequence, ticket.sequence) + 1,
+        longer = sign_ticket(msgspec.structs.replace(current, end=end, sequence=max(current.sequence, ticket.sequence) + 1,
                                      signature=""), self.key)
         self.fault("broker:extended")
         self._put_ticket(longer, booked, claimed, placement=doc.get("placement") if doc else None)

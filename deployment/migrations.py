@@ -40,12 +40,13 @@ from slice_manager import held
 from slice_manager.held import HELD
 from slice_manager.records import LAYOUT as SM_LAYOUT
 from slice_manager.records import RESERVATIONS, SLIVERS_OF, Record, due_at, index_key
+from slicex.codec import decode, encode
 from slicex.store.migration import Step
 from slicex.ticket import Lease
 
 
 def _lease_end(doc: dict[str, Any]) -> float:
-    return Lease.from_doc(lease_document(doc)["lease"]).end.timestamp()
+    return decode(lease_document(doc)["lease"], Lease, "lease").end.timestamp()
 
 
 def _usage_due(rec: UsageRecord) -> float | None:
@@ -65,7 +66,7 @@ def time_index(store: Any) -> int:
         store.put(LEASES, lease_document(d)["lease"]["id"], d, due=_lease_end(d))
         n += 1
     for d in store.scan(OPEN):
-        rec = UsageRecord.from_doc(d)
+        rec = decode(d, UsageRecord, "usage record")
         store.put(OPEN, rec.sliver_urn, d, due=_usage_due(rec))
         n += 1
     store.delete(SM_LAYOUT, "records")
@@ -99,18 +100,18 @@ def lean_records(store: Any) -> int:
             n += 1
     opened = set()
     for d in store.scan(OPEN):
-        rec = UsageRecord.from_doc(d)
+        rec = decode(d, UsageRecord, "usage record")
         opened.add(rec.sliver_urn)
-        if rec.to_doc() != d:
-            store.put(OPEN, rec.sliver_urn, rec.to_doc(), due=_usage_due(rec))
+        if encode(rec) != d:
+            store.put(OPEN, rec.sliver_urn, encode(rec), due=_usage_due(rec))
             n += 1
     for d in store.scan(USAGE):
-        rec = UsageRecord.from_doc(d)
+        rec = decode(d, UsageRecord, "usage record")
         if rec.sliver_urn in opened:  # a copy of an open record: `usage` holds ended ones only
             store.delete(USAGE, rec.sliver_urn)
             n += 1
-        elif rec.to_doc() != d:
-            store.put(USAGE, rec.sliver_urn, rec.to_doc())
+        elif encode(rec) != d:
+            store.put(USAGE, rec.sliver_urn, encode(rec))
             n += 1
     return n
 
@@ -147,11 +148,11 @@ def broker_ticket_index(store: Any) -> int:
 
 
 def usage_counters(store: Any) -> int:
-    opened = {rec.sliver_urn: rec for rec in map(UsageRecord.from_doc, store.scan(OPEN))}
+    opened = {rec.sliver_urn: rec for rec in (decode(d, UsageRecord, "usage record") for d in store.scan(OPEN))}
     by = {rec.replaces: urn for urn, rec in opened.items() if rec.replaces in opened}
     for urn, rec in opened.items():
         rec = replace(rec, replaced_by=by.get(urn, rec.replaced_by))
-        store.put(OPEN, urn, rec.to_doc(), due=_usage_due(rec),
+        store.put(OPEN, urn, encode(rec), due=_usage_due(rec),
                   tally=tally_of(OPEN, rec, opened.get(rec.replaces) if rec.replaces else None))
     return len(opened)
 

@@ -10,13 +10,16 @@ live)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import msgspec
+
 from resources import STANDARD
 from resources.kind import RESOURCES, Amounts
-from slicex.clock import parse_time, rfc3339
+from slicex.clock import rfc3339
+from slicex.codec import encode
 from slicex.errors import BadArgs
 from slicex.urn import canonical_urn, parse_urn
 
@@ -56,8 +59,10 @@ def user_key(urn: str) -> str:
         return urn
 
 
-@dataclass(frozen=True)
-class UsageRecord:
+class UsageRecord(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One sliver's use, as the ledger stores it (defaults left out: no amount that is zero, no end or reason
+    while unset)."""
+
     sliver_urn: str
     slice_urn: str
     user: str
@@ -78,29 +83,7 @@ class UsageRecord:
 
     def closed(self, end: datetime, reason: str) -> UsageRecord:
         """The record ended at `end` (never before it started)."""
-        return replace(self, end=max(end, self.start), end_reason=reason)
-
-    def to_doc(self) -> dict[str, Any]:
-        """Lean (issue 33): no amount that is zero, no project, end or reason while unset (`from_doc` reads
-        them as such, and the full form stored before)."""
-        doc: dict[str, Any] = {"sliver_urn": self.sliver_urn, "slice_urn": self.slice_urn, "user": self.user,
-                               "kind": self.kind, "client_id": self.client_id,
-                               "amounts": {k: v for k, v in self.amounts.to_doc().items() if v},
-                               "start": rfc3339(self.start)}
-        for name, value in (("project", self.project), ("expires", self.expires and rfc3339(self.expires)),
-                            ("end", self.end and rfc3339(self.end)), ("end_reason", self.end_reason),
-                            ("replaces", self.replaces), ("replaced_by", self.replaced_by)):
-            if value:
-                doc[name] = value
-        return doc
-
-    @staticmethod
-    def from_doc(d: Mapping[str, Any]) -> UsageRecord:
-        return UsageRecord(d["sliver_urn"], d["slice_urn"], d["user"], d.get("project"), d.get("kind", ""),
-                           d.get("client_id", ""), Amounts.from_doc(d.get("amounts", {})), parse_time(d["start"]),
-                           parse_time(d["expires"]) if d.get("expires") else None,
-                           parse_time(d["end"]) if d.get("end") else None, d.get("end_reason", ""),
-                           d.get("replaces", ""), d.get("replaced_by", ""))
+        return msgspec.structs.replace(self, end=max(end, self.start), end_reason=reason)
 
 
 def ended_at(rec: UsageRecord, now: datetime) -> datetime:
@@ -212,7 +195,7 @@ def tally_of(table: str, rec: UsageRecord, replaced: UsageRecord | None) -> dict
     `<table>|user:<user>` and `<table>|project:<project>`): what it counts against limits (`counted`), with
     `replaced` the open record it replaces, if any."""
     amounts = counted(rec, {replaced.sliver_urn: replaced} if replaced is not None else {})
-    fields = {r: n for r, n in amounts.to_doc().items() if n}
+    fields = {r: n for r, n in encode(amounts).items() if n}
     out = {f"{table}|user:{rec.user}": fields}
     if rec.project is not None:
         out[f"{table}|project:{rec.project}"] = fields

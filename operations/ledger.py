@@ -24,8 +24,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import datetime
+
+from msgspec.structs import replace
 
 from operations import quotas
 from operations.accounting import UsageRecord, ended_at, project_of, sliver_amounts, tally_of, user_key
@@ -33,6 +34,7 @@ from protocol.slice_manager import Sliver
 from resources.kind import Amounts
 from rspec.request import Request
 from rspec.substrate import Substrate
+from slicex.codec import decode, encode
 from slicex.config import SlicexConfig
 from slicex.errors import Busy, GeniError
 from slicex.peers import PeerGate
@@ -58,7 +60,7 @@ def usage_records(store: Store) -> list[UsageRecord]:
     the same sliver in `usage`, as a store made before issue 33 holds)."""
     records = {d["sliver_urn"]: d for d in store.scan(USAGE)}
     records.update((d["sliver_urn"], d) for d in store.scan(OPEN))
-    return [UsageRecord.from_doc(d) for d in records.values()]
+    return [decode(d, UsageRecord, "usage record") for d in records.values()]
 
 
 class Ledger:
@@ -73,7 +75,7 @@ class Ledger:
         return usage_records(self.store)
 
     def open_records(self) -> list[UsageRecord]:
-        return [UsageRecord.from_doc(d) for d in self.store.scan(OPEN)]
+        return [decode(d, UsageRecord, "usage record") for d in self.store.scan(OPEN)]
 
     def _open(self, rec: UsageRecord) -> None:
         """Write an open record, filed in the time index under its expiry (`settle` finds it there), with what
@@ -85,13 +87,13 @@ class Ledger:
         replaced = None
         if rec.replaces:
             doc = self.store.get(OPEN, rec.replaces)
-            replaced = UsageRecord.from_doc(doc) if doc is not None else None
+            replaced = decode(doc, UsageRecord, "usage record") if doc is not None else None
         self._put_open(rec, replaced)
         if replaced is not None and replaced.replaced_by != rec.sliver_urn:
             self._put_open(replace(replaced, replaced_by=rec.sliver_urn), None)
 
     def _put_open(self, rec: UsageRecord, replaced: UsageRecord | None) -> None:
-        self.store.put(OPEN, rec.sliver_urn, rec.to_doc(), due=rec.expires.timestamp() if rec.expires else None,
+        self.store.put(OPEN, rec.sliver_urn, encode(rec), due=rec.expires.timestamp() if rec.expires else None,
                        tally=tally_of(OPEN, rec, replaced))
 
     def _close(self, rec: UsageRecord, end: datetime, reason: str) -> UsageRecord:
@@ -99,17 +101,17 @@ class Ledger:
         counts whole from now: written first, so a crash between the writes over-counts, never under-counts."""
         if rec.replaced_by:
             doc = self.store.get(OPEN, rec.replaced_by)
-            if doc is not None and (by := UsageRecord.from_doc(doc)).replaces == rec.sliver_urn:
+            if doc is not None and (by := decode(doc, UsageRecord, "usage record")).replaces == rec.sliver_urn:
                 self._put_open(by, None)
         done = rec.closed(end, reason)
-        self.store.put(USAGE, rec.sliver_urn, done.to_doc())
+        self.store.put(USAGE, rec.sliver_urn, encode(done))
         self.store.delete(OPEN, rec.sliver_urn)
         return done
 
     def held(self, user: str, project: str | None) -> tuple[Amounts, Amounts]:
         """What a user (`user_key`), and the project, hold now: their usage counters, one read each."""
-        mine = Amounts.from_doc(self.store.tallies(f"{OPEN}|user:{user}"))
-        theirs = Amounts.from_doc(self.store.tallies(f"{OPEN}|project:{project}")) if project is not None \
+        mine = decode(self.store.tallies(f"{OPEN}|user:{user}"), Amounts, "usage counter")
+        theirs = decode(self.store.tallies(f"{OPEN}|project:{project}"), Amounts, "usage counter") if project is not None \
             else Amounts()
         return mine, theirs
 
@@ -131,7 +133,7 @@ class Ledger:
         """Note each sliver's new end (Provision, Renew): when it expires, its record ends then."""
         for s in slivers:
             doc = self.store.get(OPEN, s.urn)
-            if doc is not None and (rec := UsageRecord.from_doc(doc)).expires != s.expires:
+            if doc is not None and (rec := decode(doc, UsageRecord, "usage record")).expires != s.expires:
                 self._open(replace(rec, expires=s.expires))
 
     def ended(self, sliver_urns: Iterable[str], now: datetime, reason: str) -> list[UsageRecord]:
@@ -139,7 +141,7 @@ class Ledger:
         for urn in sliver_urns:
             doc = self.store.get(OPEN, urn)
             if doc is not None:
-                out.append(self._close(UsageRecord.from_doc(doc), now, reason))
+                out.append(self._close(decode(doc, UsageRecord, "usage record"), now, reason))
         return out
 
     def shut_down(self, slice_urn: str, now: datetime) -> list[UsageRecord]:
@@ -154,7 +156,7 @@ class Ledger:
         now. The open record is read first, so a sliver allocated meanwhile is never taken for gone. Returns
         the records it ended; `swept` says whether the step finished a pass."""
         docs, self._cursor = self.store.page(OPEN, self._cursor, page)
-        return [self._gone(rec, now) for rec in map(UsageRecord.from_doc, docs) if not held(rec.sliver_urn)]
+        return [self._gone(rec, now) for rec in (decode(d, UsageRecord, "usage record") for d in docs) if not held(rec.sliver_urn)]
 
     @property
     def swept(self) -> bool:
@@ -171,7 +173,7 @@ class Ledger:
         for urn in urns:
             doc = self.store.get(OPEN, urn)
             if doc is not None and not held(urn):
-                out.append(self._gone(UsageRecord.from_doc(doc), now))
+                out.append(self._gone(decode(doc, UsageRecord, "usage record"), now))
         return out
 
     def _gone(self, rec: UsageRecord, now: datetime) -> UsageRecord:
@@ -232,7 +234,7 @@ class Ledger:
         note = ""
         for s in slivers:
             doc = self.store.get(OPEN, s.urn)
-            start = UsageRecord.from_doc(doc).start if doc else now
+            start = decode(doc, UsageRecord, "usage record").start if doc else now
             end, said = quotas.lease_end(user_key(s.owner_urn), project_of(s.slice_urn), self.policy, start, end, now,
                                          cut)
             note = said or note

@@ -1,4 +1,5 @@
-"""The messages the actors send each other, declared once (the methods that carry them: protocol/api.py).
+"""The messages the actors send each other, declared once as msgspec Structs (the methods that carry them:
+protocol/api.py; the codec: slicex/codec.py).
 
 Slice manager → broker: `Demands` (what each node and link needs, no unit named) over a term; the broker
 answers a `PlaceAnswer` (signed tickets and where each reservation went, or a dry run's report). Slice manager
@@ -8,89 +9,116 @@ or reclaim order (slicex/ticket.py). Tickets and leases are slicex/ticket.py's."
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, get_type_hints
+from typing import Any, Generic, TypeVar, get_type_hints
 
+import msgspec
 from typing_extensions import TypedDict  # pydantic's TypeAdapter reads typing's only from Python 3.12
 
-from protocol.codec import decode
 from rspec.fpga_ext import FpgaRequest
 from rspec.request import Request, RequestInterface, RequestLink, RequestNode
-from slicex.errors import BadArgs
-from slicex.inventory import from_doc, to_doc
 from slicex.ticket import Ticket
 
 REWIRE = "slicex_rewire"
 """The authority action (modifyLease) that gives a running node the interfaces its details now list: an AM API
 Update added or removed links of it (slice_manager/updater.py); the driver changes its ports in place."""
 
-NODE_FIELDS = ("client_id", "component_id", "component_manager_id", "exclusive", "sliver_type", "disk_image",
-               "hardware_type", "interfaces", "fpga", "public_ports")
-LINK_FIELDS = ("client_id", "interface_refs", "component_managers", "capacity_kbps", "latency_ms", "packet_loss",
-               "link_type", "shared_vlan", "vlan_tag", "uplinks", "mirror_to")
 
+class NodeDemand(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A requested node as a broker places it (what the broker needs of rspec/request.py RequestNode: type,
+    size, image, bound component, FPGA kind, interfaces, public ports) and the reservation it becomes ("" in
+    a slice manager's record, whose id it is)."""
 
-@dataclass(frozen=True)
-class Demands:
-    """What a slice manager asks a broker to place: the request's nodes and links (type, size, image, bound
-    component, FPGA kind and interfaces; endpoints, bandwidth, asked tag, stitching uplinks), the reservation
-    each becomes (client_id -> reservation id), and the aggregate's constraints on them: its image policy,
-    the FPGA parts of the requester's bitstreams, and the images of the catalogue the requester may boot
-    beyond those the substrate offers everyone (as the request spells them -> the image URN: their own
-    snapshots and other users' public ones, authority/substrate/images.py)."""
-
-    request: Request
-    reservations: Mapping[str, str]
-    image_policy: str = "reject"
-    bitstream_parts: Mapping[str, str] = field(default_factory=dict)
-    images: Mapping[str, str] = field(default_factory=dict)
-    # Update (slice_manager/update.py): the slice's kept nodes that new links attach to, placed before and not
-    # placed again (client_id -> {component_id: host, interfaces: {iface: host interface}, wanted: [ifaces]}),
-    # and the link subnets the slice already uses
-    kept: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    subnets: tuple[str, ...] = ()
-
-    def to_doc(self) -> dict[str, Any]:
-        def node_doc(n: RequestNode) -> dict[str, Any]:
-            return {"reservation": self.reservations[n.client_id], **{k: to_doc(getattr(n, k)) for k in NODE_FIELDS}}
-
-        def link_doc(lk: RequestLink) -> dict[str, Any]:
-            return {"reservation": self.reservations[lk.client_id],
-                    **{k: to_doc(getattr(lk, k)) for k in LINK_FIELDS}}
-
-        return {"nodes": [node_doc(n) for n in self.request.nodes],
-                "links": [link_doc(lk) for lk in self.request.links],
-                "image_policy": self.image_policy, "bitstream_parts": dict(self.bitstream_parts),
-                "images": dict(self.images),
-                **({"kept": {k: dict(v) for k, v in self.kept.items()}, "subnets": list(self.subnets)}
-                   if self.kept or self.subnets else {})}
+    client_id: str
+    reservation: str = ""
+    component_id: str | None = None
+    component_manager_id: str | None = None
+    exclusive: bool | None = None
+    sliver_type: str | None = None
+    disk_image: str | None = None
+    hardware_type: str | None = None
+    interfaces: tuple[RequestInterface, ...] = ()
+    fpga: FpgaRequest | None = None
+    public_ports: tuple[tuple[int, int], ...] = ()
 
     @staticmethod
-    def from_doc(d: Mapping[str, Any]) -> Demands:
-        """The demands a wire document carries; BADARGS naming what is malformed."""
-        try:
-            nodes = tuple(from_doc(RequestNode, {k: n.get(k) for k in NODE_FIELDS if k in n}) for n in d["nodes"])
-            links = tuple(from_doc(RequestLink, {k: lk.get(k) for k in LINK_FIELDS if k in lk}) for lk in d["links"])
-            rids = {x["client_id"]: str(x["reservation"]) for x in [*d["nodes"], *d["links"]]}
-            parts = {str(k): str(v) for k, v in (d.get("bitstream_parts") or {}).items()}
-            images = {str(k): str(v) for k, v in (d.get("images") or {}).items()}
-            kept = {str(cid): {"component_id": str(k["component_id"]),
-                               "interfaces": {str(i): str(h) for i, h in dict(k.get("interfaces") or {}).items()},
-                               "wanted": [str(i) for i in k.get("wanted") or ()]}
-                    for cid, k in dict(d.get("kept") or {}).items()}
-            subnets = tuple(str(s) for s in d.get("subnets") or ())
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise BadArgs(f"malformed placement demand: {type(exc).__name__}: {exc}") from None
-        for n in nodes:
-            if not isinstance(n.interfaces, tuple) or any(not isinstance(i, RequestInterface) for i in n.interfaces):
-                raise BadArgs(f"malformed placement demand: interfaces of node {n.client_id}")
-            if n.fpga is not None and not isinstance(n.fpga, FpgaRequest):
-                raise BadArgs(f"malformed placement demand: fpga of node {n.client_id}")
-        if len(rids) != len(nodes) + len(links):
-            raise BadArgs("malformed placement demand: a client_id is named twice")
-        return Demands(Request(nodes, links), rids, str(d.get("image_policy") or "reject"), parts, images, kept,
-                       subnets)
+    def of(n: RequestNode, reservation: str = "") -> NodeDemand:
+        return NodeDemand(n.client_id, reservation, n.component_id, n.component_manager_id, n.exclusive,
+                          n.sliver_type, n.disk_image, n.hardware_type, n.interfaces, n.fpga, n.public_ports)
+
+    def node(self) -> RequestNode:
+        return RequestNode(self.client_id, self.component_id, self.component_manager_id, self.exclusive,
+                           self.sliver_type, self.disk_image, self.hardware_type, self.interfaces, fpga=self.fpga,
+                           public_ports=self.public_ports)
+
+
+class LinkDemand(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A requested link as a broker places it (rspec/request.py RequestLink: endpoints, bandwidth, asked tag,
+    stitching uplinks) and the reservation it becomes ("" in a slice manager's record)."""
+
+    client_id: str
+    reservation: str = ""
+    interface_refs: tuple[str, ...] = ()
+    component_managers: tuple[str, ...] = ()
+    capacity_kbps: int | None = None
+    latency_ms: int | None = None
+    packet_loss: float | None = None
+    link_type: str | None = None
+    shared_vlan: str | None = None
+    vlan_tag: int | None = None
+    uplinks: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = ()
+    mirror_to: str | None = None
+
+    @staticmethod
+    def of(lk: RequestLink, reservation: str = "") -> LinkDemand:
+        return LinkDemand(lk.client_id, reservation, lk.interface_refs, lk.component_managers, lk.capacity_kbps,
+                          lk.latency_ms, lk.packet_loss, lk.link_type, lk.shared_vlan, lk.vlan_tag, lk.uplinks,
+                          lk.mirror_to)
+
+    def link(self) -> RequestLink:
+        return RequestLink(self.client_id, self.interface_refs, self.component_managers, self.capacity_kbps,
+                           self.latency_ms, self.packet_loss, self.link_type, self.shared_vlan, self.vlan_tag,
+                           self.uplinks, self.mirror_to)
+
+
+class Kept(TypedDict, total=False):
+    """Update (slice_manager/update.py): a kept node that new links attach to, placed before and not placed
+    again: its host, its interfaces' host interfaces, and the interfaces the new links want."""
+
+    component_id: str
+    interfaces: dict[str, str]
+    wanted: list[str]
+
+
+class Demands(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What a slice manager asks a broker to place: the request's nodes and links, each with the reservation
+    it becomes, and the aggregate's constraints on them: its image policy, the FPGA parts of the requester's
+    bitstreams, and the images of the catalogue the requester may boot beyond those the substrate offers
+    everyone (as the request spells them -> the image URN: their own snapshots and other users' public ones,
+    authority/substrate/images.py). An Update adds the slice's kept nodes that new links attach to (client_id
+    -> Kept) and the link subnets the slice already uses."""
+
+    nodes: tuple[NodeDemand, ...]
+    links: tuple[LinkDemand, ...]
+    image_policy: str = "reject"
+    bitstream_parts: dict[str, str] = {}
+    images: dict[str, str] = {}
+    kept: dict[str, Kept] = {}
+    subnets: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        named = [e.client_id for e in (*self.nodes, *self.links)]
+        if len(set(named)) != len(named):
+            raise ValueError("a client_id is named twice")
+
+    @property
+    def request(self) -> Request:
+        return Request(tuple(n.node() for n in self.nodes), tuple(lk.link() for lk in self.links))
+
+    @property
+    def reservations(self) -> dict[str, str]:
+        """client_id -> reservation id."""
+        return {e.client_id: e.reservation for e in (*self.nodes, *self.links)}
 
 
 def demands_of(request: Request, reservations: Mapping[str, str], image_policy: str = "reject",
@@ -100,24 +128,40 @@ def demands_of(request: Request, reservations: Mapping[str, str], image_policy: 
     the bitstream parts its FPGA nodes name and the requester's images (`images`: spelling -> URN) it names."""
     wanted = {n.fpga.bitstream for n in request.nodes if n.fpga is not None and n.fpga.bitstream}
     named = {n.disk_image for n in request.nodes if n.disk_image}
-    return Demands(request, dict(reservations), image_policy,
+    return Demands(tuple(NodeDemand.of(n, reservations[n.client_id]) for n in request.nodes),
+                   tuple(LinkDemand.of(lk, reservations[lk.client_id]) for lk in request.links), image_policy,
                    {ref: part for ref, part in (bitstream_parts or {}).items() if ref in wanted},
                    {spelled: urn for spelled, urn in (images or {}).items() if spelled in named})
 
 
-@dataclass(frozen=True)
-class PlaceAnswer:
+E = TypeVar("E", NodeDemand, LinkDemand)
+
+
+class Demand(msgspec.Struct, Generic[E], frozen=True, omit_defaults=True):
+    """One reservation's part of a Demands, as a slice manager's record keeps it: its node or link (decoded
+    as `Demand[NodeDemand]` or `Demand[LinkDemand]` by the record's kind), its place in the request, and the
+    request's constraints."""
+
+    element: E
+    order: int = 0
+    image_policy: str = "reject"
+    bitstream_parts: dict[str, str] = {}
+    images: dict[str, str] = {}
+    kept: dict[str, Kept] = {}
+    subnets: tuple[str, ...] = ()
+
+
+class PlaceAnswer(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """A broker's answer to `place`: per reservation its signed ticket and where it went (`kind`,
     `component_id`, `details`: host, interfaces, chosen tag); for a dry run only `report` (asked vs available,
     broker/placement.py `report`)."""
 
-    tickets: Mapping[str, Ticket] = field(default_factory=dict)
-    placements: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    tickets: Mapping[str, Ticket] = {}
+    placements: Mapping[str, Mapping[str, Any]] = {}
     report: Mapping[str, Any] | None = None
 
 
-@dataclass(frozen=True)
-class SlotQuery:
+class SlotQuery(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """A `find_slot` question: the whole request for `duration_seconds`, starting at or after `earliest`,
     ending by `latest`. `max_duration_seconds` and `horizon` are the aggregate's limits (am.max_lease: how long
     a reservation may be, and how far ahead it may end); None: no limit."""
@@ -137,8 +181,7 @@ class SlotQuery:
         return None if self.max_duration_seconds is None else timedelta(seconds=self.max_duration_seconds)
 
 
-@dataclass(frozen=True)
-class SlotAnswer:
+class SlotAnswer(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """A broker's answer to `find_slot` ("when can I have this request for that long?"): the earliest `start`
     (and `end` = start + duration) at which the whole request fits, with where it would go (`report`, the
     dry run's shape, broker/placement.py `report`); or `found` False with why (`summary`; `error`, the GENI
@@ -150,7 +193,7 @@ class SlotAnswer:
     end: datetime | None = None
     summary: str = ""
     tried: int = 0
-    report: Mapping[str, Any] = field(default_factory=dict)
+    report: Mapping[str, Any] = {}
     closest: datetime | None = None
     error: str = ""
 
@@ -159,7 +202,7 @@ class SliverDetails(TypedDict, total=False):
     """Every key a sliver's details may carry from the slice manager to the authority and its driver: what the
     broker's placement said (per resource kind, resources/), what the slice manager added. Declared once, so a
     driver's `spec.details["..."]` is a name a reader can look up, and checked on arrival over the wire
-    (`SliverSpec.from_wire`: an unknown key or a value of the wrong type is BADARGS naming it)."""
+    (SliverSpec: an unknown key or a value of the wrong type is BADARGS naming it)."""
 
     # compute (resources/compute.py)
     exclusive: bool  # a whole bare-metal host
@@ -170,7 +213,8 @@ class SliverDetails(TypedDict, total=False):
     cores: int
     memory_mb: int
     disk_gb: int  # the node's disk (its writable layer), from its VM size
-    interfaces: dict[str, dict[str, str]]  # request interface client_id -> component_id, ip, netmask
+    interfaces: dict[str, dict[str, str | int | None]]  # request interface client_id -> component_id, ip, netmask,
+    # and once provisioned its sliver_id, mac_address and its link's vlan_tag (an int, None before a tag is chosen)
     execute: list[dict[str, str]]  # post-boot commands: shell, command
     install: list[dict[str, str]]  # tar archives to unpack: url, install_path
     blockstores: list[dict[str, str]]  # persistent datasets to mount: name, dataset, mountpoint, size_mb (rspec/blockstore.py)
@@ -207,45 +251,34 @@ class SliverDetails(TypedDict, total=False):
 
 
 DETAIL_TYPES: Mapping[str, Any] = get_type_hints(SliverDetails)
+DETAIL_KEYS = frozenset(DETAIL_TYPES)
 
 
-@dataclass(frozen=True)
-class SliverSpec:
-    """What a driver sets up for one lease: the units leased plus what the slice manager planned."""
+class SliverSpec(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What a driver sets up for one lease: the units leased plus what the slice manager planned. Its details
+    are checked key by key against SliverDetails wherever a spec is made or read (an unknown key or a value
+    of the wrong type is BADARGS naming it)."""
 
     id: str  # the reservation (sliver) id
     kind: str  # "node" | "link"
     client_id: str = ""
     units: tuple[str, ...] = ()
     labels: tuple[tuple[str, int], ...] = ()  # e.g. the VLAN tag of a link, or of the links a node attaches to
-    details: SliverDetails = field(default_factory=lambda: SliverDetails())
+    details: dict[str, Any] = {}  # SliverDetails: declared as a plain struct so an unknown key reaches the check
 
-    def to_doc(self) -> dict[str, Any]:
-        return {"id": self.id, "kind": self.kind, "client_id": self.client_id, "units": list(self.units),
-                "labels": [list(lb) for lb in self.labels], "details": dict(self.details)}
-
-    @staticmethod
-    def from_wire(d: Mapping[str, Any]) -> SliverSpec:
-        """A spec from another process: its details checked key by key against SliverDetails."""
-        details = d.get("details") or {}
-        if not isinstance(details, Mapping):
-            raise BadArgs(f"sliver spec {d.get('id')}: details must be a struct")
-        unknown = sorted(set(details) - set(DETAIL_TYPES))
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.details) - DETAIL_KEYS)
         if unknown:
-            raise BadArgs(f"sliver spec {d.get('id')}: unknown detail(s) {', '.join(unknown)}")
-        checked = {k: decode(v, DETAIL_TYPES[k], f"sliver spec {d.get('id')}: details.{k}")
-                   for k, v in details.items()}
-        return SliverSpec.from_doc({**d, "details": checked})
-
-    @staticmethod
-    def from_doc(d: Mapping[str, Any]) -> SliverSpec:
-        return SliverSpec(d["id"], d["kind"], d.get("client_id", ""), tuple(d.get("units", ())),
-                          tuple((str(k), int(v)) for k, v in d.get("labels", ())),
-                          SliverDetails(**d.get("details", {})))
+            raise ValueError(f"sliver spec {self.id}: unknown detail(s) {', '.join(unknown)}")
+        try:
+            msgspec.convert(self.details, SliverDetails)
+        except msgspec.ValidationError as exc:
+            why, _, path = str(exc).partition(" - at `$")
+            raise ValueError(f"sliver spec {self.id}: details{path.rstrip('`')}: "
+                             f"{why.replace('`', '').lower()}") from None
 
 
-@dataclass(frozen=True)
-class Maintenance:
+class Maintenance(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """The authority's answer to a maintenance order: the host, whether it came back, and (when it went out)
     the pools reclaimed now and those still promised, which drain as their tickets end."""
 

@@ -1,5 +1,5 @@
 """Actors over the network, derived from their declarations (protocol/api.py): a proxy class whose methods
-are exactly the protocol's and send each argument in its wire form (protocol/codec.py), and a server's handler
+are exactly the protocol's and send each argument in its wire form (slicex/codec.py), and a server's handler
 table that decodes each argument on arrival (a malformed one is BADARGS), calls the local actor and encodes
 its answer. The transport (mutual TLS, faults back to GENI errors, outages as UNAVAILABLE/TIMEDOUT) is
 slicex/actor_rpc.py's.
@@ -16,8 +16,8 @@ from functools import cache
 from typing import Any, TypeVar
 
 from protocol.api import AUTHORITY, OPERATOR, SLICE_MANAGER, AuthorityApi, BrokerApi
-from protocol.codec import MalformedMessage, decode, encode
 from slicex.actor_rpc import ActorClient
+from slicex.codec import MalformedMessage, decode, encode
 
 Api = TypeVar("Api")
 

@@ -4,16 +4,17 @@ plain data the kinds answer in (a placement, an amount held). Pure: no store, no
 from __future__ import annotations
 
 from collections.abc import Mapping, Set
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+import msgspec
 
 from protocol.delegation import LabelSet, Pool
 from rspec.request import RequestLink, RequestNode
 from rspec.substrate import Substrate
 
 
-@dataclass(frozen=True)
-class Amounts:
+class Amounts(msgspec.Struct, frozen=True, omit_defaults=True):
     """What one sliver (or a sum of them) holds, as quotas and accounting count it: cores, memory (MB), nodes
     (VMs, bare metal and FPGA nodes), VLAN tags, reserved bandwidth (kbps), FPGA slivers (a whole FPGA or
     a virtual router), public ports of the gateway and disk (GB: the nodes' writable layers)."""
@@ -30,15 +31,9 @@ class Amounts:
     def __add__(self, other: Amounts) -> Amounts:
         return Amounts(*(getattr(self, f) + getattr(other, f) for f in RESOURCES))
 
-    def to_doc(self) -> dict[str, int]:
-        return {f: getattr(self, f) for f in RESOURCES}
-
-    @staticmethod
-    def from_doc(doc: Mapping[str, Any]) -> Amounts:
-        return Amounts(**{f: int(doc.get(f, 0) or 0) for f in RESOURCES})
 
 
-RESOURCES: tuple[str, ...] = tuple(f.name for f in fields(Amounts))
+RESOURCES: tuple[str, ...] = Amounts.__struct_fields__
 
 
 @dataclass(frozen=True)

@@ -34,13 +34,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from msgspec.structs import replace
+
 from protocol import slice_manager as sm
 from protocol.api import AuthorityApi, BrokerApi
-from protocol.messages import SlotAnswer, SlotQuery, demands_of
+from protocol.messages import Demand, NodeDemand, SlotAnswer, SlotQuery, demands_of
 from protocol.slice_manager import ALLOWED_ACTIONS, Sliver
 from resources import InUse
 from rspec.request import Request
@@ -58,10 +59,6 @@ from slice_manager.records import (  # noqa: F401 - re-exported
     Record,
     Records,
     _error,
-    message_doc,
-    message_from,
-    reservation_doc,
-    reservation_from,
 )
 from slice_manager.recovery import LIVENESS, SLICE_WAIT, WORKER_WAIT, Recovery  # noqa: F401 - re-exported
 from slice_manager.updater import Updates
@@ -190,14 +187,12 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
         broker chooses where it goes when it grants the ticket."""
         urns = {e.client_id: f"urn:publicid:IDN+{self.substrate.authority}+sliver+{uuid.uuid4().hex[:16]}"
                 for e in (*request.nodes, *request.links)}
-        demands = demands_of(request, urns, self.image_policy, parts, images).to_doc()
-        constraints = {"image_policy": demands["image_policy"], "bitstream_parts": demands["bitstream_parts"],
-                       "images": demands["images"]}
+        demands = demands_of(request, {cid: "" for cid in urns}, self.image_policy, parts, images)
         link_of_iface = {ref: urns[lk.client_id] for lk in request.links for ref in lk.interface_refs}
         recs: dict[str, Record] = {}
-        for order, element in enumerate(demands["nodes"] + demands["links"]):
-            cid = element["client_id"]
-            node = request.node(cid) if order < len(demands["nodes"]) else None
+        for order, element in enumerate((*demands.nodes, *demands.links)):
+            cid = element.client_id
+            node = request.node(cid) if isinstance(element, NodeDemand) else None
             kind = "node" if node is not None else "link"
             details: dict[str, Any] = {}
             if node is not None:
@@ -213,8 +208,8 @@ class ActorSliceManager(Records, Recovery, Delivery, Updates):
                 r = rs.Reservation(urns[cid], resource=what, depends_on=deps, gate="redeem")
             else:
                 r = rs.Reservation(urns[cid], resource=f"link {cid}")
-            demand = {"element": element, "order": order, **constraints}
-            recs[urns[cid]] = Record(urns[cid], slice_urn, owner_urn, cid, kind, element.get("component_id") or "",
+            demand = Demand(element, order, demands.image_policy, demands.bitstream_parts, demands.images)
+            recs[urns[cid]] = Record(urns[cid], slice_urn, owner_urn, cid, kind, (node and node.component_id) or "",
                                      group, r, demand, details)
         return recs
 

@@ -14,8 +14,10 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+from msgspec.structs import replace
+
 from protocol.api import AuthorityApi, BrokerApi
-from protocol.messages import Demands, SliverDetails, SliverSpec
+from protocol.messages import Demands, LinkDemand, NodeDemand, SliverDetails, SliverSpec
 from slice_manager import reservation as rs
 from slice_manager.records import Record
 from slicex.errors import (
@@ -117,22 +119,21 @@ class Delivery:
     def _deliver_tickets(self, batch: list[tuple[Record, rs.Message]], now: datetime) -> list[Any]:
         """One `place` message for a ticket group: the demands of its nodes and links (no unit named); the
         broker's policy chooses, books all or nothing, and answers tickets with the placement of each."""
-        batch = sorted(batch, key=lambda rm: int(rm[0].demand.get("order", 0)))
-        elements: dict[str, list[dict[str, Any]]] = {"nodes": [], "links": []}
+        batch = sorted(batch, key=lambda rm: rm[0].demand.order)
+        nodes, links = [], []
         for rec, m in batch:
-            element = dict(rec.demand["element"])
+            element = replace(rec.demand.element, reservation=rec.id)
             tag = dict(m.inputs).get("vlan")
-            if tag is not None and rec.kind == "link":
-                element["vlan_tag"] = tag  # a consumer takes the tag its producer chose
-            elements["nodes" if rec.kind == "node" else "links"].append(element)
+            if tag is not None and isinstance(element, LinkDemand):
+                element = replace(element, vlan_tag=tag)  # a consumer takes the tag its producer chose
+            (nodes if isinstance(element, NodeDemand) else links).append(element)
         rec0, m0 = batch[0]
-        demands = {**elements, "image_policy": rec0.demand.get("image_policy", self.image_policy),
-                   "bitstream_parts": rec0.demand.get("bitstream_parts", {}), "images": rec0.demand.get("images", {}),
-                   # an Update's difference: the kept nodes its links attach to, the subnets in use
-                   "kept": rec0.demand.get("kept", {}), "subnets": rec0.demand.get("subnets", [])}
+        d0 = rec0.demand  # the request's constraints, and an Update's difference (kept nodes, subnets in use)
+        demands = Demands(tuple(nodes), tuple(links), d0.image_policy, d0.bitstream_parts, d0.images, d0.kept,
+                          d0.subnets)
         term = Term(m0.start or now, m0.end or (now + timedelta(minutes=10)))
         try:
-            answer = self.broker.place(self.name, Demands.from_doc(demands), term, now, group=rec0.group,
+            answer = self.broker.place(self.name, demands, term, now, group=rec0.group,
                                        authority=getattr(self.authority, "name", "") or "")
         except (Unavailable, TimedOut, RpcError) as exc:
             for rec, _ in batch:

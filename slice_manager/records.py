@@ -11,12 +11,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from protocol.messages import SliverDetails
+from msgspec.structs import replace
+
+from protocol.messages import Demand, LinkDemand, NodeDemand, SliverDetails
 from slice_manager import held
 from slice_manager import reservation as rs
 from slice_manager.held import HELD
 from slicex import errors
-from slicex.clock import parse_time, rfc3339
+from slicex.clock import rfc3339
+from slicex.codec import decode, encode
 from slicex.errors import (
     GeniError,
 )
@@ -45,90 +48,18 @@ class Crash(BaseException):
 
 
 # ---- persistence of reservations and messages -------------------------------------------------------------------
-def _t(when: datetime | None) -> str | None:
-    return rfc3339(when) if when else None
-
-
-def _p(text: str | None) -> datetime | None:
-    return parse_time(text) if text else None
-
-
-_RESERVATION_DEFAULTS: dict[str, Any] = {
-    "pending": rs.NONE, "pending_since": None, "sequence": 0, "reason": "", "request": 0, "resource": "",
-    "depends_on": [], "gate": "ticket", "blocked": "", "labels": [], "start": None, "end": None, "want_end": None,
-    "deadline": None, "awaiting": []}
-"""What a stored reservation leaves out (issue 33: the store holds no default spelled out); reading puts it back."""
-
-
-def _lean(doc: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-    """`doc` without the keys whose value is their default."""
-    return {k: v for k, v in doc.items() if k not in defaults or v != defaults[k]}
-
-
-def reservation_doc(r: rs.Reservation) -> dict[str, Any]:
-    return _lean({"id": r.id, "state": r.state, "pending": r.pending, "pending_since": _t(r.pending_since),
-                  "sequence": r.sequence, "reason": r.reason, "request": r.request, "resource": r.resource,
-                  "depends_on": list(r.depends_on), "gate": r.gate, "blocked": r.blocked,
-                  "labels": [list(x) for x in r.labels], "start": _t(r.start), "end": _t(r.end),
-                  "want_end": _t(r.want_end), "deadline": _t(r.deadline), "awaiting": list(r.awaiting)},
-                 _RESERVATION_DEFAULTS)
-
-
-def reservation_from(d: dict[str, Any], rid: str = "") -> rs.Reservation:
-    """A reservation from its document, full (written before issue 33) or lean (its defaults and, inside a
-    record, its id left out: `rid`)."""
-    return rs.Reservation(d.get("id", rid), d["state"], d.get("pending", rs.NONE), _p(d.get("pending_since")),
-                          int(d.get("sequence", 0)), d.get("reason", ""), int(d.get("request", 0)),
-                          d.get("resource", ""), tuple(d.get("depends_on", ())), d.get("gate", "ticket"),
-                          d.get("blocked", ""), tuple((str(k), int(v)) for k, v in d.get("labels", ())),
-                          _p(d.get("start")), _p(d.get("end")), _p(d.get("want_end")), _p(d.get("deadline")),
-                          tuple(d.get("awaiting", ())))
-
-
-def message_doc(m: rs.Message) -> dict[str, Any]:
-    return _lean({"kind": m.kind, "reservation": m.reservation, "request": m.request, "start": _t(m.start),
-                  "end": _t(m.end), "inputs": [list(x) for x in m.inputs]},
-                 {"request": 0, "start": None, "end": None, "inputs": []})
-
-
-def message_from(d: dict[str, Any]) -> rs.Message:
-    return rs.Message(d["kind"], d["reservation"], int(d.get("request", 0)), _p(d.get("start")), _p(d.get("end")),
-                      tuple((str(k), int(v)) for k, v in d.get("inputs", ())))
-
-
-_ELEMENT_DEFAULTS: dict[str, Any] = {"component_id": None, "component_manager_id": None, "exclusive": None,
-                                     "sliver_type": None, "disk_image": None, "hardware_type": None,
-                                     "interfaces": [], "fpga": None, "public_ports": [], "interface_refs": [],
-                                     "component_managers": [], "capacity_kbps": None, "latency_ms": None,
-                                     "packet_loss": None, "link_type": None, "shared_vlan": None,
-                                     "vlan_tag": None, "uplinks": [], "mirror_to": None}
-"""A demanded node's or link's fields that read as their default when left out (protocol/messages.py
-`Demands.from_doc` builds the request's dataclasses from the keys present)."""
-_DEMAND_DEFAULTS: dict[str, Any] = {"bitstream_parts": {}, "images": {}, "order": 0}
-
-
-def _demand_doc(demand: dict[str, Any], rid: str) -> dict[str, Any]:
-    """A record's demand as stored: defaults left out, its element's reservation (the record's id) too."""
-    out = _lean(demand, _DEMAND_DEFAULTS)
-    element = demand.get("element")
-    if isinstance(element, dict):
-        lean = _lean(element, _ELEMENT_DEFAULTS)
-        if lean.get("reservation") == rid:
-            del lean["reservation"]
-        out["element"] = lean
-    return out
-
-
-def _demand_from(d: dict[str, Any], rid: str) -> dict[str, Any]:
-    demand = dict(d)
-    if isinstance(demand.get("element"), dict) and "reservation" not in demand["element"]:
-        demand["element"] = {**demand["element"], "reservation": rid}
+def _demand_from(d: dict[str, Any], kind: str, rid: str) -> Demand:
+    """A record's demand: its element typed by the record's kind, and its reservation left out when it is the
+    record's id (records written before issue 33 spelled it)."""
+    demand = decode(d, Demand[NodeDemand] if kind == "node" else Demand[LinkDemand], "demand")
+    if demand.element.reservation == rid:
+        demand = replace(demand, element=replace(demand.element, reservation=""))
     return demand
 
 
 def _ticket_doc(ticket: Ticket, rec_id: str, group: str) -> dict[str, Any]:
     """A record's ticket as stored: its id and reservation left out when they are the record's own."""
-    doc = ticket.to_doc()
+    doc = encode(ticket)
     if doc["id"] == f"{group}/{rec_id}":
         del doc["id"]
     if doc["reservation"] == rec_id:
@@ -137,7 +68,7 @@ def _ticket_doc(ticket: Ticket, rec_id: str, group: str) -> dict[str, Any]:
 
 
 def _ticket_from(d: dict[str, Any], rec_id: str, group: str) -> Ticket:
-    return Ticket.from_doc({"id": f"{group}/{rec_id}", "reservation": rec_id, **d})
+    return decode({"id": f"{group}/{rec_id}", "reservation": rec_id, **d}, Ticket, "ticket")
 
 
 @dataclass
@@ -152,7 +83,7 @@ class Record:
     component_id: str
     group: str  # the broker's claim owner for its ticket
     r: rs.Reservation
-    demand: dict[str, Any]  # what it needs (protocol/messages.py Demands: one node or link, and constraints)
+    demand: Demand  # what it needs (its node or link of the request's Demands, and the constraints)
     details: SliverDetails = field(default_factory=lambda: SliverDetails())  # what the manifest shows, and the driver gets
     ticket: Ticket | None = None
     lease: Lease | None = None
@@ -173,14 +104,14 @@ class Record:
         doc: dict[str, Any] = {
             "id": self.id, "slice_urn": self.slice_urn, "owner_urn": self.owner_urn, "client_id": self.client_id,
             "kind": self.kind, "component_id": self.component_id, "group": self.group,
-            "r": {k: v for k, v in reservation_doc(self.r).items() if k != "id" or v != self.id},
-            "demand": _demand_doc(self.demand, self.id), "details": self.details}
+            "r": {k: v for k, v in encode(self.r).items() if k != "id" or v != self.id},
+            "demand": encode(self.demand), "details": self.details}
         if self.ticket:
             doc["ticket"] = _ticket_doc(self.ticket, self.id, self.group)
         if self.lease:
             doc["lease"] = lease_beside(self.lease, self.ticket)
         if self.outbox:
-            doc["outbox"] = [message_doc(m) for m in self.outbox]
+            doc["outbox"] = encode(self.outbox)
         for name in ("error_type", "provisioned", "shutdown", "discard", "slice_uuid", "update"):
             if getattr(self, name):
                 doc[name] = getattr(self, name)
@@ -190,11 +121,12 @@ class Record:
     def from_doc(d: dict[str, Any]) -> Record:
         rid, group = d["id"], d["group"]
         ticket = _ticket_from(d["ticket"], rid, group) if d.get("ticket") else None
+        r = decode({"id": rid, **d["r"]}, rs.Reservation, "reservation")
         return Record(rid, d["slice_urn"], d["owner_urn"], d["client_id"], d["kind"], d["component_id"],
-                      group, reservation_from(d["r"], rid), _demand_from(d["demand"], rid),
+                      group, r, _demand_from(d["demand"], d["kind"], rid),
                       SliverDetails(**d.get("details", {})), ticket,
                       lease_from(d["lease"], ticket) if d.get("lease") else None,
-                      [message_from(m) for m in d.get("outbox", [])], d.get("error_type", ""),
+                      decode(d.get("outbox", []), list[rs.Message], "outbox"), d.get("error_type", ""),
                       bool(d.get("provisioned")), bool(d.get("shutdown")), bool(d.get("discard")),
                       d.get("slice_uuid", ""), d.get("update", ""), indexed=True)
 

@@ -26,8 +26,11 @@ value and what an edge must send next; it never sends, stores or reads a clock i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+
+import msgspec
+from msgspec.structs import replace
 
 from protocol.reservations import (
     ACTIVE,
@@ -63,8 +66,9 @@ class TransitionError(ValueError):
     """An operation that is not allowed in the reservation's current state."""
 
 
-@dataclass(frozen=True)
-class Reservation:
+class Reservation(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One reservation's state (what the slice manager stores of it inside its record: its defaults left out)."""
+
     id: str
     state: str = NASCENT
     pending: str = NONE
@@ -88,8 +92,7 @@ class Reservation:
         return self.state in (CLOSED, FAILED)
 
 
-@dataclass(frozen=True)
-class Message:
+class Message(msgspec.Struct, frozen=True, omit_defaults=True):
     """What an edge must send next. kind: ticket | extendTicket | relinquish | redeem | extendLease | close."""
 
     kind: str

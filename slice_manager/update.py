@@ -24,14 +24,16 @@ reverts a change that was never committed (`due`)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+import msgspec
 
 from protocol import slice_manager as sm_protocol
 from protocol.slice_manager import UPDATING  # noqa: E402,F401 - the allocation state of a staged update's slivers
 from rspec.request import Request, RequestLink, RequestNode
-from slicex.clock import parse_time, rfc3339
+from slicex.clock import rfc3339
 from slicex.errors import BadArgs, Expired, Unsupported
 
 STAGING, STAGED, COMMITTING, REVERTING = "staging", "staged", "committing", "reverting"
@@ -195,8 +197,7 @@ def one_by_one(added: Request) -> list[Request]:
 
 
 # ---- the pending update -----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PendingUpdate:
+class PendingUpdate(msgspec.Struct, frozen=True, omit_defaults=True):
     """A staged change of one slice: what it adds (sliver ids), removes and rewires, the slice's request
     before and after, until when it waits, and its phase."""
 
@@ -205,7 +206,7 @@ class PendingUpdate:
     expires: datetime
     added: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
-    rewired: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # node id -> {"before", "after"} details
+    rewired: Mapping[str, dict[str, Any]] = {}  # node id -> {"before", "after"} details
     members: tuple[str, ...] = ()  # every sliver the change concerns (shown geni_updating)
     request_xml: str = ""  # the desired RSpec, the slice's request once committed
     reason: str = ""  # why it is being reverted
@@ -214,24 +215,6 @@ class PendingUpdate:
     owner: str = ""  # the slice manager whose call began the phase (a commit under way is left to it while it lives)
     lease_end: datetime | None = None  # a commit: the lease end Provision asked for the added slivers
     users: tuple[Mapping[str, Any], ...] = ()  # a commit: Provision's geni_users
-
-    def to_doc(self) -> dict[str, Any]:
-        return {"slice_urn": self.slice_urn, "phase": self.phase, "expires": rfc3339(self.expires),
-                "added": list(self.added), "removed": list(self.removed), "rewired": dict(self.rewired),
-                "members": list(self.members), "request_xml": self.request_xml, "reason": self.reason,
-                "request_key": self.request_key,
-                "since": rfc3339(self.since) if self.since else None, "owner": self.owner,
-                "lease_end": rfc3339(self.lease_end) if self.lease_end else None,
-                "users": [dict(u) for u in self.users]}
-
-    @staticmethod
-    def from_doc(d: Mapping[str, Any]) -> PendingUpdate:
-        return PendingUpdate(d["slice_urn"], d["phase"], parse_time(d["expires"]), tuple(d.get("added", ())),
-                             tuple(d.get("removed", ())), dict(d.get("rewired") or {}), tuple(d.get("members", ())),
-                             d.get("request_xml", ""), d.get("reason", ""), d.get("request_key", ""),
-                             parse_time(d["since"]) if d.get("since") else None, d.get("owner", ""),
-                             parse_time(d["lease_end"]) if d.get("lease_end") else None,
-                             tuple(dict(u) for u in d.get("users") or ()))
 
 
 def begin_commit(u: PendingUpdate, now: datetime, owner: str, lease_end: datetime,
@@ -242,21 +225,21 @@ def begin_commit(u: PendingUpdate, now: datetime, owner: str, lease_end: datetim
     if now >= u.expires:
         raise Expired(f"the update of {u.slice_urn} expired at {rfc3339(u.expires)} and is being reverted; "
                       f"Update again")
-    return replace(u, phase=COMMITTING, since=now, owner=owner, lease_end=lease_end, users=tuple(users))
+    return msgspec.structs.replace(u, phase=COMMITTING, since=now, owner=owner, lease_end=lease_end, users=tuple(users))
 
 
 def begin_revert(u: PendingUpdate, reason: str, now: datetime, owner: str) -> PendingUpdate:
     """Cancel or expiry reverts an update not yet committing; a commit under way is completed instead."""
     if u.phase == COMMITTING:
         raise BadArgs(f"the update of {u.slice_urn} is being committed; it cannot be cancelled now")
-    return replace(u, phase=REVERTING, reason=reason, since=now, owner=owner)
+    return msgspec.structs.replace(u, phase=REVERTING, reason=reason, since=now, owner=owner)
 
 
 def commit_failed(u: PendingUpdate, reason: str, now: datetime, owner: str) -> PendingUpdate:
     """A commit that failed (an added sliver could not be provisioned, a node not rewired) is reverted whole."""
     if u.phase != COMMITTING:
         raise BadArgs(f"the update of {u.slice_urn} is {u.phase}, not being committed")
-    return replace(u, phase=REVERTING, reason=reason, since=now, owner=owner)
+    return msgspec.structs.replace(u, phase=REVERTING, reason=reason, since=now, owner=owner)
 
 
 def due(u: PendingUpdate, now: datetime, caller_gone: bool) -> str | None:

@@ -29,6 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from lxml import etree
+from msgspec import structs
 
 from protocol import slice_manager as sm
 from protocol.messages import REWIRE
@@ -38,6 +39,7 @@ from slice_manager import reservation as rs
 from slice_manager import update as up
 from slice_manager.records import REQUESTS, UPDATES, Record, _error
 from slicex.clock import rfc3339
+from slicex.codec import decode, encode
 from slicex.errors import BadArgs, GeniError, InProgress, SearchFailed
 from slicex.xmlsafe import parse_xml
 
@@ -52,10 +54,10 @@ class Updates:
     # ---- the pending update record ---------------------------------------------------------------------------
     def pending_update(self, slice_urn: str) -> up.PendingUpdate | None:
         doc = self.store.get(UPDATES, slice_urn)
-        return up.PendingUpdate.from_doc(doc) if doc else None
+        return decode(doc, up.PendingUpdate, "update") if doc else None
 
     def _put_update(self, u: up.PendingUpdate) -> None:
-        self.store.put(UPDATES, u.slice_urn, u.to_doc())
+        self.store.put(UPDATES, u.slice_urn, encode(u))
 
     # ---- Update ------------------------------------------------------------------------------------------------
     def update(self, slice_urn: str, sliver_urns: list[str], request: Request, alloc_end: datetime,
@@ -117,7 +119,7 @@ class Updates:
                 self._charge(owner, slice_urn, added, replaces, now)
                 self._discharge(changes.removed, now, "removed by Update")
                 return [self._sliver(rec, now) for rec in [*recs.values(), *added.values()]] + refused
-            pending = replace(pending, phase=up.STAGED, added=tuple(added), rewired=rewired,
+            pending = structs.replace(pending, phase=up.STAGED, added=tuple(added), rewired=rewired,
                               members=tuple(dict.fromkeys([*recs, *added])), request_xml=request.xml,
                               request_key=request_key)
             replaced = set(replaces.values())
@@ -185,11 +187,11 @@ class Updates:
                                   self._images(part, owner))  # added nodes may boot the owner's images too
             for rec in batch.values():
                 rec.slice_uuid = identity
-                rec.demand = {**rec.demand, "kept": kept, "subnets": subnets}
+                rec.demand = structs.replace(rec.demand, kept=kept, subnets=tuple(subnets))
                 rec.update = "added" if pending is not None else ""
                 rec.r, rec.outbox = rs.demand(rec.r, now, end)
             if pending is not None:  # before any message: a crash from here on is reverted
-                pending = replace(pending, added=(*pending.added, *batch), members=(*pending.members, *batch))
+                pending = structs.replace(pending, added=(*pending.added, *batch), members=(*pending.members, *batch))
                 self._put_update(pending)
             self.fault("update:staging")
             with self._holding(batch, now):
@@ -217,7 +219,7 @@ class Updates:
             if rec.kind == "node":
                 node = changes.desired.node(rec.client_id)
                 assert node is not None
-                rec.r = replace(rec.r, depends_on=tuple(self._links_of(node, recs, granted, changes.removed)))
+                rec.r = structs.replace(rec.r, depends_on=tuple(self._links_of(node, recs, granted, changes.removed)))
         self._keep_addresses(recs, granted, changes.removed, changes.desired)
         return granted, refused
 
@@ -300,8 +302,7 @@ class Updates:
         """The link slivers a kept node is on after the change (its redeem's dependencies)."""
         mine = {i.client_id for i in node.interfaces}
         links = [r for r in (*recs.values(), *added.values()) if r.kind == "link" and r.id not in removed]
-        return [r.id for r in links if mine & set(r.details.get("interface_refs") or r.demand.get("element", {})
-                                                  .get("interface_refs") or ())]
+        return [r.id for r in links if mine & set(r.details.get("interface_refs") or r.demand.element.interface_refs)]
 
     # ---- applying a change -------------------------------------------------------------------------------------
     def _apply(self, slice_urn: str, recs: dict[str, Record], added: dict[str, Record], removed: tuple[str, ...],
@@ -313,7 +314,7 @@ class Updates:
         for rid, change in rewired.items():
             rec = recs[rid]
             rec.details = {**rec.details, "interfaces": dict(change["after"])}
-            rec.r = replace(rec.r, depends_on=tuple(change["depends_on"]))
+            rec.r = structs.replace(rec.r, depends_on=tuple(change["depends_on"]))
         for rec in (*recs.values(), *added.values()):
             if rec.id in removed:
                 continue
@@ -474,7 +475,7 @@ class Updates:
         """Revert updates that expired unprovisioned, and finish what a slice manager that died left half
         done: a commit is completed, a revert finished (slice_manager/update.py `due`)."""
         for doc in self.store.scan(UPDATES):
-            u = up.PendingUpdate.from_doc(doc)
+            u = decode(doc, up.PendingUpdate, "update")
             gone = u.owner == self.name or self._dead(u.owner, now)
             what = up.due(u, now, gone)
             if what is None or not self._slices.acquire(u.slice_urn):

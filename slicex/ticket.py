@@ -24,15 +24,16 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Any
 
+import msgspec
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
-from slicex.clock import parse_time, rfc3339
+from slicex.clock import rfc3339
+from slicex.codec import decode, encode
 from slicex.errors import CredentialInvalid
 from slicex.term import Term
 
@@ -44,11 +45,12 @@ _FIELDS: dict[type, tuple[Any, ...]] = {}
 
 
 def _canonical(obj: Any) -> dict[str, Any]:
-    """Every field as JSON-able data, optional ones only when set; the signature itself excluded."""
+    """Every field as JSON-able data, optional ones only when set; the signature itself excluded. What is
+    signed, so it stays exactly as it was before these types were Structs (a stored ticket still verifies)."""
     out: dict[str, Any] = {}
     declared = _FIELDS.get(type(obj))
     if declared is None:
-        declared = _FIELDS[type(obj)] = fields(obj)
+        declared = _FIELDS[type(obj)] = msgspec.structs.fields(obj)
     for f in declared:
         if f.name == "signature":
             continue
@@ -63,12 +65,7 @@ def _canonical(obj: Any) -> dict[str, Any]:
     return out
 
 
-def _labels(raw: Any) -> Labels:
-    return tuple((str(k), int(v)) for k, v in (raw or ()))
-
-
-@dataclass(frozen=True)
-class Ticket:
+class Ticket(msgspec.Struct, frozen=True, omit_defaults=True):
     id: str  # "<claim group>/<reservation>": the group owns the units' claims in the store
     broker: str
     holder: str  # the slice manager (or slice) it was issued to
@@ -97,20 +94,8 @@ class Ticket:
     def payload(self) -> bytes:
         return json.dumps(_canonical(self), sort_keys=True, separators=(",", ":")).encode()
 
-    def to_doc(self) -> dict[str, Any]:
-        """What the payload holds, as data, and the signature; built directly rather than by decoding the
-        payload (a slice manager's record holds a ticket and a lease and is saved several times per call)."""
-        return {**_canonical(self), "signature": self.signature}
 
-    @staticmethod
-    def from_doc(d: dict[str, Any]) -> Ticket:
-        return Ticket(d["id"], d["broker"], d["holder"], d["reservation"], tuple(d["units"]), parse_time(d["start"]),
-                      parse_time(d["end"]), int(d["sequence"]), d.get("signature", ""), _labels(d.get("labels")),
-                      d.get("authority", ""))
-
-
-@dataclass(frozen=True)
-class Lease:
+class Lease(msgspec.Struct, frozen=True, omit_defaults=True):
     id: str
     authority: str
     ticket: str  # id of the ticket redeemed
@@ -132,14 +117,6 @@ class Lease:
     def payload(self) -> bytes:
         return json.dumps(_canonical(self), sort_keys=True, separators=(",", ":")).encode()
 
-    def to_doc(self) -> dict[str, Any]:
-        return {**_canonical(self), "signature": self.signature}  # as Ticket.to_doc
-
-    @staticmethod
-    def from_doc(d: dict[str, Any]) -> Lease:
-        return Lease(d["id"], d["authority"], d["ticket"], d["holder"], d["reservation"], tuple(d["units"]),
-                     parse_time(d["start"]), parse_time(d["end"]), int(d["sequence"]), d.get("signature", ""),
-                     _labels(d.get("labels")))
 
 
 _LEASE_FROM_TICKET = ("holder", "reservation", "units", "start", "end", "sequence", "labels")
@@ -150,15 +127,15 @@ def lease_beside(lease: Lease, ticket: Ticket | None) -> dict[str, Any]:
     term and names usually repeat them), marked `from_ticket`. `lease_from` gives back the same lease, so its
     signed bytes (`payload`) are the same: the signature still verifies. Without a ticket, the whole lease.
     Its `id` stays (what a reader of the store looks a lease up by)."""
-    doc = lease.to_doc()
+    doc = encode(lease)
     if ticket is None:
         return doc
-    held = {"labels": [], **ticket.to_doc()}
-    doc = {"labels": [], **doc}  # spelled out here, so a lease without labels beside a ticket with some keeps none
     for k in _LEASE_FROM_TICKET:
-        if doc[k] == held[k]:
-            del doc[k]
-    if doc.get("ticket") == ticket.id:
+        if getattr(lease, k) == getattr(ticket, k):
+            doc.pop(k, None)
+        elif k not in doc:  # a default (no labels, sequence 0) beside a ticket's other value: spelled out
+            doc[k] = encode(getattr(lease, k))
+    if lease.ticket == ticket.id:
         del doc["ticket"]
     return {"from_ticket": True, **doc}
 
@@ -166,12 +143,11 @@ def lease_beside(lease: Lease, ticket: Ticket | None) -> dict[str, Any]:
 def lease_from(d: dict[str, Any], ticket: Ticket | None) -> Lease:
     """The lease `lease_beside` stored (or a whole lease's document, as stored before issue 33)."""
     if not d.get("from_ticket"):
-        return Lease.from_doc(d)
+        return decode(d, Lease, "lease")
     if ticket is None:
         raise ValueError("a lease stored beside its ticket, read without it")
-    held = {"labels": [], **ticket.to_doc()}
-    base: dict[str, Any] = {k: held[k] for k in _LEASE_FROM_TICKET}
-    return Lease.from_doc({**base, "ticket": ticket.id, **{k: v for k, v in d.items() if k != "from_ticket"}})
+    base: dict[str, Any] = {k: encode(getattr(ticket, k)) for k in _LEASE_FROM_TICKET}
+    return decode({**base, "ticket": ticket.id, **{k: v for k, v in d.items() if k != "from_ticket"}}, Lease, "lease")
 
 
 def load_signing_key(key_pem: bytes):
@@ -179,8 +155,7 @@ def load_signing_key(key_pem: bytes):
     return serialization.load_pem_private_key(key_pem, None)
 
 
-@dataclass(frozen=True)
-class SignedDelegation:
+class SignedDelegation(msgspec.Struct, frozen=True, omit_defaults=True):
     """An authority's signed grant of inventory to one broker."""
 
     authority: str  # whose inventory (the name tickets and leases carry)
@@ -197,17 +172,8 @@ class SignedDelegation:
     def payload(self) -> bytes:
         return json.dumps(_canonical(self), sort_keys=True, separators=(",", ":")).encode()
 
-    def to_doc(self) -> dict[str, Any]:
-        return {**json.loads(self.payload()), "signature": self.signature}
 
-    @staticmethod
-    def from_doc(d: dict[str, Any]) -> SignedDelegation:
-        return SignedDelegation(d["authority"], d["broker"], parse_time(d["issued"]), dict(d["body"]),
-                                int(d.get("sequence", 0)), d.get("signature", ""))
-
-
-@dataclass(frozen=True)
-class SignedReclaim:
+class SignedReclaim(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="kind", tag="reclaim"):
     """An authority's signed order to one broker to give back delegated inventory (maintenance), numbered in
     the same sequence as its delegations."""
 
@@ -223,15 +189,6 @@ class SignedReclaim:
     def payload(self) -> bytes:
         return json.dumps({**_canonical(self), "kind": "reclaim"}, sort_keys=True, separators=(",", ":")).encode()
 
-    def to_doc(self) -> dict[str, Any]:
-        return {**json.loads(self.payload()), "signature": self.signature}
-
-    @staticmethod
-    def from_doc(d: dict[str, Any]) -> SignedReclaim:
-        if d.get("kind") != "reclaim":
-            raise ValueError("not a reclaim order")
-        return SignedReclaim(d["authority"], d["broker"], parse_time(d["issued"]), tuple(str(n) for n in d["names"]),
-                             int(d.get("sequence", 0)), d.get("signature", ""))
 
 
 _ECDSA = ec.ECDSA(hashes.SHA256())
@@ -246,7 +203,7 @@ def _sign(obj, key):
         signature = key.sign(obj.payload(), _PSS, hashes.SHA256())
     else:
         raise TypeError(f"cannot sign with a {type(key).__name__}: an RSA or elliptic-curve key is needed")
-    return replace(obj, signature=base64.b64encode(signature).decode())
+    return msgspec.structs.replace(obj, signature=base64.b64encode(signature).decode())
 
 
 def _verify(obj, public_key, what: str) -> None:

@@ -36,6 +36,7 @@ from broker.claims import counts_of
 from operations.ledger import OPEN, USAGE
 from slice_manager import held
 from slice_manager.records import REQUESTS, RESERVATIONS, SLIVERS_OF, Record, due_at
+from slicex.codec import decode
 from slicex.inventory import UNIT_KINDS
 from slicex.store import counter_of, namespace_of
 from slicex.store.ownership import KEY_INDEXED
@@ -86,14 +87,14 @@ def _documents(store: Any) -> None:
     recs = [Record.from_doc(d) for d in store.scan(RESERVATIONS)]
     _same("records' time index", {r.id: due_at(r) for r in recs if due_at(r) is not None},
           _filed(store, RESERVATIONS))
-    leases = [Lease.from_doc(lease_document(d)["lease"]) for d in store.scan(LEASES)]
+    leases = [decode(lease_document(d)["lease"], Lease, "lease") for d in store.scan(LEASES)]
     _same("leases' time index", {x.id: x.end.timestamp() for x in leases}, _filed(store, LEASES))
     from operations.accounting import UsageRecord
 
-    ended = [UsageRecord.from_doc(d) for d in store.scan(USAGE)]
+    ended = [decode(d, UsageRecord, "usage record") for d in store.scan(USAGE)]
     _same("open usage records kept in `usage` (it holds ended ones only)", set(),
           {r.sliver_urn for r in ended if r.end is None})
-    open_now = {r.sliver_urn: r for r in (UsageRecord.from_doc(d) for d in store.scan(OPEN))}
+    open_now = {r.sliver_urn: r for r in (decode(d, UsageRecord, "usage record") for d in store.scan(OPEN))}
     _same("ended usage records kept in `usage-open`", set(), {u for u, r in open_now.items() if r.end is not None})
     _usage_counters(store, open_now)
     expiring = {urn: r.expires for urn, r in open_now.items()}
@@ -220,7 +221,7 @@ def _claims(store: Any) -> dict[str, str]:
 
 
 def _leased(store: Any, claims: Mapping[str, str]) -> None:
-    leases = [Lease.from_doc(lease_document(d)["lease"]) for d in store.scan(LEASES)]
+    leases = [decode(lease_document(d)["lease"], Lease, "lease") for d in store.scan(LEASES)]
     _same("lease claims (leased:<unit> → lease)", {f"leased:{u}": lease_owner(x.id) for x in leases for u in x.units},
           {k: o for k, o in claims.items() if k.startswith("leased:")})
 
@@ -238,7 +239,7 @@ def _broker(broker: Any, store: Any, claims: Mapping[str, str]) -> None:
     tickets = {}
     for td in store.scan(TICKETS):
         if td.get("broker") == broker.name and td.get("state") == "active":
-            t = Ticket.from_doc(td["ticket"])
+            t = decode(td["ticket"], Ticket, "ticket")
             tickets[t.id] = (frozenset(td.get("booked", t.units)), t.term, bool(td.get("claimed", True)))
     # a start books the advance tickets only; a started one joins the calendar with its group, when a call
     # touches the group (then every ticket of the group is there)

@@ -22,10 +22,11 @@ Compute nodes, links and the operational time model are the inner driver's."""
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 from datetime import datetime
 from functools import cached_property
 from typing import Any
+
+import msgspec
 
 from authority.actor import SubstrateDriver
 from fpga_aggregate.aggregate import ACTIONS, FpgaAggregate
@@ -117,7 +118,7 @@ class FpgaDriver:
             elif kind == WHOLE_FPGA and (action == "geni_restart" or was_idle):
                 status = {**status, "programming_seconds": programming_seconds(1), "idle": False}
         seconds = status.get("programming_seconds")
-        inner_spec = spec if seconds is None else replace(spec, details={**spec.details, "boot_seconds": seconds})
+        inner_spec = spec if seconds is None else msgspec.structs.replace(spec, details={**spec.details, "boot_seconds": seconds})
         new = self.inner.modify(inner_spec, status, action, now)
         return {**new, **{k: status[k] for k in ("programming_seconds", "idle") if k in status}}
 

@@ -41,6 +41,7 @@ from federation.sep.split import (
 from rspec import namespaces as ns
 from slicex import __version__, endpoint
 from slicex.clock import Clock, rfc3339
+from slicex.codec import decode, encode
 from slicex.credentials import CredentialVerifier, credential_slices
 from slicex.endpoint import GeniResults, geni_options, public_methods
 from slicex.errors import (
@@ -346,8 +347,8 @@ class ExchangePoint:
 
     def _busy(self, slice_urn: str) -> None:
         record = self._record(slice_urn)
-        if record and record.get("txn") and tx.Txn.from_doc(record["txn"]).open:
-            t = tx.Txn.from_doc(record["txn"])
+        if record and record.get("txn") and decode(record["txn"], tx.Txn, "transaction").open:
+            t = decode(record["txn"], tx.Txn, "transaction")
             raise Busy(f"slice {slice_urn}: the exchange point is still {'undoing' if t.status == tx.ROLLING_BACK else 'running'} "
                        f"a {t.op} ({t.reason or 'started ' + t.started}); try again shortly")
 
@@ -369,11 +370,11 @@ class ExchangePoint:
             requests = {d: split.part(d, overlay_links) for d in split.domains}
             record = self._record(urn) or {"slice_urn": urn, "domains": {}, "links": {}}
             t = tx.begin(uuid.uuid4().hex[:12], urn, tx.ALLOCATE, parts, rfc3339(self.clock.now()))
-            record.update(txn=t.to_doc(), credentials=credentials, caller=caller, options=opts)
+            record.update(txn=encode(t), credentials=credentials, caller=caller, options=opts)
             record["pending_links"] = joins
             self._put(record)
             answers = self._run(record, {d: ("Allocate", urn, credentials, requests[d], opts) for d in parts})
-            t = tx.Txn.from_doc(record["txn"])
+            t = decode(record["txn"], tx.Txn, "transaction")
             t, steps = tx.decide(t)
             if t.status == tx.COMMITTED:
                 for p in t.parts:
@@ -484,7 +485,7 @@ class ExchangePoint:
         for d, f in futures.items():
             a = f.result()
             with self._record_lock:
-                t = tx.Txn.from_doc(record["txn"])
+                t = decode(record["txn"], tx.Txn, "transaction")
                 if isinstance(a, NoAnswer):
                     t = tx.lost(t, d, Unavailable.code, str(a))
                 elif isinstance(a, Refusal):
@@ -493,7 +494,7 @@ class ExchangePoint:
                     values[d] = a
                     got = a.get("geni_slivers", []) if isinstance(a, dict) else []
                     t = tx.answered(t, d, tuple(s["geni_sliver_urn"] for s in got if isinstance(s, dict)))
-                record["txn"] = t.to_doc()
+                record["txn"] = encode(t)
                 self._put(record)
         return values
 
@@ -509,7 +510,7 @@ class ExchangePoint:
     def _fail(self, record: dict[str, Any], t: tx.Txn, steps: list[tx.Step], method: str) -> dict[str, Any]:
         """Undo what the failed operation took, then answer with the domain's refusal (or UNAVAILABLE /
         TIMEDOUT when a domain did not answer), saying what was undone and what is still being undone."""
-        record["txn"] = t.to_doc()
+        record["txn"] = encode(t)
         self._put(record)
         # a domain that let the call time out is swept by the retry loop, not while the caller waits again
         hung = {p.domain for p in t.parts if p.state == tx.LOST and "timed out" in p.error.lower()}
@@ -549,15 +550,15 @@ class ExchangePoint:
                       if not slivers or k in slivers}
             t = tx.begin(uuid.uuid4().hex[:12], slice_urn, tx.PROVISION, {k: ((), s) for k, s in chosen.items()},
                          rfc3339(self.clock.now()))
-            record.update(txn=t.to_doc(), credentials=credentials, caller=caller, options=opts)
+            record.update(txn=encode(t), credentials=credentials, caller=caller, options=opts)
             self._put(record)
             answers = self._run(record, {k: ("Provision", list(s), credentials, opts) for k, s in chosen.items()})
-            t, steps = tx.decide(tx.Txn.from_doc(record["txn"]))
+            t, steps = tx.decide(decode(record["txn"], tx.Txn, "transaction"))
             if t.status == tx.COMMITTED:
                 try:
                     joined = self._join_overlay(record, answers)
                 except GeniError as err:
-                    t = tx.Txn.from_doc({**t.to_doc(), "status": tx.RUNNING})
+                    t = decode({**encode(t), "status": tx.RUNNING}, tx.Txn, "transaction")
                     t, steps = tx.recover(t, f"overlay: {err.message}")
                     return self._fail(record, t, steps, "Provision")
                 self._finish(record, t)
@@ -625,7 +626,7 @@ class ExchangePoint:
             if done:
                 with self._record_lock:
                     t, _ = tx.undone(t, step.domain)
-                    record["txn"] = t.to_doc()
+                    record["txn"] = encode(t)
                     self._put(record)
             else:
                 left.append(step)
@@ -680,13 +681,13 @@ class ExchangePoint:
                 record = self._record(slice_urn)
                 if not record or not record.get("txn"):
                     return False
-                t, steps = tx.recover(tx.Txn.from_doc(record["txn"]))
+                t, steps = tx.recover(decode(record["txn"], tx.Txn, "transaction"))
                 if not t.open:
                     self._finish(record, t)
                     return False
                 where = sorted({st.domain for st in steps})
                 self._holding[slice_urn] = f"undoing an unfinished {t.op} ({t.reason}) at {', '.join(where)}"
-                record["txn"] = t.to_doc()
+                record["txn"] = encode(t)
                 self._put(record)
                 t, left = self._undo(record, t, steps)
                 return bool(left)

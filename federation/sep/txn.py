@@ -64,19 +64,6 @@ class Txn:
     def open(self) -> bool:
         return self.status in (RUNNING, ROLLING_BACK)
 
-    def to_doc(self) -> dict[str, Any]:
-        return {"id": self.id, "slice_urn": self.slice_urn, "op": self.op, "status": self.status,
-                "started": self.started, "reason": self.reason,
-                "parts": [{"domain": p.domain, "client_ids": list(p.client_ids), "state": p.state,
-                           "slivers": list(p.slivers), "code": p.code, "error": p.error} for p in self.parts]}
-
-    @staticmethod
-    def from_doc(doc: Mapping[str, Any]) -> Txn:
-        return Txn(doc["id"], doc["slice_urn"], doc["op"],
-                   tuple(Part(p["domain"], tuple(p["client_ids"]), p["state"], tuple(p["slivers"]), int(p["code"]),
-                              p["error"]) for p in doc["parts"]),
-                   doc["status"], doc.get("started", ""), doc.get("reason", ""))
-
 
 def begin(txn_id: str, slice_urn: str, op: str, parts: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]],
           started: str) -> Txn:

@@ -125,7 +125,7 @@ CHILD = textwrap.dedent("""
     d.start()
     out = {}
     for doc in json.loads(sys.argv[2]):
-        spec = SliverSpec.from_doc(doc)
+        spec = decode(doc, SliverSpec, "spec")
         st = d.create(spec, datetime.now(UTC))
         out[spec.id] = d.modify(spec, st, "geni_start", datetime.now(UTC))
     print(json.dumps(out), flush=True)

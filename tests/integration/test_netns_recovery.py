@@ -83,7 +83,7 @@ CHILD = textwrap.dedent("""
         DatasetStore(Path(datasets)).attach(name, 16, owner, 100_000_000, "nobody", 1024, busy=lambda ns: False)
     else:
         NetnsDriver(prefix, images=ImageCatalogue(Path(catalogue)), datasets=DatasetStore(Path(datasets))).snapshot(
-            SliverSpec.from_doc(json.loads(spec)), json.loads(status), name, owner, False, now)
+            decode(json.loads(spec), SliverSpec, "spec"), json.loads(status), name, owner, False, now)
     print("not cut", flush=True)
 """)
 

@@ -14,6 +14,7 @@ import pytest
 from authority.actor import DELEGATED, Authority
 from broker.broker import DELEGATIONS
 from deployment.service import ActorProcess, EmbeddedDeployment
+from slicex.codec import decode
 from slicex.devpki import actor_public_key
 from slicex.errors import CredentialInvalid
 from slicex.home import Home
@@ -32,7 +33,7 @@ def distributed(pki_home: Home, tmp_path: Path) -> Iterator[Running]:
 
 def held_by_broker(r: Running) -> list[SignedDelegation]:
     """The signed delegations the broker holds, asked as the slice manager asks it (over mTLS when remote)."""
-    return [SignedDelegation.from_doc(d) for d in r.deployment.broker.delegations(AM)]
+    return [decode(d, SignedDelegation, "delegation") for d in r.deployment.broker.delegations(AM)]
 
 
 def assert_signed_by_the_authority(r: Running) -> SignedDelegation:

@@ -31,6 +31,7 @@ from rspec.substrate import default_substrate
 from slice_manager.actor import ActorSliceManager
 from slice_manager.records import RESERVATIONS, Record
 from slicex.clock import ManualClock
+from slicex.codec import decode
 from slicex.errors import Refused
 from slicex.store.migration import check, layout_of, migrate, pending
 from slicex.store.sqlite_store import SqliteStore
@@ -124,7 +125,7 @@ def assert_migrated(store, kind: str) -> None:
             verify_lease(r.lease, KEY.public_key())
     for d in store.scan(LEASES):
         assert d["lease"].get("from_ticket") and "units" not in d["spec"]
-        lease = Lease.from_doc(lease_document(d)["lease"])
+        lease = decode(lease_document(d)["lease"], Lease, "lease")
         verify_lease(lease, KEY.public_key())
         assert store.claims_of(lease.id) == [] and \
             store.claims_of(lease_owner(lease.id)) == sorted(f"leased:{u}" for u in lease.units)

@@ -27,6 +27,7 @@ from authority.substrate.vm import LAUNCH, NodeVM, tap_name
 from authority.substrate.vm_image import qemu_missing, vm_form
 from protocol.messages import SliverSpec
 from rspec.manifest import SERVICES_EXT
+from slicex.codec import encode
 from tests.factories import RSPEC3, request_rspec, vm
 from tests.integration.conftest import make_home
 from tests.integration.netns_support import new_prefix, require_host, started_driver
@@ -120,11 +121,12 @@ import json, sys
 from datetime import UTC, datetime
 from authority.substrate.netns import NetnsDriver
 from protocol.messages import SliverSpec
+from slicex.codec import decode
 d = NetnsDriver(sys.argv[1])
 d.start()
 print("started", flush=True)
 for doc in json.loads(sys.argv[2]):
-    d.create(SliverSpec.from_doc(doc), datetime.now(UTC))
+    d.create(decode(doc, SliverSpec, 'spec'), datetime.now(UTC))
 print("done", flush=True)
 """
 
@@ -150,7 +152,7 @@ def test_sigkill_while_a_vm_node_is_provisioned_is_undone_or_adopted_after_the_r
         link, node = _vm_specs(f"vmkill{outcome}")
         driver.shutdown()  # the child starts (and owns) the switch and controller, as a crashed aggregate did
         child = subprocess.Popen([sys.executable, "-c", CHILD, driver.prefix,
-                                  json.dumps([link.to_doc(), node.to_doc()])],
+                                  json.dumps([encode(link), encode(node)])],
                                  stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
         vm = driver._container(driver._node_plan(node))
         assert isinstance(vm, NodeVM)

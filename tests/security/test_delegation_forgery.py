@@ -19,6 +19,7 @@ import pytest
 
 from protocol.remote import RemoteBroker
 from slicex.actor_rpc import ActorClient
+from slicex.codec import decode
 from slicex.devpki import actor_urn
 from slicex.errors import CredentialInvalid, Forbidden, GeniError, Refused
 from slicex.home import Home
@@ -91,7 +92,7 @@ REASONS = {
 def test_forged_delegations_are_refused_and_change_nothing(distributed: Running):
     r = distributed
     broker = _broker(r, "authority")
-    (held,) = [SignedDelegation.from_doc(d) for d in broker.delegations(AM)]
+    (held,) = [decode(d, SignedDelegation, "delegation") for d in broker.delegations(AM)]
     forged_unit = _forged_unit(held.body["pools"][0])
     before = (broker.delegations(), r.actors[0].actor.delegated(), r.actors[0].actor.version())
     for what, forged in _forgeries(r, held).items():
@@ -108,7 +109,7 @@ def test_forged_delegations_are_refused_and_change_nothing(distributed: Running)
 
 def _held(r: Running) -> tuple[SignedDelegation, list[str]]:
     """The authority's grant the broker holds, and the pools of its first host."""
-    (held,) = [SignedDelegation.from_doc(d) for d in _broker(r, "am").delegations(AM)]
+    (held,) = [decode(d, SignedDelegation, "delegation") for d in _broker(r, "am").delegations(AM)]
     first = held.body["pools"][0]["bin"]
     return held, [p["name"] for p in held.body["pools"] if p["bin"] == first]
 

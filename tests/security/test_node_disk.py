@@ -201,7 +201,7 @@ from authority.substrate.netns import NetnsDriver
 from protocol.messages import SliverSpec
 d = NetnsDriver(sys.argv[1])
 d.start()
-spec = SliverSpec.from_doc(json.loads(sys.argv[2]))
+spec = decode(json.loads(sys.argv[2]), SliverSpec, "spec")
 if sys.argv[3] == "delete":
     st = d.modify(spec, d.create(spec, datetime.now(UTC)), "geni_start", datetime.now(UTC))
     print("made", flush=True)

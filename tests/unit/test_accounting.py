@@ -21,6 +21,7 @@ from operations.accounting import (
     sliver_amounts,
 )
 from resources.kind import Amounts
+from slicex.codec import decode, encode
 from slicex.errors import BadArgs
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -55,10 +56,10 @@ def test_project_comes_from_the_slice_authority_project_form():
 
 def test_a_record_round_trips_through_its_document_and_never_ends_before_it_starts():
     r = rec(end=None)
-    assert UsageRecord.from_doc(r.to_doc()) == r and r.open
+    assert decode(encode(r), UsageRecord, "usage record") == r and r.open
     closed = r.closed(T0 - H, "deleted")
     assert closed.end == T0 and closed.end_reason == "deleted" and not closed.open
-    assert UsageRecord.from_doc(closed.to_doc()) == closed
+    assert decode(encode(closed), UsageRecord, "usage record") == closed
 
 
 def test_a_sliver_found_gone_ends_at_its_expiry_if_that_passed_else_now():
@@ -103,7 +104,7 @@ def test_held_now_counts_open_records_of_the_user_and_of_the_project():
 def test_a_replacing_link_counts_only_what_it_adds_while_the_link_it_replaces_is_held():
     """A staged Update replacing a 1,000 kbps link by 8,000: 8,000 held (not 9,000); once the old record ends
     (the commit) the new one counts whole; a smaller replacement adds nothing while both are held."""
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     old = replace(rec(end=None, cores=0, urn="old", bandwidth_kbps=1000, vlans=1), kind="link")
     new = replace(rec(end=None, cores=0, urn="new", bandwidth_kbps=8000, vlans=1), kind="link", replaces="old")
@@ -113,7 +114,7 @@ def test_a_replacing_link_counts_only_what_it_adds_while_the_link_it_replaces_is
     assert held_now([old, replace(new, end=T0 + H)], ALICE, P1)[0].bandwidth_kbps == 1000
     smaller = replace(new, amounts=Amounts(vlans=1, bandwidth_kbps=200))
     assert held_now([old, smaller], ALICE, P1)[0].bandwidth_kbps == 1000
-    assert UsageRecord.from_doc(new.to_doc()) == new and "replaces" not in old.to_doc()
+    assert decode(encode(new), UsageRecord, "usage record") == new and "replaces" not in encode(old)
 
 
 def test_held_over_time_steps_up_and_down_inside_the_period():

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import itertools
 import threading
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
+from msgspec.structs import replace
 
 from authority.actor import LEASES, Authority, lease_owner
 from protocol.delegation import Delegation, Pool

@@ -10,11 +10,11 @@ changes nothing."""
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
+from msgspec.structs import replace
 
 from authority.actor import NUMBERED, Authority
 from broker.broker import DELEGATIONS, OUT_OF_SERVICE, Broker
@@ -23,7 +23,8 @@ from resources import export_substrate
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slicex.clock import ManualClock
-from slicex.errors import CredentialInvalid, InsufficientNodes, Refused
+from slicex.codec import decode, encode
+from slicex.errors import BadArgs, CredentialInvalid, InsufficientNodes, Refused
 from slicex.store.sqlite_store import SqliteStore
 from slicex.term import Term
 from slicex.ticket import (
@@ -234,8 +235,10 @@ def test_a_reclaim_signature_does_not_make_a_delegation_nor_the_other_way():
                              grant.signature)
     with pytest.raises(CredentialInvalid, match="or was altered"):
         verify_reclaim(as_order, AUTHORITY_KEY.public_key())
-    with pytest.raises(ValueError):
-        SignedReclaim.from_doc(grant.to_doc())
+    with pytest.raises(BadArgs, match="reclaim order: object missing required field names"):
+        decode(encode(grant), SignedReclaim, "reclaim order")
+    with pytest.raises(BadArgs, match="reclaim order.kind: invalid value 'delegation'"):
+        decode({**encode(order), "kind": "delegation"}, SignedReclaim, "reclaim order")
 
 
 @pytest.mark.parametrize("own_clock", [True, False])

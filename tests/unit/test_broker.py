@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -56,7 +57,7 @@ def test_ticket_verifies_at_the_authority_and_forgery_does_not():
     (switch,) = SUB.switches
     link = SliverSpec("lan0", "link", "lan0")
     with pytest.raises(CredentialInvalid):
-        authority.redeem(replace(t, units=(f"vlan:{switch.component_id}:1099",)), link, NOW)  # altered after signing
+        authority.redeem(msgspec.structs.replace(t, units=(f"vlan:{switch.component_id}:1099",)), link, NOW)  # altered after signing
     with pytest.raises(Expired):
         authority.redeem(t, link, NOW + timedelta(hours=2))
     lease, op = authority.redeem(t, link, NOW)

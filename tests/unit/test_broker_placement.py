@@ -29,6 +29,7 @@ from rspec.request import parse_request
 from rspec.substrate import default_substrate
 from slice_manager.actor import ActorSliceManager
 from slicex.clock import ManualClock, rfc3339
+from slicex.codec import encode
 from slicex.errors import BadArgs, GeniError
 from slicex.store.sqlite_store import SqliteStore
 from slicex.term import Term
@@ -90,7 +91,7 @@ def test_the_slice_manager_sends_demands_and_the_broker_chooses_the_units(tmp_pa
     now = ManualClock().now()
     slivers = asm.allocate(SLICE, "o", parse_request(three_node_lan()), now + 10 * MIN, now)
     assert set(broker.calls) == {"place"}, broker.calls  # no calendar read, no exact-unit ticket request
-    demands = broker.placed[0].to_doc()  # the message as it goes over the wire
+    demands = encode(broker.placed[0])  # the message as it goes over the wire
     assert len(broker.placed) == 1
     assert [n["client_id"] for n in demands["nodes"]] == ["n1", "n2", "n3"]
     assert [lk["client_id"] for lk in demands["links"]] == ["lan0"]
@@ -146,9 +147,9 @@ def test_malformed_demands_arriving_at_the_broker_are_badargs():
     place = broker_handlers(broker)["place"]  # what the broker's actor server calls with the wire form
     now = ManualClock().now()
     term = {"start": rfc3339(now), "end": rfc3339(now + MIN)}
-    with pytest.raises(BadArgs, match="malformed placement demand"):
+    with pytest.raises(BadArgs, match="place: demands: object missing required field links"):
         place("h", {"nodes": [{"client_id": "a"}]}, term, rfc3339(now))
-    with pytest.raises(BadArgs, match="malformed placement demand"):
+    with pytest.raises(BadArgs, match=r"place: demands.nodes\[0\].interfaces: expected array, got str"):
         place("h", {"nodes": [{"client_id": "a", "reservation": "r", "interfaces": "eth0"}], "links": []}, term,
               rfc3339(now))
 
@@ -297,3 +298,21 @@ def test_an_answer_missing_a_ticket_fails_the_allocation_and_gives_everything_ba
     with pytest.raises(GeniError, match="holds no ticket for n1"):
         asm.allocate(SLICE, "o", parse_request(three_node_lan()), now + 10 * MIN, now)
     assert asm.records() == [] and store.all_claims() == {} and real.broker.calendar.bookings == {}
+
+
+def test_a_node_with_a_dataset_is_allocated_and_provisioned_with_its_blockstore_as_the_driver_reads_it(tmp_path):
+    """The slice manager hands a blockstore to the authority as SliverDetails declares it (strings: size_mb
+    "64"), so the spec the driver gets passes the check on arrival and reads back the same Blockstore."""
+    from rspec.blockstore import Blockstore
+
+    store, real, broker, asm = world(tmp_path)
+    now = ManualClock().now()
+    xml = ('<rspec xmlns="http://www.geni.net/resources/rspec/3" '
+           'xmlns:emulab="http://www.protogeni.net/resources/rspec/ext/emulab/1" type="request">'
+           '<node client_id="n1" exclusive="false"><sliver_type name="XOSmall"/>'
+           '<emulab:blockstore name="b" mountpoint="/data" size="64MB" dataset="d1"/></node></rspec>')
+    asm.allocate(SLICE, "o", parse_request(xml), now + 10 * MIN, now)
+    (rec,) = asm.records(SLICE)
+    assert rec.details["blockstores"] == [{"name": "b", "dataset": "d1", "mountpoint": "/data", "size_mb": "64"}]
+    spec = asm._spec(rec, ())
+    assert [Blockstore.from_doc(b) for b in spec.details["blockstores"]] == [Blockstore("b", "d1", "/data", 64)]

@@ -11,12 +11,12 @@ import json
 import os
 import uuid
 import xmlrpc.client
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
+from msgspec.structs import replace
 
 from authority.actor import DELEGATION_STATUS, Authority, Delegator
 from bench.scale import substrate_doc
@@ -26,6 +26,7 @@ from protocol.messages import demands_of
 from resources import export_substrate
 from rspec.request import parse_request
 from rspec.substrate import default_substrate, substrate_from_dict
+from slicex.codec import decode, encode
 from slicex.errors import BadArgs, TooBig, Unavailable
 from slicex.store.sqlite_store import SqliteStore
 from slicex.term import Term
@@ -50,7 +51,7 @@ def listed(doc: dict[str, Any]) -> dict[str, Any]:
 def wire_bytes(delegation: Delegation) -> int:
     """The bytes of the XML-RPC request carrying `delegation` signed (what the authority sends its broker)."""
     signed = sign_delegation(SignedDelegation(AUTH, "broker", T0, delegation.to_doc(), 1), AUTHORITY_KEY)
-    return len(xmlrpc.client.dumps((signed.to_doc(),), "accept", allow_none=True).encode())
+    return len(xmlrpc.client.dumps((encode(signed),), "accept", allow_none=True).encode())
 
 
 def generated(hosts: int) -> Delegation:
@@ -145,8 +146,8 @@ def _as_before_counts(b: Broker) -> None:
     that version signed it)."""
     (doc,) = b.store.scan(DELEGATIONS)
     doc["delegation"] = listed(doc["delegation"])
-    doc["signed"] = [sign_delegation(replace(SignedDelegation.from_doc(s), body=listed(s["body"]), signature=""),
-                                     AUTHORITY_KEY).to_doc() for s in doc["signed"]]
+    doc["signed"] = [encode(sign_delegation(replace(decode(s, SignedDelegation, "delegation"), body=listed(s["body"]),
+                                                    signature=""), AUTHORITY_KEY)) for s in doc["signed"]]
     b.store.put(DELEGATIONS, f"{b.name}|{AUTH}", doc)
 
 
@@ -158,7 +159,7 @@ def test_a_store_holding_delegations_that_list_every_unit_is_read_and_rewritten_
     assert all("units" in p for p in old["delegation"]["pools"])
     restarted = broker(store)  # a new process on that store
     assert restarted.calendar.pools == first.calendar.pools and restarted.delegated() == first.delegated()
-    verify_delegation(SignedDelegation.from_doc(restarted.delegations(AUTH)[0]), AUTHORITY_KEY.public_key())
+    verify_delegation(decode(restarted.delegations(AUTH)[0], SignedDelegation, "delegation"), AUTHORITY_KEY.public_key())
     answer = restarted.place("sm", one_vm(), Term(T0, T0 + timedelta(hours=1)), T0)
     assert list(answer.tickets) == ["n1"]
     authority(store).export_to(restarted)  # the authority's next start: its document supersedes the old one

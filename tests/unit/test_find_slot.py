@@ -216,8 +216,8 @@ def test_a_claim_the_calendar_does_not_know_holds_its_unit_for_every_start(tmp_p
 
 def test_the_question_and_the_answer_survive_the_actors_codec():
     from protocol.api import BrokerApi
-    from protocol.codec import decode, encode
     from protocol.remote import methods
+    from slicex.codec import decode, encode
 
     sig = methods(BrokerApi)["find_slot"]
     q = SlotQuery(6 * 3600, T0, T0 + 48 * H, 30 * 24 * 3600, T0 + 30 * 24 * H)

@@ -1,12 +1,12 @@
 """The reservation state machine: every pending state times out, stale answers are dropped, nothing granted
 to a reservation that gave up is kept, dependencies gate tickets and redeems."""
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from protocol.reservations import PENDING, STATES
 from slice_manager import reservation as rs

@@ -14,6 +14,7 @@ from lxml import etree
 from federation.sep import txn as tx
 from federation.sep.merge import merge_rspecs
 from federation.sep.split import domain_key, link_capacities, split_request
+from slicex.codec import decode, encode
 from slicex.errors import BadArgs, SearchFailed
 
 RSPEC3 = "http://www.geni.net/resources/rspec/3"
@@ -151,7 +152,7 @@ def test_deciding_while_a_domain_has_not_answered_is_a_bug():
 
 def test_a_crash_while_running_rolls_back_everything_even_what_was_done():
     t = tx.answered(two(), "a", ("sa",))  # b still pending when the exchange point died
-    t, steps = tx.recover(tx.Txn.from_doc(t.to_doc()))
+    t, steps = tx.recover(decode(encode(t), tx.Txn, "transaction"))
     assert t.status == tx.ROLLING_BACK
     assert steps == [tx.Step("delete", "a", ("sa",)), tx.Step("sweep", "b", (), ("b-node",))]
     t = tx.answered(tx.answered(two(), "a", ("sa",)), "b", ("sb",))  # all done, but never committed
@@ -162,7 +163,7 @@ def test_a_crash_while_running_rolls_back_everything_even_what_was_done():
 def test_recovery_continues_a_rollback_and_leaves_finished_ones_alone():
     t, _ = tx.decide(tx.lost(tx.answered(two(), "a", ("sa",)), "b", 11, "x"))
     t, _ = tx.undone(t, "a")
-    again, steps = tx.recover(tx.Txn.from_doc(t.to_doc()))
+    again, steps = tx.recover(decode(encode(t), tx.Txn, "transaction"))
     assert again.status == tx.ROLLING_BACK and steps == [tx.Step("sweep", "b", (), ("b-node",))]
     done, _ = tx.decide(tx.answered(tx.answered(two(), "a", ("sa",)), "b", ("sb",)))
     assert tx.recover(done) == (done, [])
@@ -185,7 +186,7 @@ def test_every_domain_that_may_hold_something_is_undone_and_none_other(states, c
         elif s == "lost":
             t = tx.lost(t, d, 11, "gone")
     if crash or "pending" in states:
-        t, steps = tx.recover(tx.Txn.from_doc(t.to_doc()))
+        t, steps = tx.recover(decode(encode(t), tx.Txn, "transaction"))
     else:
         t, steps = tx.decide(t)
     if t.status == tx.COMMITTED:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import re
 import threading
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
+from msgspec.structs import replace
 
 from authority.actor import Authority, Delegator
 from broker.broker import DELEGATIONS, Broker
@@ -21,6 +21,7 @@ from protocol.messages import demands_of
 from resources import export_substrate
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
+from slicex.codec import decode
 from slicex.errors import CredentialInvalid, Refused, Unavailable
 from slicex.store.sqlite_store import SqliteStore
 from slicex.term import Term
@@ -72,7 +73,7 @@ def test_the_authority_delegates_a_signed_document_the_broker_verifies_and_keeps
     a.export_to(b)
     held = b.delegations(AUTH)
     assert len(held) == 1
-    doc = SignedDelegation.from_doc(held[0])
+    doc = decode(held[0], SignedDelegation, "delegation")
     verify_delegation(doc, AUTHORITY_KEY.public_key())  # the broker kept exactly what the authority signed
     assert (doc.authority, doc.broker) == (AUTH, "broker")
     assert sorted(Delegation.from_doc(doc.body).names()) == sorted(a.inventory.names()) == b.delegated()
@@ -92,7 +93,7 @@ def test_returning_a_host_is_a_signed_delegation_and_superseded_documents_go():
     assert free == pools and not busy
     assert not set(pools) & set(b.delegated())
     a.delegate(b, pools)  # maintenance ends: the authority grants the host again, signed
-    held = [SignedDelegation.from_doc(d) for d in b.delegations(AUTH)]
+    held = [decode(d, SignedDelegation, "delegation") for d in b.delegations(AUTH)]
     assert len(held) == 2 and sorted(Delegation.from_doc(held[-1].body).names()) == sorted(pools)
     for d in held:
         verify_delegation(d, AUTHORITY_KEY.public_key())

@@ -12,10 +12,11 @@ import pytest
 from am.measurement import slice_measurement
 from authority.substrate.ovs import parse_statistics
 from broker.placement import plan
-from protocol.messages import Demands
+from protocol.messages import Demands, demands_of
 from rspec.namespaces import MEASURE
 from rspec.request import parse_request
 from rspec.substrate import default_substrate
+from slicex.codec import decode, encode
 from slicex.errors import BadArgs
 from tests.factories import request_rspec, vm
 
@@ -30,7 +31,7 @@ def mirrored(to: str, twice: bool = False, links: int = 1) -> str:
 def test_a_mirror_names_the_capture_interface_and_travels_to_the_driver():
     req = parse_request(mirrored("cap:if0"))
     assert req.links[0].mirror_to == "cap:if0"
-    again = Demands.from_doc(Demands(req, {"a": "1", "b": "2", "cap": "3", "l0": "4"}).to_doc()).request
+    again = decode(encode(demands_of(req, {"a": "1", "b": "2", "cap": "3", "l0": "4"})), Demands, "demands").request
     assert again.links[0].mirror_to == "cap:if0"
     link = next(p for p in plan(default_substrate(), req, set()) if p.kind == "link")
     assert link.details["mirror_to"] == "cap:if0"

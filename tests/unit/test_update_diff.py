@@ -12,6 +12,7 @@ from rspec.fpga_ext import FpgaRequest
 from rspec.request import Request, RequestNode, parse_request
 from rspec.substrate import default_substrate
 from slice_manager import update as up
+from slicex.codec import decode, encode
 from slicex.errors import BadArgs, Expired, Unsupported
 from tests.factories import request_rspec, vm
 
@@ -92,11 +93,11 @@ def test_fpga_and_stitched_slivers_are_refused_with_the_reason():
 def test_pending_update_commit_revert_and_what_the_clock_does():
     u = up.PendingUpdate("s", up.STAGED, T0 + timedelta(minutes=10), ("a",), ("r",), {}, ("a", "r"), "<rspec/>",
                          request_key="s#k")
-    assert up.PendingUpdate.from_doc(u.to_doc()) == u
+    assert decode(encode(u), up.PendingUpdate, "update") == u
     assert up.due(u, T0, caller_gone=True) is None
     assert up.due(u, T0 + timedelta(minutes=10), caller_gone=False) == "revert"  # its expiry reverts it
     c = up.begin_commit(u, T0, "sm1", T0 + timedelta(days=1), [{"urn": "x", "keys": []}])
-    assert c.phase == up.COMMITTING and up.PendingUpdate.from_doc(c.to_doc()) == c
+    assert c.phase == up.COMMITTING and decode(encode(c), up.PendingUpdate, "update") == c
     assert up.due(c, T0 + timedelta(hours=1), caller_gone=False) is None  # its caller finishes it
     assert up.due(c, T0 + timedelta(hours=1), caller_gone=True) == "complete"  # a crashed commit completes
     with pytest.raises(BadArgs, match="being committed"):

@@ -14,6 +14,7 @@ from cli.main import main
 from operations.accounting import UsageRecord
 from operations.ledger import USAGE
 from resources.kind import Amounts
+from slicex.codec import encode
 from slicex.store import open_store
 
 ALICE = "urn:publicid:IDN+t.org+user+alice"
@@ -29,7 +30,7 @@ def home(tmp_path: Path) -> Path:
         rec = UsageRecord(f"urn:publicid:IDN+t.org+sliver+{i}", "urn:publicid:IDN+t.org:p+slice+s", ALICE,
                           "urn:publicid:IDN+t.org+project+p", "node", f"n{i}", Amounts(cores=2 - i, nodes=1),
                           T0, None, T0 + timedelta(hours=hours), "deleted")
-        store.put(USAGE, rec.sliver_urn, rec.to_doc())
+        store.put(USAGE, rec.sliver_urn, encode(rec))
     store.close()
     return tmp_path
 

@@ -25,6 +25,7 @@ from broker.placement import plan
 from protocol.messages import Demands, demands_of
 from rspec.request import Request, RequestNode
 from rspec.substrate import default_substrate
+from slicex.codec import decode, encode
 from slicex.errors import AlreadyExists, BadArgs, Forbidden, SearchFailed, TooBig
 
 AUTH = "a.b"
@@ -232,7 +233,7 @@ def test_the_broker_places_an_image_the_slice_manager_vouches_for_and_nothing_el
     request = Request((RequestNode("n1", disk_image="secret"),), ())
     demands = demands_of(request, {"n1": "r1"}, images={"secret": urn, "other": image_urn(AUTH, "other")})
     assert dict(demands.images) == {"secret": urn}  # only what the request names travels
-    assert Demands.from_doc(demands.to_doc()).images == {"secret": urn}
+    assert decode(encode(demands), Demands, "demands").images == {"secret": urn}
     with pytest.raises(BadArgs, match="not offered"):
         plan(substrate, request, set())
     placed = plan(with_images(substrate, demands.images), request, set())
