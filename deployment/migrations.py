@@ -27,8 +27,9 @@ runs it from its start); the readers of this slicex read the forms before and af
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
+
+from msgspec.structs import replace
 
 from authority.actor import LAYOUT as AUTHORITY_LAYOUT
 from authority.actor import LEASES, lease_document, lease_owner, packed
