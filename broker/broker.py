@@ -609,10 +609,10 @@ class Broker:
                            f"{PLACE_ATTEMPTS} times in a row (other brokers on this store); ask again")
         tickets = self._publish(pending)
         booked = {u for p in pending for u in p.booked}
-        for key in self.store.claims_of(group):  # an earlier, crashed attempt chose other units
-            if key not in booked and self.store.release(key, group):
-                with self._lock:
-                    self._copy.released([key], group)
+        stale = [k for k in self.store.claims_of(group) if k not in booked]  # an earlier, crashed attempt's
+        if stale and self.store.release_all(stale, group):
+            with self._lock:
+                self._copy.released(stale, group)
         return PlaceAnswer(tickets, {rid: dict(where.get(rid) or {}) for rid in rids.values()})
 
     def find_slot(self, holder: str, demands: Demands, query: SlotQuery, now: datetime | None = None,
@@ -874,11 +874,11 @@ class Broker:
             booking = self.calendar.bookings.get(tid)
         self.store.delete(TICKETS, tid)
         self.fault("broker:relinquishing")
-        keys = set(units) | (booking.units if booking else set()) | set(doc.get("booked", doc["ticket"]["units"]) if doc else [])
-        gone = [k for k in keys if self.store.release(k, group)]
-        released = len(gone)
+        keys = sorted(set(units) | (booking.units if booking else set())
+                      | set(doc.get("booked", doc["ticket"]["units"]) if doc else []))
+        released = self.store.release_all(keys, group)  # one write; the copy drops only what `group` held
         with self._lock:
-            self._copy.released(gone, group)
+            self._copy.released(keys, group)
             self.calendar.release(tid)
             self._claimed.pop(tid, None)
             self._unpublished.pop(tid, None)
