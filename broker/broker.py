@@ -31,7 +31,7 @@ from typing import Any
 from cryptography import x509
 
 from broker.calendar import Calendar, CalendarError, Unavailable, common_free_labels
-from broker.claims import ClaimCopy, ClaimedByOthers
+from broker.claims import ClaimCopy, ClaimedByOthers, LeadingFull
 from broker.delegation import claim, reclaim
 from broker.placement import SHORT, Shortfall, plan, report
 from broker.policy import FirstFit, Policy, choose_label
@@ -39,8 +39,9 @@ from broker.slots import find_slot
 from protocol.delegation import Delegation, export_prefixes
 from protocol.messages import Demands, PlaceAnswer, SlotAnswer, SlotQuery
 from resources import STANDARD, units_under
+from resources.compute import core
 from resources.kind import Placement
-from rspec.substrate import Image, Substrate
+from rspec.substrate import Host, Image, Substrate
 from slicex.clock import Clock, parse_time, rfc3339
 from slicex.errors import (
     BadArgs,
@@ -53,7 +54,7 @@ from slicex.errors import (
     VlanUnavailable,
 )
 from slicex.inventory import UNIT_KINDS, from_doc, to_doc
-from slicex.store import Store
+from slicex.store import Store, counter_of
 from slicex.store.ownership import Actor, scoped
 from slicex.term import Term
 from slicex.ticket import (
@@ -166,6 +167,14 @@ class _Unpromisable(Unavailable):
         """Units of a pool not claimed by others, from the counters (a ranking's estimate: the planner still
         asks each unit it takes)."""
         return total - self.copy.held_by_others(counter, self.group)
+
+    def leading_full(self, hosts: Sequence[Host]) -> LeadingFull | None:
+        """First-fit's run of leading hosts whose cores are all claimed (broker/claims.py); None when this
+        placement's group holds claims already (a retry after a crash), for which a host full of its own units
+        is not full."""
+        if not hosts or self.copy.by_owner.get(self.group):
+            return None
+        return self.copy.leading_full(hosts, lambda h: (counter_of(core(h.component_id, 0)), h.cores))
 
 
 def _out_of_service(delegation_doc: Mapping[str, Any]) -> set[str]:

@@ -16,8 +16,9 @@ Plain data over a store; the broker holds its lock around every call."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from typing import Any
 
 from slicex.store import counter_of
 
@@ -35,6 +36,7 @@ class ClaimCopy:
         self.by_counter: dict[str, set[str]] = {}
         self.by_owner: dict[str, set[str]] = {}
         self.seen = 0  # the store's claims generation the copy is complete to (slicex.store `claim_changes`)
+        self._leading: dict[tuple[int, int, int], LeadingFull] = {}  # first-fit's full leading hosts, per host list
 
     # ---- the copy --------------------------------------------------------------------------------------------
     def _add(self, key: str, owner: str) -> None:
@@ -51,7 +53,12 @@ class ClaimCopy:
         owner = self.owner.pop(key, None)
         if owner is None:
             return
-        for index, name in ((self.by_counter, counter_of(key)), (self.by_owner, owner)):
+        counter = counter_of(key)
+        for leading in self._leading.values():  # a leading host losing a claim may fit again
+            i = leading.position.get(counter)
+            if i is not None and i < leading.n:
+                leading.n = i
+        for index, name in ((self.by_counter, counter), (self.by_owner, owner)):
             keys = index.get(name)
             if keys is not None:
                 keys.discard(key)
@@ -80,6 +87,7 @@ class ClaimCopy:
         claims = self.store.claims_in(self.kinds)
         self.seen = seen
         self.owner, self.by_counter, self.by_owner = {}, {}, {}
+        self._leading = {}
         for k, o in claims.items():
             self._add(k, o)
 
@@ -99,11 +107,14 @@ class ClaimCopy:
             self.reload()
             return sorted(self.by_counter)
         stale = sorted({c for c in changed if c.partition(":")[0] in self.kinds})
-        for c in stale:
-            for k in list(self.by_counter.get(c, ())):
+        for c in stale:  # only what differs is applied: most changes are this process's own, applied already
+            now = self.store.claims_under(c)
+            owner = self.owner
+            for k in [k for k in self.by_counter.get(c, ()) if now.get(k) != owner[k]]:
                 self._remove(k)
-            for k, o in self.store.claims_under(c).items():
-                self._add(k, o)
+            for k, o in now.items():
+                if owner.get(k) != o:
+                    self._add(k, o)
         self.seen = seen
         return stale
 
@@ -121,11 +132,45 @@ class ClaimCopy:
         return wrong
 
     # ---- questions -------------------------------------------------------------------------------------------
+    def leading_full(self, hosts: Sequence[Any], counters: Callable[[Any], tuple[str, int]]) -> LeadingFull:
+        """The run of leading hosts of `hosts` (inventory order) whose pools `counters(host)` (its core pool
+        and the pool's size) are wholly claimed, kept between placements over the same host list (the same
+        first and last host objects, the same length; a few lists at most)."""
+        key = (id(hosts[0]), id(hosts[-1]), len(hosts))
+        leading = self._leading.get(key)
+        if leading is None or leading.first is not hosts[0] or leading.last is not hosts[-1]:
+            if len(self._leading) >= 4:
+                self._leading = {}
+            leading = self._leading[key] = LeadingFull(self, hosts, [counters(h) for h in hosts])
+        return leading
+
     def held_by_others(self, counter: str, group: str) -> int:
         """Claims of a pool held by anyone but `group`."""
         keys = self.by_counter.get(counter, ())
         mine = self.by_owner.get(group, ())
         return len(keys) - (sum(1 for k in mine if counter_of(k) == counter) if mine else 0)
+
+
+class LeadingFull:
+    """How many leading hosts of one host list hold a claim on every unit of their core pool, as the claim copy
+    has them: first-fit starts its walk after them, so a placement does not weigh again every host the slices
+    filled before it (issue 33: the walk grew with the live slices). The copy lowers `n` when one of them loses
+    a claim, and forgets it when it reads every claim again; the walk (under the broker's lock) raises it."""
+
+    def __init__(self, copy: ClaimCopy, hosts: Sequence[Any], pools: list[tuple[str, int]]):
+        self.copy = copy
+        self.first, self.last = hosts[0], hosts[-1]  # held: the key's ids stay theirs
+        self.pools = pools
+        self.position = {counter: i for i, (counter, _size) in enumerate(pools)}
+        self.n = 0
+
+    def passed(self, i: int) -> None:
+        """The walk found host `i` full: the run grows when `i` is next after it and its pool is wholly claimed
+        (by anyone: a pool full only for the placement asking, its own units aside, does not count)."""
+        if i == self.n:
+            counter, size = self.pools[i]
+            if len(self.copy.by_counter.get(counter, ())) >= size:
+                self.n = i + 1
 
 
 class ClaimedByOthers(AbstractSet[str]):
