@@ -418,8 +418,7 @@ class Authority:
         return sign_lease(lease, self.key) if self.key is not None else lease
 
     def _forget(self, lease_id: str, keys: list[str]) -> None:
-        for k in keys:
-            self.store.release(k, lease_owner(lease_id))
+        self.store.release_all(keys, lease_owner(lease_id))
         self.store.delete(LEASES, lease_id)
         self._changed()
 
@@ -503,8 +502,8 @@ class Authority:
         with self._lease_lock(lease_id):
             doc = self._doc(lease_id)
             if doc is None:
-                for k in self.store.claims_of(lease_owner(lease_id)):  # a redeem that crashed before recording
-                    self.store.release(k, lease_owner(lease_id))
+                # a redeem that crashed before recording
+                self.store.release_all(self.store.claims_of(lease_owner(lease_id)), lease_owner(lease_id))
                 return False
             spec = decode(doc["spec"], SliverSpec, "spec")
             try:

@@ -32,7 +32,7 @@ import msgspec
 from cryptography import x509
 
 from broker.calendar import Calendar, CalendarError, Unavailable, common_free_labels
-from broker.claims import ClaimCopy, ClaimedByOthers
+from broker.claims import ClaimCopy, ClaimedByOthers, LeadingFull
 from broker.delegation import claim, reclaim
 from broker.placement import SHORT, Shortfall, plan, report
 from broker.policy import FirstFit, Policy, choose_label
@@ -40,8 +40,9 @@ from broker.slots import find_slot
 from protocol.delegation import Delegation, export_prefixes
 from protocol.messages import Demands, PlaceAnswer, SlotAnswer, SlotQuery
 from resources import STANDARD, units_under
+from resources.compute import core
 from resources.kind import Placement
-from rspec.substrate import Image, Substrate
+from rspec.substrate import Host, Image, Substrate
 from slicex.clock import Clock, parse_time, rfc3339
 from slicex.codec import decode, encode
 from slicex.errors import (
@@ -55,7 +56,7 @@ from slicex.errors import (
     VlanUnavailable,
 )
 from slicex.inventory import UNIT_KINDS, from_doc, to_doc
-from slicex.store import Store
+from slicex.store import Store, counter_of
 from slicex.store.ownership import Actor, scoped
 from slicex.term import Term
 from slicex.ticket import (
@@ -178,6 +179,14 @@ class _Unpromisable(Unavailable):
         """Units of a pool not claimed by others, from the counters (a ranking's estimate: the planner still
         asks each unit it takes)."""
         return total - self.copy.held_by_others(counter, self.group)
+
+    def leading_full(self, hosts: Sequence[Host]) -> LeadingFull | None:
+        """First-fit's run of leading hosts whose cores are all claimed (broker/claims.py); None when this
+        placement's group holds claims already (a retry after a crash), for which a host full of its own units
+        is not full."""
+        if not hosts or self.copy.by_owner.get(self.group):
+            return None
+        return self.copy.leading_full(hosts, lambda h: (counter_of(core(h.component_id, 0)), h.cores))
 
 
 def _out_of_service(delegation_doc: Mapping[str, Any]) -> set[str]:
@@ -659,10 +668,10 @@ class Broker:
                            f"{PLACE_ATTEMPTS} times in a row (other brokers on this store); ask again")
         tickets = self._publish(pending)
         booked = {u for p in pending for u in p.booked}
-        for key in self.store.claims_of(group):  # an earlier, crashed attempt chose other units
-            if key not in booked and self.store.release(key, group):
-                with self._lock:
-                    self._copy.released([key], group)
+        stale = [k for k in self.store.claims_of(group) if k not in booked]  # an earlier, crashed attempt's
+        if stale and self.store.release_all(stale, group):
+            with self._lock:
+                self._copy.released(stale, group)
         return PlaceAnswer(tickets, {rid: dict(where.get(rid) or {}) for rid in rids.values()})
 
     def find_slot(self, holder: str, demands: Demands, query: SlotQuery, now: datetime | None = None,
@@ -929,11 +938,11 @@ class Broker:
         self.store.delete(TICKETS, tid)
         self.store.delete(ADVANCE, tid)
         self.fault("broker:relinquishing")
-        keys = set(units) | (booking.units if booking else set()) | set(doc.get("booked", doc["ticket"]["units"]) if doc else [])
-        gone = [k for k in keys if self.store.release(k, group)]
-        released = len(gone)
+        keys = sorted(set(units) | (booking.units if booking else set())
+                      | set(doc.get("booked", doc["ticket"]["units"]) if doc else []))
+        released = self.store.release_all(keys, group)  # one write; the copy drops only what `group` held
         with self._lock:
-            self._copy.released(gone, group)
+            self._copy.released(keys, group)
             self.calendar.release(tid)
             self._claimed.pop(tid, None)
             self._unpublished.pop(tid, None)

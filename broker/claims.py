@@ -19,8 +19,9 @@ Plain data over a store; the broker holds its lock around every call."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from typing import Any
 
 from slicex.store import counter_of
 
@@ -44,6 +45,7 @@ class ClaimCopy:
         self.counted: dict[str, int] = {}  # pool -> claims, from the store's counters (pools not loaded)
         self.complete = False  # every pool read (`everything`): a pool not loaded holds no claim
         self.seen = 0  # the store's claims generation the copy is complete to (slicex.store `claim_changes`)
+        self._leading: dict[tuple[int, int, int], LeadingFull] = {}  # first-fit's full leading hosts, per host list
 
     # ---- the copy --------------------------------------------------------------------------------------------
     def _known(self, counter: str) -> bool:
@@ -63,7 +65,12 @@ class ClaimCopy:
         owner = self.owner.pop(key, None)
         if owner is None:
             return
-        for index, name in ((self.by_counter, counter_of(key)), (self.by_owner, owner)):
+        counter = counter_of(key)
+        for leading in self._leading.values():  # a leading host losing a claim may fit again
+            i = leading.position.get(counter)
+            if i is not None and i < leading.n:
+                leading.n = i
+        for index, name in ((self.by_counter, counter), (self.by_owner, owner)):
             keys = index.get(name)
             if keys is not None:
                 keys.discard(key)
@@ -97,6 +104,7 @@ class ClaimCopy:
         counted = {c: n for c, n in self.store.claim_counts().items() if c.partition(":")[0] in self.kinds}
         self.seen, self.counted, self.complete = seen, counted, False
         self.owner, self.by_counter, self.by_owner, self.loaded = {}, {}, {}, set()
+        self._leading = {}
 
     def load(self, counter: str) -> None:
         """Read one pool's claims, the first time the copy is asked about it. Its count from the store's
@@ -118,7 +126,10 @@ class ClaimCopy:
         self._replace(counter, claims)
 
     def _replace(self, counter: str, claims: Mapping[str, str]) -> None:
-        for k in list(self.by_counter.get(counter, ())):
+        """The pool's claims as `claims` has them; only what differs is applied (most changes a `sync` reads are
+        this process's own, applied already, and a removal lowers first-fit's run of full hosts)."""
+        owner = self.owner
+        for k in [k for k in self.by_counter.get(counter, ()) if claims.get(k) != owner[k]]:
             self._remove(k)
         for k, o in claims.items():
             self._add(k, o)
@@ -171,6 +182,18 @@ class ClaimCopy:
         return stale
 
     # ---- questions -------------------------------------------------------------------------------------------
+    def leading_full(self, hosts: Sequence[Any], counters: Callable[[Any], tuple[str, int]]) -> LeadingFull:
+        """The run of leading hosts of `hosts` (inventory order) whose pools `counters(host)` (its core pool
+        and the pool's size) are wholly claimed, kept between placements over the same host list (the same
+        first and last host objects, the same length; a few lists at most)."""
+        key = (id(hosts[0]), id(hosts[-1]), len(hosts))
+        leading = self._leading.get(key)
+        if leading is None or leading.first is not hosts[0] or leading.last is not hosts[-1]:
+            if len(self._leading) >= 4:
+                self._leading = {}
+            leading = self._leading[key] = LeadingFull(self, hosts, [counters(h) for h in hosts])
+        return leading
+
     def held_by_others(self, counter: str, group: str) -> int:
         """Claims of a pool held by anyone but `group` (the pool read first, if not yet: a policy weighs the
         hosts it walks, first-fit until one fits, the others every host once)."""
@@ -178,6 +201,29 @@ class ClaimCopy:
         keys = self.by_counter.get(counter, ())
         mine = self.by_owner.get(group, ())
         return len(keys) - (sum(1 for k in mine if counter_of(k) == counter) if mine else 0)
+
+
+class LeadingFull:
+    """How many leading hosts of one host list hold a claim on every unit of their core pool, as the claim copy
+    has them: first-fit starts its walk after them, so a placement does not weigh again every host the slices
+    filled before it (issue 33: the walk grew with the live slices). The copy lowers `n` when one of them loses
+    a claim, and forgets it when it reads every claim again; the walk (under the broker's lock) raises it."""
+
+    def __init__(self, copy: ClaimCopy, hosts: Sequence[Any], pools: list[tuple[str, int]]):
+        self.copy = copy
+        self.first, self.last = hosts[0], hosts[-1]  # held: the key's ids stay theirs
+        self.pools = pools
+        self.position = {counter: i for i, (counter, _size) in enumerate(pools)}
+        self.n = 0
+
+    def passed(self, i: int) -> None:
+        """The walk found host `i` full: the run grows when `i` is next after it and its pool is wholly claimed
+        (by anyone: a pool full only for the placement asking, its own units aside, does not count)."""
+        if i == self.n:
+            counter, size = self.pools[i]
+            self.copy.load(counter)
+            if len(self.copy.by_counter.get(counter, ())) >= size:
+                self.n = i + 1
 
 
 class ClaimedByOthers(AbstractSet[str]):

@@ -70,6 +70,11 @@ class Taken(AbstractSet[str]):
     def update(self, units: Iterable[str]) -> None:
         self.added.update(units)
 
+    def leading_full(self, hosts):
+        """`used`'s run of leading full hosts for first-fit (broker/claims.py `LeadingFull`), None without one."""
+        leading_full = getattr(self.used, "leading_full", None)
+        return leading_full(hosts) if leading_full is not None else None
+
     def free_in(self, counter: str, total: int) -> int | None:
         """Free units of a pool as the broker's counters have them (None: `used` keeps none), less what
         this plan took of it: what a policy ranks hosts by without asking every unit."""

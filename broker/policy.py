@@ -83,7 +83,8 @@ def _free_of(host: Host, used: Set[str]) -> int:
 class _Ordered(Sequence[Host]):
     """Hosts in a policy's order, produced as the planner walks them: it stops at the first that fits, so
     only the hosts it tries are weighed. First-fit walks inventory order, trying last the hosts the counters
-    say are full (they cannot fit; the planner's refusal still names them); the other policies pop a heap of
+    say are full (they cannot fit; the planner's refusal still names them), starting after the leading hosts the
+broker's claim copy knows full (`leading_full`, broker/claims.py); the other policies pop a heap of
     (policy key, host) built from the counters. Walked again (a refusal lists every host), it answers the
     same order."""
 
@@ -93,10 +94,17 @@ class _Ordered(Sequence[Host]):
 
     def _walk(self) -> Iterator[Host]:
         if isinstance(self.policy, FirstFit):
-            full: list[Host] = []
-            for h in self.hosts:
+            # the leading hosts whose cores the claims fill (the broker's copy keeps the run): full, not weighed
+            leading_full = getattr(self.used, "leading_full", None)
+            leading = leading_full(self.hosts) if leading_full is not None else None
+            start = leading.n if leading is not None else 0
+            full: list[Host] = list(self.hosts[:start])
+            for i in range(start, len(self.hosts)):
+                h = self.hosts[i]
                 if _free_of(h, self.used) <= 0:
                     full.append(h)
+                    if leading is not None:
+                        leading.passed(i)
                 else:
                     yield h
             yield from full

@@ -128,7 +128,7 @@ def lease_claim_owners(store: Any) -> int:
 def held_index(store: Any) -> int:
     n = 0
     for d in store.scan(RESERVATIONS):
-        entry = held.entry(Record.from_doc(d))
+        entry = held.filed(Record.from_doc(d))
         if entry is not None:
             for key in held.keys(entry):
                 store.put(HELD, key, entry)

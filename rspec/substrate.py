@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -187,10 +188,24 @@ class Substrate:
         return _urn(self.authority, "authority", "am")
 
     def host(self, component_id_or_name: str) -> Host | None:
-        for h in self.hosts:
-            if h.component_id.lower() == component_id_or_name.lower() or h.name == component_id_or_name:
-                return h
-        return None
+        """The first host whose component id (any case) or name is this: two dictionary look-ups, not a walk
+        of every host (a placement asks it for the host it chose: issue 33, first-fit's host moves further in as
+        slices fill the hosts before it)."""
+        by_id, by_name = self._host_index
+        found = [i for i in (by_id.get(component_id_or_name.lower()), by_name.get(component_id_or_name))
+                 if i is not None]
+        return self.hosts[min(found)] if found else None
+
+    @cached_property
+    def _host_index(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Lower-cased component id → position of the first host with it, and name → the same (built once per
+        substrate, which is immutable)."""
+        by_id: dict[str, int] = {}
+        by_name: dict[str, int] = {}
+        for i, h in enumerate(self.hosts):
+            by_id.setdefault(h.component_id.lower(), i)
+            by_name.setdefault(h.name, i)
+        return by_id, by_name
 
     def switch(self, component_id_or_name: str) -> Switch | None:
         return next((s for s in self.switches

@@ -2,7 +2,8 @@
 peer's usage limit (slicex/peers.py) reads the slivers of the peer's namespaces only, never every record.
 
 Table `sm-held`, two entries per live sliver: `o#<owner authority>#<sliver>` and `s#<slice authority>#<sliver>`
-(authorities in lower case, as namespaces compare), each `{"id", "owner_urn", "slice_urn", "kind", "cores"}`.
+(authorities in lower case, as namespaces compare), each `{"id", "owner_urn", "slice_urn"}` (`filed`; a store
+made before also holds its kind and cores, which nothing reads: what is counted comes from the record, `entry`).
 A sliver is live while its record is neither ended, failed nor being discarded, and is not a staged Update's
 replacing link (its commit releases the one it replaces). `Records._save` keeps the entries with each change:
 written before the record when it becomes live, removed after it when it stops being live, so a crash in
@@ -22,9 +23,21 @@ HELD = "sm-held"
 ENDED = (rs.CLOSE_WAIT, rs.CLOSED, rs.FAILED)
 
 
+def live(rec: Any) -> bool:
+    return not (rec.r.state in ENDED or rec.discard or rec.update == "replacing")
+
+
+def filed(rec: Any) -> dict[str, Any] | None:
+    """What the held index files for `rec` (None: not live, so not filed): what finds it, nothing that changes
+    while it is live (its cores are known only once placed), so a sliver's entries are written once."""
+    if not live(rec):
+        return None
+    return {"id": rec.id, "owner_urn": rec.owner_urn, "slice_urn": rec.slice_urn}
+
+
 def entry(rec: Any) -> dict[str, Any] | None:
-    """What the held index files for `rec` (None: not live, so not filed)."""
-    if rec.r.state in ENDED or rec.discard or rec.update == "replacing":
+    """What a peer's usage counts of `rec`, from the record itself (None: not live)."""
+    if not live(rec):
         return None
     return {"id": rec.id, "owner_urn": rec.owner_urn, "slice_urn": rec.slice_urn, "kind": rec.kind,
             "cores": int(rec.details.get("cores", 0) or 0)}

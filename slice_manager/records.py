@@ -96,7 +96,7 @@ class Record:
     update: str = ""  # its part in the slice's pending Update: added | removed | rewired | kept (slice_manager/update.py)
     indexed: bool = field(default=False, compare=False)  # its slice's index names it (not stored: true once loaded)
     removed: bool = field(default=False, compare=False)  # deleted from the store by this copy (not stored)
-    held_as: dict[str, Any] | None = field(default=None, compare=False)  # its held index entry as stored (not stored)
+    held_as: dict[str, Any] | None = field(default=None, compare=False)  # its held index entry as filed (not stored)
 
     def to_doc(self) -> dict[str, Any]:
         """The record as stored, lean (issue 33): defaults left out, the ticket's id and the lease's fields
@@ -173,7 +173,7 @@ class Records:
     def _loaded(d: dict[str, Any]) -> Record:
         """A stored record, with the held index entry its save filed (slice_manager/held.py)."""
         rec = Record.from_doc(d)
-        rec.held_as = held.entry(rec)
+        rec.held_as = held.filed(rec)
         return rec
 
     def _file_held(self, rec: Record, entry: dict[str, Any] | None) -> None:
@@ -201,7 +201,7 @@ class Records:
                     if covers(doc["owner_urn"]) or covers(doc["slice_urn"]):
                         found[doc["id"]] = doc
         recs = (self._load(rid) for rid in found)
-        return [rec.held_as for rec in recs if rec is not None and rec.held_as is not None]
+        return [e for rec in recs if rec is not None and (e := held.entry(rec)) is not None]
 
     def _save(self, rec: Record) -> None:
         if (rec.r.state == rs.CLOSED or rec.discard) and not rec.outbox:
@@ -215,7 +215,7 @@ class Records:
                 self._changed()
             self._file_held(rec, None)  # after the record: a crash between counts it once more, never less
         else:
-            entry = held.entry(rec)
+            entry = held.filed(rec)
             if entry is not None:  # live: filed before the record
                 self._file_held(rec, entry)
             rec.removed = False

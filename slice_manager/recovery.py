@@ -119,8 +119,7 @@ class Recovery:
         the caller hears what the call did (or its first failure), not this."""
         rids = list(rids)
         try:
-            for rid in rids:
-                self.store.release(f"sm-lock:{rid}", self.name)
+            self.store.release_all([f"sm-lock:{rid}" for rid in rids], self.name)
         except GeniError as exc:
             log.warning("could not release sliver locks %s: %s", rids, exc.message)
         finally:

@@ -228,6 +228,10 @@ class OwnedStore:
         self._claims([key], write=True)
         return self.inner.release(key, owner)
 
+    def release_all(self, keys: list[str], owner: str) -> int:
+        self._claims(keys, write=True)
+        return self.inner.release_all(keys, owner)
+
     def release_owner(self, owner: str) -> int:
         """Checked against the owner's claims first (one more read): an owner token naming another actor's
         claims is refused before anything is released."""

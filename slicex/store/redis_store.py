@@ -102,14 +102,16 @@ end
 return 1
 """
 _RELEASE = _FENCE + _NAMESPACE_OF + _COUNTERS + """
-local k = KEYS[1]
-if redis.call('HGET', ns_of(k), k) == ARGV[1] then
-  redis.call('HDEL', ns_of(k), k)
-  redis.call('SREM', ARGV[4], k)
-  uncounted(k)
-  return 1
+local n = 0
+for i, k in ipairs(KEYS) do
+  if redis.call('HGET', ns_of(k), k) == ARGV[1] then
+    redis.call('HDEL', ns_of(k), k)
+    redis.call('SREM', ARGV[4], k)
+    uncounted(k)
+    n = n + 1
+  end
 end
-return 0
+return n
 """
 _RELEASE_OWNER = _FENCE + _NAMESPACE_OF + _COUNTERS + """
 local n = 0
@@ -576,7 +578,13 @@ class RedisStore:
         return bool(self._write(self._claim_all, list(keys), self._args(owner)))
 
     def release(self, key: str, owner: str) -> bool:
-        return bool(self._write(self._release, [key], self._args(owner)))
+        return self.release_all([key], owner) > 0
+
+    def release_all(self, keys: list[str], owner: str) -> int:
+        wanted = sorted(set(keys))
+        if not wanted:
+            return 0
+        return int(self._write(self._release, wanted, self._args(owner)))
 
     def release_owner(self, owner: str) -> int:
         return int(self._write(self._release_owner, [self._o(owner)], self._args(owner)))

@@ -39,6 +39,7 @@ document (no crash can separate them) and read in time order without touching th
 
 _CLAIM_ALL = """INSERT OR IGNORE INTO claims (key, owner) SELECT value, :owner FROM json_each(:keys)
 WHERE NOT EXISTS (SELECT 1 FROM claims WHERE key IN (SELECT value FROM json_each(:keys)) AND owner != :owner)"""
+_RELEASE_ALL = "DELETE FROM claims WHERE owner = :owner AND key IN (SELECT value FROM json_each(:keys))"
 _COUNT_MINE = "SELECT COUNT(*) FROM claims WHERE owner = :owner AND key IN (SELECT value FROM json_each(:keys))"
 
 # ---- claim counters: per counter (slicex.store.counter_of, a unit's pool), how many claims it holds --------------
@@ -278,8 +279,15 @@ class SqliteStore:
         return self._read(lambda db: db.execute(_COUNT_MINE, args).fetchone()[0]) == len(wanted)
 
     def release(self, key: str, owner: str) -> bool:
-        cur = self._run(lambda db: db.execute("DELETE FROM claims WHERE key=? AND owner=?", (key, owner)))
-        return cur.rowcount > 0
+        return self.release_all([key], owner) > 0
+
+    def release_all(self, keys: list[str], owner: str) -> int:
+        """One statement (one transaction: the counters' and claim changes' triggers write their pages once)."""
+        wanted = sorted(set(keys))
+        if not wanted:
+            return 0
+        args = {"owner": owner, "keys": json.dumps(wanted)}
+        return self._run(lambda db: db.execute(_RELEASE_ALL, args).rowcount)
 
     def release_owner(self, owner: str) -> int:
         cur = self._run(lambda db: db.execute("DELETE FROM claims WHERE owner=?", (owner,)))

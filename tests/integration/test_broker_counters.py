@@ -88,6 +88,9 @@ def check(broker: Broker, store: Any, now) -> None:
     assert all(copy.owner_of(k) == o for k, o in units.items())  # each pool read when asked about
     for owner, keys in broker._copy.by_owner.items():
         assert keys == {k for k, o in units.items() if o == owner}
+    for leading in broker._copy._leading.values():  # first-fit's run: every host in it is wholly claimed
+        for counter, size in leading.pools[:leading.n]:
+            assert counts_of(units).get(counter, 0) >= size, f"{counter} is in first-fit's full run, not full"
     cal = broker.calendar
     assert cal._ends == sorted((b.term.end, h) for h, b in cal.bookings.items()), "the index by end is stale"
     groups: dict[str, set[str]] = {}
@@ -225,4 +228,39 @@ def test_a_broker_repairs_counters_that_disagree_with_the_claims_when_it_reads_a
     again.place("h", demands_of(request, rids), Term(now, now + 10 * MIN), now)  # reads the pools it asks about
     assert store.claim_counts() == counts_of(store.all_claims())
     check(again, store, now)
+    store.close()
+
+
+def test_first_fit_starts_after_the_hosts_the_claims_fill_and_goes_back_to_a_freed_one(tmp_path):
+    """Issue 33: first-fit weighed, at every placement, each host the live slices had filled before the one
+    that fits (the lifecycle's cost grew with L). The broker's claim copy keeps the run of leading full hosts:
+    a placement weighs as many hosts with 40 filled as with 10, and a host that loses a claim is first again."""
+    vm_host = next(h for h in BASE.hosts if not h.exclusive)
+    hosts = tuple(replace(vm_host, name=f"vm{i}", component_id=f"urn:publicid:IDN+t.org+node+vm{i}", cores=1,
+                          memory_mb=4096, interfaces=()) for i in range(50))
+    sub = replace(BASE, hosts=hosts, switches=(), trunks=())
+    store = SqliteStore(str(tmp_path / "ff.db"))
+    clock = ManualClock()
+    broker = Broker("broker", store, KEY, authority=AUTH)
+    broker.accept(export_substrate(sub, AUTH, "broker"))
+    weighed: list[str] = []
+    held_by_others = broker._copy.held_by_others
+    broker._copy.held_by_others = lambda counter, group: weighed.append(counter) or held_by_others(counter, group)
+
+    def place(i: int) -> Any:
+        request, rids = request_of(i, 1, False)
+        now = clock.now()
+        answer = broker.place(f"h{i}", demands_of(request, rids), Term(now, now + 60 * MIN), now)
+        return next(iter(answer.tickets.values()))
+
+    tickets, cost = [], {}
+    for i in range(41):
+        weighed.clear()
+        tickets.append(place(i))
+        cost[i] = len(weighed)
+        assert tickets[-1].units[0].startswith(f"core:urn:publicid:IDN+t.org+node+vm{i}:"), "not first-fit"
+    assert cost[40] == cost[10] <= 2, cost
+    broker.relinquish(tickets[3], clock.now())  # a host the run passed gets a free core: first-fit takes it
+    assert place(100).units[0].startswith("core:urn:publicid:IDN+t.org+node+vm3:")
+    assert place(101).units[0].startswith("core:urn:publicid:IDN+t.org+node+vm41:")
     store.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import os
+import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -94,6 +95,35 @@ class Counting:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
+
+
+WRITES = ("put", "delete", "claim", "claim_all", "release", "release_all", "release_owner", "reown")
+READS = ("get", "scan", "due", "owner_of", "claims_of", "claims_in", "all_claims", "claim_counts", "claims_under",
+         "claim_changes")
+
+
+class CountingCalls:
+    """A store that counts every call a request thread makes, by method and table (documents a scan returns,
+    one per other call): the reaper's and clocks' threads, which run on their own time, are not counted."""
+
+    def __init__(self, store: Any):
+        self._store = store
+        self.on = False
+        self.calls: collections.Counter[str] = collections.Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._store, name)
+        if name not in WRITES + READS:
+            return found
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            out = found(*args, **kwargs)
+            thread = threading.current_thread().name
+            if self.on and thread != "reaper" and not thread.endswith("-clock"):
+                table = args[0] if name in ("get", "put", "delete", "scan", "due") else ""
+                self.calls[f"{name} {table}".strip()] += len(out) if name == "scan" else 1
+            return out
+        return call
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -266,3 +296,39 @@ def test_a_quota_check_reads_the_users_and_projects_counters_not_every_open_usag
         finally:
             d.stop()
     assert runs[10] == runs[40], runs
+
+
+def test_a_lifecycle_reads_and_writes_as_much_with_40_live_slices_as_with_10(store_url, tmp_path):
+    """Issue 33: a 1-node Allocate, Provision, Status and Delete through the AM API make the same store calls
+    (by method and table, documents read included) whatever the number of live slices, and as few writes as
+    listed here: each write is a transaction (a commit on SQLite, a script on Redis). Requests only: the
+    reaper's ticks run on their own time."""
+    from tests.integration.conftest import Running
+
+    runs = {}
+    for n in (10, 40):
+        filled = Filled(tmp_path, store_url(f"c{n}"), f"c{n}", n)
+        store = CountingCalls(_open(filled.url, filled.name))
+        d = EmbeddedDeployment(filled.home, clock=filled.clock, store=store)
+        d.start()
+        try:
+            alice = Running(filled.home, d, filled.clock, None).user("alice")
+            per_call: dict[str, collections.Counter[str]] = {}
+            for i in range(3):
+                urn, creds = alice.slice_credential(f"cycle{i}")
+                for method, args in (("Allocate", (urn, creds, request_rspec([vm("a")]), {})),
+                                     ("Provision", ([urn], creds, {})), ("Status", ([urn], creds, {})),
+                                     ("Delete", ([urn], creds, {}))):
+                    store.calls.clear()
+                    store.on = True
+                    reply = getattr(alice.am, method)(*args)
+                    store.on = False
+                    assert reply["code"]["geni_code"] == 0, reply
+                    if i:  # the first cycle warms the broker's copy of the claims
+                        assert per_call.setdefault(method, store.calls.copy()) == store.calls, (method, i)
+            runs[n] = per_call
+        finally:
+            d.stop()
+    assert runs[10] == runs[40], (runs[10], runs[40])
+    writes = {m: sum(v for k, v in c.items() if k.split()[0] in WRITES) for m, c in runs[40].items()}
+    assert writes == {"Allocate": 14, "Provision": 20, "Status": 0, "Delete": 20}, (writes, runs[40])

@@ -186,6 +186,19 @@ def test_release_owner_leaves_other_owners_alone(store):
     assert store.claim_all(["a1", "a2"], "carol")  # what alice gave back is free again
 
 
+def test_release_all_gives_back_the_owners_keys_among_them_in_one_write(store):
+    store.claim_all(["core:h1:0", "core:h1:1", "mem:h1:0"], "alice")
+    store.claim("core:h1:2", "bob")
+    gen, _ = store.claim_changes(0)
+    assert store.release_all(["core:h1:0", "core:h1:1", "core:h1:2", "core:h1:9", "core:h1:0"], "alice") == 2
+    assert store.all_claims() == {"mem:h1:0": "alice", "core:h1:2": "bob"}
+    assert store.claim_counts() == {"core:h1": 1, "mem:h1": 1}
+    assert store.claim_changes(gen)[1] == ["core:h1"]  # only the pool that lost claims, once
+    assert store.claims_of("alice") == ["mem:h1:0"]
+    assert store.release_all([], "alice") == 0 and store.release_all(["core:h1:2"], "alice") == 0
+    assert store.owner_of("core:h1:2") == "bob"
+
+
 def test_claims_survive_reopening(stores):
     if stores.kind == "sqlite-memory":
         pytest.skip("an in-memory database lives as long as its connection")

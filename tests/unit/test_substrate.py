@@ -228,3 +228,20 @@ def test_a_vm_size_may_be_a_qemu_machine(tmp_path):
                  "machine: qemu}\n" + HOST)
     sizes = {s.name: s.machine for s in load_substrate(f).vm_sizes}
     assert sizes == {"small": "container", "kvm-big": "qemu"}
+
+
+def test_a_host_is_found_by_component_id_in_any_case_or_by_name_the_first_in_order_winning():
+    """Substrate.host answers from an index built once (issue 33), as the walk it replaced did: the first host
+    whose component id (any case) or name matches."""
+    from dataclasses import replace
+
+    from rspec.substrate import Host, default_substrate
+
+    base = default_substrate("t.org")
+    hosts = (Host("a", "urn:publicid:IDN+t.org+node+x", 1, 1024), Host("x", "urn:publicid:IDN+t.org+node+a", 1, 1024),
+             Host("a", "urn:publicid:IDN+t.org+node+y", 1, 1024))
+    sub = replace(base, hosts=hosts)
+    assert sub.host("a") is hosts[0] and sub.host("x") is hosts[1]  # by name: the first "a"
+    assert sub.host("URN:publicid:IDN+t.org+node+A") is hosts[1] and sub.host("urn:publicid:IDN+t.org+node+y") is hosts[2]
+    assert sub.host("b") is None and sub.host("") is None
+    assert all(base.host(h.component_id) is h and base.host(h.name) is h for h in base.hosts)
