@@ -77,7 +77,7 @@ def samples() -> dict[str, tuple[type, Any, Callable[[Any], Any], Callable[[Any]
                     Demand(NodeDemand.of(one.request.nodes[0]), 1),
                     details, ticket, lease, [], "", True, False, False,
                     "0cb9fc20-1ac9-4148-8118-add57dd4e8ad")
-    usage = UsageRecord(sliver, f"{URN}+slice+fill38", f"{URN}+user+bench", None, "node", "n2",
+    usage = UsageRecord(sliver, f"{URN}+slice+fill38", f"{URN}+user+bench", "node", "n2",
                         Amounts(cores=1, memory_mb=2048, disk_gb=20, nodes=1), start, end)
     return {
         "Demands (10 nodes, 9 links)": (Demands, demands, *codec(Demands)),

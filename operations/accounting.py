@@ -66,7 +66,6 @@ class UsageRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     sliver_urn: str
     slice_urn: str
     user: str
-    project: str | None
     kind: str  # node | link
     client_id: str
     amounts: Amounts
@@ -76,6 +75,7 @@ class UsageRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     end_reason: str = ""  # deleted | shut down | expired | ended (failed or released by the aggregate)
     replaces: str = ""  # an Update's new link: the sliver it replaces at commit (counted beyond it meanwhile)
     replaced_by: str = ""  # the link an Update placed to replace this one: it counts whole once this one ends
+    project: str | None = None  # its slice's project (`project_of`); left out while None, as main stored it
 
     @property
     def open(self) -> bool:

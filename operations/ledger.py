@@ -123,8 +123,8 @@ class Ledger:
         project = project_of(slice_urn)
         try:
             for s in slivers:
-                self._open(UsageRecord(s.urn, canonical_urn(slice_urn), user_key(user), project, s.kind, s.client_id,
-                                       sliver_amounts(s.kind, s.details), now, s.expires,
+                self._open(UsageRecord(s.urn, canonical_urn(slice_urn), user_key(user), s.kind, s.client_id,
+                                       sliver_amounts(s.kind, s.details), now, s.expires, project=project,
                                        replaces=(replaces or {}).get(s.urn, "")))
         except GeniError as exc:
             log.error("usage of slice %s not recorded: %s", slice_urn, exc.message)

@@ -33,8 +33,8 @@ P1 = "urn:publicid:IDN+t.org+project+p1"
 
 def rec(user: str = ALICE, start: datetime = T0, end: datetime | None = T0 + H, cores: int = 1,
         project: str | None = P1, urn: str = "urn:publicid:IDN+t.org+sliver+a", **amounts: int) -> UsageRecord:
-    return UsageRecord(urn, "urn:publicid:IDN+t.org:p1+slice+s", user, project, "node", "n1",
-                       Amounts(cores=cores, nodes=1, **amounts), start, None, end)
+    return UsageRecord(urn, "urn:publicid:IDN+t.org:p1+slice+s", user, "node", "n1",
+                       Amounts(cores=cores, nodes=1, **amounts), start, None, end, project=project)
 
 
 def test_node_amounts_come_from_its_placement_and_a_link_counts_distinct_tags():
@@ -63,7 +63,7 @@ def test_a_record_round_trips_through_its_document_and_never_ends_before_it_star
 
 
 def test_a_sliver_found_gone_ends_at_its_expiry_if_that_passed_else_now():
-    r = UsageRecord("s", "sl", ALICE, None, "node", "n", Amounts(), T0, T0 + H)
+    r = UsageRecord("s", "sl", ALICE, "node", "n", Amounts(), T0, T0 + H)
     assert ended_at(r, T0 + 3 * H) == T0 + H
     assert ended_at(r, T0 + H / 2) == T0 + H / 2
 
@@ -88,7 +88,7 @@ def test_records_outside_the_period_do_not_appear_and_a_reversed_period_is_refus
 
 
 def test_memory_bandwidth_and_vlans_are_resource_hours():
-    r = UsageRecord("l", "sl", ALICE, None, "link", "l", Amounts(memory_mb=2048, vlans=1, bandwidth_kbps=100_000),
+    r = UsageRecord("l", "sl", ALICE, "link", "l", Amounts(memory_mb=2048, vlans=1, bandwidth_kbps=100_000),
                     T0, None, T0 + 2 * H)
     (row,) = aggregate([r], "user", T0, T0 + 2 * H, T0 + 2 * H)
     assert (row.memory_gb_hours, row.vlan_hours, row.mbps_hours) == (4.0, 2.0, 200.0)

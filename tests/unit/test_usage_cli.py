@@ -28,8 +28,8 @@ def home(tmp_path: Path) -> Path:
     store = open_store(store_url)
     for i, hours in enumerate((2, 30)):  # 2 cores for 2 h on Jan 1; 1 core from Jan 1 for 30 h
         rec = UsageRecord(f"urn:publicid:IDN+t.org+sliver+{i}", "urn:publicid:IDN+t.org:p+slice+s", ALICE,
-                          "urn:publicid:IDN+t.org+project+p", "node", f"n{i}", Amounts(cores=2 - i, nodes=1),
-                          T0, None, T0 + timedelta(hours=hours), "deleted")
+                          "node", f"n{i}", Amounts(cores=2 - i, nodes=1), T0, None, T0 + timedelta(hours=hours),
+                          "deleted", project="urn:publicid:IDN+t.org+project+p")
         store.put(USAGE, rec.sliver_urn, encode(rec))
     store.close()
     return tmp_path
