@@ -68,8 +68,71 @@ mount -t tmpfs -o mode=755,nosuid,nodev run /run
 mkdir -p /run/slicex
 tar -xf /dev/vdb -C /run/slicex 2>/dev/null || echo "slicex: no seed on /dev/vdb"
 [ -f /run/slicex/vm-init ] && exec /bin/sh /run/slicex/vm-init
+# no slicex seed: booted by a cloud (OpenStack's config drive)
+[ -x /sbin/slicex-config-drive ] && exec /sbin/slicex-config-drive
 echo "slicex: the seed has no vm-init"
 exec /bin/sh
+"""
+
+# in the image: the guest's init when a cloud booted it (authority/substrate/openstack.py's servers): Nova's config
+# drive (label config-2; vfat or iso9660) gives the host name, the addresses (network_data.json: no DHCP needed)
+# and root's keys; then, so a test can see the VLAN carry traffic, the guest answers broadcast pings, asks its
+# links' broadcast addresses who is there and pings each neighbour, saying so on the console; then sshd.
+CONFIG_DRIVE_INIT = r"""#!/bin/sh
+# slicex VM init on a cloud: Nova's config drive (network_data.json, meta_data.json), then sshd
+say() { echo "slicex: $*" > /dev/console; }
+for m in virtio_net ata_piix sr_mod isofs vfat nls_cp437 nls_iso8859_1; do modprobe -q $m; done
+ip link set lo up
+cd=/run/slicex/config-drive
+mkdir -p $cd
+n=0
+until dev=$(blkid -L config-2) || [ $n -ge 50 ]; do sleep 0.1; n=$((n+1)); done
+if [ -z "$dev" ] || ! mount -o ro "$dev" $cd; then say "no seed and no config drive (label config-2)"; exec /bin/sh; fi
+meta=$cd/openstack/latest/meta_data.json
+net=$cd/openstack/latest/network_data.json
+host=$(sed -n 's/.*"hostname": *"\([^"]*\)".*/\1/p' $meta | cut -d. -f1)
+[ -n "$host" ] && hostname "$host" && echo "$host" > /etc/hostname
+# network_data.json: one object per line, then each network's link, address and mask; the link's MAC
+objs=$(tr '{}' '\n\n' < $net)
+mac_of() { echo "$objs" | grep "\"id\": \"$1\"" | sed -n 's/.*"ethernet_mac_address": *"\([^"]*\)".*/\1/p' | head -1; }
+field() { echo "$2" | sed -n "s/.*\"$1\": *\"\([^\"]*\)\".*/\1/p"; }
+brds=""
+echo "$objs" | grep '"ip_address"' > /run/slicex/networks
+while read -r line; do
+  link=$(field link "$line"); addr=$(field ip_address "$line"); mask=$(field netmask "$line")
+  mac=$(mac_of "$link")
+  dev=""
+  for d in /sys/class/net/*; do [ "$(cat $d/address)" = "$mac" ] && dev=${d##*/}; done
+  if [ -z "$dev" ]; then say "no interface has MAC $mac (link $link)"; continue; fi
+  ip link set "$dev" up
+  ip addr add "$addr/$mask" brd + dev "$dev" && say "$dev $mac $addr/$mask"
+  brds="$brds $(ip -4 -o addr show dev "$dev" | sed -n 's/.* brd \([0-9.]*\).*/\1/p')"
+done < /run/slicex/networks
+mkdir -p /root/.ssh && chmod 700 /root/.ssh
+tr ',{}' '\n\n\n' < $meta | sed -n 's/^ *"[^"]*": *"\(ssh-[^"]*\)".*/\1/p' | sort -u > /root/.ssh/authorized_keys
+umount $cd
+sysctl -q -w net.ipv4.icmp_echo_ignore_broadcasts=0
+(
+  own=" $(ip -4 -o addr show | sed -n 's/.* inet \([0-9.]*\)\/.*/\1/p' | tr '\n' ' ')"
+  t=0
+  while [ $t -lt 60 ]; do
+    found=""
+    for b in $brds; do
+      for peer in $(ping -b -c 2 -W 2 "$b" 2>/dev/null | sed -n 's/^[0-9]* bytes from \([0-9.]*\):.*/\1/p' | sort -u); do
+        case "$own" in *" $peer "*) continue ;; esac
+        found=1
+        say "ping $peer: $(ping -c 3 -W 2 "$peer" | grep 'packets transmitted')"
+      done
+    done
+    [ -n "$found" ] && break
+    sleep 3; t=$((t+1))
+  done
+  [ -n "$found" ] || say "no neighbour answered a ping on$brds"
+) &
+ssh-keygen -A > /dev/null 2>&1
+mkdir -p /run/sshd
+say "ready"
+exec /usr/sbin/sshd -D -e
 """
 
 
@@ -217,6 +280,9 @@ def build_vm_form(image_dir: Path, rootfs: Path, build_id: str, work: Path,
     init = tree / "sbin" / "slicex-init"
     init.write_text(GUEST_INIT)
     init.chmod(0o755)
+    cloud_init = tree / "sbin" / "slicex-config-drive"
+    cloud_init.write_text(CONFIG_DRIVE_INIT)
+    cloud_init.chmod(0o755)
     say("VM form: the initramfs")
     order = module_closure((mods / "modules.dep").read_text(), ROOT_MODULES)
     entries: list[tuple[str, int, bytes]] = [("bin", 0o40755, b""), ("modules", 0o40755, b""),
