@@ -28,6 +28,7 @@ pytestmark = [
                        reason="needs the all-in-one OpenStack cloud: `make test-openstack` (SLICEX_OPENSTACK_AIO=1)"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
     pytest.mark.filterwarnings("ignore::PendingDeprecationWarning"),
+    pytest.mark.timeout(600),  # servers are real QEMU guests (TCG on the development machines)
 ]
 
 openstack = pytest.importorskip("openstack")
