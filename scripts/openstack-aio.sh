@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # An all-in-one OpenStack Zed from Debian's packages, for trying and testing slicex's openstack substrate on one
 # machine without a cloud: MariaDB, RabbitMQ, Keystone (uwsgi), Glance (file store), Placement (uwsgi), Nova with
-# the fake compute driver (real API, scheduler, placement and port binding; no VM), Neutron ML2 (flat + vlan,
-# openvswitch mechanism driver, QoS) with a real neutron-openvswitch-agent on userspace (netdev) OVS bridges.
+# the libvirt driver (QEMU: KVM where a probe boot shows it works, else TCG; Glance holds the VM form of the host's
+# slicex catalogue image, scripts/openstack-aio/guest_image.py), Neutron ML2 (flat + vlan, openvswitch mechanism
+# driver, QoS) with a real neutron-openvswitch-agent on userspace (netdev) OVS bridges.
 #
 #   scripts/openstack-aio.sh install   Debian packages (debconf: configure nothing; no service is started)
-#   scripts/openstack-aio.sh start     first time: databases, users, endpoints, flavors, image; then every daemon
+#   scripts/openstack-aio.sh start     first time: databases, users, endpoints, flavors, images; then every daemon
 #   scripts/openstack-aio.sh stop      every daemon, by the pid this script recorded
 #   scripts/openstack-aio.sh status    which daemons run; exit 0 only when all of them do and the cloud answers
 #   scripts/openstack-aio.sh clouds    print the path of the clouds.yaml (cloud `slicex-aio`, admin)

@@ -1,5 +1,5 @@
 """The OpenStack substrate against a live cloud: the all-in-one OpenStack Zed of scripts/openstack-aio.sh
-(Keystone, Glance, Placement, Nova with the fake compute driver, Neutron ML2 with the Open vSwitch agent on
+(Keystone, Glance, Placement, Nova with the libvirt driver, Neutron ML2 with the Open vSwitch agent on
 userspace bridges). The driver (authority/substrate/openstack.py) on its own, and `slicex up --substrate openstack`
 driven over mutual TLS as omni drives it.
 
@@ -50,7 +50,7 @@ VM_IMAGE = "slicex-aio-vm"  # a slicex VM image that boots: scripts/openstack-ai
 FLAVORS = {"default-vm": "m1.tiny", "XOSmall": "m1.tiny", "XOHuge": "slicex-aio-huge",
            "XOQuota": "slicex-aio-overquota"}
 TEST_FLAVORS = {  # name: (RAM MiB, vCPUs, disk GiB)
-    "slicex-aio-huge": (512, 1, 1_000_000),  # more disk than the fake compute host's 600 000 GiB; no quota on disk
+    "slicex-aio-huge": (512, 1, 1_000_000),  # more disk than the compute host has; no quota on disk
     "slicex-aio-overquota": (4_000_000, 1, 1),  # more RAM than the project's default quota (51 200 MiB)
 }
 NOW = datetime.now(UTC)
