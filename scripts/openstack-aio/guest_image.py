@@ -2,6 +2,7 @@
 the same builder `slicex image build` uses) in Glance, for Nova's libvirt driver to boot by direct kernel boot.
 
     guest_image.py accel STATE              print the libvirt virt_type: kvm when a probe boot with KVM works, else qemu
+                                            (building the VM form first, as below, if it has none)
     guest_image.py upload STATE CLOUDS_YAML  build the VM form into STATE/vm-image if it has none of this builder and
                                             this catalogue image, and put it in Glance (once per build): the kernel
                                             (aki), the initramfs (ari) and the root disk (qcow2) naming both
@@ -53,7 +54,7 @@ def vm_form(state: Path) -> dict:
         root.mkdir(parents=True, exist_ok=True)
         work = root / f".build-{uuid.uuid4().hex[:6]}"
         try:
-            vm_image.build_vm_form(root, img.rootfs, img.build_id, work, lambda m: print(m, flush=True))
+            vm_image.build_vm_form(root, img.rootfs, img.build_id, work, lambda m: print(m, file=sys.stderr, flush=True))
         finally:
             shutil.rmtree(work, ignore_errors=True)
         meta_file = root / vm_image.VM_DIR / "vm.json"
@@ -65,8 +66,8 @@ def vm_form(state: Path) -> dict:
 
 
 def accel(state: Path) -> str:
-    form = vm_image.vm_form(state / "vm-image") or vm_image.vm_form(catalogue_image().rootfs.parent)
-    probe = probe_accel(form, cache=state / "accel.json")
+    """The probe boots the VM form's kernel (built first if missing): once per cloud state (STATE/accel.json)."""
+    probe = probe_accel(vm_form(state), cache=state / "accel.json")
     return "kvm" if accel_of(probe) == "kvm" else "qemu"
 
 
