@@ -78,9 +78,31 @@ exec /bin/sh
 # drive (label config-2; vfat or iso9660) gives the host name, the addresses (network_data.json: no DHCP needed)
 # and root's keys; then, so a test can see the VLAN carry traffic, the guest answers broadcast pings, asks its
 # links' broadcast addresses who is there and pings each neighbour, saying so on the console; then sshd.
+# Reading Nova's config drive with sed alone (the image has no JSON tool): Nova writes each file on one line, its
+# objects flat but for `links`/`networks`/`services` lists and `meta`/`public_keys` maps. Unit-tested on Nova's
+# own output (tests/unit/test_vm_image.py).
+CONFIG_DRIVE_PARSE = r"""
+# cd_field NAME OBJECT: the string value of NAME in a flat JSON object
+cd_field() { echo "$2" | sed -n "s/.*\"$1\": *\"\([^\"]*\)\".*/\1/p"; }
+# cd_networks network_data.json: "LINK ADDRESS NETMASK MAC" for each network with a fixed address
+cd_networks() {
+  objs=$(tr '{}' '\n\n' < "$1")
+  echo "$objs" | grep '"ip_address"' | while read -r line; do
+    link=$(cd_field link "$line")
+    mac=$(echo "$objs" | grep "\"id\": \"$link\"" | head -1)
+    echo "$link $(cd_field ip_address "$line") $(cd_field netmask "$line") $(cd_field ethernet_mac_address "$mac")"
+  done
+}
+# cd_hostname meta_data.json: the short host name
+cd_hostname() { cd_field hostname "$(cat "$1")" | cut -d. -f1; }
+# cd_keys meta_data.json: the public keys, one a line
+cd_keys() { tr ',{}' '\n\n\n' < "$1" | sed -n 's/^ *"[^"]*": *"\(ssh-[^"]*\)".*/\1/p' | sort -u; }
+"""
+
 CONFIG_DRIVE_INIT = r"""#!/bin/sh
 # slicex VM init on a cloud: Nova's config drive (network_data.json, meta_data.json), then sshd
 say() { echo "slicex: $*" > /dev/console; }
+""" + CONFIG_DRIVE_PARSE + r"""
 for m in virtio_net ata_piix sr_mod isofs vfat nls_cp437 nls_iso8859_1; do modprobe -q $m; done
 ip link set lo up
 cd=/run/slicex/config-drive
@@ -89,18 +111,11 @@ n=0
 until dev=$(blkid -L config-2) || [ $n -ge 50 ]; do sleep 0.1; n=$((n+1)); done
 if [ -z "$dev" ] || ! mount -o ro "$dev" $cd; then say "no seed and no config drive (label config-2)"; exec /bin/sh; fi
 meta=$cd/openstack/latest/meta_data.json
-net=$cd/openstack/latest/network_data.json
-host=$(sed -n 's/.*"hostname": *"\([^"]*\)".*/\1/p' $meta | cut -d. -f1)
+host=$(cd_hostname $meta)
 [ -n "$host" ] && hostname "$host" && echo "$host" > /etc/hostname
-# network_data.json: one object per line, then each network's link, address and mask; the link's MAC
-objs=$(tr '{}' '\n\n' < $net)
-mac_of() { echo "$objs" | grep "\"id\": \"$1\"" | sed -n 's/.*"ethernet_mac_address": *"\([^"]*\)".*/\1/p' | head -1; }
-field() { echo "$2" | sed -n "s/.*\"$1\": *\"\([^\"]*\)\".*/\1/p"; }
 brds=""
-echo "$objs" | grep '"ip_address"' > /run/slicex/networks
-while read -r line; do
-  link=$(field link "$line"); addr=$(field ip_address "$line"); mask=$(field netmask "$line")
-  mac=$(mac_of "$link")
+cd_networks $cd/openstack/latest/network_data.json > /run/slicex/networks
+while read -r link addr mask mac; do
   dev=""
   for d in /sys/class/net/*; do [ "$(cat $d/address)" = "$mac" ] && dev=${d##*/}; done
   if [ -z "$dev" ]; then say "no interface has MAC $mac (link $link)"; continue; fi
@@ -109,7 +124,7 @@ while read -r line; do
   brds="$brds $(ip -4 -o addr show dev "$dev" | sed -n 's/.* brd \([0-9.]*\).*/\1/p')"
 done < /run/slicex/networks
 mkdir -p /root/.ssh && chmod 700 /root/.ssh
-tr ',{}' '\n\n\n' < $meta | sed -n 's/^ *"[^"]*": *"\(ssh-[^"]*\)".*/\1/p' | sort -u > /root/.ssh/authorized_keys
+cd_keys $meta > /root/.ssh/authorized_keys
 umount $cd
 sysctl -q -w net.ipv4.icmp_echo_ignore_broadcasts=0
 (
