@@ -14,7 +14,9 @@ Everything comes from Debian's packages through the host's apt (`apt-get downloa
 apt must offer the kernel for the image's architecture (a Debian 12 host does). The guest boots no init system:
 `/sbin/slicex-init` mounts the kernel file systems, unpacks the node's seed (a tar archive on its second disk,
 written by the host at each start: host name, addresses, users, keys, sshd configuration and the node's init
-script) into /run/slicex and runs it, so under TCG a node is ready seconds after its kernel is.
+script) into /run/slicex and runs it, so under TCG a node is ready seconds after its kernel is. With no seed
+(a server OpenStack booted: scripts/openstack-aio/guest_image.py puts the form in Glance) it runs
+`/sbin/slicex-config-drive`, which reads Nova's config drive instead.
 
 The form is built in `<dir>/.build-<name>-vm<id>/` and renamed into place, so a cut build leaves none (the
 catalogue's `recover` removes the directory)."""
