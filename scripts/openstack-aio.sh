@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # An all-in-one OpenStack Zed from Debian's packages, for trying and testing slicex's openstack substrate on one
 # machine without a cloud: MariaDB, RabbitMQ, Keystone (uwsgi), Glance (file store), Placement (uwsgi), Nova with
-# the fake compute driver (real API, scheduler, placement and port binding; no VM), Neutron ML2 (flat + vlan,
-# openvswitch mechanism driver, QoS) with a real neutron-openvswitch-agent on userspace (netdev) OVS bridges.
+# the libvirt driver (QEMU: KVM where a probe boot shows it works, else TCG; Glance holds the VM form of the host's
+# slicex catalogue image, scripts/openstack-aio/guest_image.py), Neutron ML2 (flat + vlan, openvswitch mechanism
+# driver, QoS) with a real neutron-openvswitch-agent on userspace (netdev) OVS bridges.
 #
 #   scripts/openstack-aio.sh install   Debian packages (debconf: configure nothing; no service is started)
-#   scripts/openstack-aio.sh start     first time: databases, users, endpoints, flavors, image; then every daemon
+#   scripts/openstack-aio.sh start     first time: databases, users, endpoints, flavors, images; then every daemon
 #   scripts/openstack-aio.sh stop      every daemon, by the pid this script recorded
 #   scripts/openstack-aio.sh status    which daemons run; exit 0 only when all of them do and the cloud answers
 #   scripts/openstack-aio.sh clouds    print the path of the clouds.yaml (cloud `slicex-aio`, admin)
@@ -31,7 +32,7 @@ PHYSNET="physnet1"
 VLANS="1:4094"
 
 PACKAGES=(mariadb-server python3-pymysql rabbitmq-server keystone uwsgi-plugin-python3 glance-api placement-api
-          nova-api nova-conductor nova-scheduler nova-compute nova-compute-ironic neutron-server
+          nova-api nova-conductor nova-scheduler nova-compute nova-compute-qemu libvirt-daemon-system genisoimage neutron-server
           neutron-openvswitch-agent openvswitch-switch python3-openstackclient)
 
 log() { printf '[openstack-aio %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -122,14 +123,15 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 http_ok() { curl -s -o /dev/null -m 3 -w '%{http_code}' "$1" | grep -q '^[23]'; }
 sql() { mariadb --socket="$STATE/mysql-run/mysqld.sock" -uroot -N -e "$1"; }
 
-DAEMONS=(ovsdb-server ovs-vswitchd mariadb epmd rabbitmq keystone glance-api placement nova-api nova-conductor
-         nova-scheduler nova-compute neutron-server neutron-openvswitch-agent)
+DAEMONS=(ovsdb-server ovs-vswitchd mariadb epmd rabbitmq keystone glance-api placement virtlogd libvirtd nova-api
+         nova-conductor nova-scheduler nova-compute neutron-server neutron-openvswitch-agent)
 
 render() {  # the repo's configuration files, with this machine's state directory and password
   mkdir -p "$ETC"
   local f
   for f in "$TEMPLATES"/*.conf "$TEMPLATES"/*.ini; do
     sed -e "s|@STATE@|$STATE|g" -e "s|@PASSWORD@|$PASSWORD|g" -e "s|@PHYSNET@|$PHYSNET|g" -e "s|@VLANS@|$VLANS|g" \
+      -e "s|@VIRT_TYPE@|$VIRT_TYPE|g" \
       "$f" >"$ETC/$(basename "$f")"
   done
   mkdir -p "$ETC/placement"; cp "$ETC/placement.conf" "$ETC/placement/placement.conf"
@@ -236,6 +238,7 @@ start_services() {
   launch placement env OS_PLACEMENT_CONFIG_DIR="$ETC/placement" uwsgi --plugin python3 \
     --http-socket 127.0.0.1:8778 --wsgi-file /usr/bin/placement-api --master --processes 1 --threads 2 \
     --add-header "Connection: close" --die-on-term --need-app
+  start_libvirt
   launch nova-api nova-api "${nova[@]}"
   launch nova-conductor nova-conductor "${nova[@]}"
   launch nova-scheduler nova-scheduler "${nova[@]}"
@@ -254,6 +257,19 @@ start_services() {
   fi
 }
 
+start_libvirt() {  # libvirt's daemons, directly (their init scripts may be refused); QEMU's console logs need virtlogd
+  mkdir -p "$STATE/nova/instances"
+  launch virtlogd virtlogd
+  launch libvirtd libvirtd
+  wait_for libvirtd 30 virsh -c qemu:///system version
+}
+
+guest_image() {  # guest_image accel|upload ...: scripts/openstack-aio/guest_image.py with the repository's venv
+  local py="$HERE/../.venv/bin/python"
+  [ -x "$py" ] || py=python3
+  "$py" "$TEMPLATES/guest_image.py" "$@"
+}
+
 cloud_ready() {  # the compute host is up and mapped, and the OVS agent reports alive
   OS_CLIENT_CONFIG_FILE="$STATE/clouds.yaml" /usr/bin/python3 - <<'PY'
 import sys, warnings
@@ -270,6 +286,8 @@ PY
 cmd_start() {
   command -v nova-api >/dev/null || die "packages missing: run $0 install first"
   mkdir -p "$RUN" "$LOG"
+  VIRT_TYPE="$(guest_image accel "$STATE")" || die "cannot probe KVM (scripts/openstack-aio/guest_image.py)"
+  log "libvirt virt_type $VIRT_TYPE"
   render
   local t0=$SECONDS
   start_mariadb
@@ -278,15 +296,26 @@ cmd_start() {
   start_services
   nova-manage --config-file "$ETC/nova.conf" cell_v2 discover_hosts >>"$LOG/db-sync.log" 2>&1 || true
   wait_for "the compute host and the OVS agent" 120 cloud_ready
+  guest_image upload "$STATE" "$STATE/clouds.yaml" || die "the VM image did not reach Glance"
   log "cloud up in $((SECONDS - t0))s; clouds.yaml: $STATE/clouds.yaml (cloud slicex-aio, physical network $PHYSNET)"
 }
 
 cmd_stop() {  # the OpenStack services together, then what they use
   halt neutron-openvswitch-agent neutron-server nova-compute nova-scheduler nova-conductor nova-api placement \
     glance-api keystone
+  stop_guests
+  halt libvirtd virtlogd
   halt rabbitmq epmd mariadb
   halt ovs-vswitchd
   halt ovsdb-server
+}
+
+stop_guests() {  # QEMU processes libvirt started outlive libvirtd: destroy every domain first
+  running libvirtd || return 0
+  local d
+  for d in $(virsh -c qemu:///system list --name 2>/dev/null); do
+    virsh -c qemu:///system destroy "$d" >/dev/null 2>&1 && log "destroyed guest $d"
+  done
 }
 
 cmd_status() {

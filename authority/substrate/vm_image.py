@@ -14,7 +14,9 @@ Everything comes from Debian's packages through the host's apt (`apt-get downloa
 apt must offer the kernel for the image's architecture (a Debian 12 host does). The guest boots no init system:
 `/sbin/slicex-init` mounts the kernel file systems, unpacks the node's seed (a tar archive on its second disk,
 written by the host at each start: host name, addresses, users, keys, sshd configuration and the node's init
-script) into /run/slicex and runs it, so under TCG a node is ready seconds after its kernel is.
+script) into /run/slicex and runs it, so under TCG a node is ready seconds after its kernel is. With no seed
+(a server OpenStack booted: scripts/openstack-aio/guest_image.py puts the form in Glance) it runs
+`/sbin/slicex-config-drive`, which reads Nova's config drive instead.
 
 The form is built in `<dir>/.build-<name>-vm<id>/` and renamed into place, so a cut build leaves none (the
 catalogue's `recover` removes the directory)."""
@@ -68,8 +70,86 @@ mount -t tmpfs -o mode=755,nosuid,nodev run /run
 mkdir -p /run/slicex
 tar -xf /dev/vdb -C /run/slicex 2>/dev/null || echo "slicex: no seed on /dev/vdb"
 [ -f /run/slicex/vm-init ] && exec /bin/sh /run/slicex/vm-init
+# no slicex seed: booted by a cloud (OpenStack's config drive)
+[ -x /sbin/slicex-config-drive ] && exec /sbin/slicex-config-drive
 echo "slicex: the seed has no vm-init"
 exec /bin/sh
+"""
+
+# in the image: the guest's init when a cloud booted it (authority/substrate/openstack.py's servers): Nova's config
+# drive (label config-2; vfat or iso9660) gives the host name, the addresses (network_data.json: no DHCP needed)
+# and root's keys; then, so a test can see the VLAN carry traffic, the guest answers broadcast pings, asks its
+# links' broadcast addresses who is there and pings each neighbour, saying so on the console; then sshd.
+# Reading Nova's config drive with sed alone (the image has no JSON tool): Nova writes each file on one line, its
+# objects flat but for `links`/`networks`/`services` lists and `meta`/`public_keys` maps. Unit-tested on Nova's
+# own output (tests/unit/test_vm_image.py).
+CONFIG_DRIVE_PARSE = r"""
+# cd_field NAME OBJECT: the string value of NAME in a flat JSON object
+cd_field() { echo "$2" | sed -n "s/.*\"$1\": *\"\([^\"]*\)\".*/\1/p"; }
+# cd_networks network_data.json: "LINK ADDRESS NETMASK MAC" for each network with a fixed address
+cd_networks() {
+  objs=$(tr '{}' '\n\n' < "$1")
+  echo "$objs" | grep '"ip_address"' | while read -r line; do
+    link=$(cd_field link "$line")
+    mac=$(echo "$objs" | grep "\"id\": \"$link\"" | head -1)
+    echo "$link $(cd_field ip_address "$line") $(cd_field netmask "$line") $(cd_field ethernet_mac_address "$mac")"
+  done
+}
+# cd_hostname meta_data.json: the short host name
+cd_hostname() { cd_field hostname "$(cat "$1")" | cut -d. -f1; }
+# cd_keys meta_data.json: the public keys, one a line
+cd_keys() { tr ',{}' '\n\n\n' < "$1" | sed -n 's/^ *"[^"]*": *"\(ssh-[^"]*\)".*/\1/p' | sort -u; }
+"""
+
+CONFIG_DRIVE_INIT = r"""#!/bin/sh
+# slicex VM init on a cloud: Nova's config drive (network_data.json, meta_data.json), then sshd
+say() { echo "slicex: $*" > /dev/console; }
+""" + CONFIG_DRIVE_PARSE + r"""
+for m in virtio_net ata_piix sr_mod isofs vfat nls_cp437 nls_iso8859_1; do modprobe -q $m; done
+ip link set lo up
+cd=/run/slicex/config-drive
+mkdir -p $cd
+n=0
+until dev=$(blkid -L config-2) || [ $n -ge 50 ]; do sleep 0.1; n=$((n+1)); done
+if [ -z "$dev" ] || ! mount -o ro "$dev" $cd; then say "no seed and no config drive (label config-2)"; exec /bin/sh; fi
+meta=$cd/openstack/latest/meta_data.json
+host=$(cd_hostname $meta)
+[ -n "$host" ] && hostname "$host" && echo "$host" > /etc/hostname
+brds=""
+cd_networks $cd/openstack/latest/network_data.json > /run/slicex/networks
+while read -r link addr mask mac; do
+  dev=""
+  for d in /sys/class/net/*; do [ "$(cat $d/address)" = "$mac" ] && dev=${d##*/}; done
+  if [ -z "$dev" ]; then say "no interface has MAC $mac (link $link)"; continue; fi
+  ip link set "$dev" up
+  ip addr add "$addr/$mask" brd + dev "$dev" && say "$dev $mac $addr/$mask"
+  brds="$brds $(ip -4 -o addr show dev "$dev" | sed -n 's/.* brd \([0-9.]*\).*/\1/p')"
+done < /run/slicex/networks
+mkdir -p /root/.ssh && chmod 700 /root/.ssh
+cd_keys $meta > /root/.ssh/authorized_keys
+umount $cd
+sysctl -q -w net.ipv4.icmp_echo_ignore_broadcasts=0
+(
+  own=" $(ip -4 -o addr show | sed -n 's/.* inet \([0-9.]*\)\/.*/\1/p' | tr '\n' ' ')"
+  t=0
+  while [ $t -lt 60 ]; do
+    found=""
+    for b in $brds; do
+      for peer in $(ping -b -c 2 -W 2 "$b" 2>/dev/null | sed -n 's/^[0-9]* bytes from \([0-9.]*\):.*/\1/p' | sort -u); do
+        case "$own" in *" $peer "*) continue ;; esac
+        found=1
+        say "ping $peer: $(ping -c 3 -W 2 "$peer" | grep 'packets transmitted')"
+      done
+    done
+    [ -n "$found" ] && break
+    sleep 3; t=$((t+1))
+  done
+  [ -n "$found" ] || say "no neighbour answered a ping on$brds"
+) &
+ssh-keygen -A > /dev/null 2>&1
+mkdir -p /run/sshd
+say "ready"
+exec /usr/sbin/sshd -D -e
 """
 
 
@@ -217,6 +297,9 @@ def build_vm_form(image_dir: Path, rootfs: Path, build_id: str, work: Path,
     init = tree / "sbin" / "slicex-init"
     init.write_text(GUEST_INIT)
     init.chmod(0o755)
+    cloud_init = tree / "sbin" / "slicex-config-drive"
+    cloud_init.write_text(CONFIG_DRIVE_INIT)
+    cloud_init.chmod(0o755)
     say("VM form: the initramfs")
     order = module_closure((mods / "modules.dep").read_text(), ROOT_MODULES)
     entries: list[tuple[str, int, bytes]] = [("bin", 0o40755, b""), ("modules", 0o40755, b""),

@@ -49,7 +49,8 @@ def main(clouds_yaml: str, password: str) -> None:
 
 
 def flavors_and_image(clouds_yaml: str) -> None:
-    """After Nova and Glance answer: the flavors and a 1 MiB image (the fake driver boots nothing)."""
+    """After Nova and Glance answer: the flavors and a blank 1 MiB image (QEMU starts and finds nothing to boot:
+    the cheap server of the lifecycle tests; guest_image.py uploads the one that boots)."""
     os.environ["OS_CLIENT_CONFIG_FILE"] = clouds_yaml
     conn = openstack.connect(cloud="slicex-aio")
     for name, (ram, vcpus, disk) in FLAVORS.items():

@@ -1,5 +1,5 @@
 """The OpenStack substrate against a live cloud: the all-in-one OpenStack Zed of scripts/openstack-aio.sh
-(Keystone, Glance, Placement, Nova with the fake compute driver, Neutron ML2 with the Open vSwitch agent on
+(Keystone, Glance, Placement, Nova with the libvirt driver, Neutron ML2 with the Open vSwitch agent on
 userspace bridges). The driver (authority/substrate/openstack.py) on its own, and `slicex up --substrate openstack`
 driven over mutual TLS as omni drives it.
 
@@ -28,6 +28,7 @@ pytestmark = [
                        reason="needs the all-in-one OpenStack cloud: `make test-openstack` (SLICEX_OPENSTACK_AIO=1)"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
     pytest.mark.filterwarnings("ignore::PendingDeprecationWarning"),
+    pytest.mark.timeout(600),  # servers are real QEMU guests (TCG on the development machines)
 ]
 
 openstack = pytest.importorskip("openstack")
@@ -45,10 +46,11 @@ from tests.integration.test_netns_am import Up  # noqa: E402
 CLOUD = "slicex-aio"
 PHYSNET = "physnet1"
 IMAGE = "slicex-aio-image"  # scripts/openstack-aio/bootstrap.py makes it, and the flavors
+VM_IMAGE = "slicex-aio-vm"  # a slicex VM image that boots: scripts/openstack-aio/guest_image.py puts it in Glance
 FLAVORS = {"default-vm": "m1.tiny", "XOSmall": "m1.tiny", "XOHuge": "slicex-aio-huge",
            "XOQuota": "slicex-aio-overquota"}
 TEST_FLAVORS = {  # name: (RAM MiB, vCPUs, disk GiB)
-    "slicex-aio-huge": (512, 1, 1_000_000),  # more disk than the fake compute host's 600 000 GiB; no quota on disk
+    "slicex-aio-huge": (512, 1, 1_000_000),  # more disk than the compute host has; no quota on disk
     "slicex-aio-overquota": (4_000_000, 1, 1),  # more RAM than the project's default quota (51 200 MiB)
 }
 NOW = datetime.now(UTC)
@@ -219,13 +221,16 @@ def test_a_node_whose_image_is_gone_fails_geni_start_with_novas_reason(driver, c
 
 # ---- `slicex up --substrate openstack` through the AM API ----------------------------------------------------------
 @pytest.fixture
-def aggregate(conn, tmp_path: Path):
+def aggregate(conn, tmp_path: Path, request):
     """A running `slicex up --substrate openstack` on the cloud, an AM client and a slice credential of
-    alice's; afterwards nothing of the deployment may stay in the cloud."""
+    alice's; afterwards nothing of the deployment may stay in the cloud. Nodes boot `default_image` (IMAGE, a
+    blank disk, unless the test is marked `@pytest.mark.image(name)`)."""
     prefix = new_prefix()
+    marker = request.node.get_closest_marker("image")
+    image = marker.args[0] if marker else IMAGE
     home = make_home(tmp_path / "home", substrate_driver="openstack", sa_port=0, am_port=0,
                      openstack={"cloud": CLOUD, "physical_network": PHYSNET, "flavors": FLAVORS,
-                                "images": {"ubuntu-22.04": IMAGE}, "default_image": IMAGE, "prefix": prefix})
+                                "images": {"ubuntu-22.04": image}, "default_image": image, "prefix": prefix})
     up = Up(home, "openstack", cwd=REPO)
     checker = OpenStackDriver(settings(prefix))
     checker.start()
@@ -321,4 +326,44 @@ def test_deleting_the_link_before_its_nodes_in_one_call_leaves_nothing(aggregate
     # the link first: Neutron refuses to delete a network while the nodes' ports are on it (409)
     ok(am.Delete([urns["lan0"], urns["n1"], urns["n2"]], cred, {}))
     assert not list(conn.network.networks(tags=f"slicex-{checker.prefix}")), "the link's close failed (409)"
+    assert checker.leftovers() == []
+
+
+def console(conn, server) -> str:
+    return conn.compute.get_server_console_output(server).get("output") or ""
+
+
+@pytest.mark.image(VM_IMAGE)
+def test_two_servers_boot_the_slicex_vm_image_on_a_vlan_and_one_pings_the_other(aggregate, conn):
+    """Nova's libvirt driver boots the VM form of a slicex image on both nodes; the guests take their addresses
+    from the config drive and ping each other over the VLAN, which their console logs show."""
+    am, urn, cred, checker = aggregate
+    ok(am.Allocate(urn, cred, two_nodes_on_a_vlan(), {}))
+    ok(am.Provision([urn], cred, {"geni_users": []}))
+    t0 = time.monotonic()
+    ok(am.PerformOperationalAction([urn], cred, "geni_start", {}))
+    all_in(am, urn, cred, "geni_ready", timeout_s=300)
+    active_s = time.monotonic() - t0
+    servers = servers_of(conn, checker.prefix)
+    assert len(servers) == 2 and {s.status for s in servers.values()} == {"ACTIVE"}
+    net = next(iter(conn.network.networks(tags=f"slicex-{checker.prefix}")))
+    assert net.provider_network_type == "vlan"
+    ports = wait_until("both ports ACTIVE", lambda: (ps := list(conn.network.ports(network_id=net.id)))
+                       and len(ps) == 2 and all(p.status == "ACTIVE" for p in ps) and ps, 120)
+    address = {p.device_id: p.fixed_ips[0]["ip_address"] for p in ports}
+    by_id = {s.id: s for s in servers.values()}
+    assert set(address) == set(by_id)
+
+    def a_ping() -> str:
+        for sid, server in by_id.items():
+            peer = next(a for other, a in address.items() if other != sid)
+            log = console(conn, server)
+            m = re.search(rf"slicex: ping {re.escape(peer)}: 3 packets transmitted, 3 received.*", log)
+            if m:
+                return f"{address[sid]} -> {m.group(0)}"
+        return ""
+    seen = wait_until("a guest's console showing it pinged the other", a_ping, 400)
+    print(f"\nservers ACTIVE {active_s:.0f} s after geni_start; ping seen {time.monotonic() - t0:.0f} s after: "
+          f"{seen}")
+    ok(am.Delete([urn], cred, {}))
     assert checker.leftovers() == []
