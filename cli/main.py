@@ -266,7 +266,7 @@ def _bind_deployment_store(home: Home, url: str, init_store: bool) -> None:
     dep = str(known or uuid.uuid4().hex[:16])
     store = open_store(url)
     try:
-        made = bind_store(store, dep, home, create=init_store or not known or fresh)
+        made = bind_store(store, dep, home, create=init_store or not known or fresh, migrating=True)
     finally:
         store.close()
     if not known:  # after the store took it: a first `up` that failed there is still a first `up`

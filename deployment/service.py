@@ -376,7 +376,7 @@ def guarded(store: Store | None, cfg: SlicexConfig) -> Any:
                         None if store is not None else sqlite_dir(url))
 
 
-def bind_store(store: Store, deployment_id: str, home: Home, create: bool) -> bool:
+def bind_store(store: Store, deployment_id: str, home: Home, create: bool, migrating: bool = False) -> bool:
     """Refuse to run on a store that is not this deployment's. The deployment's id (from slicex.yaml) is
     written into its store only when `create` says so (a home's first `slicex up`, or `slicex up
     --init-store`); every other process, `up` or an actor started by hand, checks it. An actor that reads
@@ -401,7 +401,7 @@ def bind_store(store: Store, deployment_id: str, home: Home, create: bool) -> bo
         raise Refused(f"the store {url} belongs to deployment {doc.get('id')} (home {doc.get('home')}), not to "
                       f"this one ({deployment_id}, home {home.root}). Point `store` in {home.config_file} at "
                       f"this deployment's store, or give this deployment a store of its own")
-    if not create:  # `slicex up` migrated it before starting anything; a process started otherwise checks
+    if not create and not migrating:  # `slicex up` (`migrating`) migrates it next; any other process checks
         from deployment.migrations import STEPS
         from slicex.store.migration import check
 

@@ -222,3 +222,45 @@ def test_a_home_that_ran_embedded_starts_distributed_on_a_new_store_and_refuses_
     finally:
         dep.cli("down", check=False)
         RedisStore(REDIS_URL).flush()
+
+
+@pytest.mark.parametrize("distributed", [False, True], ids=["embedded", "distributed"])
+def test_up_on_its_own_store_of_an_older_layout_migrates_it_and_serves(tmp_path: Path, distributed: bool):
+    """An upgrade: a deployment that ran on its store restarts with a slicex whose layout is ahead. `slicex up`
+    migrates the store, then serves; an actor started by hand on it before that is refused, naming `slicex up`.
+    Found by bench/scale.py: `up` checked the layout (refusing, exit 2) before the step that migrates it, so a
+    deployment's own store could never be brought forward; only a store `up` took as new was."""
+    from deployment.migrations import STEPS
+    from slicex.store import open_store
+    from slicex.store.migration import MARK_KEY, MARK_TABLE, layout_of
+    from slicex.store.redis_store import RedisStore
+
+    RedisStore(REDIS_URL).flush()
+    dep = Deployment(tmp_path / "home", distributed=distributed, store=REDIS_URL if distributed else None)
+    try:
+        dep.up()
+        urn, creds = _creds(dep, "kept")
+        assert _allocate(dep, urn, creds, "a")["code"]["geni_code"] == 0
+        dep.cli("down")
+        url = str(dep.home.config().store)
+        store = open_store(url)
+        try:  # what the slicex before the last two steps left (the steps are idempotent)
+            store.put(MARK_TABLE, MARK_KEY, {"done": STEPS[-3].number, "name": STEPS[-3].name})
+        finally:
+            store.close()
+        refused = dep.cli("actor", "broker", check=False)
+        assert refused.returncode != 0 and "slicex up" in refused.stdout + refused.stderr, refused
+        started = dep.cli("up", "--detach", *(["--distributed"] if distributed else []), check=False)
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert dep.status_ok(20)
+        store = open_store(url)
+        try:
+            assert layout_of(store) == STEPS[-1].number
+        finally:
+            store.close()
+        am, _sa = dep.proxy()
+        described = am.Describe([urn], creds, {"geni_rspec_version": {"type": "GENI", "version": "3"}})
+        assert described["code"]["geni_code"] == 0 and 'client_id="a"' in described["value"]["geni_rspec"]
+    finally:
+        dep.cli("down", check=False)
+        RedisStore(REDIS_URL).flush()
