@@ -210,9 +210,10 @@ class SliverDetails(TypedDict, total=False):
     vm_size: str
     disk_image: str  # image URN
     host: str  # host name
-    cores: int
+    cores: int | float  # a VM size's whole cores; a driver also honours a fraction (a CPU quota)
     memory_mb: int
     disk_gb: int  # the node's disk (its writable layer), from its VM size
+    machine: str  # the VM size's machine: "qemu" for a qemu-vm node (a container when absent)
     interfaces: dict[str, dict[str, str | int | None]]  # request interface client_id -> component_id, ip, netmask,
     # and once provisioned its sliver_id, mac_address and its link's vlan_tag (an int, None before a tag is chosen)
     execute: list[dict[str, str]]  # post-boot commands: shell, command
@@ -239,6 +240,12 @@ class SliverDetails(TypedDict, total=False):
     latency_ms: int
     packet_loss: float
     mirror_to: str  # measure:mirror: the capture interface (client_id) the link's packets are copied to
+    # a link across racks (resources/vlan.py, stitching/racks.py): its path through the switches
+    rack_path: str  # the path's kind
+    switch_tags: dict[str, int]  # switch -> the tag the link has on it
+    interface_tags: dict[str, int]  # each end's interface -> its tag
+    hops: list[dict[str, Any]]  # the path's hops (stitching/racks.py Hop documents)
+    switch: str  # the first switch of its path
     bindings: dict[str, dict[str, str]]  # Update: a kept node's new interface -> its node and host interface
     addresses: dict[str, str]  # Update: a link that replaced one, its interfaces' addresses (the kept ones kept)
     # added by the slice manager

@@ -20,6 +20,7 @@ from authority.substrate.flows import Flow
 from authority.substrate.netns import NetnsDriver
 from authority.substrate.openflow import cookie_flows
 from protocol.messages import SliverSpec
+from slicex.codec import encode
 from tests.integration.netns_support import (
     assert_shaped,
     cleanup,
@@ -120,6 +121,7 @@ CHILD = textwrap.dedent("""
     import json, sys, time
     from datetime import UTC, datetime
     from protocol.messages import SliverSpec
+    from slicex.codec import decode
     from authority.substrate.netns import NetnsDriver
     d = NetnsDriver(sys.argv[1])
     d.start()
@@ -139,7 +141,7 @@ def test_after_sigkill_a_restart_removes_dead_slivers_and_adopts_live_ones(drive
     link_a, nodes_a = lan_specs("ka", 1005, n=2)
     link_b, nodes_b = lan_specs("kb", 1006, n=2)
     driver.shutdown()  # the child starts (and owns) the switch and controller, as a crashed aggregate did
-    specs = [s.to_doc() for s in (link_a, *nodes_a, link_b, *nodes_b)]
+    specs = [encode(s) for s in (link_a, *nodes_a, link_b, *nodes_b)]
     child = subprocess.Popen([sys.executable, "-c", CHILD, driver.prefix, json.dumps(specs)],
                              stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
     try:

@@ -31,6 +31,7 @@ from authority.substrate.datasets import DatasetStore
 from authority.substrate.images import DEFAULT_DIR, DEFAULT_IMAGE, ImageCatalogue
 from authority.substrate.netns import NetnsDriver
 from protocol.messages import SliverSpec
+from slicex.codec import encode
 from slicex.errors import GeniError
 from tests.integration.netns_support import require_host, started_driver
 
@@ -48,6 +49,7 @@ CHILD = textwrap.dedent("""
     from authority.substrate.images import ImageCatalogue
     from authority.substrate.netns import NetnsDriver
     from protocol.messages import SliverSpec
+    from slicex.codec import decode
     prefix, step, catalogue, datasets, spec, status, name, owner = sys.argv[1:9]
 
     def die():
@@ -103,7 +105,7 @@ class Host:
     def cut(self, prefix: str, step: str, name: str, spec: SliverSpec | None = None, status: dict | None = None) -> None:
         """Run the operation in a child process killed with SIGKILL after `step`."""
         out = subprocess.run([sys.executable, "-c", CHILD, prefix, step, str(self.catalogue.root),
-                              str(self.datasets.root), json.dumps(spec.to_doc() if spec else {}),
+                              str(self.datasets.root), json.dumps(encode(spec) if spec else {}),
                               json.dumps(status or {}), name, ALICE], capture_output=True, text=True, timeout=300,
                              cwd=os.getcwd())
         assert out.returncode == -signal.SIGKILL, (out.returncode, out.stdout, out.stderr[-2000:])

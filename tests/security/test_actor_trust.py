@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from msgspec.structs import replace
 
 from protocol.messages import SliverSpec, demands_of
 from protocol.remote import RemoteAuthority, RemoteBroker

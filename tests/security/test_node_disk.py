@@ -23,6 +23,7 @@ from authority.substrate.netns import NetnsDriver
 from protocol.messages import SliverSpec
 from rspec.manifest import SERVICES_EXT
 from slicex import procs
+from slicex.codec import encode
 from slicex.errors import InsufficientDisk
 from slicex.tls_xmlrpc import client
 from tests.factories import RSPEC3, request_rspec, vm
@@ -199,6 +200,7 @@ import json, sys
 from datetime import UTC, datetime
 from authority.substrate.netns import NetnsDriver
 from protocol.messages import SliverSpec
+from slicex.codec import decode
 d = NetnsDriver(sys.argv[1])
 d.start()
 spec = decode(json.loads(sys.argv[2]), SliverSpec, "spec")
@@ -230,7 +232,7 @@ def test_sigkill_while_a_node_is_created_or_deleted_leaks_no_loop_device_mount_o
     unmounted (delete); the restarted driver, told the node is not live, leaves nothing of it."""
     spec = _node(f"kill{when}", 1, 1)
     driver.shutdown()  # the child starts (and owns) the switch and controller, as a crashed aggregate did
-    child = subprocess.Popen([sys.executable, "-c", CHILD, driver.prefix, json.dumps(spec.to_doc()), when],
+    child = subprocess.Popen([sys.executable, "-c", CHILD, driver.prefix, json.dumps(encode(spec)), when],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
     container = driver._container(driver._node_plan(spec))
     assert child.stdout.readline().strip() in ("started", "made")
